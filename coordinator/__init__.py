@@ -1,0 +1,1 @@
+"""raftpoint coordinator: a Raft-replicated checkpoint and recovery service."""

@@ -1,0 +1,518 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GroupMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GROUP_MODE_UNSPECIFIED: _ClassVar[GroupMode]
+    COORDINATED: _ClassVar[GroupMode]
+    CIC_BCS: _ClassVar[GroupMode]
+    CIC_HMNR: _ClassVar[GroupMode]
+    CIC_FDAS: _ClassVar[GroupMode]
+    UNCOORDINATED: _ClassVar[GroupMode]
+
+class GroupState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GROUP_STATE_UNSPECIFIED: _ClassVar[GroupState]
+    RUNNING: _ClassVar[GroupState]
+    RECOVERING: _ClassVar[GroupState]
+
+class CheckpointKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHECKPOINT_KIND_UNSPECIFIED: _ClassVar[CheckpointKind]
+    BASIC: _ClassVar[CheckpointKind]
+    FORCED: _ClassVar[CheckpointKind]
+    COORDINATED_CUT: _ClassVar[CheckpointKind]
+    INITIAL: _ClassVar[CheckpointKind]
+
+class EpochState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EPOCH_STATE_UNSPECIFIED: _ClassVar[EpochState]
+    EPOCH_STARTED: _ClassVar[EpochState]
+    EPOCH_STABLE: _ClassVar[EpochState]
+    EPOCH_ABORTED: _ClassVar[EpochState]
+
+class AgentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AGENT_STATE_UNSPECIFIED: _ClassVar[AgentState]
+    AGENT_ALIVE: _ClassVar[AgentState]
+    AGENT_FAILED: _ClassVar[AgentState]
+    AGENT_DEREGISTERED: _ClassVar[AgentState]
+GROUP_MODE_UNSPECIFIED: GroupMode
+COORDINATED: GroupMode
+CIC_BCS: GroupMode
+CIC_HMNR: GroupMode
+CIC_FDAS: GroupMode
+UNCOORDINATED: GroupMode
+GROUP_STATE_UNSPECIFIED: GroupState
+RUNNING: GroupState
+RECOVERING: GroupState
+CHECKPOINT_KIND_UNSPECIFIED: CheckpointKind
+BASIC: CheckpointKind
+FORCED: CheckpointKind
+COORDINATED_CUT: CheckpointKind
+INITIAL: CheckpointKind
+EPOCH_STATE_UNSPECIFIED: EpochState
+EPOCH_STARTED: EpochState
+EPOCH_STABLE: EpochState
+EPOCH_ABORTED: EpochState
+AGENT_STATE_UNSPECIFIED: AgentState
+AGENT_ALIVE: AgentState
+AGENT_FAILED: AgentState
+AGENT_DEREGISTERED: AgentState
+
+class FencingToken(_message.Message):
+    __slots__ = ("incarnation", "epoch")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    incarnation: int
+    epoch: int
+    def __init__(self, incarnation: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class GroupSpec(_message.Message):
+    __slots__ = ("group", "mode", "retention", "checkpoint_interval_s", "checkpoint_cost_s", "mtbf_s", "lease_ttl_s", "epoch_timeout_s")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_COST_S_FIELD_NUMBER: _ClassVar[int]
+    MTBF_S_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    mode: GroupMode
+    retention: int
+    checkpoint_interval_s: float
+    checkpoint_cost_s: float
+    mtbf_s: float
+    lease_ttl_s: float
+    epoch_timeout_s: float
+    def __init__(self, group: _Optional[str] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., retention: _Optional[int] = ..., checkpoint_interval_s: _Optional[float] = ..., checkpoint_cost_s: _Optional[float] = ..., mtbf_s: _Optional[float] = ..., lease_ttl_s: _Optional[float] = ..., epoch_timeout_s: _Optional[float] = ...) -> None: ...
+
+class Group(_message.Message):
+    __slots__ = ("spec", "state", "current_epoch", "stable_epoch", "members", "created_at", "recovery_id")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STABLE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    spec: GroupSpec
+    state: GroupState
+    current_epoch: int
+    stable_epoch: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    created_at: float
+    recovery_id: int
+    def __init__(self, spec: _Optional[_Union[GroupSpec, _Mapping]] = ..., state: _Optional[_Union[GroupState, str]] = ..., current_epoch: _Optional[int] = ..., stable_epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., created_at: _Optional[float] = ..., recovery_id: _Optional[int] = ...) -> None: ...
+
+class Agent(_message.Message):
+    __slots__ = ("group", "agent_id", "incarnation", "state", "registered_at", "last_checkpoint_index")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    agent_id: str
+    incarnation: int
+    state: AgentState
+    registered_at: float
+    last_checkpoint_index: int
+    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., state: _Optional[_Union[AgentState, str]] = ..., registered_at: _Optional[float] = ..., last_checkpoint_index: _Optional[int] = ...) -> None: ...
+
+class CheckpointMeta(_message.Message):
+    __slots__ = ("group", "agent_id", "index", "epoch", "kind", "blob_uri", "sha256", "size", "schema_version", "config_hash", "dependency_versions", "parent_index", "channel_state_uri", "created_at", "incarnation", "stable")
+    class DependencyVersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    BLOB_URI_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_HASH_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_STATE_URI_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    STABLE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    agent_id: str
+    index: int
+    epoch: int
+    kind: CheckpointKind
+    blob_uri: str
+    sha256: str
+    size: int
+    schema_version: int
+    config_hash: str
+    dependency_versions: _containers.ScalarMap[str, str]
+    parent_index: int
+    channel_state_uri: str
+    created_at: float
+    incarnation: int
+    stable: bool
+    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., kind: _Optional[_Union[CheckpointKind, str]] = ..., blob_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ..., schema_version: _Optional[int] = ..., config_hash: _Optional[str] = ..., dependency_versions: _Optional[_Mapping[str, str]] = ..., parent_index: _Optional[int] = ..., channel_state_uri: _Optional[str] = ..., created_at: _Optional[float] = ..., incarnation: _Optional[int] = ..., stable: _Optional[bool] = ...) -> None: ...
+
+class DependencyRecord(_message.Message):
+    __slots__ = ("sender", "send_interval", "receiver", "receive_interval", "message_id")
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    SEND_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    RECEIVER_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    sender: str
+    send_interval: int
+    receiver: str
+    receive_interval: int
+    message_id: str
+    def __init__(self, sender: _Optional[str] = ..., send_interval: _Optional[int] = ..., receiver: _Optional[str] = ..., receive_interval: _Optional[int] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class Epoch(_message.Message):
+    __slots__ = ("group", "epoch", "state", "members", "committed", "started_at", "deadline", "reason")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    epoch: int
+    state: EpochState
+    members: _containers.RepeatedScalarFieldContainer[str]
+    committed: _containers.RepeatedScalarFieldContainer[str]
+    started_at: float
+    deadline: float
+    reason: str
+    def __init__(self, group: _Optional[str] = ..., epoch: _Optional[int] = ..., state: _Optional[_Union[EpochState, str]] = ..., members: _Optional[_Iterable[str]] = ..., committed: _Optional[_Iterable[str]] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RollBack(_message.Message):
+    __slots__ = ("checkpoint_index", "recovery_id")
+    CHECKPOINT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    checkpoint_index: int
+    recovery_id: int
+    def __init__(self, checkpoint_index: _Optional[int] = ..., recovery_id: _Optional[int] = ...) -> None: ...
+
+class CheckpointNow(_message.Message):
+    __slots__ = ("epoch",)
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
+
+class CheckpointSuggested(_message.Message):
+    __slots__ = ("interval_s",)
+    INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    interval_s: float
+    def __init__(self, interval_s: _Optional[float] = ...) -> None: ...
+
+class Order(_message.Message):
+    __slots__ = ("order_id", "group", "agent_id", "roll_back", "checkpoint_now", "checkpoint_suggested", "acked")
+    ORDER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLL_BACK_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_NOW_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_SUGGESTED_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    order_id: int
+    group: str
+    agent_id: str
+    roll_back: RollBack
+    checkpoint_now: CheckpointNow
+    checkpoint_suggested: CheckpointSuggested
+    acked: bool
+    def __init__(self, order_id: _Optional[int] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ..., roll_back: _Optional[_Union[RollBack, _Mapping]] = ..., checkpoint_now: _Optional[_Union[CheckpointNow, _Mapping]] = ..., checkpoint_suggested: _Optional[_Union[CheckpointSuggested, _Mapping]] = ..., acked: _Optional[bool] = ...) -> None: ...
+
+class CreateGroupRequest(_message.Message):
+    __slots__ = ("request_id", "spec")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    spec: GroupSpec
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[GroupSpec, _Mapping]] = ...) -> None: ...
+
+class CreateGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("request_id", "group", "agent_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    agent_id: str
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = ("incarnation", "mode", "current_epoch", "lease_ttl_s", "stable_epoch", "resume_from")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    STABLE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    incarnation: int
+    mode: GroupMode
+    current_epoch: int
+    lease_ttl_s: float
+    stable_epoch: int
+    resume_from: CheckpointMeta
+    def __init__(self, incarnation: _Optional[int] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., current_epoch: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., stable_epoch: _Optional[int] = ..., resume_from: _Optional[_Union[CheckpointMeta, _Mapping]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("group", "agent_id", "token")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    agent_id: str
+    token: FencingToken
+    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., token: _Optional[_Union[FencingToken, _Mapping]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("current_epoch", "state", "lease_ttl_s")
+    CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    current_epoch: int
+    state: GroupState
+    lease_ttl_s: float
+    def __init__(self, current_epoch: _Optional[int] = ..., state: _Optional[_Union[GroupState, str]] = ..., lease_ttl_s: _Optional[float] = ...) -> None: ...
+
+class CommitCheckpointRequest(_message.Message):
+    __slots__ = ("request_id", "token", "checkpoint")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    token: FencingToken
+    checkpoint: CheckpointMeta
+    def __init__(self, request_id: _Optional[str] = ..., token: _Optional[_Union[FencingToken, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointMeta, _Mapping]] = ...) -> None: ...
+
+class CommitCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint", "stable_epoch")
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    STABLE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: CheckpointMeta
+    stable_epoch: int
+    def __init__(self, checkpoint: _Optional[_Union[CheckpointMeta, _Mapping]] = ..., stable_epoch: _Optional[int] = ...) -> None: ...
+
+class ReportDependenciesRequest(_message.Message):
+    __slots__ = ("request_id", "group", "agent_id", "token", "records")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    agent_id: str
+    token: FencingToken
+    records: _containers.RepeatedCompositeFieldContainer[DependencyRecord]
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ..., token: _Optional[_Union[FencingToken, _Mapping]] = ..., records: _Optional[_Iterable[_Union[DependencyRecord, _Mapping]]] = ...) -> None: ...
+
+class ReportDependenciesResponse(_message.Message):
+    __slots__ = ("accepted",)
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    def __init__(self, accepted: _Optional[int] = ...) -> None: ...
+
+class WatchOrdersRequest(_message.Message):
+    __slots__ = ("group", "agent_id", "token")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    agent_id: str
+    token: FencingToken
+    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., token: _Optional[_Union[FencingToken, _Mapping]] = ...) -> None: ...
+
+class AckOrderRequest(_message.Message):
+    __slots__ = ("request_id", "group", "agent_id", "token", "order_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ORDER_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    agent_id: str
+    token: FencingToken
+    order_id: int
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ..., token: _Optional[_Union[FencingToken, _Mapping]] = ..., order_id: _Optional[int] = ...) -> None: ...
+
+class AckOrderResponse(_message.Message):
+    __slots__ = ("group_state",)
+    GROUP_STATE_FIELD_NUMBER: _ClassVar[int]
+    group_state: GroupState
+    def __init__(self, group_state: _Optional[_Union[GroupState, str]] = ...) -> None: ...
+
+class DeregisterRequest(_message.Message):
+    __slots__ = ("request_id", "group", "agent_id", "token")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    agent_id: str
+    token: FencingToken
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ..., token: _Optional[_Union[FencingToken, _Mapping]] = ...) -> None: ...
+
+class DeregisterResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StartEpochRequest(_message.Message):
+    __slots__ = ("request_id", "group")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class StartEpochResponse(_message.Message):
+    __slots__ = ("epoch",)
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: Epoch
+    def __init__(self, epoch: _Optional[_Union[Epoch, _Mapping]] = ...) -> None: ...
+
+class GetGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class GetGroupResponse(_message.Message):
+    __slots__ = ("group", "agents", "recent_epochs")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    agents: _containers.RepeatedCompositeFieldContainer[Agent]
+    recent_epochs: _containers.RepeatedCompositeFieldContainer[Epoch]
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ..., recent_epochs: _Optional[_Iterable[_Union[Epoch, _Mapping]]] = ...) -> None: ...
+
+class ListCheckpointsRequest(_message.Message):
+    __slots__ = ("group", "agent_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    agent_id: str
+    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+
+class ListCheckpointsResponse(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointMeta]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[CheckpointMeta, _Mapping]]] = ...) -> None: ...
+
+class WhatIfRequest(_message.Message):
+    __slots__ = ("group", "failed")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    failed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., failed: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RollbackTarget(_message.Message):
+    __slots__ = ("agent_id", "checkpoint_index", "intervals_lost")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    INTERVALS_LOST_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    checkpoint_index: int
+    intervals_lost: int
+    def __init__(self, agent_id: _Optional[str] = ..., checkpoint_index: _Optional[int] = ..., intervals_lost: _Optional[int] = ...) -> None: ...
+
+class WhatIfResponse(_message.Message):
+    __slots__ = ("targets",)
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    targets: _containers.RepeatedCompositeFieldContainer[RollbackTarget]
+    def __init__(self, targets: _Optional[_Iterable[_Union[RollbackTarget, _Mapping]]] = ...) -> None: ...
+
+class GarbageCollectRequest(_message.Message):
+    __slots__ = ("request_id", "group")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class GarbageCollectResponse(_message.Message):
+    __slots__ = ("deletable_blob_uris", "bytes")
+    DELETABLE_BLOB_URIS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    deletable_blob_uris: _containers.RepeatedScalarFieldContainer[str]
+    bytes: int
+    def __init__(self, deletable_blob_uris: _Optional[_Iterable[str]] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeStatus(_message.Message):
+    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LOG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LAST_SNAPSHOT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_SNAPSHOT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    role: str
+    term: int
+    commit_index: int
+    applied_index: int
+    log_entries: int
+    leader: str
+    last_snapshot_index: int
+    last_snapshot_age_s: float
+    state_digest: str
+    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ...) -> None: ...
+
+class ClusterStatusResponse(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: NodeStatus
+    def __init__(self, node: _Optional[_Union[NodeStatus, _Mapping]] = ...) -> None: ...
+
+class MembershipRequest(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    def __init__(self, node: _Optional[str] = ...) -> None: ...
+
+class MembershipResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: str
+    def __init__(self, result: _Optional[str] = ...) -> None: ...

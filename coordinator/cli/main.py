@@ -1,0 +1,32 @@
+"""The `raftpoint` console script: one subcommand per module in this package."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module defines register(subparsers); the subcommand's handler is stored as
+# the parser default `func` and returns the process exit code.
+SUBCOMMAND_MODULES = (
+    "coordinator.cli.simulate",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raftpoint", description="Checkpoint/recovery coordinator for multi-agent systems.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

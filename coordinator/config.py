@@ -1,0 +1,208 @@
+"""One configuration object for a coordinator node.
+
+Sources, lowest priority first: defaults, a TOML file (--config or
+RAFTPOINT_CONFIG), environment variables RAFTPOINT_<FIELD>, command-line flags.
+On Kubernetes the node's identity and peers are derived from the StatefulSet's
+stable names (`<set>-<ordinal>.<headless service>`), so every pod renders the same
+configuration and only its hostname differs.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+ENV_PREFIX = "RAFTPOINT_"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message names it."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A cluster member: its Raft address is its identity; gRPC is where clients go."""
+
+    raft: str
+    grpc: str
+
+    @classmethod
+    def parse(cls, spec: str, default_grpc_port: int) -> "Peer":
+        raft, _, grpc = spec.strip().partition("=")
+        _check_address(raft, "peer raft address")
+        if not grpc:
+            grpc = f"{raft.rsplit(':', 1)[0]}:{default_grpc_port}"
+        _check_address(grpc, "peer gRPC address")
+        return cls(raft, grpc)
+
+    def __str__(self) -> str:
+        return f"{self.raft}={self.grpc}"
+
+
+def _check_address(address: str, what: str) -> None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{what} must be host:port, got {address!r}")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    raft_address: str = "127.0.0.1:7000"
+    grpc_address: str = "127.0.0.1:50051"
+    metrics_address: str = "127.0.0.1:9100"
+    # Raft peers other than this node, "raft_host:port[=grpc_host:port]".
+    peers: tuple[str, ...] = ()
+    data_dir: str = "./raftpoint-data"
+    raft_password: str = ""
+    raft_password_file: str = ""
+    store: str = "lmdb"
+    map_size_mb: int = 1024
+    max_map_size_mb: int = 65536
+    leader_fallback_timeout: float = 2.0
+    dns_cache_time: float = 5.0
+    auto_tick_period: float = 0.005
+    raft_min_timeout: float = 0.4
+    raft_max_timeout: float = 1.0
+    append_entries_period: float = 0.05
+    compaction_min_entries: int = 20000
+    compaction_min_time: float = 60.0
+    dynamic_membership: bool = True
+    log_level: str = "info"
+    # Kubernetes: when set, derive raft/grpc addresses and peers from the pod name.
+    statefulset_replicas: int = 0
+    headless_service: str = ""
+    raft_port: int = 7000
+    grpc_port: int = 50051
+    pod_name: str = ""
+
+    # ---- derived -----------------------------------------------------------------
+    def peer_list(self) -> list[Peer]:
+        return [Peer.parse(p, self.grpc_port) for p in self.peers if p.strip()]
+
+    def password(self) -> str:
+        if self.raft_password_file:
+            try:
+                return Path(self.raft_password_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"raft_password_file {self.raft_password_file!r}: {exc.strerror}") from exc
+        return self.raft_password
+
+    def grpc_of(self, raft_address: str | None) -> str | None:
+        """The gRPC address clients should use for the node with this Raft address."""
+        if raft_address is None:
+            return None
+        if raft_address == self.raft_address:
+            return self.grpc_address
+        for peer in self.peer_list():
+            if peer.raft == raft_address:
+                return peer.grpc
+        return None
+
+    def validate(self) -> "NodeConfig":
+        for name in ("raft_address", "grpc_address", "metrics_address"):
+            _check_address(getattr(self, name), name)
+        peers = self.peer_list()
+        if self.raft_address in {p.raft for p in peers}:
+            raise ConfigError("peers must not include this node's own raft_address")
+        if not self.password():
+            raise ConfigError("a Raft password is required (raft_password, raft_password_file or "
+                              "RAFTPOINT_RAFT_PASSWORD): the Raft port speaks pickle and must be authenticated")
+        if self.store not in ("lmdb", "memory"):
+            raise ConfigError(f"store must be 'lmdb' or 'memory', got {self.store!r}")
+        if not 0 < self.auto_tick_period <= 0.1:
+            raise ConfigError("auto_tick_period must be in (0, 0.1] seconds")
+        if not self.append_entries_period * 3 < self.raft_min_timeout < self.raft_max_timeout:
+            raise ConfigError("need append_entries_period*3 < raft_min_timeout < raft_max_timeout")
+        if self.leader_fallback_timeout <= self.append_entries_period:
+            raise ConfigError("leader_fallback_timeout must exceed append_entries_period")
+        if self.compaction_min_entries < 2:
+            raise ConfigError("compaction_min_entries must be >= 2")
+        return self
+
+
+def _statefulset_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Addresses from `<set>-<ordinal>.<headless>`: pod IPs change, stable names do not."""
+    replicas = int(values.get("statefulset_replicas") or 0)
+    if replicas <= 0:
+        return {}
+    headless = values.get("headless_service") or ""
+    if not headless:
+        raise ConfigError("headless_service is required with statefulset_replicas")
+    pod = values.get("pod_name") or socket.gethostname()
+    base, sep, ordinal = pod.rpartition("-")
+    if not sep or not ordinal.isdigit():
+        raise ConfigError(f"pod name {pod!r} is not <statefulset>-<ordinal>")
+    raft_port, grpc_port = int(values.get("raft_port", 7000)), int(values.get("grpc_port", 50051))
+
+    def name(i: int) -> str:
+        return f"{base}-{i}.{headless}"
+
+    me = int(ordinal)
+    return {
+        "raft_address": f"{name(me)}:{raft_port}",
+        "grpc_address": f"0.0.0.0:{grpc_port}",
+        "peers": tuple(f"{name(i)}:{raft_port}={name(i)}:{grpc_port}" for i in range(replicas) if i != me),
+    }
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    default = _FIELDS[name].default
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(value)
+                return value.lower() in ("1", "true", "yes")
+            return bool(value)
+        if isinstance(default, tuple):
+            return tuple(p for p in (value.split(",") if isinstance(value, str) else value) if str(p).strip())
+        return type(default)(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{name}: cannot use {value!r} as {type(default).__name__}") from exc
+
+
+def load(file: str | None = None, env: Mapping[str, str] | None = None,
+         flags: Mapping[str, Any] | None = None) -> NodeConfig:
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    file = file or env.get(ENV_PREFIX + "CONFIG")
+    if file:
+        try:
+            doc = tomllib.loads(Path(file).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {file!r}: {exc}") from exc
+        unknown = set(doc) - set(_FIELDS)
+        if unknown:
+            raise ConfigError(f"config file {file!r}: unknown settings {sorted(unknown)}")
+        values.update({k: _coerce(k, v) for k, v in doc.items()})
+    for name in _FIELDS:
+        if ENV_PREFIX + name.upper() in env:
+            values[name] = _coerce(name, env[ENV_PREFIX + name.upper()])
+    for name, value in (flags or {}).items():
+        if value is not None:
+            values[name] = _coerce(name, value)
+    values.update(_statefulset_overrides(values))
+    return NodeConfig(**values).validate()
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags for every field (dest = field name; None means 'not given')."""
+    parser.add_argument("--config", help="TOML file with node settings")
+    for name, f in _FIELDS.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, dest=name, default=None, choices=("true", "false"))
+        else:
+            parser.add_argument(flag, dest=name, default=None, help=f"default: {f.default!r}")
+
+
+def from_args(args: argparse.Namespace) -> NodeConfig:
+    return load(args.config, flags={name: getattr(args, name, None) for name in _FIELDS})

@@ -1,0 +1,197 @@
+"""Commands of the replicated log and the results the state machine answers with.
+
+Each command mirrors one oneof case of proto/v1/log.proto's LogEntry; the
+replication layer converts between the two. Results are stored in the dedupe
+table under the request id, so a retried request gets the first answer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coordinator.core.errors import Code, Rejection
+from coordinator.core.history import Dependency
+from coordinator.core.model import Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState
+
+
+@dataclass(frozen=True)
+class Token:
+    """Fencing token of an agent write: a zombie's old incarnation or epoch is refused."""
+
+    incarnation: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class CreateGroup:
+    spec: GroupSpec
+
+
+@dataclass(frozen=True)
+class Register:
+    group: str
+    agent_id: str
+
+
+@dataclass(frozen=True)
+class CommitCheckpoint:
+    token: Token
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True)
+class ReportDependencies:
+    group: str
+    agent_id: str
+    token: Token
+    records: tuple[Dependency, ...]
+
+
+@dataclass(frozen=True)
+class StartEpoch:
+    group: str
+
+
+@dataclass(frozen=True)
+class AbortEpoch:
+    group: str
+    epoch: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeclareAgentFailed:
+    group: str
+    agent_id: str
+    incarnation: int
+
+
+@dataclass(frozen=True)
+class AckOrder:
+    group: str
+    agent_id: str
+    token: Token
+    order_id: int
+
+
+@dataclass(frozen=True)
+class Deregister:
+    group: str
+    agent_id: str
+    token: Token
+
+
+@dataclass(frozen=True)
+class GarbageCollect:
+    group: str
+
+
+@dataclass(frozen=True)
+class ReadBarrier:
+    pass
+
+
+Command = (CreateGroup | Register | CommitCheckpoint | ReportDependencies | StartEpoch | AbortEpoch
+           | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | ReadBarrier)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A decoded log entry: the only inputs apply() sees (time included)."""
+
+    request_id: str
+    proposed_at: float
+    command: Command
+
+
+# ---- results -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GroupResult:
+    group: Group
+
+
+@dataclass(frozen=True)
+class RegisterResult:
+    agent: Agent
+    group: Group
+    resume_from: Checkpoint | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    checkpoint: Checkpoint
+    stable_epoch: int
+
+
+@dataclass(frozen=True)
+class DependenciesResult:
+    accepted: int
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    epoch: Epoch
+
+
+@dataclass(frozen=True)
+class RollbackTarget:
+    agent_id: str
+    checkpoint_index: int
+    intervals_lost: int
+
+
+@dataclass(frozen=True)
+class RecoveryResult:
+    recovery_id: int
+    targets: tuple[RollbackTarget, ...]
+
+
+@dataclass(frozen=True)
+class AckResult:
+    group_state: GroupState
+
+
+@dataclass(frozen=True)
+class GcResult:
+    deletable_blob_uris: tuple[str, ...]
+    bytes: int
+    checkpoints_deleted: int
+
+
+@dataclass(frozen=True)
+class EmptyResult:
+    pass
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A rejected command, stored like any result so a retry gets the same answer."""
+
+    code: Code
+    reason: str
+    field: str = ""
+
+    @classmethod
+    def of(cls, rejection: Rejection) -> "Failure":
+        return cls(rejection.code, rejection.reason, rejection.field)
+
+
+Result = (GroupResult | RegisterResult | CheckpointResult | DependenciesResult | EpochResult | RecoveryResult
+          | AckResult | GcResult | EmptyResult | Failure)
+RESULT_TYPES: dict[str, type] = {t.__name__: t for t in (
+    GroupResult, RegisterResult, CheckpointResult, DependenciesResult, EpochResult, RecoveryResult,
+    AckResult, GcResult, EmptyResult, Failure)}
+
+
+def encode_result(result: Result) -> bytes:
+    """Tagged so the dedupe table can hand back the same typed result on a retry."""
+    from coordinator.core import codec
+
+    return type(result).__name__.encode() + b"\n" + codec.encode(result)
+
+
+def decode_result(data: bytes) -> Result:
+    from coordinator.core import codec
+
+    name, _, body = data.partition(b"\n")
+    return codec.decode(RESULT_TYPES[name.decode()], body)

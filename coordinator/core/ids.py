@@ -1,0 +1,41 @@
+"""Identifier rules shared by the coordinator and agent_client.
+
+Ids become parts of storage keys and metric labels, so they are restricted to a
+small, printable alphabet: a bad id is rejected at the edge instead of producing
+an ambiguous key deep inside the state machine.
+"""
+from __future__ import annotations
+
+import re
+
+from coordinator.core.errors import Rejection
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+MAX_URI_LEN = 2048
+
+
+def check_id(value: str, field: str) -> None:
+    """Agent, group and message ids: 1-128 chars of [A-Za-z0-9._:-], not starting with punctuation."""
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise Rejection.invalid(field, f"must be 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit, got {value!r}")
+
+
+def check_request_id(value: str) -> None:
+    if not isinstance(value, str) or not _REQUEST_ID_RE.match(value):
+        raise Rejection.invalid("request_id", f"must be 1-128 characters of A-Z a-z 0-9 . _ : -, got {value!r}")
+
+
+def check_sha256(value: str, field: str) -> None:
+    if not isinstance(value, str) or not _HEX64_RE.match(value):
+        raise Rejection.invalid(field, "must be 64 lowercase hex digits (a SHA-256 digest)")
+
+
+def check_uri(value: str, field: str, *, required: bool) -> None:
+    if not value:
+        if required:
+            raise Rejection.invalid(field, "is required")
+        return
+    if len(value) > MAX_URI_LEN or any(ord(c) < 32 for c in value):
+        raise Rejection.invalid(field, f"must be at most {MAX_URI_LEN} printable characters")

@@ -1,0 +1,127 @@
+"""The coordinator's replicated records.
+
+Plain dataclasses so the pure core can be tested without protobuf or LMDB; the
+storage layer encodes them canonically (see codec.py) and the transport maps them
+to protobuf messages.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    COORDINATED = "coordinated"
+    CIC_BCS = "cic_bcs"
+    CIC_HMNR = "cic_hmnr"
+    CIC_FDAS = "cic_fdas"
+    UNCOORDINATED = "uncoordinated"
+
+
+class GroupState(StrEnum):
+    RUNNING = "running"
+    RECOVERING = "recovering"
+
+
+class AgentState(StrEnum):
+    ALIVE = "alive"
+    FAILED = "failed"
+    DEREGISTERED = "deregistered"
+
+
+class CheckpointKind(StrEnum):
+    INITIAL = "initial"
+    BASIC = "basic"
+    FORCED = "forced"
+    COORDINATED = "coordinated"
+
+
+class EpochState(StrEnum):
+    STARTED = "started"
+    STABLE = "stable"
+    ABORTED = "aborted"
+
+
+class OrderKind(StrEnum):
+    ROLL_BACK = "roll_back"
+    CHECKPOINT_NOW = "checkpoint_now"
+    CHECKPOINT_SUGGESTED = "checkpoint_suggested"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    mode: Mode = Mode.COORDINATED
+    retention: int = 2
+    checkpoint_interval_s: float = 0.0
+    checkpoint_cost_s: float = 0.0
+    mtbf_s: float = 0.0
+    lease_ttl_s: float = 10.0
+    epoch_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class Group:
+    spec: GroupSpec
+    state: GroupState = GroupState.RUNNING
+    current_epoch: int = 0
+    stable_epoch: int = 0
+    members: tuple[str, ...] = ()
+    created_at: float = 0.0
+    recovery_id: int = 0
+    next_order_id: int = 1
+
+
+@dataclass(frozen=True)
+class Agent:
+    group: str
+    agent_id: str
+    incarnation: int
+    state: AgentState = AgentState.ALIVE
+    registered_at: float = 0.0
+    last_checkpoint_index: int = 0
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    group: str
+    agent_id: str
+    index: int
+    epoch: int
+    kind: CheckpointKind
+    blob_uri: str
+    sha256: str
+    size: int
+    schema_version: int = 0
+    config_hash: str = ""
+    dependency_versions: dict[str, str] = field(default_factory=dict)
+    parent_index: int = 0
+    channel_state_uri: str = ""
+    created_at: float = 0.0
+    incarnation: int = 0
+    stable: bool = False
+
+
+@dataclass(frozen=True)
+class Epoch:
+    group: str
+    epoch: int
+    state: EpochState
+    members: tuple[str, ...]
+    committed: tuple[str, ...] = ()
+    started_at: float = 0.0
+    deadline: float = 0.0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Order:
+    group: str
+    agent_id: str
+    order_id: int
+    kind: OrderKind
+    checkpoint_index: int = 0
+    epoch: int = 0
+    recovery_id: int = 0
+    interval_s: float = 0.0
+    acked: bool = False

@@ -1,0 +1,411 @@
+"""The deterministic state machine: apply(state, entry) -> result.
+
+Everything replicas must agree on is decided here, from the entry and the state
+alone (time comes from the entry). Rejections are results, never exceptions that
+escape: a replicated method that raises would wedge every replica the same way.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from coordinator.core import ids
+from coordinator.core.commands import (
+    AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, DeclareAgentFailed,
+    DependenciesResult, Deregister, EmptyResult, Entry, EpochResult, Failure, GarbageCollect, GcResult,
+    GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult, ReportDependencies, Result, RollbackTarget,
+    StartEpoch, Token,
+)
+from coordinator.core.errors import Code, Rejection
+from coordinator.core.model import (
+    Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Group, GroupState, Mode, Order,
+    OrderKind,
+)
+from coordinator.core.recovery_plan import plan_gc, plan_recovery
+from coordinator.core.state import State
+
+MAX_DEPENDENCIES_PER_REPORT = 10_000
+MAX_RETENTION = 1_000
+MAX_DEPENDENCY_VERSIONS = 64
+
+
+def apply(state: State, entry: Entry) -> Result:
+    """Apply one committed entry. Writes made before a rejection are discarded by the caller."""
+    handler = _HANDLERS.get(type(entry.command))
+    if handler is None:
+        return Failure(Code.INVALID_ARGUMENT, f"unknown command {type(entry.command).__name__}")
+    try:
+        return handler(state, entry.command, entry.proposed_at)
+    except Rejection as rejection:
+        return Failure.of(rejection)
+    except Exception as exc:  # a bug must not wedge the cluster; the caller drops the writes
+        return Failure(Code.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+
+# ---- lookups -------------------------------------------------------------------
+
+def _group(state: State, name: str) -> Group:
+    ids.check_id(name, "group")
+    group = state.group(name)
+    if group is None:
+        raise Rejection.not_found(f"group {name!r}")
+    return group
+
+
+def _agent(state: State, group: str, agent_id: str) -> Agent:
+    ids.check_id(agent_id, "agent_id")
+    agent = state.agent(group, agent_id)
+    if agent is None:
+        raise Rejection.not_found(f"agent {agent_id!r} in group {group!r}")
+    return agent
+
+
+def _fenced_agent(state: State, group: Group, agent_id: str, token: Token) -> Agent:
+    """The agent a write comes from, after checking its fencing token.
+
+    A zombie (older incarnation), an agent that left, one writing for an epoch the
+    group has not started, or one that has not yet obeyed a rollback order, is refused:
+    otherwise it could re-create state the recovery just discarded.
+    """
+    agent = _agent(state, group.spec.name, agent_id)
+    if token.incarnation != agent.incarnation:
+        raise Rejection.precondition(
+            f"stale incarnation {token.incarnation}: agent {agent_id!r} is at incarnation {agent.incarnation}",
+            "token.incarnation")
+    if agent.state is not AgentState.ALIVE:
+        raise Rejection.precondition(f"agent {agent_id!r} is {agent.state.value}; register again", "agent_id")
+    if token.epoch > group.current_epoch:
+        raise Rejection.precondition(
+            f"epoch {token.epoch} has not started (current epoch {group.current_epoch})", "token.epoch")
+    pending = [o for o in state.orders(group.spec.name)
+               if o.agent_id == agent_id and o.kind is OrderKind.ROLL_BACK and not o.acked]
+    if pending:
+        raise Rejection.precondition(
+            f"rollback order {pending[0].order_id} to checkpoint {pending[0].checkpoint_index} is pending; "
+            "restore and acknowledge it first", "agent_id")
+    return agent
+
+
+def _new_order(state: State, group: Group, agent_id: str, kind: OrderKind, **fields: object) -> Group:
+    state.put_order(Order(group.spec.name, agent_id, group.next_order_id, kind, **fields))  # type: ignore[arg-type]
+    return dataclasses.replace(group, next_order_id=group.next_order_id + 1)
+
+
+# ---- handlers -------------------------------------------------------------------
+
+def _create_group(state: State, cmd: CreateGroup, now: float) -> Result:
+    spec = cmd.spec
+    ids.check_id(spec.name, "spec.group")
+    if not isinstance(spec.mode, Mode):
+        raise Rejection.invalid("spec.mode", "must be one of " + ", ".join(m.value for m in Mode))
+    if not 0 <= spec.retention <= MAX_RETENTION:
+        raise Rejection.invalid("spec.retention", f"must be between 0 and {MAX_RETENTION}")
+    for name in ("checkpoint_interval_s", "checkpoint_cost_s", "mtbf_s", "lease_ttl_s", "epoch_timeout_s"):
+        value = getattr(spec, name)
+        if not (value >= 0 and value < 1e9):  # also rejects NaN
+            raise Rejection.invalid(f"spec.{name}", "must be a finite number >= 0")
+    if spec.lease_ttl_s <= 0 or spec.epoch_timeout_s <= 0:
+        raise Rejection.invalid("spec.lease_ttl_s" if spec.lease_ttl_s <= 0 else "spec.epoch_timeout_s", "must be > 0")
+    existing = state.group(spec.name)
+    if existing is not None:
+        if existing.spec == spec:
+            return GroupResult(existing)
+        raise Rejection(Code.ALREADY_EXISTS, f"group {spec.name!r} exists with a different spec", "spec.group")
+    group = Group(spec=spec, created_at=now)
+    state.put_group(group)
+    return GroupResult(group)
+
+
+def _register(state: State, cmd: Register, now: float) -> Result:
+    group = _group(state, cmd.group)
+    ids.check_id(cmd.agent_id, "agent_id")
+    agent = state.agent(cmd.group, cmd.agent_id)
+    if agent is None:
+        agent = Agent(cmd.group, cmd.agent_id, incarnation=1, registered_at=now)
+    else:
+        if agent.state is AgentState.ALIVE:
+            # A restart before the lease expired: the old incarnation's volatile
+            # state is gone, which is a failure for everyone who depends on it.
+            group, _ = _recover(state, group, agent, now)
+            agent = state.agent(cmd.group, cmd.agent_id) or agent
+        agent = dataclasses.replace(agent, incarnation=agent.incarnation + 1, state=AgentState.ALIVE, registered_at=now)
+    if cmd.agent_id not in group.members:
+        group = dataclasses.replace(group, members=tuple(sorted(group.members + (cmd.agent_id,))))
+    state.put_agent(agent)
+    state.put_group(group)
+    return RegisterResult(agent=agent, group=group, resume_from=_resume_point(state, group, agent))
+
+
+def _resume_point(state: State, group: Group, agent: Agent) -> Checkpoint | None:
+    """The pending rollback target if there is one, else the newest usable checkpoint."""
+    for order in state.orders(group.spec.name):
+        if order.agent_id == agent.agent_id and order.kind is OrderKind.ROLL_BACK and not order.acked:
+            return state.checkpoint(group.spec.name, agent.agent_id, order.checkpoint_index)
+    usable = [c for c in state.checkpoints(group.spec.name, agent.agent_id) if c.stable]
+    return usable[-1] if usable else None
+
+
+def _validate_checkpoint(group: Group, cp: Checkpoint) -> None:
+    if cp.index < 1:
+        raise Rejection.invalid("checkpoint.index", "must be >= 1 (0 is the implicit initial state)")
+    ids.check_sha256(cp.sha256, "checkpoint.sha256")
+    ids.check_uri(cp.blob_uri, "checkpoint.blob_uri", required=True)
+    ids.check_uri(cp.channel_state_uri, "checkpoint.channel_state_uri", required=False)
+    if cp.size < 0:
+        raise Rejection.invalid("checkpoint.size", "must be >= 0")
+    if len(cp.config_hash) > 256:
+        raise Rejection.invalid("checkpoint.config_hash", "must be at most 256 characters")
+    if len(cp.dependency_versions) > MAX_DEPENDENCY_VERSIONS or any(
+            len(k) > 128 or len(v) > 128 for k, v in cp.dependency_versions.items()):
+        raise Rejection.invalid("checkpoint.dependency_versions",
+                                f"at most {MAX_DEPENDENCY_VERSIONS} entries of at most 128 characters each")
+    allowed = {
+        Mode.COORDINATED: {CheckpointKind.COORDINATED},
+        Mode.UNCOORDINATED: {CheckpointKind.BASIC},
+    }.get(group.spec.mode, {CheckpointKind.BASIC, CheckpointKind.FORCED})
+    if cp.kind not in allowed:
+        raise Rejection.invalid("checkpoint.kind", f"{group.spec.mode.value} groups take "
+                                + " or ".join(sorted(k.value for k in allowed)) + " checkpoints")
+    if cp.parent_index and cp.parent_index >= cp.index:
+        raise Rejection.invalid("checkpoint.parent_index", "must be lower than index")
+
+
+def _commit_checkpoint(state: State, cmd: CommitCheckpoint, now: float) -> Result:
+    cp = cmd.checkpoint
+    group = _group(state, cp.group)
+    _validate_checkpoint(group, cp)
+    agent = _fenced_agent(state, group, cp.agent_id, cmd.token)
+    existing = state.checkpoint(group.spec.name, agent.agent_id, cp.index)
+    if existing is not None:
+        same = dataclasses.replace(existing, created_at=cp.created_at, stable=cp.stable, incarnation=cp.incarnation)
+        if same == cp:
+            return CheckpointResult(existing, group.stable_epoch)
+        raise Rejection(Code.ALREADY_EXISTS, f"checkpoint {cp.index} of {agent.agent_id!r} exists with other metadata",
+                        "checkpoint.index")
+    if cp.index <= agent.last_checkpoint_index:
+        raise Rejection.precondition(
+            f"index {cp.index} is not above the agent's last checkpoint {agent.last_checkpoint_index}", "checkpoint.index")
+    if cp.parent_index and state.checkpoint(group.spec.name, agent.agent_id, cp.parent_index) is None:
+        raise Rejection.precondition(f"parent checkpoint {cp.parent_index} does not exist", "checkpoint.parent_index")
+
+    epoch = None
+    if group.spec.mode is Mode.COORDINATED:
+        epoch = state.epoch(group.spec.name, cp.epoch)
+        if cp.epoch != group.current_epoch or epoch is None or epoch.state is not EpochState.STARTED:
+            raise Rejection.precondition(
+                f"epoch {cp.epoch} is not the open epoch (current {group.current_epoch}, "
+                f"{epoch.state.value if epoch else 'none'})", "checkpoint.epoch")
+        if agent.agent_id not in epoch.members:
+            raise Rejection.precondition(f"agent {agent.agent_id!r} joined after epoch {cp.epoch} started",
+                                         "checkpoint.epoch")
+        if agent.agent_id in epoch.committed:
+            raise Rejection(Code.ALREADY_EXISTS, f"agent already committed epoch {cp.epoch}", "checkpoint.epoch")
+    stable = group.spec.mode is not Mode.COORDINATED  # independent checkpoints are usable once committed
+    stored = dataclasses.replace(cp, created_at=now, stable=stable, incarnation=agent.incarnation)
+    state.put_checkpoint(stored)
+    state.put_agent(dataclasses.replace(agent, last_checkpoint_index=cp.index))
+    for order in state.orders(group.spec.name):
+        if order.agent_id == agent.agent_id and order.kind is OrderKind.CHECKPOINT_NOW and order.epoch <= cp.epoch:
+            state.delete_order(group.spec.name, order.order_id)
+    if epoch is not None:
+        group = _record_epoch_commit(state, group, epoch, agent.agent_id)
+        stored = state.checkpoint(group.spec.name, agent.agent_id, cp.index) or stored
+    return CheckpointResult(stored, group.stable_epoch)
+
+
+def _record_epoch_commit(state: State, group: Group, epoch: Epoch, agent_id: str) -> Group:
+    committed = tuple(sorted(epoch.committed + (agent_id,)))
+    if set(committed) < set(epoch.members):
+        state.put_epoch(dataclasses.replace(epoch, committed=committed))
+        return group
+    state.put_epoch(dataclasses.replace(epoch, committed=committed, state=EpochState.STABLE))
+    for member in epoch.members:
+        for cp in state.checkpoints(group.spec.name, member):
+            if cp.epoch == epoch.epoch and not cp.stable:
+                state.put_checkpoint(dataclasses.replace(cp, stable=True))
+    group = dataclasses.replace(group, stable_epoch=epoch.epoch)
+    state.put_group(group)
+    return group
+
+
+def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> Result:
+    group = _group(state, cmd.group)
+    if len(cmd.records) > MAX_DEPENDENCIES_PER_REPORT:
+        raise Rejection.invalid("records", f"at most {MAX_DEPENDENCIES_PER_REPORT} records per report")
+    for i, rec in enumerate(cmd.records):
+        ids.check_id(rec.sender, f"records[{i}].sender")
+        ids.check_id(rec.message_id, f"records[{i}].message_id")
+        if rec.receiver != cmd.agent_id:
+            raise Rejection.invalid(f"records[{i}].receiver", "dependencies are reported by their receiver")
+        if rec.send_interval < 1 or rec.receive_interval < 1:
+            raise Rejection.invalid(f"records[{i}]", "intervals start at 1")
+    _fenced_agent(state, group, cmd.agent_id, cmd.token)
+    for rec in cmd.records:
+        state.put_dependency(group.spec.name, rec)
+    return DependenciesResult(accepted=len(cmd.records))
+
+
+def _start_epoch(state: State, cmd: StartEpoch, now: float) -> Result:
+    group = _group(state, cmd.group)
+    if group.spec.mode is not Mode.COORDINATED:
+        raise Rejection.precondition(f"group {group.spec.name!r} is {group.spec.mode.value}, not coordinated")
+    if group.state is not GroupState.RUNNING:
+        raise Rejection.precondition(f"group {group.spec.name!r} is {group.state.value}")
+    current = state.epoch(group.spec.name, group.current_epoch)
+    if current is not None and current.state is EpochState.STARTED:
+        raise Rejection.precondition(f"epoch {current.epoch} is still open")
+    members = tuple(a.agent_id for a in state.agents(group.spec.name) if a.state is AgentState.ALIVE)
+    if not members:
+        raise Rejection.precondition(f"group {group.spec.name!r} has no live members")
+    number = group.current_epoch + 1
+    epoch = Epoch(group.spec.name, number, EpochState.STARTED, members, started_at=now,
+                  deadline=now + group.spec.epoch_timeout_s)
+    state.put_epoch(epoch)
+    group = dataclasses.replace(group, current_epoch=number)
+    for member in members:
+        group = _new_order(state, group, member, OrderKind.CHECKPOINT_NOW, epoch=number)
+    state.put_group(group)
+    return EpochResult(epoch)
+
+
+def _abort_epoch(state: State, cmd: AbortEpoch, now: float) -> Result:
+    group = _group(state, cmd.group)
+    epoch = state.epoch(group.spec.name, cmd.epoch)
+    if epoch is None:
+        raise Rejection.not_found(f"epoch {cmd.epoch} of group {cmd.group!r}")
+    if epoch.state is EpochState.STARTED:
+        epoch = _abort(state, group, epoch, cmd.reason or "aborted")
+    return EpochResult(epoch)
+
+
+def _abort(state: State, group: Group, epoch: Epoch, reason: str) -> Epoch:
+    """Abort an open epoch; the previous stable epoch stays the recovery line."""
+    epoch = dataclasses.replace(epoch, state=EpochState.ABORTED, reason=reason)
+    state.put_epoch(epoch)
+    for order in state.orders(group.spec.name):
+        if order.kind is OrderKind.CHECKPOINT_NOW and order.epoch == epoch.epoch:
+            state.delete_order(group.spec.name, order.order_id)
+    return epoch
+
+
+def _declare_failed(state: State, cmd: DeclareAgentFailed, now: float) -> Result:
+    group = _group(state, cmd.group)
+    agent = _agent(state, cmd.group, cmd.agent_id)
+    if agent.incarnation != cmd.incarnation or agent.state is not AgentState.ALIVE:
+        # The agent re-registered or was already declared failed: nothing to do.
+        return RecoveryResult(group.recovery_id, ())
+    group, targets = _recover(state, group, agent, now)
+    return RecoveryResult(group.recovery_id, targets)
+
+
+def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Group, tuple[RollbackTarget, ...]]:
+    """Mark `failed` failed, compute the recovery line and queue rollback orders.
+
+    Agents still owing an acknowledgement for an earlier recovery are treated as
+    failed too: they may already have rolled back, so they cannot be assumed to
+    hold their later state.
+    """
+    name = group.spec.name
+    state.put_agent(dataclasses.replace(failed, state=AgentState.FAILED))
+    if group.current_epoch:
+        current = state.epoch(name, group.current_epoch)
+        if current is not None and current.state is EpochState.STARTED:
+            _abort(state, group, current, f"agent {failed.agent_id} failed")
+    pending = {o.agent_id for o in state.orders(name) if o.kind is OrderKind.ROLL_BACK and not o.acked}
+    for order in state.orders(name):
+        if order.kind is OrderKind.ROLL_BACK and not order.acked:
+            state.delete_order(name, order.order_id)  # superseded by the new plan
+    agents = [a for a in state.agents(name) if a.state is not AgentState.DEREGISTERED]
+    failed_ids = {a.agent_id for a in agents if a.state is AgentState.FAILED} | pending
+    usable = {a.agent_id: [c.index for c in state.checkpoints(name, a.agent_id) if c.stable] for a in agents}
+    current = {a.agent_id: a.last_checkpoint_index for a in agents}
+    targets = plan_recovery(usable, current, state.dependencies(name), failed_ids)
+    group = dataclasses.replace(group, recovery_id=group.recovery_id + 1, state=GroupState.RECOVERING)
+    rolled_back = {t.agent_id: t.checkpoint_index for t in targets}
+    for agent_id, index in rolled_back.items():
+        for cp in state.checkpoints(name, agent_id):
+            if cp.index > index:
+                state.delete_checkpoint(name, agent_id, cp.index)
+        agent = state.agent(name, agent_id)
+        if agent is not None:
+            state.put_agent(dataclasses.replace(agent, last_checkpoint_index=index))
+        group = _new_order(state, group, agent_id, OrderKind.ROLL_BACK, checkpoint_index=index,
+                           recovery_id=group.recovery_id)
+    for dep in state.dependencies(name):
+        if ((dep.receiver in rolled_back and dep.receive_interval > rolled_back[dep.receiver])
+                or (dep.sender in rolled_back and dep.send_interval > rolled_back[dep.sender])):
+            state.delete_dependency(name, dep)
+    if not rolled_back:
+        group = dataclasses.replace(group, state=GroupState.RUNNING)
+    state.put_group(group)
+    return group, targets
+
+
+def _ack_order(state: State, cmd: AckOrder, now: float) -> Result:
+    group = _group(state, cmd.group)
+    agent = _agent(state, cmd.group, cmd.agent_id)
+    if cmd.token.incarnation != agent.incarnation or agent.state is not AgentState.ALIVE:
+        raise Rejection.precondition(
+            f"stale incarnation {cmd.token.incarnation}: agent is at {agent.incarnation} ({agent.state.value})",
+            "token.incarnation")
+    order = next((o for o in state.orders(cmd.group) if o.order_id == cmd.order_id), None)
+    if order is None:
+        return AckResult(group.state)  # already acknowledged and removed, or superseded
+    if order.agent_id != cmd.agent_id:
+        raise Rejection.invalid("order_id", f"order {cmd.order_id} is not addressed to {cmd.agent_id!r}")
+    state.delete_order(cmd.group, order.order_id)
+    outstanding = [o for o in state.orders(cmd.group) if o.kind is OrderKind.ROLL_BACK and o.order_id != order.order_id]
+    if group.state is GroupState.RECOVERING and not outstanding:
+        group = dataclasses.replace(group, state=GroupState.RUNNING)
+        state.put_group(group)
+    return AckResult(group.state)
+
+
+def _deregister(state: State, cmd: Deregister, now: float) -> Result:
+    group = _group(state, cmd.group)
+    agent = _fenced_agent(state, group, cmd.agent_id, cmd.token)
+    state.put_agent(dataclasses.replace(agent, state=AgentState.DEREGISTERED))
+    state.put_group(dataclasses.replace(group, members=tuple(m for m in group.members if m != cmd.agent_id)))
+    return EmptyResult()
+
+
+def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
+    group = _group(state, cmd.group)
+    if group.state is not GroupState.RUNNING:
+        raise Rejection.precondition(f"group {group.spec.name!r} is {group.state.value}; collect after recovery")
+    name = group.spec.name
+    agents = [a for a in state.agents(name) if a.state is not AgentState.DEREGISTERED]
+    all_cps = {a.agent_id: state.checkpoints(name, a.agent_id) for a in agents}
+    usable = {a: [c.index for c in cps if c.stable] for a, cps in all_cps.items()}
+    keep_from = plan_gc(usable, state.dependencies(name), group.spec.retention)
+    uris: list[str] = []
+    total = 0
+    deleted = 0
+    for agent_id, cps in sorted(all_cps.items()):
+        referenced = {c.parent_index for c in cps if c.index >= keep_from[agent_id]}
+        for cp in cps:
+            if cp.index < keep_from[agent_id] and cp.index not in referenced:
+                state.delete_checkpoint(name, agent_id, cp.index)
+                uris.append(cp.blob_uri)
+                total += cp.size
+                deleted += 1
+    return GcResult(tuple(uris), total, deleted)
+
+
+def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
+    return EmptyResult()
+
+
+_HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
+    CreateGroup: _create_group,
+    Register: _register,
+    CommitCheckpoint: _commit_checkpoint,
+    ReportDependencies: _report_dependencies,
+    StartEpoch: _start_epoch,
+    AbortEpoch: _abort_epoch,
+    DeclareAgentFailed: _declare_failed,
+    AckOrder: _ack_order,
+    Deregister: _deregister,
+    GarbageCollect: _garbage_collect,
+    ReadBarrier: _read_barrier,
+}

@@ -1,0 +1,201 @@
+"""The pure state machine, driven through KvState over the in-memory store."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from coordinator.core import commands as c
+from coordinator.core.errors import Code
+from coordinator.core.history import Dependency
+from coordinator.core.model import (
+    AgentState, Checkpoint, CheckpointKind, EpochState, GroupSpec, GroupState, Mode, OrderKind,
+)
+from coordinator.core.state_machine import apply
+from coordinator.storage import open_store
+from coordinator.storage.state import KvState
+
+SHA = "ab" * 32
+
+
+class Machine:
+    """Applies commands the way the replication layer does: writes only on success."""
+
+    def __init__(self) -> None:
+        self.store = open_store("memory", None)
+        self.index = 0
+        self.ids = itertools.count(1)
+
+    def run(self, command: c.Command, now: float = 100.0) -> c.Result:
+        self.index += 1
+        state = KvState(self.store)
+        result = apply(state, c.Entry(f"r{next(self.ids)}", now, command))
+        self.store.commit({} if isinstance(result, c.Failure) else state.writes, self.index)
+        return result
+
+    def ok(self, command: c.Command, now: float = 100.0) -> c.Result:
+        result = self.run(command, now)
+        assert not isinstance(result, c.Failure), result
+        return result
+
+    def fail(self, command: c.Command, code: Code, field: str | None = None) -> c.Failure:
+        before = self.store.digest()
+        result = self.run(command)
+        assert isinstance(result, c.Failure), result
+        assert result.code is code, result
+        if field is not None:
+            assert result.field == field, result
+        assert self.store.digest() == before, "a rejected command changed the state"
+        return result
+
+    @property
+    def state(self) -> KvState:
+        return KvState(self.store)
+
+    def register(self, group: str, agent: str) -> int:
+        return self.ok(c.Register(group, agent)).agent.incarnation
+
+    def commit(self, group: str, agent: str, index: int, *, inc: int = 1, epoch: int = 0,
+               kind: CheckpointKind = CheckpointKind.BASIC) -> c.Result:
+        cp = Checkpoint(group, agent, index, epoch, kind, f"file:///blobs/{agent}/{index}", SHA, 100)
+        return self.run(c.CommitCheckpoint(c.Token(inc, epoch), cp))
+
+
+@pytest.fixture
+def m() -> Machine:
+    return Machine()
+
+
+def test_create_group_is_idempotent_and_validated(m: Machine) -> None:
+    spec = GroupSpec("g", Mode.CIC_BCS)
+    assert m.ok(c.CreateGroup(spec)).group.spec == spec
+    assert m.ok(c.CreateGroup(spec)).group.spec == spec
+    m.fail(c.CreateGroup(GroupSpec("g", Mode.COORDINATED)), Code.ALREADY_EXISTS, "spec.group")
+    m.fail(c.CreateGroup(GroupSpec("bad name")), Code.INVALID_ARGUMENT, "spec.group")
+    m.fail(c.CreateGroup(GroupSpec("h", lease_ttl_s=float("nan"))), Code.INVALID_ARGUMENT, "spec.lease_ttl_s")
+
+
+def test_checkpoints_need_a_current_incarnation_and_rising_index(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS)))
+    assert m.register("g", "a") == 1
+    first = m.commit("g", "a", 1)
+    assert first.checkpoint.stable and first.checkpoint.incarnation == 1
+    assert m.commit("g", "a", 1) == first  # identical retry is answered, not duplicated
+    m.fail(c.CommitCheckpoint(c.Token(1, 0), Checkpoint("g", "a", 1, 0, CheckpointKind.BASIC, "file:///other", SHA, 1)),
+           Code.ALREADY_EXISTS, "checkpoint.index")
+    m.fail(c.CommitCheckpoint(c.Token(7, 0), Checkpoint("g", "a", 2, 0, CheckpointKind.BASIC, "file:///x", SHA, 1)),
+           Code.FAILED_PRECONDITION, "token.incarnation")
+    m.fail(c.CommitCheckpoint(c.Token(1, 0), Checkpoint("g", "a", 2, 0, CheckpointKind.BASIC, "file:///x", "xyz", 1)),
+           Code.INVALID_ARGUMENT, "checkpoint.sha256")
+    m.fail(c.CommitCheckpoint(c.Token(1, 0), Checkpoint("g", "a", 3, 0, CheckpointKind.COORDINATED, "file:///x", SHA, 1)),
+           Code.INVALID_ARGUMENT, "checkpoint.kind")
+    m.fail(c.CommitCheckpoint(c.Token(1, 0), Checkpoint("g", "zz", 2, 0, CheckpointKind.BASIC, "file:///x", SHA, 1)),
+           Code.NOT_FOUND)
+    assert not isinstance(m.commit("g", "a", 5), c.Failure)  # indexes may jump (BCS forced checkpoints)
+    m.fail(c.CommitCheckpoint(c.Token(1, 0), Checkpoint("g", "a", 4, 0, CheckpointKind.BASIC, "file:///x", SHA, 1)),
+           Code.FAILED_PRECONDITION, "checkpoint.index")
+
+
+def test_coordinated_epoch_becomes_stable_when_all_members_commit(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.COORDINATED)))
+    for agent in ("a", "b"):
+        m.register("g", agent)
+    m.fail(c.StartEpoch("nope"), Code.NOT_FOUND)
+    epoch = m.ok(c.StartEpoch("g")).epoch
+    assert epoch.epoch == 1 and epoch.members == ("a", "b")
+    assert {(o.agent_id, o.kind, o.epoch) for o in m.state.orders("g")} == {
+        ("a", OrderKind.CHECKPOINT_NOW, 1), ("b", OrderKind.CHECKPOINT_NOW, 1)}
+    m.fail(c.StartEpoch("g"), Code.FAILED_PRECONDITION)  # one open epoch at a time
+    m.fail(c.CommitCheckpoint(c.Token(1, 2), Checkpoint("g", "a", 1, 2, CheckpointKind.COORDINATED, "file:///x", SHA, 1)),
+           Code.FAILED_PRECONDITION, "token.epoch")
+    assert m.commit("g", "a", 1, epoch=1, kind=CheckpointKind.COORDINATED).stable_epoch == 0
+    assert not m.state.checkpoint("g", "a", 1).stable
+    assert m.commit("g", "b", 1, epoch=1, kind=CheckpointKind.COORDINATED).stable_epoch == 1
+    assert m.state.epoch("g", 1).state is EpochState.STABLE
+    assert all(m.state.checkpoint("g", a, 1).stable for a in ("a", "b"))
+    assert m.state.orders("g") == []
+
+
+def test_aborted_epoch_keeps_previous_stable_line(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.COORDINATED)))
+    m.register("g", "a")
+    m.register("g", "b")
+    m.ok(c.StartEpoch("g"))
+    m.commit("g", "a", 1, epoch=1, kind=CheckpointKind.COORDINATED)
+    assert m.ok(c.AbortEpoch("g", 1, "deadline")).epoch.state is EpochState.ABORTED
+    assert m.state.group("g").stable_epoch == 0
+    stale = m.commit("g", "b", 1, epoch=1, kind=CheckpointKind.COORDINATED)
+    assert isinstance(stale, c.Failure) and stale.field == "checkpoint.epoch"
+    assert m.ok(c.StartEpoch("g")).epoch.epoch == 2
+
+
+def _cic_group_with_message(m: Machine) -> None:
+    """a checkpoints (1), sends m1 in interval 2; b receives it in interval 1 and checkpoints (1)."""
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS)))
+    m.register("g", "a")
+    m.register("g", "b")
+    m.commit("g", "a", 1)
+    m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 2, "b", 1, "m1"),)))
+    m.commit("g", "b", 1)
+
+
+def test_failure_rolls_back_dependents_and_acks_resume(m: Machine) -> None:
+    _cic_group_with_message(m)
+    recovery = m.ok(c.DeclareAgentFailed("g", "a", 1))
+    # a restarts from checkpoint 1, which does not contain the send of m1; b's
+    # checkpoint 1 contains its receive, so b must go back to its initial state.
+    assert {(t.agent_id, t.checkpoint_index) for t in recovery.targets} == {("a", 1), ("b", 0)}
+    assert m.state.group("g").state is GroupState.RECOVERING
+    assert m.state.checkpoint("g", "b", 1) is None
+    assert m.state.dependencies("g") == []
+    assert m.state.agent("g", "a").state is AgentState.FAILED
+    orders = {o.agent_id: o for o in m.state.orders("g")}
+    assert orders["b"].kind is OrderKind.ROLL_BACK and orders["b"].checkpoint_index == 0
+    # b may not write until it obeys; the failed agent re-registers and resumes from its target.
+    m.fail(c.ReportDependencies("g", "b", c.Token(1, 0), ()), Code.FAILED_PRECONDITION, "agent_id")
+    again = m.ok(c.Register("g", "a"))
+    assert again.agent.incarnation == 2 and again.resume_from.index == 1
+    m.fail(c.AckOrder("g", "a", c.Token(1, 0), orders["a"].order_id), Code.FAILED_PRECONDITION, "token.incarnation")
+    assert m.ok(c.AckOrder("g", "a", c.Token(2, 0), orders["a"].order_id)).group_state is GroupState.RECOVERING
+    assert m.ok(c.AckOrder("g", "b", c.Token(1, 0), orders["b"].order_id)).group_state is GroupState.RUNNING
+
+
+def test_stale_failure_declaration_is_a_no_op(m: Machine) -> None:
+    _cic_group_with_message(m)
+    m.register("g", "a")  # restart before the lease expired: itself a failure of incarnation 1
+    before = m.store.digest()
+    assert m.ok(c.DeclareAgentFailed("g", "a", 1)).targets == ()
+    assert m.store.digest() == before
+
+
+def test_zombie_incarnation_is_fenced(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_HMNR)))
+    m.register("g", "a")
+    m.register("g", "a")
+    m.fail(c.Deregister("g", "a", c.Token(1, 0)), Code.FAILED_PRECONDITION, "token.incarnation")
+    m.ok(c.Deregister("g", "a", c.Token(2, 0)))
+    assert m.state.group("g").members == ()
+
+
+def test_dependency_reports_are_validated(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED)))
+    m.register("g", "b")
+    m.fail(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 1, "x", 1, "m"),)),
+           Code.INVALID_ARGUMENT, "records[0].receiver")
+    m.fail(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 0, "b", 1, "m"),)),
+           Code.INVALID_ARGUMENT, "records[0]")
+    m.fail(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a b", 1, "b", 1, "m"),)),
+           Code.INVALID_ARGUMENT, "records[0].sender")
+    assert m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 1, "b", 1, "m"),))).accepted == 1
+
+
+def test_garbage_collect_keeps_recovery_line_and_retention(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS, retention=1)))
+    m.register("g", "a")
+    for i in range(1, 6):
+        m.commit("g", "a", i)
+    gc = m.ok(c.GarbageCollect("g"))
+    remaining = [cp.index for cp in m.state.checkpoints("g", "a")]
+    assert remaining == [4, 5]
+    assert sorted(gc.deletable_blob_uris) == [f"file:///blobs/a/{i}" for i in (1, 2, 3)]
+    assert gc.bytes == 300

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator import config
+from coordinator.config import ConfigError
+
+
+def test_priority_defaults_file_env_flags(tmp_path: Path) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text('raft_password = "from-file"\nauto_tick_period = 0.02\nleader_fallback_timeout = 3.0\n')
+    env = {"RAFTPOINT_AUTO_TICK_PERIOD": "0.01", "RAFTPOINT_PEERS": "127.0.0.1:7001,127.0.0.1:7002=127.0.0.1:6000"}
+    cfg = config.load(str(toml), env=env, flags={"leader_fallback_timeout": 1.5})
+    assert cfg.raft_password == "from-file"
+    assert cfg.auto_tick_period == 0.01
+    assert cfg.leader_fallback_timeout == 1.5
+    assert [str(p) for p in cfg.peer_list()] == ["127.0.0.1:7001=127.0.0.1:50051", "127.0.0.1:7002=127.0.0.1:6000"]
+    assert cfg.grpc_of("127.0.0.1:7002") == "127.0.0.1:6000"
+    assert cfg.grpc_of(cfg.raft_address) == cfg.grpc_address
+
+
+def test_password_is_required() -> None:
+    with pytest.raises(ConfigError, match="password"):
+        config.load(env={})
+
+
+def test_password_file(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret\n")
+    assert config.load(env={"RAFTPOINT_RAFT_PASSWORD_FILE": str(secret)}).password() == "s3cret"
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RAFTPOINT_AUTO_TICK_PERIOD": "fast"}, "auto_tick_period"),
+    ({"RAFTPOINT_RAFT_ADDRESS": "nohost"}, "raft_address"),
+    ({"RAFTPOINT_STORE": "redis"}, "store"),
+    ({"RAFTPOINT_PEERS": "127.0.0.1:7000"}, "own raft_address"),
+    ({"RAFTPOINT_DYNAMIC_MEMBERSHIP": "maybe"}, "dynamic_membership"),
+])
+def test_bad_values_are_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config.load(env={"RAFTPOINT_RAFT_PASSWORD": "x", **env})
+
+
+def test_unknown_file_setting_is_rejected(tmp_path: Path) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text('raft_pasword = "typo"\n')
+    with pytest.raises(ConfigError, match="raft_pasword"):
+        config.load(str(toml), env={})
+
+
+def test_statefulset_identity_from_pod_name() -> None:
+    env = {"RAFTPOINT_RAFT_PASSWORD": "x", "RAFTPOINT_STATEFULSET_REPLICAS": "3",
+           "RAFTPOINT_HEADLESS_SERVICE": "rp-peers.ns.svc.cluster.local", "RAFTPOINT_POD_NAME": "rp-1"}
+    cfg = config.load(env=env)
+    assert cfg.raft_address == "rp-1.rp-peers.ns.svc.cluster.local:7000"
+    assert [p.raft for p in cfg.peer_list()] == ["rp-0.rp-peers.ns.svc.cluster.local:7000",
+                                                 "rp-2.rp-peers.ns.svc.cluster.local:7000"]
+    assert cfg.grpc_of("rp-2.rp-peers.ns.svc.cluster.local:7000") == "rp-2.rp-peers.ns.svc.cluster.local:50051"
+    with pytest.raises(ConfigError, match="ordinal"):
+        config.load(env={**env, "RAFTPOINT_POD_NAME": "coordinator"})
