@@ -26,7 +26,8 @@ from coordinator.core.errors import Code, Rejection
 from coordinator.core.state_machine import apply
 from coordinator.replication import snapshot_file
 from coordinator.storage.protocol import Store, StoreFullError
-from coordinator.storage.state import KvState, Writes, result_key
+from coordinator.storage import keys
+from coordinator.storage.state import RESULT, KvState, Writes, result_key
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +181,14 @@ class CoordinatorNode(SyncObj):
         return KvState(self._store)
 
     def digest(self) -> str:
+        """Everything replicated, dedupe records included: equal on converged replicas."""
         with self._state_lock:
             return self._store.digest()
+
+    def state_digest(self) -> str:
+        """The domain state only: unchanged by a rejected command (which still records its answer)."""
+        with self._state_lock:
+            return self._store.digest(skip=keys.prefix(RESULT))
 
     @property
     def store(self) -> Store:

@@ -173,6 +173,11 @@ def test_zombie_incarnation_is_fenced(m: Machine) -> None:
     m.register("g", "a")
     m.register("g", "a")
     m.fail(c.Deregister("g", "a", c.Token(1, 0)), Code.FAILED_PRECONDITION, "token.incarnation")
+    # The restart was a failure of incarnation 1: the new one must restore and ack first.
+    [order] = m.state.orders("g")
+    assert (order.agent_id, order.kind, order.checkpoint_index) == ("a", OrderKind.ROLL_BACK, 0)
+    m.fail(c.Deregister("g", "a", c.Token(2, 0)), Code.FAILED_PRECONDITION, "agent_id")
+    m.ok(c.AckOrder("g", "a", c.Token(2, 0), order.order_id))
     m.ok(c.Deregister("g", "a", c.Token(2, 0)))
     assert m.state.group("g").members == ()
 

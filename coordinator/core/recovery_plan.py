@@ -1,0 +1,36 @@
+"""The state machine's use of the recovery-line algorithms.
+
+Turns stored checkpoints and dependency records into a History and back into
+rollback targets, without a second recovery-line algorithm.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Collection, Iterable, Mapping, Sequence
+
+from coordinator.core.commands import RollbackTarget
+from coordinator.core.history import Dependency, History
+from coordinator.core.recovery_line import gc_watermark, recovery_line
+
+
+def build_history(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency]) -> History:
+    """Dependencies naming agents outside the group are ignored; message ids are
+    qualified by sender so two senders' ids can never collide."""
+    known = [dataclasses.replace(d, message_id=f"{d.sender}/{d.message_id}")
+             for d in deps if d.sender in usable and d.receiver in usable]
+    return History.from_dependencies({a: sorted({0, *cps}) for a, cps in usable.items()}, known)
+
+
+def plan_recovery(usable: Mapping[str, Sequence[int]], current: Mapping[str, int], deps: Iterable[Dependency],
+                  failed: Collection[str]) -> tuple[RollbackTarget, ...]:
+    """Rollback targets, sorted by agent, for the agents that must roll back."""
+    history = build_history(usable, deps)
+    line = recovery_line(history, [a for a in failed if a in usable], usable=history.checkpoints)
+    return tuple(RollbackTarget(a, line.cut[a] or 0, max(0, current.get(a, 0) + 1 - (line.cut[a] or 0)))
+                 for a in sorted(line.rolled_back))
+
+
+def plan_gc(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency], retention: int) -> dict[str, int]:
+    """Per agent, the oldest checkpoint index to keep."""
+    history = build_history(usable, deps)
+    return gc_watermark(history, history.checkpoints, retention)

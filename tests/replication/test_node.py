@@ -1,0 +1,189 @@
+"""CoordinatorNode replicas in one process (loopback): apply, dedupe, group commit, snapshots."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from coordinator import config
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import log_pb2
+from coordinator.core.commands import CheckpointResult, Failure, decode_result
+from coordinator.replication import snapshot_file
+from coordinator.replication.node import CoordinatorNode, NotLeader
+from coordinator.storage import open_store
+
+DEADLINE = 20.0
+
+
+def wait_for(predicate: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Cluster:
+    def __init__(self, root: Path, size: int = 3, **overrides: object) -> None:
+        self.root = root
+        self.addresses = [f"127.0.0.1:{p}" for p in free_ports(size)]
+        self.overrides = overrides
+        self.nodes: dict[int, CoordinatorNode] = {}
+        for i in range(size):
+            self.start(i)
+
+    def config(self, i: int) -> config.NodeConfig:
+        flags = {"raft_address": self.addresses[i], "peers": tuple(a for a in self.addresses if a != self.addresses[i]),
+                 "data_dir": str(self.root / f"n{i}"), "raft_password": "test-secret", "raft_min_timeout": 0.3,
+                 "raft_max_timeout": 0.6, **self.overrides}
+        return config.load(env={}, flags=flags)
+
+    def start(self, i: int) -> CoordinatorNode:
+        cfg = self.config(i)
+        store = open_store("lmdb", Path(cfg.data_dir) / "state")
+        self.nodes[i] = CoordinatorNode(cfg, store)
+        return self.nodes[i]
+
+    def stop(self, i: int) -> None:
+        self.nodes.pop(i).close()
+
+    def leader(self) -> CoordinatorNode:
+        return wait_for(lambda: next((n for n in self.nodes.values() if n.is_leader()), None), "a leader")
+
+    def propose(self, entry: log_pb2.LogEntry, node: CoordinatorNode | None = None) -> object:
+        node = node or self.leader()
+        done = threading.Event()
+        box: list = []
+
+        def callback(result: bytes | None, error: str | None) -> None:
+            box.append((result, error))
+            done.set()
+
+        node.propose(entry.SerializeToString(), callback)
+        assert done.wait(DEADLINE), "no answer"
+        result, error = box[0]
+        assert error is None, error
+        return decode_result(result)
+
+    def converged(self) -> bool:
+        indexes = {n.store.applied_index for n in self.nodes.values()}
+        return len(indexes) == 1 and len({n.digest() for n in self.nodes.values()}) == 1
+
+    def close(self) -> None:
+        for i in list(self.nodes):
+            self.stop(i)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+def create_group(rid: str = "g-1", group: str = "g") -> log_pb2.LogEntry:
+    return log_pb2.LogEntry(request_id=rid, proposed_at=1.0, create_group=pb.CreateGroupRequest(
+        request_id=rid, spec=pb.GroupSpec(group=group, mode=pb.CIC_BCS)))
+
+
+def register(rid: str, agent: str, group: str = "g") -> log_pb2.LogEntry:
+    return log_pb2.LogEntry(request_id=rid, proposed_at=2.0, register=pb.RegisterRequest(
+        request_id=rid, group=group, agent_id=agent))
+
+
+def commit(rid: str, agent: str, index: int, incarnation: int = 1, group: str = "g") -> log_pb2.LogEntry:
+    return log_pb2.LogEntry(request_id=rid, proposed_at=3.0, commit_checkpoint=pb.CommitCheckpointRequest(
+        request_id=rid, token=pb.FencingToken(incarnation=incarnation),
+        checkpoint=pb.CheckpointMeta(group=group, agent_id=agent, index=index, kind=pb.BASIC,
+                                     blob_uri=f"file:///b/{index}", sha256="a" * 64, size=10)))
+
+
+def test_writes_replicate_and_duplicates_apply_once(cluster: Cluster) -> None:
+    cluster.propose(create_group())
+    cluster.propose(register("r-1", "a"))
+    first = cluster.propose(commit("c-1", "a", 1))
+    assert isinstance(first, CheckpointResult)
+    assert cluster.propose(commit("c-1", "a", 1)) == first  # same request id: the first answer
+    again = cluster.propose(commit("c-2", "a", 1))  # a new request for the same index is a no-op
+    assert isinstance(again, CheckpointResult) and again.checkpoint == first.checkpoint
+    wait_for(cluster.converged, "replicas to converge")
+    for node in cluster.nodes.values():
+        assert [c.index for c in node.read_state().checkpoints("g", "a")] == [1]
+
+
+def test_rejected_command_leaves_state_identical(cluster: Cluster) -> None:
+    cluster.propose(create_group())
+    cluster.propose(register("r-1", "a"))
+    wait_for(cluster.converged, "replicas to converge")
+    before = {i: n.state_digest() for i, n in cluster.nodes.items()}
+    result = cluster.propose(commit("bad-1", "a", 1, incarnation=9))
+    assert isinstance(result, Failure) and result.field == "token.incarnation"
+    wait_for(cluster.converged, "replicas to converge")
+    assert {i: n.state_digest() for i, n in cluster.nodes.items()} == before
+
+
+def test_follower_refuses_proposals(cluster: Cluster) -> None:
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    wait_for(lambda: follower.leader_raft_address() == leader.config.raft_address, "follower to know the leader")
+    with pytest.raises(NotLeader) as info:
+        follower.propose(create_group().SerializeToString(), lambda r, e: None)
+    assert info.value.leader_raft == leader.config.raft_address
+
+
+def test_restart_after_compaction_restores_from_our_snapshot(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, compaction_min_entries=20, compaction_min_time=0.2)
+    try:
+        cluster.propose(create_group())
+        cluster.propose(register("r-1", "a"))
+        victim = next(i for i, n in cluster.nodes.items() if not n.is_leader())
+        cluster.stop(victim)
+        for i in range(1, 80):
+            cluster.propose(commit(f"c-{i}", "a", i))
+        leader = cluster.leader()
+        wait_for(lambda: leader.last_snapshot is not None and leader.last_snapshot.applied_index > 40,
+                 "the leader to compact its log")
+        assert leader.status()["log_entries"] < 79
+        cluster.start(victim)
+        wait_for(cluster.converged, "the restarted node to catch up")
+        snap = Path(cluster.config(victim).data_dir) / "raft.snapshot"
+        with open(snap, "rb") as f:
+            assert snapshot_file.read_header(f).applied_index > 0
+        assert [c.index for c in cluster.nodes[victim].read_state().checkpoints("g", "a")] == list(range(1, 80))
+    finally:
+        cluster.close()
+
+
+def test_restart_skips_entries_already_in_the_store(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.propose(create_group())
+        cluster.propose(register("r-1", "a"))
+        for i in range(1, 6):
+            cluster.propose(commit(f"c-{i}", "a", i))
+        wait_for(cluster.converged, "replicas to converge")
+        digest = cluster.nodes[0].digest()
+        applied = cluster.nodes[0].store.applied_index
+        cluster.stop(0)
+        node = cluster.start(0)
+        wait_for(lambda: node.status()["raft_applied_index"] >= applied, "journal replay")
+        assert node.store.applied_index == applied and node.digest() == digest
+    finally:
+        cluster.close()
