@@ -8,7 +8,10 @@ import sys
 # Each module defines register(subparsers); the subcommand's handler is stored as
 # the parser default `func` and returns the process exit code.
 SUBCOMMAND_MODULES = (
-    "coordinator.cli.simulate",
+    "coordinator.cli.node",
+    "coordinator.cli.cluster",
+    "coordinator.cli.status",
+
 )
 
 

@@ -1,0 +1,183 @@
+"""A cluster of `raftpoint coordinator` processes on loopback.
+
+Shared by `raftpoint cluster up`, the demo, the tests and the benchmarks: every
+wait has a deadline, every process is stopped on close, addresses are 127.0.0.1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import grpc
+
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+ENDPOINTS_FILE = "endpoints.json"
+
+
+def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= end:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class NodeProcess:
+    index: int
+    raft: str
+    grpc: str
+    metrics: str
+    data_dir: Path
+    process: subprocess.Popen | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def node_status(grpc_address: str, timeout: float = 1.0) -> pb.NodeStatus | None:
+    try:
+        with grpc.insecure_channel(grpc_address) as channel:
+            return pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=timeout).node
+    except grpc.RpcError:
+        return None
+
+
+class LocalCluster:
+    def __init__(self, root: Path, size: int = 3, *, settings: dict[str, object] | None = None,
+                 password: str | None = None) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.password = password or secrets.token_hex(16)
+        self.settings = settings or {}
+        ports = free_ports(3 * size)
+        self.nodes = [NodeProcess(i, f"127.0.0.1:{ports[3 * i]}", f"127.0.0.1:{ports[3 * i + 1]}",
+                                  f"127.0.0.1:{ports[3 * i + 2]}", self.root / f"node{i}") for i in range(size)]
+        self.log_files: list = []
+
+    # ---- processes ----------------------------------------------------------------
+    def command(self, node: NodeProcess) -> list[str]:
+        peers = ",".join(f"{n.raft}={n.grpc}" for n in self.nodes if n is not node)
+        args = [sys.executable, "-m", "coordinator.cli.main", "coordinator", "--raft-address", node.raft,
+                "--grpc-address", node.grpc, "--metrics-address", node.metrics, "--peers", peers,
+                "--data-dir", str(node.data_dir)]
+        for key, value in self.settings.items():
+            args += ["--" + key.replace("_", "-"), str(value)]
+        return args
+
+    def start(self, index: int) -> NodeProcess:
+        node = self.nodes[index]
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.root / f"node{index}.log", "ab")
+        self.log_files.append(log)
+        env = {**os.environ, "RAFTPOINT_RAFT_PASSWORD": self.password}
+        node.process = subprocess.Popen(self.command(node), stdout=log, stderr=log, env=env,
+                                        start_new_session=True)
+        return node
+
+    def start_all(self) -> "LocalCluster":
+        for i in range(len(self.nodes)):
+            self.start(i)
+        self.write_endpoints()
+        return self
+
+    def signal(self, index: int, sig: int) -> None:
+        node = self.nodes[index]
+        if node.process is not None:
+            node.process.send_signal(sig)
+
+    def kill(self, index: int) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        node = self.nodes[index]
+        if node.alive:
+            node.process.kill()
+        if node.process is not None:
+            node.process.wait(10)
+
+    def stop(self, index: int, timeout: float = 10.0) -> None:
+        node = self.nodes[index]
+        if not node.alive:
+            return
+        node.process.terminate()
+        try:
+            node.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            node.process.kill()
+            node.process.wait(10)
+
+    def close(self) -> None:
+        for i in range(len(self.nodes)):
+            self.stop(i)
+        for log in self.log_files:
+            log.close()
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- observation --------------------------------------------------------------
+    def statuses(self) -> dict[int, pb.NodeStatus]:
+        return {n.index: s for n in self.nodes if n.alive and (s := node_status(n.grpc)) is not None}
+
+    def leader(self, timeout: float = 30.0) -> NodeProcess:
+        def find() -> NodeProcess | None:
+            for i, s in self.statuses().items():
+                if s.role == "leader":
+                    return self.nodes[i]
+            return None
+        return wait_for(find, "a leader", timeout, 0.1)
+
+    def converged(self, timeout: float = 30.0) -> str:
+        """Wait until every live node has applied the same index with the same digest."""
+        def same() -> str | None:
+            live = [n for n in self.nodes if n.alive]
+            st = self.statuses()
+            if len(st) != len(live) or not st:
+                return None
+            if len({s.applied_index for s in st.values()}) == 1 and len({s.state_digest for s in st.values()}) == 1:
+                return next(iter(st.values())).state_digest
+            return None
+        return wait_for(same, "nodes to converge", timeout, 0.1)
+
+    def endpoints(self) -> list[str]:
+        return [n.grpc for n in self.nodes]
+
+    def write_endpoints(self) -> None:
+        doc = [{"raft": n.raft, "grpc": n.grpc, "metrics": n.metrics, "pid": n.process.pid if n.process else None}
+               for n in self.nodes]
+        (self.root / ENDPOINTS_FILE).write_text(json.dumps(doc, indent=1))
+
+
+def read_endpoints(data_dir: Path) -> list[str]:
+    doc = json.loads((Path(data_dir) / ENDPOINTS_FILE).read_text())
+    return [n["grpc"] for n in doc]
+
+

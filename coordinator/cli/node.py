@@ -1,0 +1,62 @@
+"""`raftpoint coordinator`: run one coordinator node until SIGTERM/SIGINT."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from coordinator import config
+from coordinator.config import ConfigError, NodeConfig
+from coordinator.observability import metrics
+from coordinator.observability.logging import configure_logging
+from coordinator.replication.node import CoordinatorNode
+from coordinator.storage import open_store
+from coordinator.transport.server import serve
+
+log = logging.getLogger("raftpoint.node")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("coordinator", help="run one coordinator node")
+    config.add_flags(parser)
+    parser.set_defaults(func=run)
+
+
+def open_node(cfg: NodeConfig) -> CoordinatorNode:
+    options = {} if cfg.store == "memory" else {"map_size": cfg.map_size_mb << 20,
+                                                "max_map_size": cfg.max_map_size_mb << 20}
+    store = open_store(cfg.store, Path(cfg.data_dir) / "state", **options)
+    return CoordinatorNode(cfg, store, on_apply=metrics.APPLY_SECONDS.observe)
+
+
+async def _main(cfg: NodeConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    node = open_node(cfg)
+    try:
+        metrics.start_metrics_server(cfg.metrics_address)
+        log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address, cfg.metrics_address)
+        await serve(node, cfg.grpc_address, stop)
+    finally:
+        node.close()
+        log.info("node stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = config.from_args(args)
+    except ConfigError as exc:
+        print(f"raftpoint coordinator: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(cfg.log_level)
+    try:
+        asyncio.run(_main(cfg))
+    except OSError as exc:
+        print(f"raftpoint coordinator: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,87 @@
+"""The node's gRPC server: services, health, reflection, leader-only loops."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.observability import metrics
+from coordinator.replication.node import CoordinatorNode
+from coordinator.service import leader_loop
+from coordinator.transport.leases import LeaseTable
+from coordinator.transport.proposer import Proposer
+from coordinator.transport.servicers import AdminServicer, AgentServicer
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+HEALTH_PERIOD_S = 0.5
+SERVICES = ("raftpoint.v1.AgentService", "raftpoint.v1.AdminService", "")
+
+
+class _Metrics(grpc.aio.ServerInterceptor):
+    """RPC latency by method and status code."""
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method, inner = details.method.rsplit("/", 1)[-1], handler.unary_unary
+
+        async def timed(request, context):
+            started = time.perf_counter()
+            code = "OK"
+            try:
+                return await inner(request, context)
+            except BaseException:
+                code = (context.code() or grpc.StatusCode.UNKNOWN).name
+                raise
+            finally:
+                metrics.RPC_SECONDS.labels(method, code).observe(time.perf_counter() - started)
+
+        return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
+                                                   response_serializer=handler.response_serializer)
+
+
+def serving(node: CoordinatorNode) -> bool:
+    """SERVING only when a leader is known and this node has applied what is committed."""
+    s = node.status()
+    return bool(s["leader"]) and s["raft_applied_index"] >= s["commit_index"]
+
+
+async def _health_loop(node: CoordinatorNode, servicer: health.aio.HealthServicer, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        status = health_pb2.HealthCheckResponse.SERVING if serving(node) else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in SERVICES:
+            await servicer.set(name, status)
+        metrics.update_node_gauges(node.status())
+        try:
+            await asyncio.wait_for(stop.wait(), HEALTH_PERIOD_S)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def serve(node: CoordinatorNode, address: str, stop: asyncio.Event) -> None:
+    server = grpc.aio.server(interceptors=[_Metrics()], options=[
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ])
+    proposer, leases = Proposer(node), LeaseTable()
+    pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
+    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]
+    reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                         reflection.SERVICE_NAME], server)
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot bind gRPC address {address}")
+    await server.start()
+    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop)),
+             asyncio.create_task(leader_loop.run(proposer, leases, stop))]
+    await stop.wait()
+    await server.stop(grace=2)
+    await asyncio.gather(*tasks, return_exceptions=True)

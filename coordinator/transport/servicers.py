@@ -1,0 +1,180 @@
+"""gRPC servicers: thin translations between protobuf and proposals/reads."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from coordinator import wire
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.core import ids
+from coordinator.core.errors import Rejection
+from coordinator.core.model import AgentState
+from coordinator.core.recovery_plan import plan_recovery
+from coordinator.observability import metrics
+from coordinator.transport.leases import LeaseTable
+from coordinator.transport.proposer import Proposer
+from coordinator.transport.status_map import details
+
+ORDER_POLL_S = 0.2
+
+
+async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) -> None:
+    try:
+        for value, field in checks:
+            ids.check_id(value, field)
+    except Rejection as r:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(r.field, r.reason))
+
+
+class AgentServicer(pb_grpc.AgentServiceServicer):
+    def __init__(self, proposer: Proposer, leases: LeaseTable) -> None:
+        self.p = proposer
+        self.leases = leases
+
+    async def Register(self, request, context):
+        result = await self.p.submit(context, "register", request)
+        self.leases.renew(result.group, result.agent.agent_id, result.agent.incarnation)
+        resume = wire.checkpoint_to_pb(result.resume_from) if result.resume_from else None
+        return pb.RegisterResponse(incarnation=result.agent.incarnation, mode=wire.MODE_TO_PB[result.group.spec.mode],
+                                   current_epoch=result.group.current_epoch, lease_ttl_s=result.group.spec.lease_ttl_s,
+                                   stable_epoch=result.group.stable_epoch, resume_from=resume)
+
+    async def Heartbeat(self, request, context):
+        await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))
+        node = self.p.node
+        if not node.is_leader():
+            await self.p.abort_not_leader(context, node.leader_raft_address())
+        state = node.read_state()
+        group, agent = state.group(request.group), state.agent(request.group, request.agent_id)
+        if group is None or agent is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"agent {request.agent_id!r} in group {request.group!r} is not registered")
+        if agent.incarnation != request.token.incarnation or agent.state is not AgentState.ALIVE:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"token.incarnation: stale incarnation {request.token.incarnation}; agent is at "
+                                f"{agent.incarnation} ({agent.state.value})")
+        self.leases.renew(group, agent.agent_id, agent.incarnation)
+        return pb.HeartbeatResponse(current_epoch=group.current_epoch, state=wire.GROUP_STATE_TO_PB[group.state],
+                                    lease_ttl_s=group.spec.lease_ttl_s)
+
+    async def CommitCheckpoint(self, request, context):
+        result = await self.p.submit(context, "commit_checkpoint", request)
+        metrics.CHECKPOINTS.labels(result.checkpoint.kind.value).inc()
+        return pb.CommitCheckpointResponse(checkpoint=wire.checkpoint_to_pb(result.checkpoint),
+                                           stable_epoch=result.stable_epoch)
+
+    async def ReportDependencies(self, request, context):
+        result = await self.p.submit(context, "report_dependencies", request)
+        return pb.ReportDependenciesResponse(accepted=result.accepted)
+
+    async def AckOrder(self, request, context):
+        result = await self.p.submit(context, "ack_order", request)
+        return pb.AckOrderResponse(group_state=wire.GROUP_STATE_TO_PB[result.group_state])
+
+    async def Deregister(self, request, context):
+        await self.p.submit(context, "deregister", request)
+        self.leases.leases.pop((request.group, request.agent_id), None)
+        return pb.DeregisterResponse()
+
+    async def WatchOrders(self, request, context):
+        """Stream this agent's pending orders; an order is re-sent on every new stream
+        until acknowledged, so agents must treat order ids idempotently."""
+        await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))
+        sent: set[int] = set()
+        while not context.cancelled():
+            node = self.p.node
+            if not node.is_leader():
+                await self.p.abort_not_leader(context, node.leader_raft_address())
+            for order in node.read_state().orders(request.group):
+                if order.agent_id == request.agent_id and order.order_id not in sent:
+                    sent.add(order.order_id)
+                    yield wire.order_to_pb(order)
+            await asyncio.sleep(ORDER_POLL_S)
+
+
+class AdminServicer(pb_grpc.AdminServiceServicer):
+    def __init__(self, proposer: Proposer) -> None:
+        self.p = proposer
+
+    async def CreateGroup(self, request, context):
+        result = await self.p.submit(context, "create_group", request)
+        return pb.CreateGroupResponse(group=wire.group_to_pb(result.group))
+
+    async def StartEpoch(self, request, context):
+        result = await self.p.submit(context, "start_epoch", request)
+        metrics.EPOCHS.labels("started").inc()
+        return pb.StartEpochResponse(epoch=wire.epoch_to_pb(result.epoch))
+
+    async def GarbageCollect(self, request, context):
+        result = await self.p.submit(context, "garbage_collect", request)
+        metrics.GC_BYTES.inc(result.bytes)
+        return pb.GarbageCollectResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
+
+    async def _group_state(self, context, group_name: str):
+        await _check(context, (group_name, "group"))
+        await self.p.barrier(context)
+        state = self.p.node.read_state()
+        group = state.group(group_name)
+        if group is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"group {group_name!r} does not exist")
+        return state, group
+
+    async def GetGroup(self, request, context):
+        state, group = await self._group_state(context, request.group)
+        epochs = state.epochs(request.group)[-10:]
+        return pb.GetGroupResponse(group=wire.group_to_pb(group),
+                                   agents=[wire.agent_to_pb(a) for a in state.agents(request.group)],
+                                   recent_epochs=[wire.epoch_to_pb(e) for e in epochs])
+
+    async def ListCheckpoints(self, request, context):
+        state, group = await self._group_state(context, request.group)
+        agents = [request.agent_id] if request.agent_id else list(group.members)
+        cps = [cp for a in agents for cp in state.checkpoints(request.group, a)]
+        return pb.ListCheckpointsResponse(checkpoints=[wire.checkpoint_to_pb(cp) for cp in cps])
+
+    async def WhatIf(self, request, context):
+        state, group = await self._group_state(context, request.group)
+        agents = [a for a in state.agents(request.group) if a.state is not AgentState.DEREGISTERED]
+        unknown = set(request.failed) - {a.agent_id for a in agents}
+        if unknown:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"failed: unknown agents {sorted(unknown)}")
+        usable = {a.agent_id: [c.index for c in state.checkpoints(request.group, a.agent_id) if c.stable] for a in agents}
+        current = {a.agent_id: a.last_checkpoint_index for a in agents}
+        targets = plan_recovery(usable, current, state.dependencies(request.group), set(request.failed))
+        return pb.WhatIfResponse(targets=[pb.RollbackTarget(agent_id=t.agent_id, checkpoint_index=t.checkpoint_index,
+                                                            intervals_lost=t.intervals_lost) for t in targets])
+
+    async def ClusterStatus(self, request, context):
+        s = self.p.node.status()
+        return pb.ClusterStatusResponse(node=pb.NodeStatus(
+            node=s["node"], role=s["role"], term=s["term"], commit_index=s["commit_index"],
+            applied_index=s["applied_index"], log_entries=s["log_entries"], leader=s["leader"],
+            last_snapshot_index=s["last_snapshot_index"], last_snapshot_age_s=s["last_snapshot_age_s"],
+            state_digest=self.p.node.digest()))
+
+    async def AddNode(self, request, context):
+        return await self._membership(context, request.node, add=True)
+
+    async def RemoveNode(self, request, context):
+        return await self._membership(context, request.node, add=False)
+
+    async def _membership(self, context, node_address: str, *, add: bool):
+        node = self.p.node
+        if not node.is_leader():
+            await self.p.abort_not_leader(context, node.leader_raft_address())
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+
+        def callback(result, error) -> None:
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(error))
+
+        change = node.addNodeToCluster if add else node.removeNodeFromCluster
+        change(node_address, callback=callback)
+        error = await asyncio.wait_for(done, 30)
+        if error != 0:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"membership change refused (reason {error}); one change at a time")
+        return pb.MembershipResponse(result="ok")
+
+
