@@ -162,8 +162,8 @@ class LocalCluster:
             st = self.statuses()
             if len(st) != len(live) or not st:
                 return None
-            if len({s.applied_index for s in st.values()}) == 1 and len({s.state_digest for s in st.values()}) == 1:
-                return next(iter(st.values())).state_digest
+            if len({s.applied_index for s in st.values()}) == 1 and len({s.content_digest for s in st.values()}) == 1:
+                return next(iter(st.values())).content_digest
             return None
         return wait_for(same, "nodes to converge", timeout, 0.1)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from coordinator.core import ids
 from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, DeclareAgentFailed,
     DependenciesResult, Deregister, EmptyResult, Entry, EpochResult, Failure, GarbageCollect, GcResult,
@@ -23,10 +22,8 @@ from coordinator.core.model import (
 )
 from coordinator.core.recovery_plan import plan_gc, plan_recovery
 from coordinator.core.state import State
+from coordinator.core.validation import validate
 
-MAX_DEPENDENCIES_PER_REPORT = 10_000
-MAX_RETENTION = 1_000
-MAX_DEPENDENCY_VERSIONS = 64
 
 
 def apply(state: State, entry: Entry) -> Result:
@@ -35,6 +32,7 @@ def apply(state: State, entry: Entry) -> Result:
     if handler is None:
         return Failure(Code.INVALID_ARGUMENT, f"unknown command {type(entry.command).__name__}")
     try:
+        validate(entry.command)
         return handler(state, entry.command, entry.proposed_at)
     except Rejection as rejection:
         return Failure.of(rejection)
@@ -45,7 +43,6 @@ def apply(state: State, entry: Entry) -> Result:
 # ---- lookups -------------------------------------------------------------------
 
 def _group(state: State, name: str) -> Group:
-    ids.check_id(name, "group")
     group = state.group(name)
     if group is None:
         raise Rejection.not_found(f"group {name!r}")
@@ -53,7 +50,6 @@ def _group(state: State, name: str) -> Group:
 
 
 def _agent(state: State, group: str, agent_id: str) -> Agent:
-    ids.check_id(agent_id, "agent_id")
     agent = state.agent(group, agent_id)
     if agent is None:
         raise Rejection.not_found(f"agent {agent_id!r} in group {group!r}")
@@ -95,17 +91,6 @@ def _new_order(state: State, group: Group, agent_id: str, kind: OrderKind, **fie
 
 def _create_group(state: State, cmd: CreateGroup, now: float) -> Result:
     spec = cmd.spec
-    ids.check_id(spec.name, "spec.group")
-    if not isinstance(spec.mode, Mode):
-        raise Rejection.invalid("spec.mode", "must be one of " + ", ".join(m.value for m in Mode))
-    if not 0 <= spec.retention <= MAX_RETENTION:
-        raise Rejection.invalid("spec.retention", f"must be between 0 and {MAX_RETENTION}")
-    for name in ("checkpoint_interval_s", "checkpoint_cost_s", "mtbf_s", "lease_ttl_s", "epoch_timeout_s"):
-        value = getattr(spec, name)
-        if not (value >= 0 and value < 1e9):  # also rejects NaN
-            raise Rejection.invalid(f"spec.{name}", "must be a finite number >= 0")
-    if spec.lease_ttl_s <= 0 or spec.epoch_timeout_s <= 0:
-        raise Rejection.invalid("spec.lease_ttl_s" if spec.lease_ttl_s <= 0 else "spec.epoch_timeout_s", "must be > 0")
     existing = state.group(spec.name)
     if existing is not None:
         if existing.spec == spec:
@@ -118,7 +103,6 @@ def _create_group(state: State, cmd: CreateGroup, now: float) -> Result:
 
 def _register(state: State, cmd: Register, now: float) -> Result:
     group = _group(state, cmd.group)
-    ids.check_id(cmd.agent_id, "agent_id")
     agent = state.agent(cmd.group, cmd.agent_id)
     if agent is None:
         agent = Agent(cmd.group, cmd.agent_id, incarnation=1, registered_at=now)
@@ -145,20 +129,7 @@ def _resume_point(state: State, group: Group, agent: Agent) -> Checkpoint | None
     return usable[-1] if usable else None
 
 
-def _validate_checkpoint(group: Group, cp: Checkpoint) -> None:
-    if cp.index < 1:
-        raise Rejection.invalid("checkpoint.index", "must be >= 1 (0 is the implicit initial state)")
-    ids.check_sha256(cp.sha256, "checkpoint.sha256")
-    ids.check_uri(cp.blob_uri, "checkpoint.blob_uri", required=True)
-    ids.check_uri(cp.channel_state_uri, "checkpoint.channel_state_uri", required=False)
-    if cp.size < 0:
-        raise Rejection.invalid("checkpoint.size", "must be >= 0")
-    if len(cp.config_hash) > 256:
-        raise Rejection.invalid("checkpoint.config_hash", "must be at most 256 characters")
-    if len(cp.dependency_versions) > MAX_DEPENDENCY_VERSIONS or any(
-            len(k) > 128 or len(v) > 128 for k, v in cp.dependency_versions.items()):
-        raise Rejection.invalid("checkpoint.dependency_versions",
-                                f"at most {MAX_DEPENDENCY_VERSIONS} entries of at most 128 characters each")
+def _check_kind(group: Group, cp: Checkpoint) -> None:
     allowed = {
         Mode.COORDINATED: {CheckpointKind.COORDINATED},
         Mode.UNCOORDINATED: {CheckpointKind.BASIC},
@@ -166,14 +137,12 @@ def _validate_checkpoint(group: Group, cp: Checkpoint) -> None:
     if cp.kind not in allowed:
         raise Rejection.invalid("checkpoint.kind", f"{group.spec.mode.value} groups take "
                                 + " or ".join(sorted(k.value for k in allowed)) + " checkpoints")
-    if cp.parent_index and cp.parent_index >= cp.index:
-        raise Rejection.invalid("checkpoint.parent_index", "must be lower than index")
 
 
 def _commit_checkpoint(state: State, cmd: CommitCheckpoint, now: float) -> Result:
     cp = cmd.checkpoint
     group = _group(state, cp.group)
-    _validate_checkpoint(group, cp)
+    _check_kind(group, cp)
     agent = _fenced_agent(state, group, cp.agent_id, cmd.token)
     existing = state.checkpoint(group.spec.name, agent.agent_id, cp.index)
     if existing is not None:
@@ -230,15 +199,6 @@ def _record_epoch_commit(state: State, group: Group, epoch: Epoch, agent_id: str
 
 def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> Result:
     group = _group(state, cmd.group)
-    if len(cmd.records) > MAX_DEPENDENCIES_PER_REPORT:
-        raise Rejection.invalid("records", f"at most {MAX_DEPENDENCIES_PER_REPORT} records per report")
-    for i, rec in enumerate(cmd.records):
-        ids.check_id(rec.sender, f"records[{i}].sender")
-        ids.check_id(rec.message_id, f"records[{i}].message_id")
-        if rec.receiver != cmd.agent_id:
-            raise Rejection.invalid(f"records[{i}].receiver", "dependencies are reported by their receiver")
-        if rec.send_interval < 1 or rec.receive_interval < 1:
-            raise Rejection.invalid(f"records[{i}]", "intervals start at 1")
     _fenced_agent(state, group, cmd.agent_id, cmd.token)
     for rec in cmd.records:
         state.put_dependency(group.spec.name, rec)

@@ -18,6 +18,7 @@ from coordinator.api.v1 import log_pb2
 from coordinator.core import ids
 from coordinator.core.commands import Failure, Result, decode_result
 from coordinator.core.errors import Rejection
+from coordinator.core.validation import validate
 from coordinator.replication.node import CoordinatorNode, NotLeader, Overloaded
 from coordinator.transport.status_map import GRPC_CODE, LEADER_METADATA_KEY, details
 from coordinator import wire
@@ -47,7 +48,7 @@ class Proposer:
         entry = log_pb2.LogEntry(request_id=request_id, proposed_at=time.time())
         getattr(entry, field).CopyFrom(message)
         try:
-            wire.command_from_pb(entry)  # nothing that cannot decode reaches the log
+            validate(wire.command_from_pb(entry))  # nothing invalid reaches the log
         except Rejection as r:
             await context.abort(GRPC_CODE[r.code], details(r.field, r.reason))
         result = await self.propose(context, entry)

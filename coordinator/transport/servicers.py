@@ -151,7 +151,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             node=s["node"], role=s["role"], term=s["term"], commit_index=s["commit_index"],
             applied_index=s["applied_index"], log_entries=s["log_entries"], leader=s["leader"],
             last_snapshot_index=s["last_snapshot_index"], last_snapshot_age_s=s["last_snapshot_age_s"],
-            state_digest=self.p.node.digest()))
+            state_digest=self.p.node.state_digest(), content_digest=self.p.node.digest()))
 
     async def AddNode(self, request, context):
         return await self._membership(context, request.node, add=True)
