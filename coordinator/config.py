@@ -13,7 +13,7 @@ import dataclasses
 import os
 import socket
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 

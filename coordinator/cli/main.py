@@ -11,6 +11,7 @@ SUBCOMMAND_MODULES = (
     "coordinator.cli.node",
     "coordinator.cli.cluster",
     "coordinator.cli.status",
+    "coordinator.cli.demo",
 
 )
 

@@ -6,7 +6,7 @@ table under the request id, so a retried request gets the first answer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from coordinator.core.errors import Code, Rejection
 from coordinator.core.history import Dependency
