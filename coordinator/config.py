@@ -69,6 +69,9 @@ class NodeConfig:
     raft_min_timeout: float = 0.4
     raft_max_timeout: float = 1.0
     append_entries_period: float = 0.05
+    # False: send AppendEntries as soon as a command arrives (low latency); True: only
+    # every append_entries_period (fewer, larger batches).
+    append_entries_batch: bool = False
     compaction_min_entries: int = 20000
     compaction_min_time: float = 60.0
     dynamic_membership: bool = True

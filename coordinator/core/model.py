@@ -80,6 +80,8 @@ class Agent:
     state: AgentState = AgentState.ALIVE
     registered_at: float = 0.0
     last_checkpoint_index: int = 0
+    # The rollback order this agent must acknowledge before it may write again (0: none).
+    rollback_order: int = 0
 
 
 @dataclass(frozen=True)

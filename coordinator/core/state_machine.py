@@ -73,12 +73,9 @@ def _fenced_agent(state: State, group: Group, agent_id: str, token: Token) -> Ag
     if token.epoch > group.current_epoch:
         raise Rejection.precondition(
             f"epoch {token.epoch} has not started (current epoch {group.current_epoch})", "token.epoch")
-    pending = [o for o in state.orders(group.spec.name)
-               if o.agent_id == agent_id and o.kind is OrderKind.ROLL_BACK and not o.acked]
-    if pending:
+    if agent.rollback_order:
         raise Rejection.precondition(
-            f"rollback order {pending[0].order_id} to checkpoint {pending[0].checkpoint_index} is pending; "
-            "restore and acknowledge it first", "agent_id")
+            f"rollback order {agent.rollback_order} is pending; restore and acknowledge it first", "agent_id")
     return agent
 
 
@@ -173,10 +170,10 @@ def _commit_checkpoint(state: State, cmd: CommitCheckpoint, now: float) -> Resul
     stored = dataclasses.replace(cp, created_at=now, stable=stable, incarnation=agent.incarnation)
     state.put_checkpoint(stored)
     state.put_agent(dataclasses.replace(agent, last_checkpoint_index=cp.index))
-    for order in state.orders(group.spec.name):
-        if order.agent_id == agent.agent_id and order.kind is OrderKind.CHECKPOINT_NOW and order.epoch <= cp.epoch:
-            state.delete_order(group.spec.name, order.order_id)
     if epoch is not None:
+        for order in state.orders(group.spec.name):
+            if order.agent_id == agent.agent_id and order.kind is OrderKind.CHECKPOINT_NOW and order.epoch <= cp.epoch:
+                state.delete_order(group.spec.name, order.order_id)
         group = _record_epoch_commit(state, group, epoch, agent.agent_id)
         stored = state.checkpoint(group.spec.name, agent.agent_id, cp.index) or stored
     return CheckpointResult(stored, group.stable_epoch)
@@ -271,7 +268,7 @@ def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Gro
         current = state.epoch(name, group.current_epoch)
         if current is not None and current.state is EpochState.STARTED:
             _abort(state, group, current, f"agent {failed.agent_id} failed")
-    pending = {o.agent_id for o in state.orders(name) if o.kind is OrderKind.ROLL_BACK and not o.acked}
+    pending = {a.agent_id for a in state.agents(name) if a.rollback_order}
     for order in state.orders(name):
         if order.kind is OrderKind.ROLL_BACK and not order.acked:
             state.delete_order(name, order.order_id)  # superseded by the new plan
@@ -288,7 +285,7 @@ def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Gro
                 state.delete_checkpoint(name, agent_id, cp.index)
         agent = state.agent(name, agent_id)
         if agent is not None:
-            state.put_agent(dataclasses.replace(agent, last_checkpoint_index=index))
+            state.put_agent(dataclasses.replace(agent, last_checkpoint_index=index, rollback_order=group.next_order_id))
         group = _new_order(state, group, agent_id, OrderKind.ROLL_BACK, checkpoint_index=index,
                            recovery_id=group.recovery_id)
     for dep in state.dependencies(name):
@@ -314,6 +311,8 @@ def _ack_order(state: State, cmd: AckOrder, now: float) -> Result:
     if order.agent_id != cmd.agent_id:
         raise Rejection.invalid("order_id", f"order {cmd.order_id} is not addressed to {cmd.agent_id!r}")
     state.delete_order(cmd.group, order.order_id)
+    if agent.rollback_order == order.order_id:
+        state.put_agent(dataclasses.replace(agent, rollback_order=0))
     outstanding = [o for o in state.orders(cmd.group) if o.kind is OrderKind.ROLL_BACK and o.order_id != order.order_id]
     if group.state is GroupState.RECOVERING and not outstanding:
         group = dataclasses.replace(group, state=GroupState.RUNNING)

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # Refuse new proposals when the store is this full: a committed entry that cannot
 # be stored would force the node down, so the space is reserved for the log's tail.
 ADMISSION_LIMIT = 0.9
+CAPACITY_CHECK_PERIOD_S = 0.1
 
 Callback = Callable[[bytes | None, str | None], None]
 
@@ -65,6 +66,9 @@ class CoordinatorNode(SyncObj):
         self._snapshot_to_sync = False
         self._on_apply = on_apply
         self._fatal: str | None = None
+        self._capacity_checked_at = float("-inf")
+        self._full = False
+        self._usage = ""
         self.last_snapshot: SnapshotInfo | None = None
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         data = Path(config.data_dir)
@@ -74,7 +78,7 @@ class CoordinatorNode(SyncObj):
             password=config.password(),
             autoTick=True,
             autoTickPeriod=config.auto_tick_period,
-            appendEntriesUseBatch=True,
+            appendEntriesUseBatch=config.append_entries_batch,
             appendEntriesPeriod=config.append_entries_period,
             raftMinTimeout=config.raft_min_timeout,
             raftMaxTimeout=config.raft_max_timeout,
@@ -164,9 +168,7 @@ class CoordinatorNode(SyncObj):
         """Propose an encoded LogEntry; callback(result, None) after durable apply, or (None, reason)."""
         if not self._isLeader():
             raise NotLeader(self.leader_raft_address())
-        stats = self._store.stats()
-        if stats.get("capacity_bytes") and stats["used_bytes"] > ADMISSION_LIMIT * stats["capacity_bytes"]:
-            raise Overloaded(f"store {stats['used_bytes']} of {stats['capacity_bytes']} bytes used")
+        self._check_capacity()
 
         def on_result(result: bytes | None, error: int) -> None:
             if error == FAIL_REASON.SUCCESS:
@@ -175,6 +177,16 @@ class CoordinatorNode(SyncObj):
                 callback(None, _FAIL_NAMES.get(error, str(error)))
 
         self.apply_entry(data, callback=on_result)
+
+    def _check_capacity(self) -> None:
+        now = time.monotonic()
+        if now >= self._capacity_checked_at + CAPACITY_CHECK_PERIOD_S:
+            self._capacity_checked_at = now
+            stats = self._store.stats()
+            self._full = bool(stats.get("capacity_bytes")) and stats["used_bytes"] > ADMISSION_LIMIT * stats["capacity_bytes"]
+            self._usage = f"store {stats['used_bytes']} of {stats['capacity_bytes']} bytes used"
+        if self._full:
+            raise Overloaded(self._usage)
 
     # ---- reads (callers must have passed a read barrier for linearizability) --------
     def read_state(self) -> KvState:
