@@ -1,0 +1,57 @@
+"""BCS never produces a useless checkpoint, and equal indexes form consistent cuts."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.core import cic
+from coordinator.core import recovery_line as rl
+from coordinator.core.history import EventLog, History
+from tests.oracle import brute_force as bf
+
+
+@st.composite
+def bcs_histories(draw) -> tuple[History, int]:
+    n = draw(st.integers(2, 4))
+    agents = [f"p{i}" for i in range(n)]
+    log, states = EventLog(agents), {a: cic.BcsState() for a in agents}
+    in_flight: list[tuple[str, str, bytes]] = []
+    forced = 0
+    for step in range(draw(st.integers(0, 20))):
+        agent = agents[draw(st.integers(0, n - 1))]
+        op = draw(st.sampled_from(("send", "receive", "checkpoint")))
+        if op == "checkpoint" and states[agent].lc < 4:
+            log.checkpoint(agent, cic.bcs_on_checkpoint(states[agent]))
+        elif op == "send":
+            to = agents[draw(st.integers(0, n - 1))]
+            if to != agent:
+                log.send(agent, f"m{step}")
+                in_flight.append((f"m{step}", to, cic.bcs_on_send(states[agent])))
+        elif op == "receive" and in_flight:
+            mid, to, piggyback = in_flight.pop(draw(st.integers(0, len(in_flight) - 1)))
+            index = cic.bcs_forced_index(states[to], piggyback)
+            if index is not None:
+                log.checkpoint(to, cic.bcs_on_checkpoint(states[to], index))
+                forced += 1
+            log.receive(to, mid)
+    return log.history(), forced
+
+
+@settings(max_examples=400, deadline=None)
+@given(bcs_histories())
+def test_bcs_checkpoints_are_useful_and_equal_indexes_consistent(case) -> None:
+    history, _ = case
+    assert rl.useless_checkpoints(history) == set()
+    every = {(a, c) for a, cps in history.checkpoints.items() for c in cps}
+    assert bf.useful(history) >= every
+    top = max(c for cps in history.checkpoints.values() for c in cps)
+    for k in range(top + 1):
+        cut = {a: next((c for c in cps if c >= k), None) for a, cps in history.checkpoints.items()}
+        assert bf.consistent(history, cut), (k, cut)
+
+
+def test_bcs_piggyback_is_validated() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="8 bytes"):
+        cic.bcs_decode(b"\x00")
