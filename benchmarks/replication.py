@@ -138,7 +138,8 @@ def serve(args: argparse.Namespace) -> None:
 
     cfg = config.load(env={}, flags={"raft_address": args.raft, "peers": tuple(args.peers.split(",")),
                                      "data_dir": args.data_dir, "raft_password": "bench", "auto_tick_period": args.tick,
-                                     "compaction_min_entries": 1_000_000})
+                                     "compaction_min_entries": 1_000_000,
+                                     "append_entries_batch": args.batch, "append_entries_period": args.period})
     node, propose, is_leader = (make_raw if args.kind == "raw" else make_ours)(cfg)
     done_file, result_file = Path(args.done), Path(args.result)
     try:
@@ -174,6 +175,7 @@ def run_kind(kind: str, args: argparse.Namespace) -> list[dict]:
                                            "--peers", ",".join(a for a in addrs if a != addr), "--data-dir", str(data),
                                            "--done", str(done), "--result", str(result), "--seconds", str(args.seconds),
                                            "--max-ops", str(args.max_ops), "--tick", str(args.tick),
+                                           "--batch", str(args.batch).lower(), "--period", str(args.period),
                                            "--concurrency", ",".join(map(str, args.concurrency))]))
         try:
             budget = 60 + len(args.concurrency) * (args.seconds + 30)
@@ -193,6 +195,9 @@ def main() -> int:
     parser.add_argument("--max-ops", type=int, default=30_000, help="operations per cell at most")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 128])
     parser.add_argument("--tick", type=float, default=0.005, help="pysyncobj autoTickPeriod")
+    parser.add_argument("--batch", type=lambda s: s.lower() == "true", default=False,
+                        help="appendEntriesUseBatch (true/false)")
+    parser.add_argument("--period", type=float, default=0.05, help="appendEntriesPeriod seconds")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     for name in ("kind", "raft", "peers", "data-dir", "done", "result"):
         parser.add_argument(f"--{name}", help=argparse.SUPPRESS)

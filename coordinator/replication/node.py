@@ -24,12 +24,13 @@ from coordinator.config import NodeConfig
 from coordinator.core.commands import Failure, ReadBarrier, decode_result, encode_result
 from coordinator.core.errors import Code, Rejection
 from coordinator.core.state_machine import apply
-from coordinator.replication import snapshot_file
+from coordinator.replication import journal, snapshot_file
 from coordinator.storage.protocol import Store, StoreFullError
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, Writes, result_key
 
 log = logging.getLogger(__name__)
+journal.install()
 
 # Refuse new proposals when the store is this full: a committed entry that cannot
 # be stored would force the node down, so the space is reserved for the log's tail.
