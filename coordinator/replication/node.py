@@ -27,7 +27,7 @@ from coordinator.core.state_machine import apply
 from coordinator.replication import journal, snapshot_file
 from coordinator.storage.protocol import Store, StoreFullError
 from coordinator.storage import keys
-from coordinator.storage.state import RESULT, KvState, Writes, result_key
+from coordinator.storage.state import RESULT, KvState, RecordCache, result_key
 
 log = logging.getLogger(__name__)
 journal.install()
@@ -61,7 +61,7 @@ class CoordinatorNode(SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None) -> None:
         self.config = config
         self._store = store
-        self._batch: Writes = {}
+        self._records = RecordCache(store)
         self._batch_index = store.applied_index
         self._after_commit: list[Callable[[], None]] = []
         self._snapshot_to_sync = False
@@ -121,32 +121,31 @@ class CoordinatorNode(SyncObj):
         except Exception as exc:  # undecodable bytes never reach here from our proposer
             return encode_result(Failure(Code.INVALID_ARGUMENT, f"undecodable log entry: {exc}"))
         if isinstance(entry.command, ReadBarrier):
-            return encode_result(apply(KvState(self._store, self._batch), entry))
+            return encode_result(apply(KvState(self._records), entry))
         key = result_key(entry.request_id)
-        state = KvState(self._store, self._batch)
+        state = KvState(self._records)
         prior = state.raw(key)
         if prior is not None:
             return prior
         result = apply(state, entry)
         if not isinstance(result, Failure):
-            self._batch.update(state.writes)
+            self._records.pending.update(state.writes)
         encoded = encode_result(result)
-        self._batch[key] = encoded
+        self._records.pending[key] = encoded
         return encoded
 
     # ---- group commit -------------------------------------------------------------
     def _commit_batch(self) -> None:
-        if self._batch_index <= self._store.applied_index and not self._batch:
+        if self._batch_index <= self._store.applied_index and not self._records.pending:
             return
         try:
-            self._store.commit(self._batch, self._batch_index)
+            self._records.commit(self._batch_index)
         except StoreFullError as exc:
             # The entries are committed in Raft; a replica that cannot store them must
             # stop rather than diverge. It replays them from the journal after restart.
             self._fatal = f"store full, stopping node: {exc}"
             log.critical(self._fatal)
             os._exit(75)
-        self._batch = {}
 
     def _end_of_tick(self) -> None:
         self._commit_batch()
@@ -225,7 +224,7 @@ class CoordinatorNode(SyncObj):
                          header.applied_index, self._store.applied_index)
                 with self._state_lock:
                     self._store.load_image(f, header.image_len)
-                self._batch = {}
+                self._records.reset()
                 self._batch_index = self._store.applied_index
         self.last_snapshot = SnapshotInfo(header.applied_index, time.monotonic(), os.path.getsize(path))
         return raft_data

@@ -7,12 +7,15 @@ in NUL (ids may not contain it); ints are tagged 8-byte big-endian.
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 _STR, _INT = b"s", b"i"
 _U64 = struct.Struct(">Q")
 
 
+@lru_cache(maxsize=1 << 16, typed=True)
 def _part(part: str | int) -> bytes:
+    """Cached: the same group and agent ids are encoded for every key of every entry."""
     if isinstance(part, bool) or not isinstance(part, (str, int)):
         raise TypeError(f"key parts are str or int, got {type(part).__name__}")
     if isinstance(part, int):

@@ -46,6 +46,7 @@ class LmdbStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self._env = lmdb.open(str(self.path), lib_version=0, subdir=True, map_size=self._map_size, max_dbs=2,
                               sync=True, metasync=True, readahead=False, lock=True)
+        self._reader: lmdb.Transaction | None = None
         self._data = self._env.open_db(b"data")
         self._meta = self._env.open_db(b"meta")
         with self._env.begin(db=self._meta) as txn:
@@ -71,6 +72,7 @@ class LmdbStore:
 
     def close(self) -> None:
         with self._lock:
+            self._drop_reader()
             self._env.close()
 
     # ---- reads --------------------------------------------------------------------
@@ -78,14 +80,26 @@ class LmdbStore:
     def applied_index(self) -> int:
         return self._applied
 
+    def _read_txn(self) -> lmdb.Transaction:
+        """One read transaction reused until the next commit: opening one per get
+        cost more than the lookup itself. Callers hold the lock."""
+        if self._reader is None:
+            self._reader = self._env.begin(db=self._data)
+        return self._reader
+
+    def _drop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.abort()
+            self._reader = None
+
     def get(self, key: bytes) -> bytes | None:
-        with self._lock, self._env.begin(db=self._data) as txn:
-            return txn.get(key)
+        with self._lock:
+            return self._read_txn().get(key)
 
     def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         out: list[tuple[bytes, bytes]] = []
-        with self._lock, self._env.begin(db=self._data) as txn:
-            cursor = txn.cursor()
+        with self._lock:
+            cursor = self._read_txn().cursor()
             if not cursor.set_range(prefix):
                 return out
             for k, v in cursor:
@@ -119,8 +133,10 @@ class LmdbStore:
                             else:
                                 txn.put(k, v, db=self._data)
                         txn.put(_APPLIED, _U64.pack(applied_index), db=self._meta)
+                    self._drop_reader()  # later reads must see this commit
                     break
                 except lmdb.MapFullError:  # the txn was aborted: nothing written
+                    self._drop_reader()
                     if self._map_size >= self._max_map_size:
                         raise StoreFullError(
                             f"LMDB map is full at {self._map_size} bytes (max_map_size_mb "
@@ -149,6 +165,7 @@ class LmdbStore:
             os.fsync(out.fileno())
         _fsync_dir(incoming)
         with self._lock:
+            self._drop_reader()
             self._env.close()
             self.path.rename(old)
             incoming.rename(self.path)

@@ -6,7 +6,7 @@ overlay is dropped, which is how a failed command leaves the store untouched.
 """
 from __future__ import annotations
 
-from typing import Iterable, TypeVar
+from typing import TypeVar
 
 from coordinator.core import codec
 from coordinator.core.history import Dependency
@@ -15,54 +15,96 @@ from coordinator.storage import keys
 from coordinator.storage.protocol import Store
 
 T = TypeVar("T")
-Writes = dict[bytes, bytes | None]
+# Decoded records (or raw bytes, for dedupe results) by key; None marks a deletion.
+Writes = dict[bytes, object | None]
 
 GROUP, AGENT, CHECKPOINT, EPOCH, DEPENDENCY, ORDER, RESULT = "g", "a", "c", "e", "d", "o", "r"
+CACHE_LIMIT = 200_000
 
 
-class LayeredReader:
-    """Point and prefix reads through a stack of overlays down to the store."""
+def _decode(cls: type, raw: bytes) -> object:
+    return raw if cls is bytes else codec.decode(cls, raw)
 
-    def __init__(self, store: Store, overlays: Iterable[Writes]) -> None:
-        self._store = store
-        self._overlays = list(overlays)  # highest priority first
 
-    def get(self, key: bytes) -> bytes | None:
-        for overlay in self._overlays:
-            if key in overlay:
-                return overlay[key]
-        return self._store.get(key)
+def encode_writes(writes: Writes) -> dict[bytes, bytes | None]:
+    return {k: v if v is None or isinstance(v, bytes) else codec.encode(v) for k, v in writes.items()}
 
-    def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        merged: dict[bytes, bytes | None] = dict(self._store.scan(prefix))
-        for overlay in reversed(self._overlays):
-            for key, value in overlay.items():
-                if key.startswith(prefix):
-                    merged[key] = value
-        return [(k, v) for k, v in sorted(merged.items()) if v is not None]
+
+class RecordCache:
+    """Decoded records over the store, for the store's single writer.
+
+    All writes reach the store through commit(), so a decoded copy of what the
+    store holds never goes stale: hot records (a group, its agents) are decoded
+    once, and `pending` holds the applied-but-uncommitted batch as objects, encoded
+    once per key at commit. Readers on other threads use their own instance.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.pending: Writes = {}
+        self._clean: dict[bytes, object | None] = {}
+
+    def get(self, key: bytes, cls: type) -> object | None:
+        if key in self.pending:
+            return self.pending[key]
+        if key in self._clean:
+            return self._clean[key]
+        raw = self.store.get(key)
+        value = None if raw is None else _decode(cls, raw)
+        self._remember(key, value)
+        return value
+
+    def scan(self, prefix: bytes, cls: type) -> dict[bytes, object | None]:
+        clean = self._clean
+        found: dict[bytes, object | None] = {
+            k: clean[k] if k in clean else _decode(cls, raw) for k, raw in self.store.scan(prefix)}
+        found.update((k, v) for k, v in self.pending.items() if k.startswith(prefix))
+        return found
+
+    def commit(self, applied_index: int) -> None:
+        self.store.commit(encode_writes(self.pending), applied_index)
+        for key, value in self.pending.items():
+            self._remember(key, value)
+        self.pending = {}
+
+    def reset(self) -> None:
+        """After the store's content was replaced wholesale (snapshot install)."""
+        self.pending = {}
+        self._clean = {}
+
+    def _remember(self, key: bytes, value: object | None) -> None:
+        if len(self._clean) >= CACHE_LIMIT:
+            self._clean = {}
+        self._clean[key] = value
 
 
 class KvState:
-    """Implements coordinator.core.state.State; collects writes in `self.writes`."""
+    """Implements coordinator.core.state.State; collects this entry's writes in `self.writes`."""
 
-    def __init__(self, store: Store, *below: Writes) -> None:
+    def __init__(self, source: Store | RecordCache) -> None:
         self.writes: Writes = {}
-        self._reader = LayeredReader(store, (self.writes, *below))
+        self._source = source if isinstance(source, RecordCache) else RecordCache(source)
 
     def raw(self, key: bytes) -> bytes | None:
-        """An encoded value through the overlays (used for dedupe results)."""
-        return self._reader.get(key)
+        """An encoded value (dedupe results are stored encoded)."""
+        return self._get(bytes, key)  # type: ignore[return-value]
+
+    def encoded_writes(self) -> dict[bytes, bytes | None]:
+        return encode_writes(self.writes)
 
     # -- helpers
     def _get(self, cls: type[T], key: bytes) -> T | None:
-        raw = self._reader.get(key)
-        return None if raw is None else codec.decode(cls, raw)
+        if key in self.writes:
+            return self.writes[key]  # type: ignore[return-value]
+        return self._source.get(key, cls)  # type: ignore[return-value]
 
     def _scan(self, cls: type[T], prefix: bytes) -> list[T]:
-        return [codec.decode(cls, raw) for _, raw in self._reader.scan(prefix)]
+        found = self._source.scan(prefix, cls)
+        found.update((k, v) for k, v in self.writes.items() if k.startswith(prefix))
+        return [v for _, v in sorted(found.items()) if v is not None]  # type: ignore[misc]
 
     def _put(self, key: bytes, value: object) -> None:
-        self.writes[key] = codec.encode(value)
+        self.writes[key] = value
 
     # -- groups, agents
     def group(self, name: str) -> Group | None:

@@ -30,7 +30,7 @@ class Machine:
         self.index += 1
         state = KvState(self.store)
         result = apply(state, c.Entry(f"r{next(self.ids)}", now, command))
-        self.store.commit({} if isinstance(result, c.Failure) else state.writes, self.index)
+        self.store.commit({} if isinstance(result, c.Failure) else state.encoded_writes(), self.index)
         return result
 
     def ok(self, command: c.Command, now: float = 100.0) -> c.Result:
