@@ -12,6 +12,7 @@ SUBCOMMAND_MODULES = (
     "coordinator.cli.cluster",
     "coordinator.cli.status",
     "coordinator.cli.demo",
+    "coordinator.cli.simulate",
 
 )
 

@@ -1,4 +1,4 @@
-"""BCS never produces a useless checkpoint, and equal indexes form consistent cuts."""
+"""CIC protocols never produce a useless checkpoint; BCS equal indexes form consistent cuts."""
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -55,3 +55,38 @@ def test_bcs_piggyback_is_validated() -> None:
 
     with pytest.raises(ValueError, match="8 bytes"):
         cic.bcs_decode(b"\x00")
+
+
+@st.composite
+def fdas_histories(draw) -> History:
+    n = draw(st.integers(2, 4))
+    agents = [f"p{i}" for i in range(n)]
+    log, states = EventLog(agents), [cic.FdasState.create(i, n) for i in range(n)]
+    in_flight: list[tuple[str, int, bytes]] = []
+    for step in range(draw(st.integers(0, 24))):
+        i = draw(st.integers(0, n - 1))
+        op = draw(st.sampled_from(("send", "receive", "checkpoint")))
+        if op == "checkpoint" and log.interval(agents[i]) < 5:
+            cic.fdas_on_checkpoint(states[i])
+            log.checkpoint(agents[i])
+        elif op == "send":
+            to = draw(st.integers(0, n - 1))
+            if to != i:
+                log.send(agents[i], f"m{step}")
+                in_flight.append((f"m{step}", to, cic.fdas_on_send(states[i])))
+        elif op == "receive" and in_flight:
+            mid, to, piggyback = in_flight.pop(draw(st.integers(0, len(in_flight) - 1)))
+            if cic.fdas_must_checkpoint(states[to], piggyback):
+                cic.fdas_on_checkpoint(states[to])
+                log.checkpoint(agents[to])
+            cic.fdas_on_deliver(states[to], piggyback)
+            log.receive(agents[to], mid)
+    return log.history()
+
+
+@settings(max_examples=400, deadline=None)
+@given(fdas_histories())
+def test_fdas_checkpoints_are_all_useful(history) -> None:
+    assert rl.useless_checkpoints(history) == set()
+    every = {(a, c) for a, cps in history.checkpoints.items() for c in cps}
+    assert bf.useful(history) >= every

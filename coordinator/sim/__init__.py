@@ -1,0 +1,1 @@
+"""A deterministic simulator of checkpointing protocols over the pure core."""
