@@ -35,6 +35,17 @@ def fdas(agents: int, messages: int) -> float:
     return (time.perf_counter() - t) / messages
 
 
+def hmnr(agents: int, messages: int) -> float:
+    sender, receiver = cic.HmnrState.create(0, agents), cic.HmnrState.create(1, agents)
+    t = time.perf_counter()
+    for _ in range(messages):
+        piggyback = cic.hmnr_on_send(sender, 1)
+        if cic.hmnr_must_checkpoint(receiver, 0, piggyback):
+            cic.hmnr_on_checkpoint(receiver)
+        cic.hmnr_on_deliver(receiver, 0, piggyback)
+    return (time.perf_counter() - t) / messages
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--agents", type=int, default=64)
@@ -42,6 +53,7 @@ def main() -> int:
     args = p.parse_args()
     print(f"{'protocol':<8} {'agents':>6} {'piggyback bytes':>15} {'us per message (send+receive)':>30}")
     print(f"{'bcs':<8} {args.agents:>6} {8:>15} {bcs(args.messages) * 1e6:>30.2f}")
+    print(f"{'hmnr':<8} {args.agents:>6} {17 * args.agents:>15} {hmnr(args.agents, args.messages) * 1e6:>30.2f}")
     print(f"{'fdas':<8} {args.agents:>6} {8 * args.agents:>15} {fdas(args.agents, args.messages) * 1e6:>30.2f}")
     return 0
 

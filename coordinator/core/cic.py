@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 _U64 = struct.Struct(">Q")
 
@@ -93,3 +94,86 @@ def fdas_on_deliver(state: FdasState, piggyback: bytes) -> None:
 def fdas_on_checkpoint(state: FdasState) -> None:
     state.dv[state.me] += 1
     state.sent = False
+
+
+INF_LC = (1 << 63) - 1
+
+
+@dataclass
+class HmnrState:
+    """HMNR (Helary, Mostefaoui, Netzer, Raynal): forces a checkpoint only when a
+    delivery would complete a Z-path that could make a checkpoint useless.
+
+    Two tests, evaluated before delivery:
+    - non-causal Z-paths: since our last checkpoint we sent to k while our clock was
+      min_to[k], and the message carries a clock above both that and anything known of k;
+    - causal Z-cycles: the message has seen a checkpoint taken after it saw our
+      current checkpoint (taken[me] for our current checkpoint number).
+    clock is a vector of logical checkpoint clocks (clock[me] plays BCS's lc);
+    ckpt and taken track checkpoint counts along causal paths.
+    """
+
+    me: int
+    clock: list[int]
+    ckpt: list[int]
+    taken: list[bool]
+    sent_to: list[bool]
+    min_to: list[int]
+
+    @classmethod
+    def create(cls, me: int, n: int) -> "HmnrState":
+        return cls(me, [0] * n, [0] * n, [False] * n, [False] * n, [INF_LC] * n)
+
+
+@lru_cache(maxsize=64)
+def _hmnr_struct(n: int) -> struct.Struct:
+    return struct.Struct(f">{2 * n}Q{n}?")
+
+
+def hmnr_on_send(state: HmnrState, to: int) -> bytes:
+    if not state.sent_to[to]:
+        state.sent_to[to] = True
+        state.min_to[to] = state.clock[state.me]
+    return _hmnr_struct(len(state.clock)).pack(*state.clock, *state.ckpt, *state.taken)
+
+
+@lru_cache(maxsize=16)
+def hmnr_decode(piggyback: bytes, n: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]]:
+    """Cached: the receive test and the delivery decode the same piggyback."""
+    if len(piggyback) != 17 * n:
+        raise ValueError(f"HMNR piggyback for {n} agents must be {17 * n} bytes, got {len(piggyback)}")
+    values = _hmnr_struct(n).unpack(piggyback)
+    return values[:n], values[n:2 * n], values[2 * n:]
+
+
+def hmnr_must_checkpoint(state: HmnrState, sender: int, piggyback: bytes) -> bool:
+    clock, ckpt, taken = hmnr_decode(piggyback, len(state.clock))
+    me, m_lc = state.me, clock[sender]
+    if taken[me] and ckpt[me] == state.ckpt[me]:
+        return True
+    return any(sent and low < m_lc and mine < m_lc and theirs < m_lc
+               for sent, low, mine, theirs in zip(state.sent_to, state.min_to, state.clock, clock))
+
+
+def hmnr_on_deliver(state: HmnrState, sender: int, piggyback: bytes) -> None:
+    clock, ckpt, taken = hmnr_decode(piggyback, len(state.clock))
+    me = state.me
+    own = max(state.clock[me], clock[sender])
+    state.clock = [a if a > b else b for a, b in zip(state.clock, clock)]
+    state.clock[me] = own
+    mine_ckpt, mine_taken = state.ckpt, state.taken
+    for k, (c, t) in enumerate(zip(ckpt, taken)):
+        if k != me:
+            if c > mine_ckpt[k]:
+                mine_ckpt[k], mine_taken[k] = c, t
+            elif c == mine_ckpt[k] and t:
+                mine_taken[k] = True
+
+
+def hmnr_on_checkpoint(state: HmnrState) -> None:
+    n = len(state.clock)
+    state.sent_to = [False] * n
+    state.min_to = [INF_LC] * n
+    state.taken = [k != state.me for k in range(n)]
+    state.clock[state.me] += 1
+    state.ckpt[state.me] += 1

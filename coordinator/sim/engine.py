@@ -14,7 +14,7 @@ from coordinator.core import cic
 from coordinator.core import recovery_line as rl
 from coordinator.core.history import EventLog, History
 
-PROTOCOLS = ("none", "coordinated", "bcs", "fdas")
+PROTOCOLS = ("none", "coordinated", "bcs", "hmnr", "fdas")
 TOPOLOGIES = ("random", "ring", "star", "pipeline")
 
 
@@ -53,6 +53,7 @@ class _Agent:
     epoch: int = 0
     bcs: cic.BcsState | None = None
     fdas: cic.FdasState | None = None
+    hmnr: cic.HmnrState | None = None
 
 
 def simulate(agents: int, topology: str, protocol: str, steps: int, message_rate: float, basic_interval: int,
@@ -65,9 +66,10 @@ def simulate(agents: int, topology: str, protocol: str, steps: int, message_rate
     pick = neighbours(topology, agents)
     names = [f"p{i}" for i in range(agents)]
     log = EventLog(names)
-    state = [_Agent(i, bcs=cic.BcsState(), fdas=cic.FdasState.create(i, agents)) for i in range(agents)]
+    state = [_Agent(i, bcs=cic.BcsState(), fdas=cic.FdasState.create(i, agents), hmnr=cic.HmnrState.create(i, agents))
+             for i in range(agents)]
     phase = [rng.randrange(basic_interval) for _ in range(agents)]
-    in_flight: list[tuple[int, int, str, bytes, int]] = []  # (arrival step, receiver, id, piggyback, epoch)
+    in_flight: list[tuple[int, int, int, str, bytes, int]] = []  # (arrival, sender, receiver, id, piggyback, epoch)
     counts = {"basic": 0, "forced": 0, "messages": 0}
 
     def checkpoint(a: _Agent, forced_index: int | None = None, *, forced: bool) -> None:
@@ -79,6 +81,8 @@ def simulate(agents: int, topology: str, protocol: str, steps: int, message_rate
             index = a.last + 1
         if protocol == "fdas":
             cic.fdas_on_checkpoint(a.fdas)
+        elif protocol == "hmnr":
+            cic.hmnr_on_checkpoint(a.hmnr)
         log.checkpoint(names[a.index], index)
         a.last = index
         counts["forced" if forced else "basic"] += 1
@@ -104,16 +108,21 @@ def simulate(agents: int, topology: str, protocol: str, steps: int, message_rate
                 counts["messages"] += 1
                 log.send(names[a.index], mid)
                 piggyback = (cic.bcs_on_send(a.bcs) if protocol == "bcs"
-                             else cic.fdas_on_send(a.fdas) if protocol == "fdas" else b"")
-                in_flight.append((step + rng.randint(1, 3), to, mid, piggyback, a.epoch))
+                             else cic.fdas_on_send(a.fdas) if protocol == "fdas"
+                             else cic.hmnr_on_send(a.hmnr, to) if protocol == "hmnr" else b"")
+                in_flight.append((step + rng.randint(1, 3), a.index, to, mid, piggyback, a.epoch))
         arrived = [m for m in in_flight if m[0] <= step]
         in_flight = [m for m in in_flight if m[0] > step]
-        for _, to, mid, piggyback, epoch in arrived:
+        for _, frm, to, mid, piggyback, epoch in arrived:
             r = state[to]
             if protocol == "bcs":
                 forced_index = cic.bcs_forced_index(r.bcs, piggyback)
                 if forced_index is not None:
                     checkpoint(r, forced_index, forced=True)
+            elif protocol == "hmnr":
+                if cic.hmnr_must_checkpoint(r.hmnr, frm, piggyback):
+                    checkpoint(r, forced=True)
+                cic.hmnr_on_deliver(r.hmnr, frm, piggyback)
             elif protocol == "fdas":
                 if cic.fdas_must_checkpoint(r.fdas, piggyback):
                     checkpoint(r, forced=True)

@@ -8,7 +8,7 @@ from coordinator.sim.engine import PROTOCOLS, simulate
 
 @pytest.mark.parametrize("topology", ["random", "ring", "star", "pipeline"])
 def test_cic_and_coordinated_never_leave_useless_checkpoints(topology: str) -> None:
-    for protocol in ("coordinated", "bcs", "fdas"):
+    for protocol in ("coordinated", "bcs", "hmnr", "fdas"):
         result = simulate(6, topology, protocol, 120, 0.4, 10, seed=3)
         assert result.useless == 0, (protocol, result)
         assert result.basic > 0 and result.messages > 0

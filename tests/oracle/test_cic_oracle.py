@@ -90,3 +90,59 @@ def test_fdas_checkpoints_are_all_useful(history) -> None:
     assert rl.useless_checkpoints(history) == set()
     every = {(a, c) for a, cps in history.checkpoints.items() for c in cps}
     assert bf.useful(history) >= every
+
+
+@st.composite
+def hmnr_histories(draw) -> History:
+    n = draw(st.integers(2, 4))
+    agents = [f"p{i}" for i in range(n)]
+    log, states = EventLog(agents), [cic.HmnrState.create(i, n) for i in range(n)]
+    in_flight: list[tuple[str, int, int, bytes]] = []
+    for step in range(draw(st.integers(0, 24))):
+        i = draw(st.integers(0, n - 1))
+        op = draw(st.sampled_from(("send", "receive", "checkpoint")))
+        if op == "checkpoint" and log.interval(agents[i]) < 5:
+            cic.hmnr_on_checkpoint(states[i])
+            log.checkpoint(agents[i])
+        elif op == "send":
+            to = draw(st.integers(0, n - 1))
+            if to != i:
+                log.send(agents[i], f"m{step}")
+                in_flight.append((f"m{step}", i, to, cic.hmnr_on_send(states[i], to)))
+        elif op == "receive" and in_flight:
+            mid, frm, to, piggyback = in_flight.pop(draw(st.integers(0, len(in_flight) - 1)))
+            if cic.hmnr_must_checkpoint(states[to], frm, piggyback):
+                cic.hmnr_on_checkpoint(states[to])
+                log.checkpoint(agents[to])
+            cic.hmnr_on_deliver(states[to], frm, piggyback)
+            log.receive(agents[to], mid)
+    return log.history()
+
+
+@settings(max_examples=1000, deadline=None)
+@given(hmnr_histories())
+def test_hmnr_checkpoints_are_all_useful(history) -> None:
+    assert rl.useless_checkpoints(history) == set()
+
+
+def test_bcs_forces_where_hmnr_does_not() -> None:
+    """p0 and p1 each checkpoint once, p0 once more, then p0 sends to p1."""
+    b0, b1 = cic.BcsState(), cic.BcsState()
+    h0, h1 = cic.HmnrState.create(0, 2), cic.HmnrState.create(1, 2)
+    for _ in range(2):
+        cic.bcs_on_checkpoint(b0)
+        cic.hmnr_on_checkpoint(h0)
+    cic.bcs_on_checkpoint(b1)
+    cic.hmnr_on_checkpoint(h1)
+    assert cic.bcs_forced_index(b1, cic.bcs_on_send(b0)) == 2
+    assert not cic.hmnr_must_checkpoint(h1, 0, cic.hmnr_on_send(h0, 1))
+
+
+def test_hmnr_detects_the_causal_z_cycle() -> None:
+    """q sends m1 to p; p checkpoints and sends m2 back to q in q's same interval."""
+    p, q = cic.HmnrState.create(0, 2), cic.HmnrState.create(1, 2)
+    m1 = cic.hmnr_on_send(q, 0)
+    assert not cic.hmnr_must_checkpoint(p, 1, m1)
+    cic.hmnr_on_deliver(p, 1, m1)
+    cic.hmnr_on_checkpoint(p)
+    assert cic.hmnr_must_checkpoint(q, 0, cic.hmnr_on_send(p, 1))
