@@ -20,7 +20,7 @@ from coordinator.core import recovery_line as rl  # noqa: E402
 from coordinator.core.history import Dependency, History  # noqa: E402
 
 
-def make_history(agents: int, checkpoints: int, messages: int, seed: int) -> History:
+def make_history(agents: int, checkpoints: int, messages: int, seed: int, topology: str = "random") -> History:
     """Time-stepped and uncoordinated: each agent checkpoints at its own random times,
     messages go to random peers and arrive one step later, in send order."""
     rng = random.Random(seed)
@@ -31,7 +31,11 @@ def make_history(agents: int, checkpoints: int, messages: int, seed: int) -> His
     deps = []
     for i in range(messages):
         t = i * steps // messages
-        s, r = rng.sample(names, 2)
+        if topology == "ring":  # long dependency chains: rollback travels agent to agent
+            k = rng.randrange(agents)
+            s, r = names[k], names[(k + 1) % agents]
+        else:
+            s, r = rng.sample(names, 2)
         send = bisect.bisect_right(times[s], t) + 1
         receive = bisect.bisect_right(times[r], t + 1) + 1
         deps.append(Dependency(s, send, r, receive, f"m{i}"))
@@ -63,9 +67,10 @@ def main() -> int:
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--naive-budget", type=float, default=60.0)
+    p.add_argument("--topology", choices=("random", "ring"), default="random")
     args = p.parse_args()
     t = time.perf_counter()
-    history = make_history(args.agents, args.checkpoints, args.messages, args.seed)
+    history = make_history(args.agents, args.checkpoints, args.messages, args.seed, args.topology)
     built = time.perf_counter() - t
     failed = {"a0"}
     t = time.perf_counter()
@@ -77,7 +82,7 @@ def main() -> int:
     t = time.perf_counter()
     slow_cut, passes, finished = naive(history, failed, args.naive_budget)
     slow = time.perf_counter() - t
-    print(f"{args.agents} agents x {args.checkpoints} checkpoints x {args.messages} messages "
+    print(f"{args.agents} agents x {args.checkpoints} checkpoints x {args.messages} messages, {args.topology} "
           f"(history built in {built:.1f}s)")
     print(f"{'algorithm':<34} {'seconds':>9}  result")
     print(f"{'worklist rollback propagation':<34} {fast:>9.2f}  {len(line.rolled_back)} agents roll back")

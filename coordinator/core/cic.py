@@ -51,6 +51,13 @@ def epoch_forces_cut(local_epoch: int, message_epoch: int) -> bool:
     return message_epoch > local_epoch
 
 
+def is_channel_state(local_epoch: int, message_epoch: int) -> bool:
+    """Coordinated mode (Lai-Yang): a message sent before its sender's cut for the
+    receiver's current epoch, delivered after the receiver's cut, is in transit across
+    the cut. The receiver logs it with its checkpoint so a restore can re-deliver it."""
+    return message_epoch < local_epoch
+
+
 @dataclass
 class FdasState:
     """FDAS (Wang's fixed-dependency-after-send): the transitive dependency vector may

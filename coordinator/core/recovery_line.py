@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Collection, Iterable, Mapping, Sequence
 
 from coordinator.core.history import Dependency, History
@@ -46,22 +47,28 @@ def _rollback(history: History, cut: Cut, usable: Mapping[str, Sequence[int]]) -
     by_sender: dict[str, list[Dependency]] = defaultdict(list)
     for m in history.messages:
         by_sender[m.sender].append(m)
+    newest_first = attrgetter("send_interval")
     for msgs in by_sender.values():
-        msgs.sort(key=lambda m: m.send_interval, reverse=True)
+        msgs.sort(key=newest_first, reverse=True)
     pointer = dict.fromkeys(by_sender, 0)
-    work = [a for a, c in cut.items() if c is not None]
+    work = [a for a, c in cut.items() if c is not None]  # only agents with a bound ever enter
     while work:
         sender = work.pop()
-        msgs, bound = by_sender.get(sender, ()), cut[sender]
-        i = pointer.get(sender, 0)
-        while i < len(msgs) and not _contains(bound, msgs[i].send_interval):
+        msgs = by_sender.get(sender)
+        if not msgs:
+            continue
+        bound = cut[sender]
+        i, n = pointer[sender], len(msgs)
+        while i < n:
             m = msgs[i]
+            if m.send_interval <= bound:  # type: ignore[operator]
+                break
             i += 1
-            if _contains(cut[m.receiver], m.receive_interval):
+            held = cut[m.receiver]
+            if held is None or m.receive_interval <= held:
                 cut[m.receiver] = _last_before(usable[m.receiver], m.receive_interval)
                 work.append(m.receiver)
-        if sender in pointer:
-            pointer[sender] = i
+        pointer[sender] = i
     return cut
 
 

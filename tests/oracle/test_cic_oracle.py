@@ -146,3 +146,12 @@ def test_hmnr_detects_the_causal_z_cycle() -> None:
     cic.hmnr_on_deliver(p, 1, m1)
     cic.hmnr_on_checkpoint(p)
     assert cic.hmnr_must_checkpoint(q, 0, cic.hmnr_on_send(p, 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=20))
+def test_epoch_rule_and_channel_state_partition_every_delivery(deliveries) -> None:
+    """Each delivery is exactly one of: same epoch, force a cut first, or channel state."""
+    for local, sent in deliveries:
+        outcomes = [cic.epoch_forces_cut(local, sent), cic.is_channel_state(local, sent), local == sent]
+        assert outcomes.count(True) == 1
