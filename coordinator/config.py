@@ -81,6 +81,7 @@ class NodeConfig:
     headless_service: str = ""
     raft_port: int = 7000
     grpc_port: int = 50051
+    metrics_port: int = 9100
     pod_name: str = ""
 
     # ---- derived -----------------------------------------------------------------
@@ -141,14 +142,17 @@ def _statefulset_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
     if not sep or not ordinal.isdigit():
         raise ConfigError(f"pod name {pod!r} is not <statefulset>-<ordinal>")
     raft_port, grpc_port = int(values.get("raft_port", 7000)), int(values.get("grpc_port", 50051))
+    metrics_port = int(values.get("metrics_port", 9100))
 
     def name(i: int) -> str:
         return f"{base}-{i}.{headless}"
 
     me = int(ordinal)
+    # Every port binds the pod's own stable name (its pod IP), as DESIGN asks for Raft.
     return {
         "raft_address": f"{name(me)}:{raft_port}",
-        "grpc_address": f"0.0.0.0:{grpc_port}",
+        "grpc_address": f"{name(me)}:{grpc_port}",
+        "metrics_address": f"{name(me)}:{metrics_port}",
         "peers": tuple(f"{name(i)}:{raft_port}={name(i)}:{grpc_port}" for i in range(replicas) if i != me),
     }
 

@@ -80,6 +80,9 @@ class CoordinatorNode(SyncObj):
         self.snapshot_path = str(data / "raft.snapshot")
         conf = SyncObjConf(
             password=config.password(),
+            # Listen on our own address only (the pod IP on Kubernetes), never 0.0.0.0:
+            # the Raft port speaks pickle.
+            bindAddress=config.raft_address,
             autoTick=True,
             autoTickPeriod=config.auto_tick_period,
             appendEntriesUseBatch=config.append_entries_batch,

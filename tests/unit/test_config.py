@@ -56,6 +56,7 @@ def test_statefulset_identity_from_pod_name() -> None:
            "RAFTPOINT_HEADLESS_SERVICE": "rp-peers.ns.svc.cluster.local", "RAFTPOINT_POD_NAME": "rp-1"}
     cfg = config.load(env=env)
     assert cfg.raft_address == "rp-1.rp-peers.ns.svc.cluster.local:7000"
+    assert cfg.grpc_address == "rp-1.rp-peers.ns.svc.cluster.local:50051"  # bound to the pod IP
     assert [p.raft for p in cfg.peer_list()] == ["rp-0.rp-peers.ns.svc.cluster.local:7000",
                                                  "rp-2.rp-peers.ns.svc.cluster.local:7000"]
     assert cfg.grpc_of("rp-2.rp-peers.ns.svc.cluster.local:7000") == "rp-2.rp-peers.ns.svc.cluster.local:50051"
