@@ -82,8 +82,10 @@ class LocalCluster:
         self.log_files: list = []
 
     # ---- processes ----------------------------------------------------------------
-    def command(self, node: NodeProcess) -> list[str]:
-        peers = ",".join(f"{n.raft}={n.grpc}" for n in self.nodes if n is not node)
+    def command(self, node: NodeProcess, members: list[int] | None = None) -> list[str]:
+        """`members`: the node indexes forming the cluster this node starts with (default: all)."""
+        chosen = [n for n in self.nodes if members is None or n.index in members]
+        peers = ",".join(f"{n.raft}={n.grpc}" for n in chosen if n is not node)
         args = [sys.executable, "-m", "coordinator.cli.main", "coordinator", "--raft-address", node.raft,
                 "--grpc-address", node.grpc, "--metrics-address", node.metrics, "--peers", peers,
                 "--data-dir", str(node.data_dir)]
@@ -91,19 +93,21 @@ class LocalCluster:
             args += ["--" + key.replace("_", "-"), str(value)]
         return args
 
-    def start(self, index: int) -> NodeProcess:
+    def start(self, index: int, members: list[int] | None = None) -> NodeProcess:
         node = self.nodes[index]
         node.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.root / f"node{index}.log", "ab")
         self.log_files.append(log)
         env = {**os.environ, "RAFTPOINT_RAFT_PASSWORD": self.password}
-        node.process = subprocess.Popen(self.command(node), stdout=log, stderr=log, env=env,
+        node.process = subprocess.Popen(self.command(node, members), stdout=log, stderr=log, env=env,
                                         start_new_session=True)
         return node
 
-    def start_all(self) -> "LocalCluster":
-        for i in range(len(self.nodes)):
-            self.start(i)
+    def start_all(self, count: int | None = None) -> "LocalCluster":
+        """Start the first `count` nodes (default all) as one cluster."""
+        members = list(range(len(self.nodes) if count is None else count))
+        for i in members:
+            self.start(i, members)
         self.write_endpoints()
         return self
 

@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = (
     "coordinator.cli.status",
     "coordinator.cli.demo",
     "coordinator.cli.simulate",
+    "coordinator.cli.members",
 
 )
 
