@@ -99,7 +99,7 @@ class Connection:
     @staticmethod
     def _with_retries(attempt: Callable[[], T], what: str, deadline: float) -> T:
         retrying = Retrying(retry=retry_if_exception(_retryable), reraise=False,
-                            wait=wait_random_exponential(multiplier=0.05, max=1.0), stop=stop_after_delay(deadline))
+                            wait=wait_random_exponential(multiplier=0.02, max=0.25), stop=stop_after_delay(deadline))
         try:
             return retrying(attempt)
         except RetryError as exc:

@@ -1,0 +1,262 @@
+"""raftpoint's gRPC API vs etcd, 3 members each on loopback, same Python grpc.aio client.
+
+CommitCheckpoint (~200-byte record) vs etcd Put (200-byte value) at 1, 32 and 128 in
+flight on one channel to the leader; ReportDependencies in batches of 100; and the
+time from killing the leader to the next accepted write. etcd (Debian etcd-server)
+is installed if missing and possible; otherwise its columns are skipped with a message.
+Run: python benchmarks/api_vs_etcd.py [--seconds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent_client.connection import Connection  # noqa: E402
+from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
+from coordinator.cli.local_cluster import LocalCluster, free_ports, wait_for  # noqa: E402
+
+CONCURRENCY = (1, 32, 128)
+VALUE = b"v" * 200
+
+
+# ---- a minimal protobuf wire codec for etcd's PutRequest / StatusResponse --------
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _fields(data: bytes) -> dict[int, object]:
+    out, i = {}, 0
+    while i < len(data):
+        key, i = _read_varint(data, i)
+        field, kind = key >> 3, key & 7
+        if kind == 0:
+            out[field], i = _read_varint(data, i)
+        elif kind == 2:
+            length, i = _read_varint(data, i)
+            out[field], i = data[i:i + length], i + length
+        else:
+            raise ValueError(f"unexpected wire type {kind}")
+    return out
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+def put_request(key: bytes) -> bytes:
+    return b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(len(VALUE)) + VALUE
+
+
+def _raw(channel: grpc.aio.Channel, method: str):
+    return channel.unary_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+
+
+# ---- clusters -------------------------------------------------------------------
+
+class EtcdCluster:
+    def __init__(self, root: Path) -> None:
+        ports = free_ports(6)
+        self.clients = [f"127.0.0.1:{ports[i]}" for i in range(3)]
+        peers = [f"http://127.0.0.1:{ports[3 + i]}" for i in range(3)]
+        initial = ",".join(f"e{i}={peers[i]}" for i in range(3))
+        self.procs = []
+        for i in range(3):
+            log = open(root / f"etcd{i}.log", "wb")
+            self.procs.append(subprocess.Popen([
+                "etcd", "--name", f"e{i}", "--data-dir", str(root / f"etcd{i}"),
+                "--listen-client-urls", f"http://{self.clients[i]}", "--advertise-client-urls", f"http://{self.clients[i]}",
+                "--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
+                "--initial-cluster", initial, "--initial-cluster-state", "new", "--log-level", "error"],
+                stdout=log, stderr=log))
+
+    def status(self, i: int) -> tuple[int, int] | None:
+        """(this member's id, the leader's id) from Maintenance/Status."""
+        try:
+            with grpc.insecure_channel(self.clients[i]) as ch:
+                raw = ch.unary_unary("/etcdserverpb.Maintenance/Status", request_serializer=lambda b: b,
+                                     response_deserializer=lambda b: b)(b"", timeout=1)
+        except grpc.RpcError:
+            return None
+        top = _fields(raw)
+        return _fields(top[1])[2], top.get(4, 0)
+
+    def leader(self) -> int | None:
+        for i, p in enumerate(self.procs):
+            if p.poll() is None and (s := self.status(i)) and s[0] == s[1]:
+                return i
+        return None
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait(10)
+
+
+def etcd_available() -> str | None:
+    if shutil.which("etcd"):
+        return None
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "etcd-server"], capture_output=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=300)
+        if shutil.which("etcd"):
+            return None
+    return "etcd is not installed and could not be installed (apt-get install etcd-server)"
+
+
+# ---- load -----------------------------------------------------------------------
+
+async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) -> dict:
+    latencies: list[float] = []
+    end = time.monotonic() + seconds
+
+    async def lane(n: int) -> None:
+        i = 0
+        while time.monotonic() < end and len(latencies) < max_ops:
+            call = make_call(n, i)
+            started = time.perf_counter()
+            await call()
+            latencies.append(time.perf_counter() - started)
+            i += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(lane(n) for n in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    latencies.sort()
+    pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3  # noqa: E731
+    return {"ops_s": len(latencies) / elapsed, "p50": pct(0.5), "p99": pct(0.99), "ops": len(latencies)}
+
+
+async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
+    out = {}
+    async with grpc.aio.insecure_channel(leader) as ch:
+        agent, admin = pb_grpc.AgentServiceStub(ch), pb_grpc.AdminServiceStub(ch)
+        await admin.CreateGroup(pb.CreateGroupRequest(request_id="bench-g", spec=pb.GroupSpec(
+            group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600)))
+        for a in range(max(CONCURRENCY)):
+            await agent.Register(pb.RegisterRequest(request_id=f"bench-r{a}", group="bench", agent_id=f"a{a}"))
+        next_index: dict[int, int] = {}
+        for c in CONCURRENCY:
+            def make(n: int, i: int, c=c):
+                index = next_index[n] = next_index.get(n, 0) + 1
+                request = pb.CommitCheckpointRequest(request_id=f"c{c}-{n}-{i}", token=pb.FencingToken(incarnation=1),
+                    checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{n}", index=index, kind=pb.BASIC,
+                                                 blob_uri=f"file:///blobs/a{n}/{index}", sha256="ab" * 32, size=4096))
+                return lambda: agent.CommitCheckpoint(request, timeout=10)
+            out[c] = await run_load(make, c, seconds, max_ops)
+
+        def deps(n: int, i: int):
+            records = [pb.DependencyRecord(sender=f"a{(n + 1) % 8}", send_interval=1, receiver=f"a{n}",
+                                           receive_interval=10_000, message_id=f"m{n}-{i}-{k}") for k in range(100)]
+            request = pb.ReportDependenciesRequest(request_id=f"d-{n}-{i}", group="bench", agent_id=f"a{n}",
+                                                   token=pb.FencingToken(incarnation=1), records=records)
+            return lambda: agent.ReportDependencies(request, timeout=10)
+        out["deps"] = await run_load(deps, 8, seconds, max_ops)
+    return out
+
+
+async def etcd_cells(leader: str, seconds: float, max_ops: int) -> dict:
+    out = {}
+    async with grpc.aio.insecure_channel(leader) as ch:
+        put = _raw(ch, "/etcdserverpb.KV/Put")
+        for c in CONCURRENCY:
+            out[c] = await run_load(lambda n, i, c=c: (lambda: put(put_request(f"k{c}-{n}-{i}".encode()), timeout=10)),
+                                    c, seconds, max_ops)
+    return out
+
+
+def failover_raftpoint(cluster: LocalCluster) -> float:
+    conn = Connection(cluster.endpoints(), deadline=30)
+    leader = cluster.leader()
+    cluster.kill(leader.index)
+    started = time.monotonic()
+    conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="after-kill", spec=pb.GroupSpec(group="k")))
+    conn.close()
+    return time.monotonic() - started
+
+
+def failover_etcd(etcd: EtcdCluster) -> float:
+    leader = etcd.leader()
+    etcd.procs[leader].kill()
+    started = time.monotonic()
+    survivors = [i for i in range(3) if i != leader]
+
+    def accepted() -> bool:
+        for i in survivors:
+            try:
+                with grpc.insecure_channel(etcd.clients[i]) as ch:
+                    ch.unary_unary("/etcdserverpb.KV/Put", request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)(put_request(b"after-kill"), timeout=0.5)
+                return True
+            except grpc.RpcError:
+                continue
+        return False
+    wait_for(accepted, "etcd to accept a write after the leader kill", 30, 0.01)
+    return time.monotonic() - started
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--max-ops", type=int, default=50_000)
+    args = p.parse_args()
+    skip = etcd_available()
+    with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
+        root = Path(tmp)
+        with LocalCluster(root / "raftpoint", 3) as cluster:
+            cluster.start_all()
+            ours = asyncio.run(raftpoint_cells(cluster.leader().grpc, args.seconds, args.max_ops))
+            ours_failover = failover_raftpoint(cluster)
+        theirs, theirs_failover = {}, None
+        if skip is None:
+            etcd = EtcdCluster(root)
+            try:
+                leader = wait_for(lambda: [etcd.leader()] if etcd.leader() is not None else None, "an etcd leader", 30)
+                theirs = asyncio.run(etcd_cells(etcd.clients[leader[0]], args.seconds, args.max_ops))
+                theirs_failover = failover_etcd(etcd)
+            finally:
+                etcd.close()
+    print(f"3 members each on 127.0.0.1, {os.cpu_count()} cores, {args.seconds}s per cell, one grpc.aio channel to the leader")
+    print(f"{'in flight':>9} | {'raftpoint ops/s':>15} {'p50 ms':>7} {'p99 ms':>7} | {'etcd ops/s':>10} {'p50 ms':>7} "
+          f"{'p99 ms':>7} | {'ratio':>5}")
+    for c in CONCURRENCY:
+        o, t = ours[c], theirs.get(c)
+        tail = (f"{t['ops_s']:>10.0f} {t['p50']:>7.2f} {t['p99']:>7.2f} | {o['ops_s'] / t['ops_s']:>5.2f}" if t
+                else f"{'-':>10} {'-':>7} {'-':>7} | {'-':>5}")
+        print(f"{c:>9} | {o['ops_s']:>15.0f} {o['p50']:>7.2f} {o['p99']:>7.2f} | {tail}")
+    d = ours["deps"]
+    print(f"ReportDependencies, batches of 100, 8 in flight: {d['ops_s'] * 100:,.0f} records/s "
+          f"(p50 {d['p50']:.2f} ms, p99 {d['p99']:.2f} ms)")
+    print(f"leader kill -> next accepted write: raftpoint {ours_failover:.2f}s"
+          + (f", etcd {theirs_failover:.2f}s" if theirs_failover is not None else ""))
+    if skip:
+        print(f"etcd skipped: {skip}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
