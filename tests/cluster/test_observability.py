@@ -1,0 +1,43 @@
+"""Metrics are served on their own port and move with the work done; logs are JSON."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+from coordinator.cli.local_cluster import LocalCluster, wait_for
+from tests.cluster.conftest import Client
+
+pytestmark = pytest.mark.cluster
+
+
+def scrape(address: str) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(raftpoint_\S+) (\S+)$", text, re.MULTILINE)}
+
+
+def test_metrics_move_with_writes(cluster: LocalCluster, client: Client) -> None:
+    leader = cluster.leader()
+    wait_for(lambda: scrape(leader.metrics).get('raftpoint_raft_role{role="leader"}') == 1.0, "the role gauge")
+    before = scrape(leader.metrics)
+    client.create_group()
+    client.register("a")
+    for i in range(1, 6):
+        client.commit("a", i)
+    after = wait_for(lambda: (m := scrape(leader.metrics)) and
+                     m.get("raftpoint_applied_index", 0) > before.get("raftpoint_applied_index", 0) and m, "gauges")
+    assert after['raftpoint_checkpoints_total{kind="basic"}'] - before.get('raftpoint_checkpoints_total{kind="basic"}', 0) == 5
+    key = 'raftpoint_rpc_seconds_count{code="OK",method="CommitCheckpoint"}'
+    assert after[key] - before.get(key, 0) == 5
+    assert after["raftpoint_apply_seconds_count"] > before.get("raftpoint_apply_seconds_count", 0)
+    assert after["raftpoint_raft_term"] >= 1
+
+
+def test_node_logs_are_json(cluster: LocalCluster) -> None:
+    cluster.leader()
+    lines = [line for line in (cluster.root / "node0.log").read_text().splitlines() if line.startswith("{")]
+    events = [json.loads(line) for line in lines]
+    assert any(e.get("event", "").startswith("node started") and e["level"] == "info" and "timestamp" in e
+               for e in events)
