@@ -1,6 +1,9 @@
 """CIC protocols never produce a useless checkpoint; BCS equal indexes form consistent cuts."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,72 +60,59 @@ def test_bcs_piggyback_is_validated() -> None:
         cic.bcs_decode(b"\x00")
 
 
-@st.composite
-def fdas_histories(draw) -> History:
-    n = draw(st.integers(2, 4))
-    agents = [f"p{i}" for i in range(n)]
-    log, states = EventLog(agents), [cic.FdasState.create(i, n) for i in range(n)]
-    in_flight: list[tuple[str, int, bytes]] = []
-    for step in range(draw(st.integers(0, 24))):
-        i = draw(st.integers(0, n - 1))
-        op = draw(st.sampled_from(("send", "receive", "checkpoint")))
-        if op == "checkpoint" and log.interval(agents[i]) < 5:
-            cic.fdas_on_checkpoint(states[i])
-            log.checkpoint(agents[i])
-        elif op == "send":
-            to = draw(st.integers(0, n - 1))
-            if to != i:
-                log.send(agents[i], f"m{step}")
-                in_flight.append((f"m{step}", to, cic.fdas_on_send(states[i])))
-        elif op == "receive" and in_flight:
-            mid, to, piggyback = in_flight.pop(draw(st.integers(0, len(in_flight) - 1)))
-            if cic.fdas_must_checkpoint(states[to], piggyback):
-                cic.fdas_on_checkpoint(states[to])
-                log.checkpoint(agents[to])
-            cic.fdas_on_deliver(states[to], piggyback)
-            log.receive(agents[to], mid)
-    return log.history()
+@dataclass(frozen=True)
+class VectorProtocol:
+    """The hooks of a vector-piggyback CIC protocol, so one generator drives each."""
+
+    create: Callable[[int, int], object]
+    send: Callable[[object, int], bytes]
+    must_checkpoint: Callable[[object, int, bytes], bool]
+    deliver: Callable[[object, int, bytes], None]
+    checkpoint: Callable[[object], None]
 
 
-@settings(max_examples=400, deadline=None)
-@given(fdas_histories())
-def test_fdas_checkpoints_are_all_useful(history) -> None:
-    assert rl.useless_checkpoints(history) == set()
-    every = {(a, c) for a, cps in history.checkpoints.items() for c in cps}
-    assert bf.useful(history) >= every
+FDAS = VectorProtocol(cic.FdasState.create, lambda s, to: cic.fdas_on_send(s),
+                      lambda s, frm, pb: cic.fdas_must_checkpoint(s, pb), lambda s, frm, pb: cic.fdas_on_deliver(s, pb),
+                      cic.fdas_on_checkpoint)
+HMNR = VectorProtocol(cic.HmnrState.create, cic.hmnr_on_send, cic.hmnr_must_checkpoint, cic.hmnr_on_deliver,
+                      cic.hmnr_on_checkpoint)
 
 
 @st.composite
-def hmnr_histories(draw) -> History:
+def protocol_histories(draw, protocol: VectorProtocol) -> History:
     n = draw(st.integers(2, 4))
     agents = [f"p{i}" for i in range(n)]
-    log, states = EventLog(agents), [cic.HmnrState.create(i, n) for i in range(n)]
+    log, states = EventLog(agents), [protocol.create(i, n) for i in range(n)]
     in_flight: list[tuple[str, int, int, bytes]] = []
     for step in range(draw(st.integers(0, 24))):
         i = draw(st.integers(0, n - 1))
         op = draw(st.sampled_from(("send", "receive", "checkpoint")))
         if op == "checkpoint" and log.interval(agents[i]) < 5:
-            cic.hmnr_on_checkpoint(states[i])
+            protocol.checkpoint(states[i])
             log.checkpoint(agents[i])
         elif op == "send":
             to = draw(st.integers(0, n - 1))
             if to != i:
                 log.send(agents[i], f"m{step}")
-                in_flight.append((f"m{step}", i, to, cic.hmnr_on_send(states[i], to)))
+                in_flight.append((f"m{step}", i, to, protocol.send(states[i], to)))
         elif op == "receive" and in_flight:
             mid, frm, to, piggyback = in_flight.pop(draw(st.integers(0, len(in_flight) - 1)))
-            if cic.hmnr_must_checkpoint(states[to], frm, piggyback):
-                cic.hmnr_on_checkpoint(states[to])
+            if protocol.must_checkpoint(states[to], frm, piggyback):
+                protocol.checkpoint(states[to])
                 log.checkpoint(agents[to])
-            cic.hmnr_on_deliver(states[to], frm, piggyback)
+            protocol.deliver(states[to], frm, piggyback)
             log.receive(agents[to], mid)
     return log.history()
 
 
 @settings(max_examples=1000, deadline=None)
-@given(hmnr_histories())
-def test_hmnr_checkpoints_are_all_useful(history) -> None:
-    assert rl.useless_checkpoints(history) == set()
+@given(st.data())
+def test_fdas_and_hmnr_checkpoints_are_all_useful(data) -> None:
+    for protocol in (FDAS, HMNR):
+        history = data.draw(protocol_histories(protocol))
+        assert rl.useless_checkpoints(history) == set()
+        every = {(a, c) for a, cps in history.checkpoints.items() for c in cps}
+        assert bf.useful(history) >= every
 
 
 def test_bcs_forces_where_hmnr_does_not() -> None:
