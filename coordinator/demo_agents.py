@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_client.blobstore import BlobError, LocalBlobStore
 from agent_client.connection import Connection
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import cic
@@ -59,8 +60,7 @@ class World:
         self.conn, self.group, self.mode, self.rng = conn, group, mode, rng
         self.agents = {a: DemoAgent(a, tokens) for a in agents}
         self.total = tokens * len(agents)
-        self.blob_dir = blob_dir
-        blob_dir.mkdir(parents=True, exist_ok=True)
+        self.blobs = LocalBlobStore(blob_dir)
         self.in_flight: list[Message] = []
         self.delivered: list[Message] = []
         self.forced = 0
@@ -88,14 +88,11 @@ class World:
             index = max(index, agent.last_index + 1)
             agent.bcs.lc = index
         self.flush_dependencies(agent)
-        data = agent.state_bytes()
-        digest = hashlib.sha256(data).hexdigest()
-        path = self.blob_dir / digest
-        path.write_bytes(data)
+        blob = self.blobs.put(agent.state_bytes())  # the blob first: a crash here leaves garbage, not a gap
         self.conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
             request_id=self.rid("cp"), token=self.token(agent),
             checkpoint=pb.CheckpointMeta(group=self.group, agent_id=agent.agent_id, index=index, epoch=agent.epoch,
-                                         kind=kind, blob_uri=path.as_uri(), sha256=digest, size=len(data))))
+                                         kind=kind, blob_uri=blob.uri, sha256=blob.sha256, size=blob.size)))
         agent.last_index = index
         return index
 
@@ -182,9 +179,12 @@ class World:
             return
         [meta] = [c for c in self.conn.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(
             group=self.group, agent_id=agent.agent_id)).checkpoints if c.index == index]
-        data = Path(meta.blob_uri.removeprefix("file://")).read_bytes()
+        try:
+            data = self.blobs.get(meta.blob_uri)
+        except BlobError as exc:
+            raise RuntimeError(f"checkpoint {index} of {agent.agent_id} rejected: {exc}") from None
         if hashlib.sha256(data).hexdigest() != meta.sha256:
-            raise RuntimeError(f"checkpoint {index} of {agent.agent_id} is corrupt: digest mismatch")
+            raise RuntimeError(f"checkpoint {index} of {agent.agent_id} rejected: digest differs from its metadata")
         sent = agent.sent
         agent.load(data, index)
         agent.sent = sent  # message ids stay unique across rollbacks
