@@ -10,7 +10,7 @@ import pytest
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.cli.local_cluster import LocalCluster, node_status, wait_for
 from coordinator.replication import snapshot_file
-from tests.cluster.conftest import FAST, Client
+from tests.support.cluster import FAST, Client
 
 pytestmark = pytest.mark.cluster
 

@@ -7,7 +7,7 @@ import pytest
 
 from coordinator.cli.local_cluster import LocalCluster, node_status, wait_for
 from coordinator.cli.main import main
-from tests.cluster.conftest import FAST, Client
+from tests.support.cluster import FAST, Client
 
 pytestmark = pytest.mark.cluster
 

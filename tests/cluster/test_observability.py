@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from coordinator.cli.local_cluster import LocalCluster, wait_for
-from tests.cluster.conftest import Client
+from tests.support.cluster import Client
 
 pytestmark = pytest.mark.cluster
 

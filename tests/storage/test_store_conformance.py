@@ -1,166 +1,252 @@
-"""One suite, both store implementations."""
+"""One conformance suite, run against every store kind (fixtures in conftest.py)."""
 from __future__ import annotations
 
 import io
+import tempfile
+import threading
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.storage import StoreFullError, keys, open_store
-from coordinator.storage.lmdb_store import LmdbStore
+from coordinator.storage import ImageError, Store, keys, open_store
+from coordinator.storage.protocol import MAX_KEY_SIZE
+from tests.storage.conftest import KINDS, MakeStore
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def store(request, tmp_path: Path) -> Iterator:
-    s = open_store(request.param, tmp_path / "db")
-    yield s
-    s.close()
+def content(store: Store) -> list[tuple[bytes, bytes]]:
+    return store.scan(b"")
 
 
-@pytest.fixture
-def fresh(request, tmp_path: Path):
-    made = []
-
-    def make(kind: str):
-        s = open_store(kind, tmp_path / f"fresh{len(made)}")
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        s.close()
+# ---- get / commit / delete / applied_index ----------------------------------------------
+def test_a_new_store_is_empty(store: Store) -> None:
+    assert store.applied_index == 0 and store.get(b"a") is None and content(store) == []
+    assert store.stats()["entries"] == 0
 
 
-def kind_of(store) -> str:
-    return "lmdb" if isinstance(store, LmdbStore) else "memory"
-
-
-def test_commit_get_delete_and_applied_index(store) -> None:
-    assert store.applied_index == 0 and store.get(b"a") is None
+def test_commit_puts_overwrites_and_deletes(store: Store) -> None:
     store.commit({b"a": b"1", b"b": b"2"}, 5)
     assert (store.get(b"a"), store.get(b"b"), store.applied_index) == (b"1", b"2", 5)
-    store.commit({b"a": None, b"c": b"3"}, 6)
-    assert store.get(b"a") is None and store.get(b"c") == b"3" and store.applied_index == 6
+    store.commit({b"a": None, b"b": b"22", b"c": b"", b"never": None}, 6)
+    assert store.get(b"a") is None and store.get(b"never") is None
+    assert content(store) == [(b"b", b"22"), (b"c", b"")]  # an empty value is a value
+    assert store.applied_index == 6
 
 
-def test_applied_index_never_goes_back_and_refusal_changes_nothing(store) -> None:
+def test_applied_index_may_repeat_but_never_go_back(store: Store) -> None:
     store.commit({b"a": b"1"}, 10)
+    store.commit({b"b": b"1"}, 10)
     digest = store.digest()
     with pytest.raises(ValueError, match="backwards"):
-        store.commit({b"a": b"2"}, 9)
-    assert store.get(b"a") == b"1" and store.applied_index == 10 and store.digest() == digest
+        store.commit({b"a": b"2", b"z": b"new"}, 9)
+    assert store.get(b"a") == b"1" and store.get(b"z") is None
+    assert store.applied_index == 10 and store.digest() == digest
 
 
-def test_scan_is_ordered_and_bounded_by_prefix(store) -> None:
+@pytest.mark.parametrize("bad, error", [
+    ({b"ok": b"1", b"bad": "text"}, TypeError),          # a str value, after a good write
+    ({b"ok": b"1", "bad": b"1"}, TypeError),             # a str key
+    ({b"ok": b"1", b"": b"1"}, ValueError),              # LMDB refuses empty keys
+    ({b"ok": b"1", b"k" * (MAX_KEY_SIZE + 1): b"1"}, ValueError),
+])
+def test_a_bad_write_refuses_the_whole_batch(store: Store, bad: dict, error: type) -> None:
+    store.commit({b"ok": b"0"}, 1)
+    with pytest.raises(error):
+        store.commit(bad, 2)
+    assert content(store) == [(b"ok", b"0")] and store.applied_index == 1
+
+
+def test_longest_key_is_accepted(store: Store) -> None:
+    store.commit({b"k" * MAX_KEY_SIZE: b"1"}, 1)
+    assert store.get(b"k" * MAX_KEY_SIZE) == b"1"
+
+
+# ---- scan ---------------------------------------------------------------------------------
+def test_scan_is_ordered_and_bounded_by_prefix(store: Store) -> None:
     writes = {keys.key("c", "g", "a", i): str(i).encode() for i in (10, 2, 300, 1)}
-    writes[keys.key("c", "g", "b", 1)] = b"other agent"
+    writes[keys.key("c", "g", "ab", 1)] = b"agent ab is not agent a"
     writes[keys.key("d", "g")] = b"other table"
     store.commit(writes, 1)
     found = store.scan(keys.prefix("c", "g", "a"))
     assert [keys.parse(k)[1][-1] for k, _ in found] == [1, 2, 10, 300]
+    assert found[0][1] == b"1"
     assert store.scan(keys.prefix("z")) == []
 
 
-def test_digest_depends_on_content_only(store, fresh) -> None:
+def test_scan_start_and_limit(store: Store) -> None:
+    store.commit({b"p%d" % i: b"%d" % i for i in range(10)} | {b"q0": b"x", b"o9": b"x"}, 1)
+    assert [k for k, _ in store.scan(b"p", start=b"p5")] == [b"p5", b"p6", b"p7", b"p8", b"p9"]
+    assert [k for k, _ in store.scan(b"p", start=b"p45")] == [b"p5", b"p6", b"p7", b"p8", b"p9"]
+    assert [k for k, _ in store.scan(b"p", start=b"a")] == [b"p%d" % i for i in range(10)]
+    assert store.scan(b"p", start=b"q") == []
+    assert [k for k, _ in store.scan(b"p", limit=3)] == [b"p0", b"p1", b"p2"]
+    assert [k for k, _ in store.scan(b"p", start=b"p8", limit=5)] == [b"p8", b"p9"]
+    assert store.scan(b"p", limit=0) == []
+    with pytest.raises(ValueError):
+        store.scan(b"p", limit=-1)
+
+
+_keys = st.lists(st.sampled_from([b"a", b"b", b"\x00", b"\xff"]), min_size=1, max_size=4).map(b"".join)
+_batches = st.lists(st.dictionaries(_keys, st.none() | st.binary(max_size=3), max_size=6), min_size=1, max_size=6)
+_queries = st.lists(st.tuples(st.sampled_from([b"", b"a", b"b", b"a\x00", b"\xff"]),
+                              st.none() | _keys, st.none() | st.integers(0, 5)), min_size=1, max_size=5)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=_batches, queries=_queries)
+def test_every_kind_matches_a_dict_model(batches: list[dict], queries: list[tuple]) -> None:
+    """Random histories against a plain dict: get, scan(prefix, start, limit), digest."""
+    model: dict[bytes, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = [open_store(kind, Path(tmp) / kind) for kind in KINDS]
+        try:
+            for index, batch in enumerate(batches, start=1):
+                for s in stores:
+                    s.commit(batch, index)
+                for k, v in batch.items():
+                    if v is None:
+                        model.pop(k, None)
+                    else:
+                        model[k] = v
+            for prefix, start, limit in queries:
+                expected = [(k, model[k]) for k in sorted(model)
+                            if k.startswith(prefix) and (start is None or k >= start)][:limit]
+                for s in stores:
+                    assert s.scan(prefix, start, limit) == expected
+            for s in stores:
+                assert all(s.get(k) == v for k, v in model.items())
+                assert s.applied_index == len(batches) and s.stats()["entries"] == len(model)
+            assert len({s.digest() for s in stores}) == 1  # both kinds hash identically
+        finally:
+            for s in stores:
+                s.close()
+
+
+# ---- digest -------------------------------------------------------------------------------
+def test_digest_depends_on_content_only(store: Store, kind: str, make_store: MakeStore) -> None:
     store.commit({b"x": b"1", b"y": b"2"}, 3)
-    other = fresh(kind_of(store))
+    other = make_store(kind)
     other.commit({b"y": b"2"}, 1)
     other.commit({b"z": b"9"}, 2)
     other.commit({b"x": b"1", b"z": None}, 50)
-    assert other.digest() == store.digest()  # same content, other history and applied index
-    other.commit({b"x": b"2"}, 51)
+    assert other.digest() == store.digest()  # same content, other order, history and applied index
+    other.commit({}, 51)
+    assert other.digest() == store.digest()  # applied_index is not part of it
+    other.commit({b"x": b"2"}, 52)
     assert other.digest() != store.digest()
-    only_y = fresh(kind_of(store))
-    only_y.commit({b"y": b"2"}, 1)
-    assert store.digest(skip=b"x") == only_y.digest() != store.digest()
 
 
-def test_image_round_trip_at_an_offset(store, fresh) -> None:
-    store.commit({keys.key("g", f"n{i}"): b"v" * i for i in range(200)}, 77)
+def test_digest_is_length_prefixed(kind: str, make_store: MakeStore) -> None:
+    a, b = make_store(kind), make_store(kind)
+    a.commit({b"ab": b"c"}, 1)
+    b.commit({b"a": b"bc"}, 1)
+    assert a.digest() != b.digest() != make_store(kind).digest()
+
+
+def test_digest_skip_leaves_out_a_prefix(store: Store, kind: str, make_store: MakeStore) -> None:
+    store.commit({b"r1": b"result", b"x": b"1"}, 1)
+    only_x = make_store(kind)
+    only_x.commit({b"x": b"1"}, 1)
+    assert store.digest(skip=b"r") == only_x.digest() != store.digest()
+
+
+def test_digest_from_another_thread_sees_whole_commits_only(store: Store, kind: str,
+                                                           make_store: MakeStore) -> None:
+    """Each commit moves a token between two keys; a reader must never see both or neither."""
+    states = [{b"left": b"t", b"n": b"%d" % i} if i % 2 else {b"right": b"t", b"n": b"%d" % i}
+              for i in range(60)]
+    valid = set()
+    for state in states:
+        reference = make_store("memory")
+        reference.commit(state, 1)
+        valid.add(reference.digest())
+    store.commit(states[0], 1)
+    seen: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            seen.append(store.digest())
+            store.stats()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(1, len(states)):
+            gone = b"right" if i % 2 else b"left"
+            store.commit({gone: None} | states[i], i + 1)
+    finally:
+        done.set()
+        reader.join()
+    assert seen and set(seen) <= valid
+
+
+# ---- images -------------------------------------------------------------------------------
+def _filled(store: Store) -> Store:
+    store.commit({keys.key("g", f"n{i}"): b"v" * i for i in range(300)}, 77)
+    store.commit({keys.key("g", "n5"): None}, 78)
+    return store
+
+
+@pytest.mark.parametrize("medium", ["bytesio", "file"])
+@pytest.mark.parametrize("offset", [0, 7])
+def test_image_round_trip(store: Store, kind: str, make_store: MakeStore, tmp_path: Path,
+                          medium: str, offset: int) -> None:
+    _filled(store)
+    with (io.BytesIO() if medium == "bytesio" else open(tmp_path / "image", "w+b")) as f:
+        f.write(b"H" * offset)
+        length = store.write_image(f)
+        f.write(b"trailer")  # the caller may append more after the image
+        assert length > 0 and f.tell() == offset + length + len(b"trailer")
+        f.seek(0)
+        assert f.read(offset) == b"H" * offset
+        copy = make_store(kind)
+        copy.commit({b"stale": b"gone after load"}, 300)  # even a store that is ahead
+        copy.load_image(f, length)
+        assert f.read() == b"trailer"  # exactly `length` bytes were consumed
+    assert copy.digest() == store.digest() and copy.applied_index == 78
+    assert copy.get(b"stale") is None and copy.stats()["entries"] == 299
+    copy.commit({b"after": b"load"}, 79)  # and the store keeps working
+    assert copy.get(b"after") == b"load"
+
+
+def _image(store: Store) -> bytes:
     buf = io.BytesIO()
-    buf.write(b"header!")
-    length = store.write_image(buf)
-    assert length > 0 and buf.tell() == 7 + length
-    buf.seek(7)
-    copy = fresh(kind_of(store))
-    copy.commit({b"stale": b"gone after load"}, 3)
-    copy.load_image(buf, length)
-    assert copy.digest() == store.digest() and copy.applied_index == 77 and copy.get(b"stale") is None
+    store.write_image(buf)
+    return buf.getvalue()
 
 
-def test_stats(store) -> None:
-    store.commit({b"k%d" % i: b"v" for i in range(10)}, 1)
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_bad_image_is_refused_and_changes_nothing(store: Store, kind: str, make_store: MakeStore,
+                                                    damage: str) -> None:
+    image = _image(_filled(make_store(kind)))
+    bad = {"truncated": image[:len(image) // 2], "garbage": b"\x42" * len(image), "empty": b""}[damage]
+    store.commit({b"mine": b"1"}, 3)
+    digest = store.digest()
+    with pytest.raises(ImageError):
+        store.load_image(io.BytesIO(bad), len(bad))
+    with pytest.raises(ImageError):  # the stream ends before `length`
+        store.load_image(io.BytesIO(image[:-1]), len(image))
+    assert store.digest() == digest and store.applied_index == 3
+
+
+# ---- stats --------------------------------------------------------------------------------
+def test_stats(store: Store, kind: str) -> None:
+    empty_used = store.stats()["used_bytes"]
+    store.commit({b"k%d" % i: b"v" * 100 for i in range(100)}, 1)
     stats = store.stats()
-    assert stats["entries"] == 10 and stats["used_bytes"] > 0 and stats["capacity_bytes"] >= 0
-
-
-def test_keys_reject_nul_and_round_trip() -> None:
-    with pytest.raises(ValueError):
-        keys.key("t", "a\x00b")
-    assert keys.parse(keys.key("c", "g", "a", 7)) == ("c", ("g", "a", 7))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.text(alphabet="ab:.-z0", min_size=1, max_size=6), st.integers(0, 2**40)),
-                min_size=2, max_size=20))
-def test_key_order_is_tuple_order(parts) -> None:
-    encoded = sorted(parts, key=lambda p: keys.key("t", *p))
-    assert encoded == sorted(parts)
-
-
-def test_lmdb_survives_reopen(tmp_path: Path) -> None:
-    s = LmdbStore(tmp_path / "db")
-    s.commit({b"a": b"1"}, 4)
-    digest = s.digest()
-    s.close()
-    again = LmdbStore(tmp_path / "db")
-    assert again.applied_index == 4 and again.digest() == digest
-    again.close()
-
-
-def test_lmdb_grows_then_refuses_cleanly_when_full(tmp_path: Path) -> None:
-    s = LmdbStore(tmp_path / "db", map_size=256 * 1024, max_map_size=1024 * 1024)
-    s.commit({b"k%d" % i: b"v" * 1000 for i in range(400)}, 1)  # needs growth past 256 KiB
-    assert s.get(b"k399") == b"v" * 1000
-    digest, applied = s.digest(), s.applied_index
-    with pytest.raises(StoreFullError, match="max_map_size_mb"):
-        s.commit({b"big%d" % i: b"x" * 4000 for i in range(1000)}, 2)
-    assert s.digest() == digest and s.applied_index == applied
-    s.close()
-
-
-@pytest.mark.parametrize("leftover", ["incoming_only", "old_only", "both_with_path"])
-def test_lmdb_recovers_from_an_interrupted_image_swap(tmp_path: Path, leftover: str) -> None:
-    path = tmp_path / "db"
-    src = LmdbStore(tmp_path / "src")
-    src.commit({b"new": b"1"}, 9)
-    buf = io.BytesIO()
-    length = src.write_image(buf)
-    src.close()
-    old = LmdbStore(path)
-    old.commit({b"old": b"1"}, 3)
-    old.close()
-    incoming = tmp_path / "db.incoming"
-    incoming.mkdir()
-    (incoming / "data.mdb").write_bytes(buf.getvalue()[:length])
-    if leftover == "incoming_only":   # crashed after renaming db -> db.old and removing it
-        import shutil
-        shutil.rmtree(path)
-    elif leftover == "old_only":      # crashed between the two renames, incoming lost
-        path.rename(tmp_path / "db.old")
-        import shutil
-        shutil.rmtree(incoming)
-    else:                             # crashed before the first rename
-        pass
-    store = LmdbStore(path)
-    expected = {"incoming_only": (b"new", 9), "old_only": (b"old", 3), "both_with_path": (b"old", 3)}[leftover]
-    assert store.get(expected[0]) == b"1" and store.applied_index == expected[1]
-    assert not incoming.exists() and not (tmp_path / "db.old").exists()
-    store.close()
+    assert stats["entries"] == 100 and stats["used_bytes"] >= 100 * 100 and stats["used_bytes"] > empty_used
+    assert stats["capacity_bytes"] == (0 if kind == "memory" else 64 << 30)
+    store.commit({b"k%d" % i: None for i in range(100)}, 2)
+    assert store.stats()["entries"] == 0 and store.stats()["used_bytes"] < stats["used_bytes"]
 
 
 def test_unknown_kind_is_named() -> None:
     with pytest.raises(ValueError, match="memory, lmdb"):
         open_store("redis", None)
+
+
+def test_lmdb_needs_a_path() -> None:
+    with pytest.raises(ValueError, match="path"):
+        open_store("lmdb", None)

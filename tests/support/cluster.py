@@ -1,4 +1,4 @@
-"""Real coordinator processes on loopback, and a small leader-following client."""
+"""Real coordinator processes on loopback, a leader-following test client, and their fixtures."""
 from __future__ import annotations
 
 import time
