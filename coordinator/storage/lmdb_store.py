@@ -1,8 +1,19 @@
 """The LMDB store: one durable write transaction per commit.
 
-`lib_version=0` pins the LMDB 0.9 on-disk format so an upgrade of the wheel can
-never silently change it. Data and metadata (applied_index) live in separate
-named databases so scans and digests never see the metadata.
+`lib_version=0` pins the LMDB 0.9 on-disk format (py-lmdb 3.0.0 bundles 0.9 and
+1.0 engines), so an upgrade of the wheel can never silently change it. Data and
+metadata (applied_index) live in separate named databases of the same file, so a
+scan or digest never sees the metadata while a commit still updates both in one
+transaction, and the image (a compact copy of data.mdb) carries both.
+
+Threads. The Raft thread commits; gRPC and leader-loop threads read (get/scan)
+and status calls take digest()/stats(). Two locks, always taken in this order:
+- `_gate` (shared/exclusive): anything running a transaction holds it shared, so
+  a long digest() never stalls commits; the few things that must not overlap any
+  transaction in this process -- set_mapsize (it remaps), the close/reopen of a
+  load_image, close() -- hold it exclusive.
+- `_reader_lock`: guards the read transaction that get/scan reuse until the next
+  commit (opening one per get cost more than the lookup itself).
 """
 from __future__ import annotations
 
@@ -11,25 +22,24 @@ import shutil
 import struct
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Mapping
+from typing import BinaryIO, Iterator, Mapping
 
 import lmdb
 
-from coordinator.storage.digest import check_monotonic, content_digest
-from coordinator.storage.protocol import StoreFullError
+from coordinator.storage.digest import content_digest
+from coordinator.storage.protocol import ImageError, StoreFullError, check_commit, check_scan, scan_from
 
 _APPLIED = b"applied_index"
 _U64 = struct.Struct(">Q")
 _COPY_CHUNK = 1 << 20
+_DATA_FILE = "data.mdb"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _open_env(path: Path, **options: object) -> lmdb.Environment:
+    """Every environment (live or an image being checked) is opened the same way."""
+    return lmdb.open(str(path), lib_version=0, subdir=True, max_dbs=2, readahead=False, **options)
 
 
 class LmdbStore:
@@ -37,141 +47,257 @@ class LmdbStore:
         self.path = Path(path)
         self._map_size = map_size
         self._max_map_size = max(max_map_size, map_size)
-        self._lock = threading.RLock()  # guards the env handle across a load_image swap
-        self._recover_interrupted_swap()
+        self._gate = _Gate()
+        self._reader_lock = threading.Lock()
+        self._reader: lmdb.Transaction | None = None
+        self._closed = False
+        recover_interrupted_swap(self.path)
         self._open()
 
-    # ---- lifecycle ----------------------------------------------------------------
+    # ---- lifecycle ------------------------------------------------------------------
     def _open(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(str(self.path), lib_version=0, subdir=True, map_size=self._map_size, max_dbs=2,
-                              sync=True, metasync=True, readahead=False, lock=True)
-        self._reader: lmdb.Transaction | None = None
+        if not self.path.exists():
+            self.path.mkdir(parents=True)
+            _fsync_dir(self.path.parent)  # a new store's directory entry survives a crash
+        self._env = _open_env(self.path, map_size=self._map_size, sync=True, metasync=True, lock=True)
+        self._map_size = self._env.info()["map_size"]  # LMDB raises it to fit a larger file
         self._data = self._env.open_db(b"data")
         self._meta = self._env.open_db(b"meta")
         with self._env.begin(db=self._meta) as txn:
-            raw = txn.get(_APPLIED)
-        self._applied = _U64.unpack(raw)[0] if raw else 0
-
-    def _recover_interrupted_swap(self) -> None:
-        """load_image renames path -> .old, then .incoming -> path. After a crash:
-        path present: the swap finished (or never started); drop leftovers.
-        path missing: .incoming is complete (it was fsynced before the first rename)."""
-        old, incoming = self._sibling("old"), self._sibling("incoming")
-        if not self.path.exists() and incoming.exists():
-            incoming.rename(self.path)
-            _fsync_dir(self.path.parent)
-        elif not self.path.exists() and old.exists():
-            old.rename(self.path)
-        for leftover in (old, incoming):
-            if leftover.exists():
-                shutil.rmtree(leftover)
-
-    def _sibling(self, suffix: str) -> Path:
-        return self.path.with_name(f"{self.path.name}.{suffix}")
+            self._applied = _read_applied(txn)
 
     def close(self) -> None:
-        with self._lock:
-            self._drop_reader()
-            self._env.close()
+        with self._gate.exclusive(), self._reader_lock:
+            if not self._closed:
+                self._drop_reader()
+                self._env.close()
+                self._closed = True
 
-    # ---- reads --------------------------------------------------------------------
+    def _sibling(self, suffix: str) -> Path:
+        return _sibling(self.path, suffix)
+
+    # ---- reads ----------------------------------------------------------------------
     @property
     def applied_index(self) -> int:
         return self._applied
 
-    def _read_txn(self) -> lmdb.Transaction:
-        """One read transaction reused until the next commit: opening one per get
-        cost more than the lookup itself. Callers hold the lock."""
-        if self._reader is None:
-            self._reader = self._env.begin(db=self._data)
-        return self._reader
+    @contextmanager
+    def _cached_reader(self) -> Iterator[lmdb.Transaction]:
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = self._env.begin(db=self._data)
+            yield self._reader
 
     def _drop_reader(self) -> None:
+        """Callers hold _reader_lock."""
         if self._reader is not None:
             self._reader.abort()
             self._reader = None
 
     def get(self, key: bytes) -> bytes | None:
-        with self._lock:
-            return self._read_txn().get(key)
+        with self._cached_reader() as txn:
+            return txn.get(key)
 
-    def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+    def scan(self, prefix: bytes, start: bytes | None = None,
+             limit: int | None = None) -> list[tuple[bytes, bytes]]:
+        check_scan(limit)
         out: list[tuple[bytes, bytes]] = []
-        with self._lock:
-            cursor = self._read_txn().cursor()
-            if not cursor.set_range(prefix):
+        with self._cached_reader() as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(scan_from(prefix, start)):
                 return out
             for k, v in cursor:
-                if not k.startswith(prefix):
+                if not k.startswith(prefix) or (limit is not None and len(out) >= limit):
                     break
                 out.append((k, v))
         return out
 
     def digest(self, skip: bytes | None = None) -> str:
-        with self._lock, self._env.begin(db=self._data) as txn:
+        """Own read transaction, gate shared: safe from any thread, never blocks commits."""
+        with self._gate.shared(), self._env.begin(db=self._data) as txn:
             return content_digest(txn.cursor().iternext(), skip)
 
     def stats(self) -> dict[str, int]:
-        with self._lock:
-            info, stat = self._env.info(), self._env.stat()
-            with self._env.begin(db=self._data) as txn:
-                entries = txn.stat(self._data)["entries"]
-            return {"entries": entries, "used_bytes": (info["last_pgno"] + 1) * stat["psize"],
-                    "capacity_bytes": self._max_map_size}
+        """used_bytes counts live pages (not the file's high-water mark, which never
+        shrinks after deletes). capacity_bytes is max_map_size -- the size the map
+        may grow to -- because admission control compares used against it;
+        map_size_bytes is the current map and file_bytes the high-water mark."""
+        with self._gate.shared(), self._env.begin() as txn:
+            psize = self._env.stat()["psize"]
+            pages = 2  # the two meta pages
+            for st in (self._env.stat(), txn.stat(self._data), txn.stat(self._meta)):
+                pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+            info = self._env.info()
+            return {"entries": txn.stat(self._data)["entries"], "used_bytes": pages * psize,
+                    "capacity_bytes": self._max_map_size, "map_size_bytes": info["map_size"],
+                    "file_bytes": (info["last_pgno"] + 1) * psize}
 
-    # ---- writes -------------------------------------------------------------------
+    # ---- writes ---------------------------------------------------------------------
     def commit(self, writes: Mapping[bytes, bytes | None], applied_index: int) -> None:
-        check_monotonic(self._applied, applied_index)
-        with self._lock:
-            while True:
-                try:
-                    with self._env.begin(write=True) as txn:
-                        for k, v in writes.items():
-                            if v is None:
-                                txn.delete(k, db=self._data)
-                            else:
-                                txn.put(k, v, db=self._data)
-                        txn.put(_APPLIED, _U64.pack(applied_index), db=self._meta)
-                    self._drop_reader()  # later reads must see this commit
-                    break
-                except lmdb.MapFullError:  # the txn was aborted: nothing written
-                    self._drop_reader()
-                    if self._map_size >= self._max_map_size:
-                        raise StoreFullError(
-                            f"LMDB map is full at {self._map_size} bytes (max_map_size_mb "
-                            f"{self._max_map_size >> 20}); raise max_map_size_mb or free disk") from None
-                    self._map_size = min(self._map_size * 2, self._max_map_size)
-                    self._env.set_mapsize(self._map_size)
-            self._applied = applied_index
+        check_commit(self._applied, writes, applied_index)
+        while True:
+            try:
+                with self._gate.shared():
+                    self._write_txn(writes, applied_index)
+                break
+            except lmdb.MapFullError:  # the txn was aborted: nothing written
+                self._grow(len(writes))
+        with self._reader_lock:
+            self._drop_reader()  # later reads must see this commit
+        self._applied = applied_index
 
-    # ---- images (Raft snapshots) --------------------------------------------------
+    def _write_txn(self, writes: Mapping[bytes, bytes | None], applied_index: int) -> None:
+        with self._env.begin(write=True) as txn:  # commits on exit, aborts on any exception
+            for k, v in writes.items():
+                if v is None:
+                    txn.delete(k, db=self._data)
+                else:
+                    txn.put(k, v, db=self._data)
+            txn.put(_APPLIED, _U64.pack(applied_index), db=self._meta)
+
+    def _grow(self, n_writes: int) -> None:
+        with self._gate.exclusive(), self._reader_lock:
+            if self._map_size >= self._max_map_size:
+                used = self._env.info()["last_pgno"] + 1
+                raise StoreFullError(
+                    f"LMDB store {self.path} is full: {used * self._env.stat()['psize'] >> 10} KiB of pages "
+                    f"in a map already at its ceiling of {self._max_map_size >> 10} KiB, and a commit of "
+                    f"{n_writes} writes does not fit; nothing was written. Raise max_map_size_mb "
+                    f"(--max-map-size-mb, RAFTPOINT_MAX_MAP_SIZE_MB) and make sure the disk has room.")
+            self._drop_reader()
+            self._map_size = min(self._map_size * 2, self._max_map_size)
+            self._env.set_mapsize(self._map_size)
+
+    # ---- images (Raft snapshots) ----------------------------------------------------
     def write_image(self, fileobj: BinaryIO) -> int:
-        """A compact copy of data.mdb streamed into fileobj at its position."""
-        with self._lock, tempfile.TemporaryFile(dir=self.path.parent) as tmp:
+        """A compact copy of data.mdb at fileobj's position. copyfd write()s at the
+        descriptor's offset (verified with lmdb 3.0.0), so a real file gets the copy
+        directly; anything else (BytesIO, pipes) goes through a temporary file."""
+        with self._gate.shared():
+            try:
+                pos = fileobj.tell()
+                fileobj.flush()
+                fd = fileobj.fileno()
+                os.lseek(fd, pos, os.SEEK_SET)  # a buffered reader may have read ahead
+            except (OSError, AttributeError, ValueError):  # io.UnsupportedOperation is both
+                return self._write_image_via_temp(fileobj)
+            self._env.copyfd(fd, compact=True)
+            end = os.lseek(fd, 0, os.SEEK_CUR)
+            fileobj.seek(end)  # resynchronise the Python buffer with the descriptor
+            return end - pos
+
+    def _write_image_via_temp(self, fileobj: BinaryIO) -> int:
+        with tempfile.TemporaryFile(dir=self.path.parent) as tmp:
             self._env.copyfd(tmp.fileno(), compact=True)
             tmp.seek(0)
             return _copy(tmp, fileobj, None)
 
     def load_image(self, fileobj: BinaryIO, length: int) -> None:
-        incoming, old = self._sibling("incoming"), self._sibling("old")
-        if incoming.exists():
-            shutil.rmtree(incoming)
-        incoming.mkdir(parents=True)
-        with open(incoming / "data.mdb", "wb") as out:
-            if _copy(fileobj, out, length) != length:
-                raise ValueError("truncated store image")
-            out.flush()
-            os.fsync(out.fileno())
-        _fsync_dir(incoming)
-        with self._lock:
+        """Stream into <path>.incoming, check it, then swap directories.
+
+        Crash safety rests on one ordering: .incoming is complete and durable
+        (file, its directory and the parent all fsynced) before the first rename.
+        recover_interrupted_swap() relies on exactly that."""
+        incoming = self._sibling("incoming")
+        _remove_tree(incoming)
+        incoming.mkdir()
+        try:
+            with open(incoming / _DATA_FILE, "wb") as out:
+                copied = _copy(fileobj, out, length)
+                out.flush()
+                os.fsync(out.fileno())
+            if copied != length:
+                raise ImageError(f"truncated store image: {copied} of {length} bytes")
+            _check_image(incoming)
+            _fsync_dir(incoming)
+            _fsync_dir(self.path.parent)
+        except BaseException:
+            _remove_tree(incoming)
+            raise
+        with self._gate.exclusive(), self._reader_lock:
             self._drop_reader()
             self._env.close()
-            self.path.rename(old)
-            incoming.rename(self.path)
-            _fsync_dir(self.path.parent)
-            shutil.rmtree(old)
-            self._open()
+            try:
+                old = self._sibling("old")
+                self.path.rename(old)
+                incoming.rename(self.path)
+                _fsync_dir(self.path.parent)  # the swap is now durable: from here on, new content
+                _remove_tree(old)
+            finally:  # after a failed rename, the crash-recovery rule picks a whole store
+                recover_interrupted_swap(self.path)
+                self._open()
+
+
+def recover_interrupted_swap(path: Path) -> None:
+    """Finish or undo a load_image that a crash interrupted. The rule:
+
+    - `path` exists: it is a complete store -- the old one (swap not started) or
+      the new one (both renames done) -- so it wins; .incoming (maybe partial)
+      and .old (maybe half deleted) are removed.
+    - `path` missing, .incoming exists: the first rename (path -> .old) happened,
+      which load_image does only once .incoming is complete and durable, so
+      .incoming becomes the store.
+    - `path` missing, only .old exists: put it back (old content).
+    """
+    old, incoming = _sibling(path, "old"), _sibling(path, "incoming")
+    if not path.exists():
+        for candidate in (incoming, old):
+            if candidate.exists():
+                candidate.rename(path)
+                _fsync_dir(path.parent)
+                break
+    for leftover in (old, incoming):
+        _remove_tree(leftover)
+
+
+def _check_image(directory: Path) -> None:
+    """Open the image read-only before it replaces anything: a truncated or foreign
+    file must fail here, not after the old store is gone. The size check runs before
+    any page is touched, because reading past the end of an mmap is a SIGBUS."""
+    size = (directory / _DATA_FILE).stat().st_size
+    try:
+        env = _open_env(directory, readonly=True, lock=False)
+    except lmdb.Error as exc:
+        raise ImageError(f"not an LMDB store image: {exc}") from None
+    try:
+        info, psize = env.info(), env.stat()["psize"]
+        if size < (info["last_pgno"] + 1) * psize:
+            raise ImageError(f"truncated LMDB image: {size} bytes, needs {(info['last_pgno'] + 1) * psize}")
+        try:
+            env.open_db(b"data", create=False)
+            with env.begin(db=env.open_db(b"meta", create=False)) as txn:
+                _read_applied(txn)
+        except lmdb.Error as exc:
+            raise ImageError(f"LMDB image is not a raftpoint store: {exc}") from None
+    finally:
+        env.close()
+
+
+def _read_applied(txn: lmdb.Transaction) -> int:
+    raw = txn.get(_APPLIED)
+    if raw is None:
+        return 0
+    if len(raw) != _U64.size:
+        raise ImageError(f"applied_index record has {len(raw)} bytes, expected {_U64.size}")
+    return _U64.unpack(raw)[0]
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(f"{path.name}.{suffix}")
+
+
+def _fsync_dir(path: Path) -> None:
+    """Renames and creations are durable only once their directory is fsynced."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_tree(path: Path) -> None:
+    if path.exists():
+        shutil.rmtree(path)
 
 
 def _copy(src: BinaryIO, dst: BinaryIO, length: int | None) -> int:
@@ -183,3 +309,41 @@ def _copy(src: BinaryIO, dst: BinaryIO, length: int | None) -> int:
         dst.write(chunk)
         copied += len(chunk)
     return copied
+
+
+class _Gate:
+    """A shared/exclusive lock. Exclusive waiters block new shared holders, so a
+    stream of digest() calls cannot starve a map resize."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                if not self._shared:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
