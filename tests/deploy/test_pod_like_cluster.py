@@ -67,11 +67,9 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
         for i in range(replicas):
             start(i)
         [first] = wait_for(leader, "a leader among the pods", 60, 0.2)
-        conn = Connection([grpc[i] for i in range(replicas)], deadline=30)
         # Redirects name the leader by its stable name, which only the pods resolve:
         # talk to the leader's IP directly.
-        conn.endpoints = [grpc[first]]
-        conn._target = grpc[first]
+        conn = Connection([grpc[first]], deadline=30)
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="pod-g", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=3600)))
         conn.call("AgentService", "Register", pb.RegisterRequest(request_id="pod-r", group="g", agent_id="a"))
