@@ -5,6 +5,7 @@ import asyncio
 import time
 
 import grpc
+import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -17,13 +18,15 @@ from coordinator.transport.leases import LeaseTable
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
 
+log = structlog.get_logger("raftpoint.rpc")
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 HEALTH_PERIOD_S = 0.5
 SERVICES = ("raftpoint.v1.AgentService", "raftpoint.v1.AdminService", "")
 
 
 class _Metrics(grpc.aio.ServerInterceptor):
-    """RPC latency by method and status code."""
+    """RPC latency by method and status code; the request id bound to every log line
+    the handler emits, and refused requests logged with their reason."""
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
@@ -34,13 +37,17 @@ class _Metrics(grpc.aio.ServerInterceptor):
         async def timed(request, context):
             started = time.perf_counter()
             code = "OK"
+            structlog.contextvars.bind_contextvars(rpc=method, request_id=getattr(request, "request_id", "") or None)
             try:
                 return await inner(request, context)
             except BaseException:
                 code = (context.code() or grpc.StatusCode.UNKNOWN).name
+                if code != "UNAVAILABLE":
+                    log.info("rpc refused", code=code, details=context.details())
                 raise
             finally:
                 metrics.RPC_SECONDS.labels(method, code).observe(time.perf_counter() - started)
+                structlog.contextvars.clear_contextvars()
 
         return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
                                                    response_serializer=handler.response_serializer)

@@ -5,6 +5,7 @@ import json
 import re
 import urllib.request
 
+import grpc
 import pytest
 
 from coordinator.cli.local_cluster import LocalCluster, wait_for
@@ -35,8 +36,18 @@ def test_metrics_move_with_writes(cluster: LocalCluster, client: Client) -> None
     assert after["raftpoint_raft_term"] >= 1
 
 
-def test_node_logs_are_json(cluster: LocalCluster) -> None:
-    cluster.leader()
+def test_node_logs_are_json_with_request_ids(cluster: LocalCluster, client: Client) -> None:
+    leader = cluster.leader()
+    client.create_group()
+    with pytest.raises(grpc.RpcError):
+        client.commit("nobody", 1, rid="traced-request-42")
+
+    def refused() -> list[dict]:
+        text = (cluster.root / f"node{leader.index}.log").read_text()
+        return [e for e in map(json.loads, filter(lambda l: l.startswith("{"), text.splitlines()))
+                if e.get("request_id") == "traced-request-42"]
+    [event] = wait_for(refused, "the refused request in the leader's log")
+    assert event["event"] == "rpc refused" and event["code"] == "NOT_FOUND" and event["rpc"] == "CommitCheckpoint"
     lines = [line for line in (cluster.root / "node0.log").read_text().splitlines() if line.startswith("{")]
     events = [json.loads(line) for line in lines]
     assert any(e.get("event", "").startswith("node started") and e["level"] == "info" and "timestamp" in e
