@@ -19,15 +19,14 @@ from typing import Callable
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
 
-from coordinator import wire
 from coordinator.config import NodeConfig
-from coordinator.core.commands import Failure, ReadBarrier, decode_result, encode_result
-from coordinator.core.errors import Code, Rejection
-from coordinator.core.state_machine import apply
+from coordinator.core.commands import decode_result
 from coordinator.replication import journal, snapshot_file
+from coordinator.replication.applier import apply_entry_bytes
+from coordinator.replication.replica import Callback, NotLeader, Overloaded
 from coordinator.storage.protocol import Store, StoreFullError
 from coordinator.storage import keys
-from coordinator.storage.state import RESULT, KvState, RecordCache, result_key
+from coordinator.storage.state import RESULT, KvState, RecordCache
 
 log = logging.getLogger(__name__)
 journal.install()
@@ -38,18 +37,6 @@ ADMISSION_LIMIT = 0.9
 CAPACITY_CHECK_PERIOD_S = 0.1
 FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
-
-Callback = Callable[[bytes | None, str | None], None]
-
-
-class NotLeader(Exception):
-    def __init__(self, leader_raft: str | None) -> None:
-        super().__init__(f"not the leader; leader is {leader_raft or 'unknown'}")
-        self.leader_raft = leader_raft
-
-
-class Overloaded(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -113,32 +100,11 @@ class CoordinatorNode(SyncObj):
         if index <= self._batch_index:
             return None  # already in the store: replayed journal after a restart
         started = time.perf_counter()
-        result = self._apply_bytes(data)
+        result = apply_entry_bytes(self._records, data)
         self._batch_index = index
         if self._on_apply is not None:
             self._on_apply(time.perf_counter() - started)
         return result
-
-    def _apply_bytes(self, data: bytes) -> bytes:
-        try:
-            entry = wire.entry_from_bytes(data)
-        except Rejection as rejection:
-            return encode_result(Failure.of(rejection))
-        except Exception as exc:  # undecodable bytes never reach here from our proposer
-            return encode_result(Failure(Code.INVALID_ARGUMENT, f"undecodable log entry: {exc}"))
-        if isinstance(entry.command, ReadBarrier):
-            return encode_result(apply(KvState(self._records), entry))
-        key = result_key(entry.request_id)
-        state = KvState(self._records)
-        prior = state.raw(key)
-        if prior is not None:
-            return prior
-        result = apply(state, entry)
-        if not isinstance(result, Failure):
-            self._records.pending.update(state.writes)
-        encoded = encode_result(result)
-        self._records.pending[key] = encoded
-        return encoded
 
     # ---- group commit -------------------------------------------------------------
     def _commit_batch(self) -> None:

@@ -19,7 +19,7 @@ from coordinator.core import ids
 from coordinator.core.commands import Failure, Result, decode_result
 from coordinator.core.errors import Rejection
 from coordinator.core.validation import validate
-from coordinator.replication.node import CoordinatorNode, NotLeader, Overloaded
+from coordinator.replication.replica import NotLeader, Overloaded, Replica
 from coordinator.transport.status_map import GRPC_CODE, LEADER_METADATA_KEY, details
 from coordinator import wire
 
@@ -27,7 +27,7 @@ DEFAULT_TIMEOUT = 10.0
 
 
 class Proposer:
-    def __init__(self, node: CoordinatorNode) -> None:
+    def __init__(self, node: Replica) -> None:
         self.node = node
 
     async def abort_not_leader(self, context: grpc.aio.ServicerContext, leader_raft: str | None) -> None:

@@ -12,7 +12,7 @@ from grpc_reflection.v1alpha import reflection
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.observability import metrics
-from coordinator.replication.node import CoordinatorNode
+from coordinator.replication.replica import Replica
 from coordinator.service import leader_loop
 from coordinator.transport.leases import LeaseTable
 from coordinator.transport.proposer import Proposer
@@ -53,13 +53,13 @@ class _Metrics(grpc.aio.ServerInterceptor):
                                                    response_serializer=handler.response_serializer)
 
 
-def serving(node: CoordinatorNode) -> bool:
+def serving(node: Replica) -> bool:
     """SERVING only when a leader is known and this node has applied what is committed."""
     s = node.status()
     return bool(s["leader"]) and s["raft_applied_index"] >= s["commit_index"]
 
 
-async def _health_loop(node: CoordinatorNode, servicer: health.aio.HealthServicer, stop: asyncio.Event) -> None:
+async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop: asyncio.Event) -> None:
     while not stop.is_set():
         status = health_pb2.HealthCheckResponse.SERVING if serving(node) else health_pb2.HealthCheckResponse.NOT_SERVING
         for name in SERVICES:
@@ -71,7 +71,7 @@ async def _health_loop(node: CoordinatorNode, servicer: health.aio.HealthService
             pass
 
 
-async def serve(node: CoordinatorNode, address: str, stop: asyncio.Event) -> None:
+async def serve(node: Replica, address: str, stop: asyncio.Event) -> None:
     server = grpc.aio.server(interceptors=[_Metrics()], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -1,0 +1,38 @@
+"""What the transport needs from a replica, without importing pysyncobj.
+
+CoordinatorNode (Raft) implements it for real clusters; agent_client.testing's
+in-process replica implements it for users' unit tests.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from coordinator.storage.state import KvState
+
+Callback = Callable[[bytes | None, str | None], None]
+
+
+class NotLeader(Exception):
+    def __init__(self, leader_raft: str | None) -> None:
+        super().__init__(f"not the leader; leader is {leader_raft or 'unknown'}")
+        self.leader_raft = leader_raft
+
+
+class Overloaded(Exception):
+    pass
+
+
+class AddressBook(Protocol):
+    def grpc_of(self, raft_address: str | None) -> str | None: ...
+
+
+class Replica(Protocol):
+    config: AddressBook
+
+    def propose(self, data: bytes, callback: Callback) -> None: ...
+    def read_state(self) -> KvState: ...
+    def status(self) -> dict: ...
+    def digest(self) -> str: ...
+    def state_digest(self) -> str: ...
+    def is_leader(self) -> bool: ...
+    def leader_raft_address(self) -> str | None: ...

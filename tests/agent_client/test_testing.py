@@ -1,0 +1,38 @@
+"""agent_client.testing: the real API in-process, for users' unit tests."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_client.agent import AgentClient
+from agent_client.connection import Connection, Rejected
+from agent_client.testing import InProcessCoordinator
+from coordinator.api.v1 import coordinator_pb2 as pb
+
+
+def test_agents_checkpoint_message_and_recover_in_process(tmp_path: Path) -> None:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as admin:
+        admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
+        a = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=lambda: b"a-state")
+        b = AgentClient("g", "b", [coordinator.address], tmp_path, snapshot=lambda: b"b-state")
+        a.register()
+        b.register()
+        a.checkpoint()
+        assert b.unwrap(a.wrap(b"m", to="b")) == b"m" and b.forced == 1
+        restarted = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=lambda: b"")
+        restarted.register()
+        assert restarted.restore().state == b"a-state"
+        with pytest.raises(Rejected, match="incarnation"):
+            a.checkpoint()  # the old incarnation is a zombie now
+
+
+def test_running_the_testing_coordinator_loads_neither_raft_nor_lmdb() -> None:
+    code = ("import sys, agent_client.testing, agent_client.agent; "
+            "c = agent_client.testing.InProcessCoordinator().start(); c.stop(); "
+            "bad = {'pysyncobj', 'lmdb'} & set(sys.modules); print(sorted(bad)); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
