@@ -71,12 +71,14 @@ def node_status(grpc_address: str, timeout: float = 1.0) -> pb.NodeStatus | None
 
 class LocalCluster:
     def __init__(self, root: Path, size: int = 3, *, settings: dict[str, object] | None = None,
-                 password: str | None = None) -> None:
+                 password: str | None = None, base_port: int | None = None) -> None:
+        """`base_port`: node i gets raft/grpc/metrics on base+3i, +1, +2 (stable addresses for
+        a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks)."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
         self.settings = settings or {}
-        ports = free_ports(3 * size)
+        ports = free_ports(3 * size) if base_port is None else list(range(base_port, base_port + 3 * size))
         self.nodes = [NodeProcess(i, f"127.0.0.1:{ports[3 * i]}", f"127.0.0.1:{ports[3 * i + 1]}",
                                   f"127.0.0.1:{ports[3 * i + 2]}", self.root / f"node{i}") for i in range(size)]
         self.log_files: list = []
@@ -124,6 +126,11 @@ class LocalCluster:
         if node.process is not None:
             node.process.wait(10)
 
+    def restart(self, index: int, *, crash: bool = True) -> NodeProcess:
+        """Kill -9 (or, with crash=False, stop cleanly) and start again on the same data dir."""
+        (self.kill if crash else self.stop)(index)
+        return self.start(index)
+
     def stop(self, index: int, timeout: float = 10.0) -> None:
         node = self.nodes[index]
         if not node.alive:
@@ -135,11 +142,21 @@ class LocalCluster:
             node.process.kill()
             node.process.wait(10)
 
-    def close(self) -> None:
-        for i in range(len(self.nodes)):
-            self.stop(i)
+    def close(self, timeout: float = 10.0) -> None:
+        """SIGTERM every node at once (so shutdowns overlap), SIGKILL what is left at the deadline."""
+        live = [n for n in self.nodes if n.alive]
+        for node in live:
+            node.process.terminate()
+        end = time.monotonic() + timeout
+        for node in live:
+            try:
+                node.process.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                node.process.kill()
+                node.process.wait(10)
         for log in self.log_files:
             log.close()
+        self.log_files.clear()
 
     def __enter__(self) -> "LocalCluster":
         return self

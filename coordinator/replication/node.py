@@ -20,6 +20,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
 
 from coordinator.config import NodeConfig
+from coordinator.fsutil import fsync_dir
 from coordinator.core.commands import decode_result
 from coordinator.replication import journal, snapshot_file
 from coordinator.replication.applier import apply_entry_bytes
@@ -77,6 +78,9 @@ class CoordinatorNode(SyncObj):
             raftMinTimeout=config.raft_min_timeout,
             raftMaxTimeout=config.raft_max_timeout,
             connectionTimeout=max(3.5, config.raft_max_timeout),
+            # Only one side of each pair dials; with the 5 s default a restarted node can
+            # wait 5 s before the peer redials it. Retrying each election timeout is cheap.
+            connectionRetryTime=config.raft_min_timeout,
             leaderFallbackTimeout=config.leader_fallback_timeout,
             dnsCacheTime=config.dns_cache_time,
             dnsFailCacheTime=min(1.0, config.dns_cache_time),
@@ -129,7 +133,7 @@ class CoordinatorNode(SyncObj):
             self._commit_batch()
             self._last_commit = now
         if self._snapshot_to_sync:
-            snapshot_file.fsync_dir(self.snapshot_path)  # make pysyncobj's rename durable
+            fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
             self._snapshot_to_sync = False
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:

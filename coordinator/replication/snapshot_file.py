@@ -74,11 +74,3 @@ def read_header(f: BinaryIO) -> SnapshotHeader:
     if version != VERSION:
         raise SnapshotFormatError(f"unsupported snapshot version {version}")
     return SnapshotHeader(applied, raft_len, image_len)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -28,6 +28,8 @@ from typing import BinaryIO, Iterator, Mapping
 
 import lmdb
 
+from coordinator.fsutil import fsync_dir
+
 from coordinator.storage.digest import content_digest
 from coordinator.storage.protocol import ImageError, StoreFullError, check_commit, check_scan, scan_from
 
@@ -58,7 +60,7 @@ class LmdbStore:
     def _open(self) -> None:
         if not self.path.exists():
             self.path.mkdir(parents=True)
-            _fsync_dir(self.path.parent)  # a new store's directory entry survives a crash
+            fsync_dir(self.path.parent)  # a new store's directory entry survives a crash
         self._env = _open_env(self.path, map_size=self._map_size, sync=True, metasync=True, lock=True)
         self._map_size = self._env.info()["map_size"]  # LMDB raises it to fit a larger file
         self._data = self._env.open_db(b"data")
@@ -209,8 +211,8 @@ class LmdbStore:
             if copied != length:
                 raise ImageError(f"truncated store image: {copied} of {length} bytes")
             _check_image(incoming)
-            _fsync_dir(incoming)
-            _fsync_dir(self.path.parent)
+            fsync_dir(incoming)
+            fsync_dir(self.path.parent)
         except BaseException:
             _remove_tree(incoming)
             raise
@@ -221,7 +223,7 @@ class LmdbStore:
                 old = self._sibling("old")
                 self.path.rename(old)
                 incoming.rename(self.path)
-                _fsync_dir(self.path.parent)  # the swap is now durable: from here on, new content
+                fsync_dir(self.path.parent)  # the swap is now durable: from here on, new content
                 _remove_tree(old)
             finally:  # after a failed rename, the crash-recovery rule picks a whole store
                 recover_interrupted_swap(self.path)
@@ -244,7 +246,7 @@ def recover_interrupted_swap(path: Path) -> None:
         for candidate in (incoming, old):
             if candidate.exists():
                 candidate.rename(path)
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
                 break
     for leftover in (old, incoming):
         _remove_tree(leftover)
@@ -284,15 +286,6 @@ def _read_applied(txn: lmdb.Transaction) -> int:
 
 def _sibling(path: Path, suffix: str) -> Path:
     return path.with_name(f"{path.name}.{suffix}")
-
-
-def _fsync_dir(path: Path) -> None:
-    """Renames and creations are durable only once their directory is fsynced."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _remove_tree(path: Path) -> None:

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
-import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -14,43 +12,14 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.observability import metrics
 from coordinator.replication.replica import Replica
 from coordinator.service import leader_loop
+from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import LeaseTable
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
 
-log = structlog.get_logger("raftpoint.rpc")
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 HEALTH_PERIOD_S = 0.5
 SERVICES = ("raftpoint.v1.AgentService", "raftpoint.v1.AdminService", "")
-
-
-class _Metrics(grpc.aio.ServerInterceptor):
-    """RPC latency by method and status code; the request id bound to every log line
-    the handler emits, and refused requests logged with their reason."""
-
-    async def intercept_service(self, continuation, details):
-        handler = await continuation(details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        method, inner = details.method.rsplit("/", 1)[-1], handler.unary_unary
-
-        async def timed(request, context):
-            started = time.perf_counter()
-            code = "OK"
-            structlog.contextvars.bind_contextvars(rpc=method, request_id=getattr(request, "request_id", "") or None)
-            try:
-                return await inner(request, context)
-            except BaseException:
-                code = (context.code() or grpc.StatusCode.UNKNOWN).name
-                if code != "UNAVAILABLE":
-                    log.info("rpc refused", code=code, details=context.details())
-                raise
-            finally:
-                metrics.RPC_SECONDS.labels(method, code).observe(time.perf_counter() - started)
-                structlog.contextvars.clear_contextvars()
-
-        return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
-                                                   response_serializer=handler.response_serializer)
 
 
 def serving(node: Replica) -> bool:
@@ -72,7 +41,7 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
 
 
 async def serve(node: Replica, address: str, stop: asyncio.Event) -> None:
-    server = grpc.aio.server(interceptors=[_Metrics()], options=[
+    server = grpc.aio.server(interceptors=[RequestInterceptor()], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ])

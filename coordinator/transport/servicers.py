@@ -81,6 +81,10 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         """Stream this agent's pending orders; an order is re-sent on every new stream
         until acknowledged, so agents must treat order ids idempotently."""
         await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))
+        # One barrier per stream, not per poll: it proves leadership and makes the first
+        # batch linearizable without adding a log entry every ORDER_POLL_S per watcher;
+        # later polls read the leader's applied state, which only moves forward.
+        await self.p.barrier(context)
         sent: set[int] = set()
         while not context.cancelled():
             node = self.p.node

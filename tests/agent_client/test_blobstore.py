@@ -1,95 +1,238 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from agent_client.blobstore import BlobCorrupted, BlobMissing, LocalBlobStore, aead_key_from_env
+from agent_client.blobs import chunking
+from agent_client.blobstore import (BlobCorrupted, BlobMissing, DirectoryBackend, LocalBlobStore, aead_key_from_env)
 
 
 def state(size: int, seed: int = 1) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
-def test_round_trip_and_digest(tmp_path: Path) -> None:
+def chunk_files(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "chunks").rglob("*") if p.is_file())
+
+
+def test_round_trip_and_dedup_of_identical_state(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
-    data = state(300_000)
+    data = state(1_000_000)
     put = store.put(data)
-    assert put.size == len(data) and put.chunks_total == 5 and put.chunks_new == 5
+    assert put.size == len(data) and put.sha256 == hashlib.sha256(data).hexdigest()
+    assert put.chunks_total == put.chunks_new == len(chunk_files(tmp_path)) > 1
+    assert put.uri == (tmp_path / "manifests" / f"{put.manifest.digest}.json").resolve().as_uri()
     assert store.get(put.uri) == data
-    assert store.put(data).chunks_new == 0  # identical state: nothing but the manifest again
+    again = store.put(data)
+    assert again.uri == put.uri and again.chunks_new == 0 and again.bytes_written < 10_000
+
+
+@pytest.mark.parametrize("data", [b"", b"x", bytes(100_000), state(chunking.MIN_CHUNK + 1)])
+def test_edge_sizes_round_trip(tmp_path: Path, data: bytes) -> None:
+    store = LocalBlobStore(tmp_path)
+    assert store.get(store.put(data).uri) == data
+
+
+def test_chunk_sizes_and_speed() -> None:
+    data = state(8 * 1024 * 1024, seed=3)
+    started = time.perf_counter()
+    bounds = chunking.chunk_bounds(data)
+    elapsed = time.perf_counter() - started
+    sizes = [end - start for start, end in bounds]
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert all(chunking.MIN_CHUNK <= s <= chunking.MAX_CHUNK for s in sizes[:-1])
+    assert 40_000 < len(data) / len(bounds) < 100_000  # ~64 KiB average on random data
+    assert elapsed < 1.5, elapsed  # 64 MiB must chunk in < 3 s; 8 MiB leaves a wide margin
+
+
+def test_segmented_candidate_map_equals_one_pass() -> None:
+    data = state(3 * 1024 * 1024 + 12_345, seed=4)
+    assert chunking.candidate_map(data) == chunking._zero_map(data)
 
 
 def test_incremental_checkpoint_writes_only_changed_chunks(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     data = bytearray(state(4 * 1024 * 1024))
-    store.put(bytes(data))
+    first = store.put(bytes(data))
     rng = random.Random(2)
     start = rng.randrange(0, len(data) - 42_000)
     data[start:start + 41_943] = rng.randbytes(41_943)  # 1% of the bytes, in place
-    put = store.put(bytes(data))
-    assert put.bytes_written < 0.05 * len(data), put
+    put = store.put(bytes(data), parent=first.manifest)
+    assert put.bytes_written < 0.05 * len(data), put.bytes_written
+    assert put.manifest.parent == first.manifest.digest
     assert store.get(put.uri) == bytes(data)
 
 
-def test_corruption_and_loss_are_named(tmp_path: Path) -> None:
+def test_insertion_resynchronises(tmp_path: Path) -> None:
+    """Content-defined cuts: an insertion near the start does not rewrite what follows."""
+    store = LocalBlobStore(tmp_path)
+    data = state(4 * 1024 * 1024, seed=5)
+    store.put(data)
+    shifted = data[:300_000] + b"inserted!" + data[300_000:]
+    put = store.put(shifted)
+    assert put.bytes_written < 0.1 * len(shifted), put.bytes_written
+    assert store.get(put.uri) == shifted
+
+
+def test_corrupted_chunk_is_named(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     put = store.put(state(200_000))
-    victim = next((tmp_path / "chunks").rglob("*"))
-    while victim.is_dir():
-        victim = next(victim.iterdir())
+    victim = chunk_files(tmp_path)[0]
     raw = bytearray(victim.read_bytes())
-    raw[0] ^= 0xFF
+    raw[100] ^= 0xFF
     victim.write_bytes(bytes(raw))
-    with pytest.raises(BlobCorrupted, match=victim.name):
+    with pytest.raises(BlobCorrupted, match=f"chunk {victim.name} of .*does not match"):
         store.get(put.uri)
-    with pytest.raises(BlobMissing):
-        store.get((tmp_path / "manifests" / ("0" * 64 + ".json")).as_uri())
+
+
+def test_missing_chunk_is_named(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    put = store.put(state(200_000))
+    victim = chunk_files(tmp_path)[-1]
+    victim.unlink()
+    with pytest.raises(BlobMissing, match=f"chunk {victim.name} .*is missing"):
+        store.get(put.uri)
+
+
+def test_truncated_or_missing_manifest(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    put = store.put(state(100_000))
+    manifest = next((tmp_path / "manifests").iterdir())
+    manifest.write_bytes(manifest.read_bytes()[:-20])
+    with pytest.raises(BlobMissing, match="truncated"):
+        store.get(put.uri)
+    manifest.unlink()
+    with pytest.raises(BlobMissing, match="is missing"):
+        store.get(put.uri)
     with pytest.raises(BlobMissing, match="not a manifest"):
         store.get("file:///etc/passwd")
+    with pytest.raises(BlobMissing, match="not a manifest"):
+        store.get("s3://bucket/manifests/x.json")
 
 
-def test_aead_round_trip_and_wrong_key(tmp_path: Path) -> None:
+def test_aead_round_trip_wrong_key_and_tamper(tmp_path: Path) -> None:
     key = os.urandom(32)
     store = LocalBlobStore(tmp_path, key=key)
     data = state(150_000)
     put = store.put(data)
-    assert data[:64] not in b"".join(p.read_bytes() for p in (tmp_path / "chunks").rglob("*") if p.is_file())
+    stored = b"".join(p.read_bytes() for p in chunk_files(tmp_path))
+    assert data[1000:1064] not in stored  # no plaintext at rest
     assert store.get(put.uri) == data
-    with pytest.raises(BlobCorrupted, match="decryption failed"):
+    with pytest.raises(BlobCorrupted, match="decryption failed.*wrong key"):
         LocalBlobStore(tmp_path, key=os.urandom(32)).get(put.uri)
-    with pytest.raises(BlobCorrupted, match="no AEAD key"):
+    with pytest.raises(BlobCorrupted, match="decryption failed.*no AEAD key"):
         LocalBlobStore(tmp_path).get(put.uri)
+    victim = chunk_files(tmp_path)[0]
+    raw = bytearray(victim.read_bytes())
+    raw[-1] ^= 1
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(BlobCorrupted, match=f"decryption failed for chunk {victim.name}"):
+        store.get(put.uri)
+
+
+def test_aead_chunk_swap_is_detected(tmp_path: Path) -> None:
+    """Associated data binds each ciphertext to its chunk name."""
+    store = LocalBlobStore(tmp_path, key=os.urandom(32))
+    put = store.put(state(300_000))
+    a, b = chunk_files(tmp_path)[:2]
+    a.write_bytes(b.read_bytes())
+    with pytest.raises(BlobCorrupted, match="decryption failed"):
+        store.get(put.uri)
+
+
+def test_encrypted_and_clear_stores_share_a_root_without_mixing(tmp_path: Path) -> None:
+    data = state(100_000)
+    clear = LocalBlobStore(tmp_path).put(data)
+    sealed = LocalBlobStore(tmp_path, key=os.urandom(32)).put(data)
+    assert sealed.chunks_new == sealed.chunks_total  # not deduplicated against the clear chunks
+    assert LocalBlobStore(tmp_path).get(clear.uri) == data
 
 
 def test_aead_key_from_environment(tmp_path: Path) -> None:
     key = os.urandom(32)
     secret = tmp_path / "aead-key"
-    secret.write_text(base64.b64encode(key).decode())
+    secret.write_text(base64.b64encode(key).decode() + "\n")
     assert aead_key_from_env({"RAFTPOINT_AEAD_KEY_FILE": str(secret)}) == key
+    assert aead_key_from_env({"RAFTPOINT_AEAD_KEY": base64.b64encode(key).decode()}) == key
     assert aead_key_from_env({}) is None
     with pytest.raises(ValueError, match="32 bytes"):
         aead_key_from_env({"RAFTPOINT_AEAD_KEY": base64.b64encode(b"short").decode()})
+    with pytest.raises(ValueError, match="base64"):
+        aead_key_from_env({"RAFTPOINT_AEAD_KEY": "not base64!"})
+    store = LocalBlobStore.from_env(tmp_path / "blobs", {"RAFTPOINT_AEAD_KEY_FILE": str(secret)})
+    put = store.put(b"secret state" * 1000)
+    assert put.manifest.key_id is not None and store.get(put.uri) == b"secret state" * 1000
 
 
-def test_garbage_collection_keeps_shared_chunks(tmp_path: Path) -> None:
+def test_garbage_collection_keeps_chunks_shared_with_live_manifests(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
-    a = bytearray(state(256 * 1024))
+    a = bytearray(state(1024 * 1024))
     first = store.put(bytes(a))
     a[:10] = b"x" * 10
     second = store.put(bytes(a))
-    store.delete(first.uri)
-    assert store.collect_garbage() == 1  # only the chunk the first state alone used
+    only_first = set(c.digest for c in first.manifest.chunks) - set(c.digest for c in second.manifest.chunks)
+    assert len(only_first) == 1
+    result = store.collect_garbage([second.uri])
+    assert (result.manifests_removed, result.chunks_removed) == (1, 1) and result.bytes_freed > 0
     assert store.get(second.uri) == bytes(a)
+    assert {p.name for p in chunk_files(tmp_path)} == {c.digest for c in second.manifest.chunks}
+    with pytest.raises(BlobMissing):
+        store.get(first.uri)
+
+
+def test_delete_then_gc_without_live_list(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    first, second = store.put(state(300_000, 1)), store.put(state(300_000, 2))
+    store.delete(first.uri)
+    result = store.collect_garbage()
+    assert result.manifests_removed == 0 and result.chunks_removed == first.chunks_total
+    assert store.get(second.uri) == state(300_000, 2)
+
+
+def test_gc_refuses_when_a_live_manifest_is_missing(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    put = store.put(state(100_000))
+    store.delete(put.uri)
+    with pytest.raises(BlobMissing, match="GC not run"):
+        store.collect_garbage([put.uri])
+    assert chunk_files(tmp_path)  # nothing was deleted
+
+
+def test_crash_leftovers_are_invisible_and_collected(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    put = store.put(state(100_000))
+    leftover = tmp_path / "chunks" / "plain" / ".tmp-crashed"
+    leftover.write_bytes(b"partial")
+    assert all(not k.endswith("crashed") for k in DirectoryBackend(tmp_path).keys("chunks"))
+    store.collect_garbage([put.uri])
+    assert not leftover.exists()
+
+
+def test_parent_whose_manifest_is_gone_is_not_trusted(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    data = state(200_000)
+    first = store.put(data)
+    store.delete(first.uri)
+    store.collect_garbage()
+    second = store.put(data, parent=first.manifest)
+    assert second.chunks_new == second.chunks_total  # rewritten, not assumed present
+    assert store.get(second.uri) == data
 
 
 def test_agent_client_never_imports_pysyncobj_or_lmdb() -> None:
-    code = ("import sys, agent_client.blobstore, agent_client.connection; "
+    code = ("import sys, agent_client, agent_client.blobstore, agent_client.state_codec, "
+            "agent_client.restore_check, agent_client.side_effects, agent_client.channel_log, "
+            "agent_client.connection, agent_client.agent; "
             "bad = {'pysyncobj', 'lmdb'} & set(sys.modules); print(sorted(bad)); sys.exit(1 if bad else 0)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stdout + result.stderr

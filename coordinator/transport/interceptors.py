@@ -1,0 +1,74 @@
+"""Cross-cutting RPC concerns in one place: request-id-bound logging and latency metrics.
+
+Kept out of the servicers so every handler gets the same log context and the same
+metric labels without repeating them.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import structlog
+
+from coordinator.observability import metrics
+
+log = structlog.get_logger("raftpoint.rpc")
+
+
+class RequestInterceptor(grpc.aio.ServerInterceptor):
+    """RPC latency by method and status code; the request id bound to every log line
+    the handler emits, and refused requests logged with their reason."""
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method = details.method.rsplit("/", 1)[-1]
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _unary(method, handler.unary_unary), request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _stream(method, handler.unary_stream), request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        return handler
+
+
+class _Observed:
+    """One RPC's log context and latency sample, shared by unary and streaming handlers."""
+
+    def __init__(self, method: str, request, context: grpc.aio.ServicerContext) -> None:
+        self.method, self.context = method, context
+        self.started = time.perf_counter()
+        self.code = "OK"
+        structlog.contextvars.bind_contextvars(rpc=method, request_id=getattr(request, "request_id", "") or None)
+
+    def __enter__(self) -> "_Observed":
+        return self
+
+    def __exit__(self, exc_type, exc: BaseException | None, tb) -> None:
+        if isinstance(exc, asyncio.CancelledError):  # the client went away: not a refusal
+            self.code = "CANCELLED"
+        elif exc is not None:
+            self.code = (self.context.code() or grpc.StatusCode.UNKNOWN).name
+            if self.code != "UNAVAILABLE":
+                log.info("rpc refused", code=self.code, details=self.context.details())
+        metrics.RPC_SECONDS.labels(self.method, self.code).observe(time.perf_counter() - self.started)
+        structlog.contextvars.clear_contextvars()
+
+
+def _unary(method: str, inner):
+    async def observed(request, context):
+        with _Observed(method, request, context):
+            return await inner(request, context)
+    return observed
+
+
+def _stream(method: str, inner):
+    async def observed(request, context):
+        with _Observed(method, request, context):
+            async for item in inner(request, context):
+                yield item
+    return observed

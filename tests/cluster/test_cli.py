@@ -1,0 +1,78 @@
+"""The operator's view: `raftpoint cluster up` starts, reports and stops a cluster;
+`raftpoint status` reads it and says when there is no leader."""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli.local_cluster import read_endpoints
+
+pytestmark = pytest.mark.cluster
+RAFTPOINT = [sys.executable, "-m", "coordinator.cli.main"]
+
+
+def _lines(stream) -> queue.Queue:
+    """stdout lines on a queue, so reading has a deadline instead of blocking forever."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
+    return lines
+
+
+def _read_until(lines: queue.Queue, prefix: str, timeout: float) -> list[str]:
+    """All lines up to and including the first one starting with prefix; fails at the deadline."""
+    seen: list[str] = []
+    end = time.monotonic() + timeout
+    while not (seen and seen[-1].startswith(prefix)):
+        try:
+            seen.append(lines.get(timeout=max(0.0, end - time.monotonic())))
+        except queue.Empty:
+            raise AssertionError(f"no line starting with {prefix!r} within {timeout}s; got {seen}") from None
+    return seen
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def status(data_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*RAFTPOINT, "status", "--data-dir", str(data_dir)], capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_cluster_up_status_and_clean_stop(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    up = subprocess.Popen([*RAFTPOINT, "cluster", "up", "-n", "3", "--data-dir", str(data_dir)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = _read_until(_lines(up.stdout), "leader: node", timeout=30)
+        nodes = [line for line in seen if line.startswith("node")]
+        assert len(nodes) == 3 and all(" raft 127.0.0.1:" in n and " grpc 127.0.0.1:" in n for n in nodes)
+        pids = [int(n.rsplit("pid ", 1)[1]) for n in nodes]
+        assert len(read_endpoints(data_dir)) == 3
+
+        shown = status(data_dir)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        rows = shown.stdout.splitlines()[1:]
+        assert len(rows) == 3 and sum(" leader " in r for r in rows) == 1
+
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(30) == 0
+        assert all(_gone(pid) for pid in pids)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(10)
+    down = status(data_dir)
+    assert down.returncode != 0 and down.stdout.count("DOWN") == 3
