@@ -1,31 +1,39 @@
 """Replication throughput and latency: raw pysyncobj vs raftpoint's state machine on LMDB.
 
-Three node processes on 127.0.0.1 per configuration. The leader process keeps N
-proposals in flight (each completion issues the next) for a bounded time and
-count, then reports writes/s and latency percentiles. "raw" is a pysyncobj
-counter with the same Raft settings and a ~200-byte argument; "raftpoint" applies
-CommitCheckpoint log entries through CoordinatorNode with group commit to LMDB
-(sync on). Run: python benchmarks/replication.py [--seconds 3] [--concurrency 1,8,32,128]
+Three node processes on 127.0.0.1 per configuration (benchmarks/_cluster.py). The
+leader process keeps N proposals in flight (each completion issues the next) for a
+bounded time and count per cell, then reports writes/s and latency percentiles.
+
+- raw: a pysyncobj counter with the same Raft settings, journal on disk, password
+  set, and a ~200-byte argument: the ceiling of our replication path.
+- raw+j: the same counter with our conflict-aware journal
+  (coordinator/replication/journal.py). Stock pysyncobj truncates and re-sends
+  acknowledged entries under pipelined load, which slows "raw" down; this column
+  shows how much of the gap is that bug rather than our apply path.
+- ours: CoordinatorNode applying CommitCheckpoint entries with group commit to LMDB
+  (sync on); a proposal counts as done only after the durable store commit, and a
+  rejected command counts as a failure, not a write.
+
+Run: python benchmarks/replication.py [--quick] [--seconds 3] [--concurrency 1,8,32,128]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from coordinator.cli.local_cluster import free_ports, wait_for  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _cluster  # noqa: E402
 
 PAYLOAD = b"x" * 200
-AGENTS = 128
+KINDS = ("raw", "raw+j", "ours")
+# A proposer issues one proposal and calls back done(error) with None on success.
+Propose = Callable[[int, Callable[[str | None], None]], None]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -35,15 +43,20 @@ def percentile(values: list[float], q: float) -> float:
 
 # ---- node side -------------------------------------------------------------------
 
-def make_raw(cfg):
+def make_raw(cfg, conflict_aware_journal: bool):
     from pysyncobj import SyncObj, SyncObjConf, replicated
+
+    if conflict_aware_journal:
+        from coordinator.replication import journal
+        journal.install()
 
     class Counter(SyncObj):
         def __init__(self) -> None:
             self.value = 0
-            conf = SyncObjConf(password=cfg.password(), autoTick=True, autoTickPeriod=cfg.auto_tick_period,
-                               appendEntriesUseBatch=cfg.append_entries_batch, appendEntriesPeriod=cfg.append_entries_period,
-                               raftMinTimeout=cfg.raft_min_timeout, raftMaxTimeout=cfg.raft_max_timeout,
+            conf = SyncObjConf(password=cfg.password(), bindAddress=cfg.raft_address, autoTick=True,
+                               autoTickPeriod=cfg.auto_tick_period, appendEntriesUseBatch=cfg.append_entries_batch,
+                               appendEntriesPeriod=cfg.append_entries_period, raftMinTimeout=cfg.raft_min_timeout,
+                               raftMaxTimeout=cfg.raft_max_timeout, leaderFallbackTimeout=cfg.leader_fallback_timeout,
                                journalFile=str(Path(cfg.data_dir) / "raw.journal"), dynamicMembershipChange=True,
                                logCompactionMinEntries=cfg.compaction_min_entries,
                                fullDumpFile=str(Path(cfg.data_dir) / "raw.dump"))
@@ -55,12 +68,17 @@ def make_raw(cfg):
             return self.value
 
     node = Counter()
-    return node, lambda i, cb: node.incr(PAYLOAD, callback=lambda r, e: cb(e == 0)), node._isLeader
+
+    def propose(proposer: int, done: Callable[[str | None], None]) -> None:
+        node.incr(PAYLOAD, callback=lambda r, e: done(None if e == 0 else f"raft:{e}"))
+
+    return node._isLeader, propose, node.destroy
 
 
-def make_ours(cfg):
+def make_ours(cfg, agents: int):
     from coordinator.api.v1 import coordinator_pb2 as pb
     from coordinator.api.v1 import log_pb2
+    from coordinator.core.commands import decode_result
     from coordinator.replication.node import CoordinatorNode
     from coordinator.storage import open_store
 
@@ -71,17 +89,18 @@ def make_ours(cfg):
         return log_pb2.LogEntry(request_id=rid, proposed_at=time.time(), **command).SerializeToString()
 
     def setup() -> None:
+        """One group and one agent per proposer, so every CommitCheckpoint is accepted."""
         done = threading.Semaphore(0)
         node.propose(entry("bench-group", create_group=pb.CreateGroupRequest(request_id="bench-group", spec=pb.GroupSpec(
             group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600))), lambda r, e: done.release())
         done.acquire(timeout=30)
-        for a in range(AGENTS):
+        for a in range(agents):
             node.propose(entry(f"bench-reg-{a}", register=pb.RegisterRequest(
                 request_id=f"bench-reg-{a}", group="bench", agent_id=f"a{a}")), lambda r, e: done.release())
-        for _ in range(AGENTS):
+        for _ in range(agents):
             done.acquire(timeout=30)
 
-    def propose(proposer: int, cb) -> None:
+    def propose(proposer: int, done: Callable[[str | None], None]) -> None:
         index = counters[proposer] = counters.get(proposer, 0) + 1
         rid = f"c-{proposer}-{index}"
         data = entry(rid, commit_checkpoint=pb.CommitCheckpointRequest(
@@ -89,15 +108,21 @@ def make_ours(cfg):
             checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{proposer}", index=index, kind=pb.BASIC,
                                          blob_uri=f"file:///blobs/a{proposer}/{index}", sha256="ab" * 32,
                                          size=4096, config_hash="cfg-1")))
-        node.propose(data, lambda r, e: cb(e is None))
 
-    node.bench_setup = setup
-    return node, propose, node.is_leader
+        def on_result(result: bytes | None, error: str | None) -> None:
+            if error is None and result is not None and result.startswith(b"Failure\n"):
+                error = f"rejected:{getattr(decode_result(result), 'code', '?')}"
+            done(error)
+
+        node.propose(data, on_result)
+
+    return node.is_leader, propose, node.close, setup
 
 
-def load(propose, concurrency: int, seconds: float, max_ops: int) -> dict:
+def load(propose: Propose, concurrency: int, seconds: float, max_ops: int) -> dict:
+    """Keep `concurrency` proposals in flight until the time or count budget is spent."""
     latencies: list[float] = []
-    failures = 0
+    failures: Counter[str] = Counter()
     lock = threading.Lock()
     end = time.monotonic() + seconds
     finished = threading.Event()
@@ -106,14 +131,13 @@ def load(propose, concurrency: int, seconds: float, max_ops: int) -> dict:
     def issue(proposer: int) -> None:
         started = time.perf_counter()
 
-        def done(ok: bool) -> None:
-            nonlocal failures
+        def done(error: str | None) -> None:
             with lock:
-                if ok:
+                if error is None:
                     latencies.append(time.perf_counter() - started)
                 else:
-                    failures += 1
-                more = time.monotonic() < end and len(latencies) + failures < max_ops
+                    failures[error] += 1
+                more = time.monotonic() < end and len(latencies) + failures.total() < max_ops
                 if not more:
                     active[0] -= 1
                     if active[0] == 0:
@@ -128,8 +152,9 @@ def load(propose, concurrency: int, seconds: float, max_ops: int) -> dict:
         issue(p)
     finished.wait(seconds + 30)
     elapsed = time.perf_counter() - t0
-    return {"concurrency": concurrency, "ops": len(latencies), "failures": failures, "ops_s": len(latencies) / elapsed,
-            "p50_ms": percentile(latencies, 0.5) * 1e3, "p99_ms": percentile(latencies, 0.99) * 1e3}
+    return {"concurrency": concurrency, "ops": len(latencies), "failures": dict(failures),
+            "ops_s": len(latencies) / elapsed, "p50_ms": percentile(latencies, 0.5) * 1e3,
+            "p99_ms": percentile(latencies, 0.99) * 1e3}
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -139,80 +164,71 @@ def serve(args: argparse.Namespace) -> None:
                                      "data_dir": args.data_dir, "raft_password": "bench", "auto_tick_period": args.tick,
                                      "compaction_min_entries": 1_000_000,
                                      "append_entries_batch": args.batch, "append_entries_period": args.period})
-    node, propose, is_leader = (make_raw if args.kind == "raw" else make_ours)(cfg)
-    done_file, result_file = Path(args.done), Path(args.result)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not done_file.exists():
-            if is_leader():
-                break
-            time.sleep(0.05)
-        if is_leader() and not done_file.exists():
-            time.sleep(0.5)  # let followers connect before measuring
-            if hasattr(node, "bench_setup"):
-                node.bench_setup()
-            rows = [load(propose, c, args.seconds, args.max_ops) for c in args.concurrency]
-            result_file.write_text(json.dumps(rows))
-            done_file.touch()
-        else:
-            wait_for(done_file.exists, "the leader to finish", 600, 0.1)
-    finally:
-        node.destroy()
+    setup: Callable[[], None] = lambda: None  # noqa: E731
+    if args.kind == "ours":
+        is_leader, propose, close, setup = make_ours(cfg, max(args.concurrency))
+    else:
+        is_leader, propose, close = make_raw(cfg, conflict_aware_journal=args.kind == "raw+j")
+
+    def work() -> list[dict]:
+        setup()
+        return [load(propose, c, args.seconds, args.max_ops) for c in args.concurrency]
+
+    _cluster.serve(args, is_leader, work, close, timeout=budget(args))
 
 
 # ---- driver ----------------------------------------------------------------------
 
-def run_kind(kind: str, args: argparse.Namespace) -> list[dict]:
-    with tempfile.TemporaryDirectory(prefix=f"bench-{kind}-") as tmp:
-        addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
-        done, result = Path(tmp) / "done", Path(tmp) / "result.json"
-        procs = []
-        for i, addr in enumerate(addrs):
-            data = Path(tmp) / f"n{i}"
-            data.mkdir()
-            procs.append(subprocess.Popen([sys.executable, __file__, "--serve", "--kind", kind, "--raft", addr,
-                                           "--peers", ",".join(a for a in addrs if a != addr), "--data-dir", str(data),
-                                           "--done", str(done), "--result", str(result), "--seconds", str(args.seconds),
-                                           "--max-ops", str(args.max_ops), "--tick", str(args.tick),
-                                           "--batch", str(args.batch).lower(), "--period", str(args.period),
-                                           "--concurrency", ",".join(map(str, args.concurrency))]))
-        try:
-            budget = 60 + len(args.concurrency) * (args.seconds + 30)
-            wait_for(done.exists, f"{kind} benchmark", budget, 0.2)
-            return json.loads(result.read_text())
-        finally:
-            for p in procs:
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+def budget(args: argparse.Namespace) -> float:
+    return 60 + len(args.concurrency) * (args.seconds + 30)
+
+
+def node_flags(args: argparse.Namespace, kind: str) -> list[str]:
+    return ["--kind", kind, "--seconds", str(args.seconds), "--max-ops", str(args.max_ops), "--tick", str(args.tick),
+            "--batch", str(args.batch).lower(), "--period", str(args.period),
+            "--concurrency", ",".join(map(str, args.concurrency))]
+
+
+def print_table(args: argparse.Namespace, results: dict[str, list[dict]]) -> None:
+    print(f"3-node loopback cluster, {os.cpu_count()} cores, autoTickPeriod {args.tick}s, "
+          f"appendEntriesUseBatch {args.batch}, appendEntriesPeriod {args.period}s, "
+          f"<= {args.seconds}s / {args.max_ops} ops per cell")
+    kinds = list(results)
+    header = " | ".join(f"{k + ' ops/s':>11} {'p50 ms':>7} {'p99 ms':>7}" for k in kinds)
+    ratios = [k for k in kinds if k != "ours" and "ours" in results]
+    print(f"{'in flight':>9} | {header} | " + " ".join(f"{'ours/' + k:>10}" for k in ratios))
+    for i, concurrency in enumerate(args.concurrency):
+        rows = {k: results[k][i] for k in kinds}
+        cells = " | ".join(f"{r['ops_s']:>11.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f}" for r in rows.values())
+        ratio = " ".join(f"{rows['ours']['ops_s'] / max(rows[k]['ops_s'], 1e-9):>10.2f}" for k in ratios)
+        print(f"{concurrency:>9} | {cells} | {ratio}")
+        for k, r in rows.items():
+            if r["failures"]:
+                print(f"{'':>9}   failures {k}: {r['failures']}")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per cell")
-    parser.add_argument("--max-ops", type=int, default=30_000, help="operations per cell at most")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small cells (1 s, 3000 ops) for a smoke run")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per cell at most")
+    parser.add_argument("--max-ops", type=int, default=20_000, help="operations per cell at most")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 128])
+    parser.add_argument("--kinds", type=lambda s: s.split(","), default=list(KINDS), help=f"subset of {','.join(KINDS)}")
     parser.add_argument("--tick", type=float, default=0.005, help="pysyncobj autoTickPeriod")
     parser.add_argument("--batch", type=lambda s: s.lower() == "true", default=False,
                         help="appendEntriesUseBatch (true/false)")
     parser.add_argument("--period", type=float, default=0.05, help="appendEntriesPeriod seconds")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    for name in ("kind", "raft", "peers", "data-dir", "done", "result"):
-        parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", choices=KINDS, help=argparse.SUPPRESS)
+    _cluster.add_serve_flags(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.max_ops = min(args.seconds, 1.0), min(args.max_ops, 3000)
     if args.serve:
         serve(args)
         return 0
-    results = {kind: run_kind(kind, args) for kind in ("raw", "raftpoint")}
-    print(f"3-node loopback cluster, {os.cpu_count()} cores, autoTickPeriod {args.tick}s, {args.seconds}s per cell")
-    print(f"{'in flight':>9} | {'raw ops/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'ours ops/s':>10} {'p50 ms':>7} "
-          f"{'p99 ms':>7} | {'ours/raw':>8}")
-    for raw, ours in zip(results["raw"], results["raftpoint"]):
-        print(f"{raw['concurrency']:>9} | {raw['ops_s']:>9.0f} {raw['p50_ms']:>7.2f} {raw['p99_ms']:>7.2f} | "
-              f"{ours['ops_s']:>10.0f} {ours['p50_ms']:>7.2f} {ours['p99_ms']:>7.2f} | {ours['ops_s'] / raw['ops_s']:>8.2f}")
-        if raw["failures"] or ours["failures"]:
-            print(f"          failures: raw {raw['failures']}, raftpoint {ours['failures']}")
+    results = {kind: _cluster.run_cluster(Path(__file__), node_flags(args, kind), timeout=budget(args), label=kind)
+               for kind in args.kinds}
+    print_table(args, results)
     return 0
 
 

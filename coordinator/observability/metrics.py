@@ -1,31 +1,80 @@
-"""Prometheus metrics of a coordinator node (prometheus-client, default registry)."""
+"""Prometheus metrics of a coordinator node (prometheus-client, one module-level registry).
+
+Why module-level: every part of a node (Raft node, gRPC interceptors, leader loop)
+records into the same process-wide metrics without passing a registry around,
+and one HTTP endpoint serves them all. The default registry is used so the
+client library's process and platform collectors (CPU, memory, open fds) come
+along for free. Labelled series are created up front so a counter that has not
+moved yet is exported as 0 rather than missing (dashboards and rate() need it).
+"""
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from wsgiref.simple_server import WSGIServer
 
-RAFT_ROLE = Gauge("raftpoint_raft_role", "1 for the node's current Raft role", ["role"])
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+
+__all__ = [
+    "REGISTRY", "RAFT_ROLE", "RAFT_TERM", "COMMIT_INDEX", "APPLIED_INDEX", "LOG_ENTRIES", "SNAPSHOT_AGE",
+    "SNAPSHOT_BYTES", "APPLY_SECONDS", "RPC_SECONDS", "EPOCHS", "CHECKPOINTS", "FORCED_CHECKPOINTS",
+    "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "record_checkpoint",
+    "update_node_gauges", "start_metrics_server",
+]
+
+ROLES = ("leader", "follower", "candidate")
+EPOCH_OUTCOMES = ("started", "stable", "aborted")
+CHECKPOINT_KINDS = ("initial", "basic", "forced", "coordinated")
+
+# ---- Raft and store (copied from node.status() by update_node_gauges) -------------
+RAFT_ROLE = Gauge("raftpoint_raft_role", "1 for the node's current Raft role, 0 for the others", ["role"])
 RAFT_TERM = Gauge("raftpoint_raft_term", "Current Raft term")
 COMMIT_INDEX = Gauge("raftpoint_raft_commit_index", "Raft commit index")
 APPLIED_INDEX = Gauge("raftpoint_applied_index", "Highest log index durably applied to the store")
 LOG_ENTRIES = Gauge("raftpoint_raft_log_entries", "Entries in the Raft journal (shrinks on compaction)")
-SNAPSHOT_AGE = Gauge("raftpoint_snapshot_age_seconds", "Seconds since the last snapshot was written or loaded")
+SNAPSHOT_AGE = Gauge("raftpoint_snapshot_age_seconds", "Seconds since the last snapshot was written or loaded "
+                     "(-1: none yet)")
 SNAPSHOT_BYTES = Gauge("raftpoint_snapshot_bytes", "Size of the last snapshot file")
+
+# ---- latency ----------------------------------------------------------------------
 APPLY_SECONDS = Histogram("raftpoint_apply_seconds", "Time to apply one log entry",
                           buckets=(5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 0.1))
-RPC_SECONDS = Histogram("raftpoint_rpc_seconds", "gRPC handling time", ["method", "code"],
+RPC_SECONDS = Histogram("raftpoint_rpc_seconds", "gRPC handling time by method and status code", ["method", "code"],
                         buckets=(5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 2.5, 10))
-EPOCHS = Counter("raftpoint_epochs_total", "Coordinated epochs by outcome", ["outcome"])
+
+# ---- checkpointing protocol -------------------------------------------------------
+EPOCHS = Counter("raftpoint_epochs_total", "Coordinated epochs by outcome (started, stable, aborted)", ["outcome"])
 CHECKPOINTS = Counter("raftpoint_checkpoints_total", "Committed checkpoints by kind", ["kind"])
+FORCED_CHECKPOINTS = Counter("raftpoint_forced_checkpoints_total",
+                             "Checkpoints forced by the CIC protocol (the overhead CIC pays instead of coordination)")
+USELESS_CHECKPOINTS = Counter("raftpoint_useless_checkpoints_total",
+                              "Checkpoints found to lie on no consistent recovery line (wasted work)")
 ROLLBACK_DEPTH = Histogram("raftpoint_rollback_intervals", "Intervals lost per agent rolled back",
                            buckets=(0, 1, 2, 5, 10, 20, 50, 100))
 RECOVERIES = Counter("raftpoint_recoveries_total", "Recovery lines computed")
 GC_BYTES = Counter("raftpoint_gc_bytes_total", "Checkpoint bytes made collectable")
 
-_ROLES = ("leader", "follower", "candidate")
+for _role in ROLES:
+    RAFT_ROLE.labels(_role)
+for _outcome in EPOCH_OUTCOMES:
+    EPOCHS.labels(_outcome)
+for _kind in CHECKPOINT_KINDS:
+    CHECKPOINTS.labels(_kind)
+
+
+def record_checkpoint(kind: str) -> None:
+    """Count one committed checkpoint; forced ones also feed the dedicated counter,
+    which is what alerting on CIC overhead watches."""
+    CHECKPOINTS.labels(kind).inc()
+    if kind == "forced":
+        FORCED_CHECKPOINTS.inc()
 
 
 def update_node_gauges(status: dict) -> None:
-    for role in _ROLES:
+    """Copy a CoordinatorNode.status() dict into the gauges.
+
+    Pulled (called periodically by the server) rather than pushed from the Raft
+    thread, so metrics never add work to the replication path.
+    """
+    for role in ROLES:
         RAFT_ROLE.labels(role).set(1 if status.get("role") == role else 0)
     RAFT_TERM.set(status.get("term", 0))
     COMMIT_INDEX.set(status.get("commit_index", 0))
@@ -35,6 +84,14 @@ def update_node_gauges(status: dict) -> None:
     SNAPSHOT_BYTES.set(status.get("last_snapshot_bytes", 0))
 
 
-def start_metrics_server(address: str) -> None:
+def start_metrics_server(address: str) -> WSGIServer:
+    """Serve /metrics on "host:port" (port 0: any free port, see server.server_address).
+
+    A separate port from gRPC so scraping works even when the gRPC server is
+    overloaded or refusing requests; bound to the given host only, never 0.0.0.0
+    by default. Returns the server so callers (tests) can read the port and
+    shut it down.
+    """
     host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host)
+    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=REGISTRY)
+    return server
