@@ -1,31 +1,37 @@
-"""A leader-following, retrying gRPC connection to the coordinator cluster.
+"""A leader-following, retrying gRPC connection to the coordinator cluster (sync and asyncio).
 
 Writes are retried with the *same* request (and so the same request_id): the
 coordinator answers a retried id from its dedupe table, so "outcome unknown"
 after a leader change is always safe to retry. Only UNAVAILABLE and
 DEADLINE_EXCEEDED are retried; a rejection is final and raised as Rejected.
+The backoff (exponential, full jitter, overall deadline) is tenacity's, so the
+policy is one declaration instead of a hand-written loop.
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import grpc
-from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_delay,
+                      wait_random_exponential)
 
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 LEADER_METADATA_KEY = "raftpoint-leader"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+BACKOFF = dict(multiplier=0.02, max=0.25)  # a leader election takes ~1 s: poll it finely
 
 
 class CoordinatorUnavailable(Exception):
-    """No leader answered within the deadline."""
+    """No leader answered within the deadline (the request may or may not have applied;
+    retrying it with the same request_id is safe)."""
 
 
 class Rejected(Exception):
-    """The coordinator refused the request; `code` and `reason` say why."""
+    """The coordinator refused the request; `code` and `reason` say why. Not retried:
+    the same request would be refused again."""
 
     def __init__(self, code: grpc.StatusCode, reason: str) -> None:
         super().__init__(f"{code.name}: {reason}")
@@ -37,16 +43,55 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, grpc.RpcError) and exc.code() in RETRYABLE
 
 
-class Connection:
-    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
+def _policy(deadline: float) -> dict[str, Any]:
+    return dict(retry=retry_if_exception(_retryable), reraise=False,
+                wait=wait_random_exponential(**BACKOFF), stop=stop_after_delay(deadline))
+
+
+def _translate(exc: BaseException, what: str) -> Exception:
+    if isinstance(exc, RetryError):
+        return CoordinatorUnavailable(f"{what}: no leader answered: {exc.last_attempt.exception()}")
+    assert isinstance(exc, grpc.RpcError)
+    return Rejected(exc.code(), exc.details() or "")
+
+
+class _Targets:
+    """Which node to talk to next: where a follower said the leader is, else round robin."""
+
+    def __init__(self, endpoints: Sequence[str]) -> None:
         if not endpoints:
             raise ValueError("at least one coordinator endpoint is required")
         self.endpoints = list(endpoints)
+        self.target = self.endpoints[0]
+        self._lock = threading.Lock()
+
+    def redirect(self, err: grpc.RpcError) -> None:
+        try:
+            leader = dict(err.trailing_metadata() or ()).get(LEADER_METADATA_KEY)
+        except Exception:  # some aio errors carry no metadata object
+            leader = None
+        with self._lock:
+            if leader:
+                if leader not in self.endpoints:
+                    self.endpoints.append(leader)
+                self.target = leader
+            else:
+                i = self.endpoints.index(self.target) if self.target in self.endpoints else -1
+                self.target = self.endpoints[(i + 1) % len(self.endpoints)]
+
+
+class Connection(_Targets):
+    """Blocking client; thread-safe (channels are shared, one per node)."""
+
+    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
+        super().__init__(endpoints)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
-        self._target = self.endpoints[0]
         self._channels: dict[str, grpc.Channel] = {}
-        self._lock = threading.Lock()
+
+    @property
+    def _target(self) -> str:  # kept for callers that read the current node
+        return self.target
 
     def _stub(self, service: str, target: str) -> Any:
         with self._lock:
@@ -55,26 +100,13 @@ class Connection:
                 channel = self._channels[target] = grpc.insecure_channel(target)
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
-    def _redirect(self, err: grpc.RpcError) -> None:
-        """Go where the node said the leader is, else try the next endpoint."""
-        leader = dict(err.trailing_metadata() or ()).get(LEADER_METADATA_KEY)
-        with self._lock:
-            if leader:
-                if leader not in self.endpoints:
-                    self.endpoints.append(leader)
-                self._target = leader
-            else:
-                i = self.endpoints.index(self._target) if self._target in self.endpoints else -1
-                self._target = self.endpoints[(i + 1) % len(self.endpoints)]
-
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
         def attempt() -> Any:
-            target = self._target
             try:
-                return getattr(self._stub(service, target), method)(request, timeout=self.rpc_timeout)
+                return getattr(self._stub(service, self.target), method)(request, timeout=self.rpc_timeout)
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
-                    self._redirect(err)
+                    self.redirect(err)
                 raise
 
         return self._with_retries(attempt, f"{service}.{method}", self.deadline if deadline is None else deadline)
@@ -84,28 +116,31 @@ class Connection:
         def attempt() -> list[Any]:
             items: list[Any] = []
             try:
-                for item in getattr(self._stub(service, self._target), method)(request, timeout=window):
+                for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
                     items.append(item)
             except grpc.RpcError as err:
                 if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     return items
                 if err.code() in RETRYABLE:
-                    self._redirect(err)
+                    self.redirect(err)
                 raise
             return items
 
         return self._with_retries(attempt, f"{service}.{method}", self.deadline)
 
+    def stream(self, service: str, method: str, request: Any, *, timeout: float) -> tuple[Any, Iterator[Any]]:
+        """Open a server stream on the current target, without retries: the caller (a
+        watcher loop) reconnects. Returns (call, iterator); call.cancel() ends it.
+        A RETRYABLE error from the iterator should be passed to redirect()."""
+        call = getattr(self._stub(service, self.target), method)(request, timeout=timeout)
+        return call, call
+
     @staticmethod
     def _with_retries(attempt: Callable[[], T], what: str, deadline: float) -> T:
-        retrying = Retrying(retry=retry_if_exception(_retryable), reraise=False,
-                            wait=wait_random_exponential(multiplier=0.02, max=0.25), stop=stop_after_delay(deadline))
         try:
-            return retrying(attempt)
-        except RetryError as exc:
-            raise CoordinatorUnavailable(f"{what}: no leader answered: {exc.last_attempt.exception()}") from None
-        except grpc.RpcError as err:
-            raise Rejected(err.code(), err.details() or "") from None
+            return Retrying(**_policy(deadline))(attempt)
+        except (RetryError, grpc.RpcError) as exc:
+            raise _translate(exc, what) from None
 
     def close(self) -> None:
         with self._lock:
@@ -118,3 +153,46 @@ class Connection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AsyncConnection(_Targets):
+    """The asyncio twin of Connection (grpc.aio channels, tenacity's AsyncRetrying).
+    Use from one event loop."""
+
+    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
+        super().__init__(endpoints)
+        self.deadline = deadline
+        self.rpc_timeout = rpc_timeout
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _stub(self, service: str, target: str) -> Any:
+        channel = self._channels.get(target)
+        if channel is None:
+            channel = self._channels[target] = grpc.aio.insecure_channel(target)
+        return getattr(pb_grpc, f"{service}Stub")(channel)
+
+    async def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
+        async def attempt() -> Any:
+            try:
+                return await getattr(self._stub(service, self.target), method)(request, timeout=self.rpc_timeout)
+            except grpc.RpcError as err:
+                if err.code() in RETRYABLE:
+                    self.redirect(err)
+                raise
+
+        what = f"{service}.{method}"
+        try:
+            return await AsyncRetrying(**_policy(self.deadline if deadline is None else deadline))(attempt)
+        except (RetryError, grpc.RpcError) as exc:
+            raise _translate(exc, what) from None
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+    async def __aenter__(self) -> "AsyncConnection":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

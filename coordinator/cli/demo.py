@@ -1,10 +1,13 @@
-"""`raftpoint demo`: a local 3-node cluster, token-passing agents, crashes, recoveries.
+"""`raftpoint demo`: a local 3-node cluster, token-passing agent processes, a real crash.
 
-Phase 1 runs a coordinated group (epochs cut the whole group at once), phase 2 a
-CIC group under BCS (independent checkpoints, forced ones before risky
-deliveries). In each, one agent crashes mid-run; the coordinator computes the
-recovery line, the agents it names roll back, and the demo checks that the total
-number of tokens is conserved. Between the phases the Raft leader is killed -9.
+Each agent is a process (agent_client.demo_agent) linked to AgentClient. The demo
+plays the network: it asks agents to send (a message moves tokens), delivers
+envelopes out of order and sometimes twice, and starts coordinated epochs. Mid-run it
+SIGKILLs one agent and restarts it: the coordinator computes the recovery line, the
+agents it names roll back (through their order streams), and the demo re-delivers
+the in-transit messages the line forgets and drops the sends it undoes. The total
+number of tokens (in agents' states + in transit) must be conserved; any orphan
+message or lost token fails the run. Between phases the Raft leader is killed -9.
 """
 from __future__ import annotations
 
@@ -14,23 +17,33 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
+from agent_client.demo_process import AgentDied, AgentProcess
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import LocalCluster
-from coordinator.demo_agents import DemoAgent, World
+from coordinator.cli.local_cluster import LocalCluster, wait_for
 
-LEASE_TTL_S = 600.0  # demo agents are driven in one process and send no heartbeats
+MODES = {"coordinated": pb.COORDINATED, "bcs": pb.CIC_BCS, "hmnr": pb.CIC_HMNR}
+PHASES = {"all": ("coordinated", "bcs"), **{m: (m,) for m in MODES}}
+LEASE_TTL_S = 5.0
+EPOCH_EVERY = 4  # rounds between coordinated epochs
+RECOVERY_TIMEOUT_S = 30.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("demo", help="run a local cluster with agents that checkpoint, crash and recover")
+    parser = sub.add_parser("demo", help="run a local cluster with agent processes that checkpoint, crash and recover")
     parser.add_argument("--agents", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=30, help="message rounds per phase")
+    parser.add_argument("--mode", choices=sorted(PHASES), default="all",
+                        help="all = coordinated, then CIC (BCS)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="message traffic budget, split between phases")
+    parser.add_argument("--rounds", type=int, default=200, help="at most this many rounds per phase")
     parser.add_argument("--tokens", type=int, default=100, help="tokens each agent starts with")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--data-dir", type=Path, help="keep cluster data here (default: a temporary directory)")
+    parser.add_argument("--data-dir", type=Path, help="keep cluster data, blobs and agent logs here")
     parser.set_defaults(func=run)
 
 
@@ -38,75 +51,261 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def orders_for(conn: Connection, group: str):
-    def fetch(agent: DemoAgent) -> list[pb.Order]:
-        return conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
-            group=group, agent_id=agent.agent_id, token=pb.FencingToken(incarnation=agent.incarnation)), window=0.8)
-    return fetch
+class DemoFailed(RuntimeError):
+    pass
 
 
-def phase(conn: Connection, name: str, mode: int, args: argparse.Namespace, blob_dir: Path) -> dict:
-    rng = random.Random(args.seed)
-    agents = [f"agent-{i}" for i in range(args.agents)]
-    conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id=f"create-{name}", spec=pb.GroupSpec(
-        group=name, mode=mode, lease_ttl_s=LEASE_TTL_S, retention=1)))
-    world = World(conn, name, mode, agents, args.tokens, blob_dir / name, rng)
-    for a in agents:
-        world.register(world.agents[a])
-    say(f"  {len(agents)} agents registered, {world.total} tokens in total")
-    crash_round = args.rounds * 2 // 3
-    victim = rng.choice(agents)
-    for r in range(1, args.rounds + 1):
-        world.step()
-        if mode == pb.COORDINATED and r % 8 == 0:
-            world.drain()
-            epoch = conn.call("AdminService", "StartEpoch", pb.StartEpochRequest(
-                request_id=f"{name}-epoch-{r}", group=name)).epoch.epoch
-            for a in agents:
-                world.agents[a].epoch = epoch
-                world.checkpoint(world.agents[a], kind=pb.COORDINATED_CUT)
-            stable = conn.call("AdminService", "GetGroup", pb.GetGroupRequest(group=name)).group.stable_epoch
-            say(f"  round {r:3}: epoch {epoch} committed by all agents; stable epoch = {stable}")
-        if r == crash_round:
-            for a in agents:
-                world.flush_dependencies(world.agents[a])
-            whatif = conn.call("AdminService", "WhatIf", pb.WhatIfRequest(group=name, failed=[victim]))
-            predicted = {t.agent_id: t.checkpoint_index for t in whatif.targets}
-            say(f"  round {r:3}: what if {victim} fails? -> roll back {predicted or 'nobody'}")
-            say(f"  round {r:3}: CRASH {victim} (its volatile state is lost; it restarts as a new incarnation)")
-            before = {a: world.agents[a].last_index for a in agents}
-            line = world.crash_and_recover(victim, orders_for(conn, name))
-            lost = {a: before[a] + 1 - idx for a, idx in line.items()}
-            say(f"  recovery line: {dict(sorted(line.items()))}")
-            say(f"  rolled back: {', '.join(sorted(line))}; kept running: "
-                f"{', '.join(a for a in agents if a not in line) or 'nobody'}")
-            say(f"  work lost (intervals): {dict(sorted(lost.items()))}; matches what-if: {line == predicted}")
-            if line != predicted:
-                raise RuntimeError(f"recovery line {line} differs from the what-if answer {predicted}")
-            _check_tokens(world, "after recovery")
-    world.drain()
-    _check_tokens(world, "at the end")
-    group = conn.call("AdminService", "GetGroup", pb.GetGroupRequest(group=name)).group
-    gc = conn.call("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id=f"gc-{name}", group=name))
-    say(f"  group state {pb.GroupState.Name(group.state)}; garbage collection freed "
-        f"{len(gc.deletable_blob_uris)} checkpoints ({gc.bytes} bytes)")
-    if mode != pb.COORDINATED:
-        say(f"  checkpoints: {world.basic} basic, {world.forced} forced by BCS")
-    return {"tokens": world.tokens_accounted(), "total": world.total}
+@dataclass
+class Msg:
+    message_id: str
+    sender: str
+    send_interval: int
+    receiver: str
+    amount: int
+    envelope: str
+    receive_interval: int = 0
 
 
-def _check_tokens(world: World, when: str) -> None:
-    have = world.tokens_accounted()
-    say(f"  tokens {when}: {have} of {world.total} ({'conserved' if have == world.total else 'NOT CONSERVED'})")
-    if have != world.total:
-        raise RuntimeError(f"tokens not conserved {when}: {have} != {world.total}")
+class Network:
+    """Messages in flight and delivered, as the demo (the network) knows them."""
+
+    def __init__(self) -> None:
+        self.in_flight: list[Msg] = []
+        self.delivered: list[Msg] = []
+
+    def in_transit(self) -> int:
+        return sum(m.amount for m in self.in_flight)
+
+    def apply_line(self, line: dict[str, int]) -> tuple[int, list[Msg]]:
+        """Undo what the recovery line forgets: sends after the sender's checkpoint vanish,
+        receives after the receiver's checkpoint go back in flight (the in-transit
+        messages). Returns (how many sends were dropped, the messages to re-deliver);
+        an orphan fails the demo."""
+        def undone_send(m: Msg) -> bool:
+            return m.sender in line and m.send_interval > line[m.sender]
+
+        def undone_receive(m: Msg) -> bool:
+            return m.receiver in line and m.receive_interval > line[m.receiver]
+
+        orphans = [m.message_id for m in self.delivered if undone_send(m) and not undone_receive(m)]
+        if orphans:
+            raise DemoFailed(f"inconsistent recovery line {line}: orphan messages {orphans}")
+        replay = [m for m in self.delivered if undone_receive(m) and not undone_send(m)]
+        dropped = [m for m in self.in_flight if undone_send(m)]
+        self.delivered = [m for m in self.delivered if not undone_receive(m)]
+        self.in_flight = [m for m in self.in_flight if not undone_send(m)] + replay
+        return len(dropped), replay
+
+
+class Phase:
+    def __init__(self, conn: Connection, endpoints: list[str], name: str, args: argparse.Namespace,
+                 root: Path, seconds: float) -> None:
+        self.conn, self.name, self.args, self.seconds = conn, name, args, seconds
+        self.mode = MODES[name]
+        self.group = f"demo-{name}"
+        self.rng = random.Random(f"{args.seed}-{name}")
+        self.ids = [f"agent-{i}" for i in range(args.agents)]
+        self.total = args.tokens * args.agents
+        self.net = Network()
+        self.procs = {a: AgentProcess(a, group=self.group, endpoints=endpoints, blob_dir=root / "blobs",
+                                      log_dir=root / "logs", members=self.ids, tokens=args.tokens) for a in self.ids}
+        self.stats = {"sent": 0, "delivered": 0, "duplicates_dropped": 0, "forced": 0, "basic": 0, "epochs": 0}
+
+    # ---- coordinator --------------------------------------------------------------
+    def group_info(self) -> pb.GetGroupResponse:
+        return self.conn.call("AdminService", "GetGroup", pb.GetGroupRequest(group=self.group))
+
+    def start_epoch(self, r: int) -> None:
+        try:
+            self.conn.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id=f"{self.group}-e{r}",
+                                                                             group=self.group))
+            self.stats["epochs"] += 1
+        except Rejected as exc:
+            if "still open" not in exc.reason:
+                raise
+
+    def epoch_settled(self) -> bool:
+        info = self.group_info()
+        open_ = [e for e in info.recent_epochs if e.epoch == info.group.current_epoch and e.state == pb.EPOCH_STARTED]
+        return not open_
+
+    # ---- traffic ------------------------------------------------------------------
+    def send(self, a: str, b: str) -> None:
+        reply = self.procs[a].request("send", to=b)
+        if reply["envelope"]:
+            self.net.in_flight.append(Msg(reply["id"], a, reply["interval"], b, reply["amount"], reply["envelope"]))
+            self.stats["sent"] += 1
+
+    def deliver(self, m: Msg) -> None:
+        reply = self.procs[m.receiver].request("deliver", envelope=m.envelope)
+        if not reply["delivered"]:
+            raise DemoFailed(f"{m.receiver} refused first delivery of {m.message_id}")
+        m.receive_interval = reply["interval"]
+        self.stats["forced"] += reply["forced"]
+        self.stats["delivered"] += 1
+        self.net.delivered.append(m)
+
+    def duplicate(self) -> None:
+        m = self.rng.choice(self.net.delivered)
+        if self.procs[m.receiver].request("deliver", envelope=m.envelope)["delivered"]:
+            raise DemoFailed(f"duplicate of {m.message_id} was delivered twice to {m.receiver}")
+        self.stats["duplicates_dropped"] += 1
+
+    def step(self, r: int, *, epochs: bool = True) -> None:
+        for a in self.ids:
+            if self.rng.random() < 0.6:
+                self.send(a, self.rng.choice([b for b in self.ids if b != a]))
+        self.rng.shuffle(self.net.in_flight)
+        for _ in range(len(self.net.in_flight) // 2 + 1):
+            if self.net.in_flight:
+                self.deliver(self.net.in_flight.pop())
+        if self.net.delivered and self.rng.random() < 0.3:
+            self.duplicate()
+        if self.mode == pb.COORDINATED:
+            if epochs and r % EPOCH_EVERY == 0:
+                self.start_epoch(r)
+        else:
+            for a in self.ids:
+                if self.rng.random() < 0.1:
+                    self.procs[a].request("checkpoint")
+                    self.stats["basic"] += 1
+
+    def drain(self) -> None:
+        for _ in range(10 * len(self.net.in_flight) + 1):
+            if not self.net.in_flight:
+                return
+            self.deliver(self.net.in_flight.pop())
+
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        return {a: self.procs[a].request("status") for a in self.ids}
+
+    def audit(self, when: str) -> None:
+        st = self.statuses()
+        in_states, in_transit = sum(s["tokens"] for s in st.values()), self.net.in_transit()
+        have = in_states + in_transit
+        say(f"  tokens {when}: {in_states} in agents + {in_transit} in transit = {have} of {self.total} "
+            f"({'conserved' if have == self.total else 'NOT CONSERVED'})")
+        if have != self.total:
+            raise DemoFailed(f"tokens not conserved {when}: {have} != {self.total}")
+
+    # ---- the crash ----------------------------------------------------------------
+    def crash(self, r: int, victim: str) -> None:
+        if self.mode == pb.COORDINATED:
+            # Let the open epoch become stable, then work on past it: the crash then loses
+            # work after the last stable cut, and no cut is half-taken when what-if answers.
+            wait_for(self.epoch_settled, "the open epoch to settle", RECOVERY_TIMEOUT_S, 0.1)
+            for extra in range(1, 3):
+                self.step(r + extra, epochs=False)
+        whatif = self.conn.call("AdminService", "WhatIf", pb.WhatIfRequest(group=self.group, failed=[victim]))
+        predicted = {t.agent_id: t.checkpoint_index for t in whatif.targets}
+        before = self.statuses()
+        say(f"  round {r:3}: what if {victim} fails? -> roll back {dict(sorted(predicted.items())) or 'nobody'}")
+        say(f"  round {r:3}: CRASH: SIGKILL {victim} (pid {self.procs[victim].proc.pid}); restarting it")
+        self.procs[victim].kill()
+        t0 = time.monotonic()
+        ready = self.procs[victim].spawn().reply()
+        say(f"  {victim} is back as incarnation {ready['incarnation']}: {ready['restore']}")
+        try:
+            wait_for(lambda: self.group_info().group.state == pb.RUNNING, "every rollback order to be obeyed",
+                     RECOVERY_TIMEOUT_S, 0.1)
+        except TimeoutError:
+            for proc in self.procs.values():
+                proc.dump_stacks()
+            time.sleep(0.5)  # let them write the stacks before the demo stops them
+            raise
+        after = self.statuses()
+        line = {a: after[a]["rollbacks"][-1]["index"] for a in self.ids
+                if a != victim and len(after[a]["rollbacks"]) > len(before[a]["rollbacks"])}
+        line[victim] = ready["index"]
+        lost = {a: before[a]["work"] - after[a]["work"] for a in line}
+        dropped, replay = self.net.apply_line(line)
+        replayed = len(replay)
+        say(f"  recovered in {time.monotonic() - t0:.2f}s; recovery line {dict(sorted(line.items()))}")
+        say(f"  rolled back: {', '.join(sorted(line))}; kept running: "
+            f"{', '.join(a for a in self.ids if a not in line) or 'nobody'}")
+        say(f"  work lost (operations): {dict(sorted(lost.items()))}; undone sends dropped: {dropped}; "
+            f"in-transit messages re-delivered: {replayed}; matches what-if: {line == predicted}")
+        if line != predicted:
+            raise DemoFailed(f"recovery line {line} differs from the what-if answer {predicted}")
+        if self.mode == pb.COORDINATED:
+            self.check_channel_logs(line, replay, after)
+        self.audit("after recovery")
+
+    def check_channel_logs(self, line: dict[str, int], replay: list[Msg], after: dict[str, dict[str, Any]]) -> None:
+        """Coordinated mode: each receiver logged the messages that crossed its cut (sent
+        before the sender's cut, received after its own) in its channel log. Every logged
+        message must be one the line forgets, and every forgotten message between agents
+        that rolled back to the cut must be logged (Lai-Yang). A message from an agent
+        that kept running and sent it after its cut is no channel state: only its sender
+        has it, so the network re-sends it."""
+        needed = {m.message_id for m in replay}
+        logged = {i for a in line for i in after[a]["channel_state"]}
+        across = {m.message_id for m in replay if m.sender in line}
+        if not logged <= needed or not across <= logged:
+            raise DemoFailed(f"channel logs {sorted(logged)} do not match the in-transit messages {sorted(needed)} "
+                             f"(between rolled-back agents: {sorted(across)})")
+        say(f"  receivers' channel logs hold {len(logged)} of the {len(replay)} re-delivered messages, including "
+            f"all {len(across)} between agents that rolled back to the cut")
+
+    # ---- the phase ----------------------------------------------------------------
+    def run(self) -> None:
+        self.conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id=f"create-{self.group}", spec=pb.GroupSpec(group=self.group, mode=self.mode, retention=1,
+                                                                lease_ttl_s=LEASE_TTL_S,
+                                                                checkpoint_interval_s=3600.0)))
+        with ThreadPoolExecutor(len(self.ids)) as pool:
+            readies = list(pool.map(lambda a: self.procs[a].spawn().reply(), self.ids))
+        say(f"  {len(readies)} agent processes registered (pids "
+            f"{', '.join(str(p.proc.pid) for p in self.procs.values())}), {self.total} tokens in total")
+        victim = self.rng.choice(self.ids)
+        start = time.monotonic()
+        crashed = False
+        r = 0
+        while r < self.args.rounds and time.monotonic() - start < self.seconds:
+            r += 1
+            self.step(r)
+            if not crashed and (time.monotonic() - start >= self.seconds * 0.6 or r >= self.args.rounds * 2 // 3):
+                crashed = True
+                self.crash(r, victim)
+            if r % 25 == 0:
+                info = self.group_info().group
+                epochs = (f"; epoch {info.current_epoch}, stable {info.stable_epoch}" if self.mode == pb.COORDINATED
+                          else f"; {self.stats['basic']} basic + {self.stats['forced']} forced checkpoints")
+                say(f"  round {r:3}: {self.stats['sent']} sent, {self.stats['delivered']} delivered, "
+                    f"{len(self.net.in_flight)} in flight{epochs}")
+        if not crashed:
+            self.crash(r, victim)
+        self.drain()
+        self.audit("at the end (all messages delivered)")
+        self.summary(r)
+
+    def summary(self, rounds: int) -> None:
+        info = self.group_info().group
+        gc = self.conn.call("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id=f"gc-{self.group}",
+                                                                                    group=self.group))
+        s = self.stats
+        say(f"  {rounds} rounds: {s['sent']} messages, {s['delivered']} deliveries, {s['duplicates_dropped']} "
+            f"duplicates dropped by the client")
+        if self.mode == pb.COORDINATED:
+            say(f"  epochs started {s['epochs']}, stable epoch {info.stable_epoch}; cuts forced by a later-epoch "
+                f"message: {s['forced']}")
+        else:
+            say(f"  checkpoints: {s['basic']} basic, {s['forced']} forced by {self.name.upper()}")
+        say(f"  group {pb.GroupState.Name(info.state)}; garbage collection: {len(gc.deletable_blob_uris)} "
+            f"checkpoints ({gc.bytes} bytes) deletable")
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            proc.stop(5)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 2 <= args.agents <= 64 or not 6 <= args.rounds <= 10_000:
-        print("raftpoint demo: --agents must be 2..64 and --rounds 6..10000", file=sys.stderr)
+    if not 2 <= args.agents <= 16 or not 6 <= args.rounds <= 10_000 or not 1 <= args.seconds <= 600:
+        print("raftpoint demo: --agents must be 2..16, --rounds 6..10000, --seconds 1..600", file=sys.stderr)
         return 2
     root = args.data_dir or Path(tempfile.mkdtemp(prefix="raftpoint-demo-"))
+    root.mkdir(parents=True, exist_ok=True)
+    phases = PHASES[args.mode]
     started = time.monotonic()
     try:
         say(f"starting a 3-node coordinator cluster on 127.0.0.1 (data in {root})")
@@ -114,28 +313,37 @@ def run(args: argparse.Namespace) -> int:
             leader = cluster.leader()
             say(f"leader elected: node{leader.index} ({leader.grpc})")
             with Connection(cluster.endpoints()) as conn:
-                say("\n== phase 1: coordinated checkpoints ==")
-                phase(conn, "coordinated", pb.COORDINATED, args, root / "blobs")
-                say("\n== killing the Raft leader (SIGKILL) ==")
-                leader = cluster.leader()
-                cluster.kill(leader.index)
-                t0 = time.monotonic()
-                conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
-                    request_id="create-cic-bcs", spec=pb.GroupSpec(group="cic-bcs", mode=pb.CIC_BCS,
-                                                                    lease_ttl_s=LEASE_TTL_S, retention=1)))
-                new = cluster.leader()
-                say(f"  node{leader.index} killed; node{new.index} leads; next write accepted after "
-                    f"{time.monotonic() - t0:.2f}s")
-                cluster.start(leader.index)
-                say("\n== phase 2: communication-induced checkpoints (BCS) ==")
-                phase(conn, "cic-bcs", pb.CIC_BCS, args, root / "blobs")
+                for n, name in enumerate(phases):
+                    if n:
+                        _kill_leader(cluster, conn)
+                    say(f"\n== phase {n + 1}: {name} ({args.agents} agents) ==")
+                    phase = Phase(conn, cluster.endpoints(), name, args, root, args.seconds / len(phases))
+                    try:
+                        phase.run()
+                    finally:
+                        phase.close()
                 digest = cluster.converged()
                 say(f"\nall 3 nodes hold identical state (digest {digest[:16]})")
         say(f"demo finished in {time.monotonic() - started:.1f}s: every recovery conserved the tokens")
         return 0
-    except (RuntimeError, TimeoutError, CoordinatorUnavailable, Rejected) as exc:
+    except (DemoFailed, AgentDied, RuntimeError, TimeoutError, CoordinatorUnavailable, Rejected) as exc:
         print(f"raftpoint demo: FAILED: {exc}", file=sys.stderr)
+        if args.data_dir is None:
+            print("raftpoint demo: re-run with --data-dir DIR to keep the agent and node logs", file=sys.stderr)
         return 1
     finally:
         if args.data_dir is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _kill_leader(cluster: LocalCluster, conn: Connection) -> None:
+    leader = cluster.leader()
+    say(f"\n== killing the Raft leader node{leader.index} (SIGKILL) ==")
+    cluster.kill(leader.index)
+    t0 = time.monotonic()
+    conn.call("AdminService", "ClusterStatus", pb.ClusterStatusRequest())
+    conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+        request_id="probe-after-leader-kill", spec=pb.GroupSpec(group="probe", mode=pb.UNCOORDINATED)))
+    new = cluster.leader()
+    say(f"  node{new.index} leads; next write accepted after {time.monotonic() - t0:.2f}s; restarting node{leader.index}")
+    cluster.start(leader.index)

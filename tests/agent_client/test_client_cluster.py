@@ -16,6 +16,7 @@ pytestmark = pytest.mark.cluster
 
 
 def agent(cluster: LocalCluster, tmp_path: Path, name: str, state: dict, **kw) -> AgentClient:
+    kw.setdefault("background", False)  # these tests carry out orders by hand
     client = AgentClient("g", name, cluster.endpoints(), tmp_path / "blobs",
                          snapshot=lambda: repr(sorted(state.items())).encode(), **kw)
     client.register()

@@ -1,0 +1,96 @@
+"""The client's two daemon threads: heartbeats and the order watcher.
+
+Both are bounded (every wait has a timeout, every loop checks the stop event) and
+stop on close() or when the coordinator says this incarnation is fenced off: a
+zombie that kept heartbeating would keep a dead agent's lease alive.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+import grpc
+
+from agent_client.connection import RETRYABLE, CoordinatorUnavailable, Rejected
+
+log = logging.getLogger("agent_client")
+FENCED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND)
+WATCH_STREAM_S = 30.0  # a watch stream is re-opened this often (and after any error)
+RECONNECT_S = 0.2
+
+
+class Heartbeater:
+    def __init__(self, beat: Callable[[], Any], interval: float, on_fenced: Callable[[str], None]) -> None:
+        self._beat, self.interval, self._on_fenced = beat, interval, on_fenced
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raftpoint-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._beat()
+            except Rejected as exc:
+                if exc.code in FENCED:
+                    self._on_fenced(exc.reason)
+                    return
+                log.warning("heartbeat refused: %s", exc)
+            except CoordinatorUnavailable as exc:
+                log.warning("heartbeat: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+
+class OrderWatcher:
+    """Keeps a WatchOrders stream open and hands each order to `handle` once per order
+    id (the server re-sends unacknowledged orders on every new stream)."""
+
+    def __init__(self, open_stream: Callable[[float], tuple[Any, Any]], redirect: Callable[[grpc.RpcError], None],
+                 handle: Callable[[Any], None]) -> None:
+        self._open, self._redirect, self._handle = open_stream, redirect, handle
+        self._stop = threading.Event()
+        self._call: Any = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="raftpoint-orders", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            call = None
+            try:
+                call, items = self._open(WATCH_STREAM_S)
+                with self._lock:
+                    self._call = call
+                if self._stop.is_set():
+                    call.cancel()
+                for order in items:
+                    self._handle(order)
+            except grpc.RpcError as err:
+                if err.code() in RETRYABLE:
+                    self._redirect(err)
+                elif err.code() != grpc.StatusCode.CANCELLED:
+                    log.warning("order stream: %s %s", err.code().name, err.details())
+            except (Rejected, CoordinatorUnavailable) as exc:
+                log.warning("order not carried out, will retry: %s", exc)
+            except Exception:  # e.g. the agent's on_rollback raised: keep watching, retry the order
+                log.exception("order handling failed, will retry")
+            finally:
+                if call is not None:
+                    call.cancel()  # an abandoned stream would keep its server-side poller running
+            self._stop.wait(RECONNECT_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._call is not None:
+                self._call.cancel()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5)

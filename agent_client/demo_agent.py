@@ -1,0 +1,149 @@
+"""One token-passing agent process for `raftpoint demo` (and the crash tests).
+
+It is a real process linked to AgentClient, so a SIGKILL really loses its volatile
+state. The demo driver talks to it over stdin/stdout, one JSON object per line, one
+reply per command (logs go to stderr); the driver plays the network, so it knows
+which messages are in flight when it audits the token total.
+
+Crash hook: with RAFTPOINT_DEMO_CRASH_AFTER_BLOB=N the process SIGKILLs itself right
+after writing the blob of its N-th checkpoint, before committing the metadata.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import faulthandler
+import json
+import logging
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent_client.agent import AgentClient, RestoreKind
+from agent_client.blobstore import PutResult
+from agent_client.envelope import Envelope
+
+CRASH_ENV = "RAFTPOINT_DEMO_CRASH_AFTER_BLOB"
+
+
+class TokenAgent:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.initial = args.tokens
+        self.state: dict[str, int] = {"tokens": args.tokens, "work": 0}
+        self.rng = random.Random(f"{args.agent}-{os.getpid()}")
+        self._blobs_written = 0
+        self._crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
+        self.client = AgentClient(args.group, args.agent, args.endpoints.split(","), Path(args.blob_dir),
+                                  snapshot=lambda: dict(self.state), on_rollback=self._rolled_back,
+                                  members=args.members.split(",") if args.members else (),
+                                  after_blob_write=self._maybe_crash, deadline=20.0)
+
+    def _maybe_crash(self, blob: PutResult) -> None:
+        self._blobs_written += 1
+        if self._crash_after and self._blobs_written >= self._crash_after:
+            print(json.dumps({"crashing": "after blob write", "blob": blob.uri}), file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _load(self, state: Any) -> None:
+        self.state = dict(state) if state is not None else {"tokens": self.initial, "work": 0}
+
+    def _rolled_back(self, state: Any, reason: str) -> None:
+        self._load(state)
+
+    def start(self) -> dict[str, Any]:
+        self.client.register()
+        restored = self.client.restore()
+        if restored.kind is RestoreKind.REJECTED:
+            raise RuntimeError(f"cannot resume: {restored.reason}")
+        self._load(restored.state)
+        self.client.sync_orders()
+        return {"ready": True, "incarnation": self.client.incarnation, "index": restored.index,
+                "restore": restored.reason, "restore_kind": restored.kind.value, **self.state}
+
+    # ---- commands -------------------------------------------------------------------
+    def send(self, to: str) -> dict[str, Any]:
+        with self.client.atomic():
+            if self.state["tokens"] <= 0:
+                return {"envelope": None}
+            amount = self.rng.randint(1, max(1, self.state["tokens"] // 3))
+            envelope = self.client.wrap(json.dumps({"tokens": amount}).encode(), to)
+            self.state["tokens"] -= amount
+            self.state["work"] += 1
+            env = Envelope.decode(envelope)
+        return {"envelope": base64.b64encode(envelope).decode(), "amount": amount, "id": env.message_id,
+                "interval": env.send_interval}
+
+    def deliver(self, envelope: str) -> dict[str, Any]:
+        with self.client.atomic():
+            forced = self.client.forced
+            payload = self.client.unwrap(base64.b64decode(envelope))
+            if payload is None:
+                return {"delivered": False}
+            self.state["tokens"] += int(json.loads(payload)["tokens"])
+            self.state["work"] += 1
+            return {"delivered": True, "interval": self.client.last_index + 1, "forced": self.client.forced - forced}
+
+    def checkpoint(self) -> dict[str, Any]:
+        with self.client.atomic():
+            return {"index": self.client.checkpoint()}
+
+    def status(self) -> dict[str, Any]:
+        with self.client.atomic():
+            c = self.client
+            return {**self.state, "last_index": c.last_index, "incarnation": c.incarnation, "forced": c.forced,
+                    "cut_epoch": c.cut_epoch, "fenced": c.fenced,
+                    "rollbacks": [{"index": r.index, "reason": r.reason} for r in c.rollbacks],
+                    "channel_state": [m.message_id for m in c.channel_state(c.last_index)]}
+
+    def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        op = cmd.get("op")
+        if op == "send":
+            return self.send(cmd["to"])
+        if op == "deliver":
+            return self.deliver(cmd["envelope"])
+        if op == "checkpoint":
+            return self.checkpoint()
+        if op == "status":
+            return self.status()
+        raise ValueError(f"unknown op {op!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent_client.demo_agent")
+    for name in ("group", "agent", "endpoints", "blob-dir"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--members", default="")
+    parser.add_argument("--tokens", type=int, default=100)
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=f"{args.agent} %(levelname)s %(message)s")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the driver asks for stacks when we seem stuck
+    agent = TokenAgent(args)
+
+    def reply(doc: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(doc) + "\n")
+        sys.stdout.flush()
+
+    try:
+        try:
+            reply(agent.start())
+        except Exception as exc:
+            reply({"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+            return 1
+        for line in sys.stdin:  # ends when the driver closes our stdin
+            cmd = json.loads(line)
+            if cmd.get("op") == "quit":
+                break
+            try:
+                reply(agent.handle(cmd))
+            except Exception as exc:  # reported to the driver, which decides
+                reply({"error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        agent.client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

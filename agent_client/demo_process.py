@@ -1,0 +1,102 @@
+"""Driver side of a demo agent process: spawn, one command -> one JSON reply, kill.
+
+Replies are read by a thread into a queue so every wait has a deadline: a wedged or
+killed agent shows up as a clear error instead of a hung demo.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+REPLY_TIMEOUT_S = 30.0
+
+
+class AgentDied(RuntimeError):
+    pass
+
+
+class AgentProcess:
+    def __init__(self, agent_id: str, *, group: str, endpoints: Sequence[str], blob_dir: Path, log_dir: Path,
+                 members: Sequence[str] = (), tokens: int = 100, env: dict[str, str] | None = None) -> None:
+        self.agent_id = agent_id
+        self._argv = [sys.executable, "-m", "agent_client.demo_agent", "--group", group, "--agent", agent_id,
+                      "--endpoints", ",".join(endpoints), "--blob-dir", str(blob_dir),
+                      "--members", ",".join(members), "--tokens", str(tokens)]
+        self._log_path = Path(log_dir) / f"{group}-{agent_id}.log"
+        self._env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    def spawn(self, env: dict[str, str] | None = None) -> "AgentProcess":
+        self._replies = queue.Queue()
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self._log_path, "ab")
+        self.proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                     env={**os.environ, **self._env, **(env or {})}, start_new_session=True)
+        log.close()
+        threading.Thread(target=self._read, args=(self.proc, self._replies), daemon=True).start()
+        return self
+
+    @staticmethod
+    def _read(proc: subprocess.Popen, replies: "queue.Queue[dict[str, Any] | None]") -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            replies.put(json.loads(line))
+        replies.put(None)  # EOF: the process is gone
+
+    def reply(self, timeout: float = REPLY_TIMEOUT_S) -> dict[str, Any]:
+        try:
+            doc = self._replies.get(timeout=timeout)
+        except queue.Empty:
+            raise AgentDied(f"{self.agent_id} did not answer within {timeout:.0f}s (see {self._log_path})") from None
+        if doc is None:
+            raise AgentDied(f"{self.agent_id} exited (code {self.proc.wait(5) if self.proc else '?'}; "
+                            f"see {self._log_path})")
+        if "error" in doc:
+            raise RuntimeError(f"{self.agent_id}: {doc['error']} (see {self._log_path})")
+        return doc
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        if self.proc is None or self.proc.stdin is None:
+            raise AgentDied(f"{self.agent_id} is not running")
+        try:
+            self.proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise AgentDied(f"{self.agent_id} exited (see {self._log_path})") from None
+        return self.reply()
+
+    def dump_stacks(self) -> None:
+        """Ask the agent to write all its thread stacks to its log (diagnosing a hang)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs in the agent."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask it to quit (it flushes and closes its client); kill at the deadline."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b'{"op": "quit"}\n')
+            self.proc.stdin.close()
+            self.proc.wait(timeout)
+        except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+    @property
+    def log_path(self) -> Path:
+        return self._log_path

@@ -1,0 +1,199 @@
+"""AgentClient against the in-process coordinator: messages, checkpoints, restores, orders."""
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any, Iterator
+
+import grpc
+import pytest
+
+from agent_client.agent import AgentClient, RestoreKind
+from agent_client.aio import AsyncAgentClient
+from agent_client.connection import Connection, Rejected
+from agent_client.restore_check import RejectReason
+from agent_client.testing import InProcessCoordinator
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.cli.local_cluster import wait_for
+
+
+OPEN: list[AgentClient] = []
+
+
+@pytest.fixture
+def coordinator() -> Iterator[InProcessCoordinator]:
+    with InProcessCoordinator() as c:
+        yield c
+        while OPEN:  # open watch streams would hold the server's shutdown for its grace period
+            OPEN.pop().close()
+
+
+@pytest.fixture
+def admin(coordinator: InProcessCoordinator) -> Iterator[Connection]:
+    with Connection([coordinator.address]) as conn:
+        yield conn
+
+
+def make_group(admin: Connection, mode: int, group: str = "g") -> None:
+    admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id=f"cg-{group}", spec=pb.GroupSpec(
+        group=group, mode=mode, lease_ttl_s=30, checkpoint_interval_s=3600)))
+
+
+class Agent:
+    """A tiny agent: a dict state, its client, and what rollbacks told it."""
+
+    def __init__(self, coordinator: InProcessCoordinator, tmp: Path, name: str, **kw: Any) -> None:
+        self.state: dict[str, Any] = {"name": name, "got": []}
+        self.rollbacks: list[tuple[Any, str]] = []
+        self.client = AgentClient("g", name, [coordinator.address], tmp / "blobs", snapshot=lambda: dict(self.state),
+                                  on_rollback=self._rolled_back, **kw)
+        OPEN.append(self.client)
+        self.client.register()
+
+    def _rolled_back(self, state: Any, reason: str) -> None:
+        self.rollbacks.append((state, reason))
+        self.state = dict(state) if state is not None else {"name": self.state["name"], "got": []}
+
+
+def test_duplicated_and_reordered_envelopes_are_delivered_once(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.UNCOORDINATED)
+    a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b")
+    envelopes = [a.client.wrap(f"m{i}".encode(), to="b") for i in range(20)]
+    stream = envelopes * 3
+    random.Random(4).shuffle(stream)
+    delivered = [p for p in (b.client.unwrap(e) for e in stream) if p is not None]
+    assert sorted(delivered) == sorted(f"m{i}".encode() for i in range(20))
+    deps = admin.call("AdminService", "WhatIf", pb.WhatIfRequest(group="g", failed=["a"]))
+    assert {t.agent_id for t in deps.targets} == {"a", "b"}  # b's receives were reported: it depends on a
+
+
+def test_bcs_forces_a_checkpoint_before_delivery(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b")
+    a.client.checkpoint()
+    a.client.checkpoint()
+    payload = b.client.unwrap(a.client.wrap(b"tokens", to="b"))
+    b.state["got"].append(payload.decode())  # delivered after the forced checkpoint was taken
+    cps = admin.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g", agent_id="b")).checkpoints
+    assert [(c.index, c.kind) for c in cps] == [(2, pb.FORCED)] and b.client.forced == 1
+    restored = b.client.restore(cps[0])
+    assert restored.state == {"name": "b", "got": []}  # the forced checkpoint precedes the delivery
+
+
+def test_zombie_incarnation_is_fenced(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    old = Agent(coordinator, tmp_path, "a", heartbeat_interval=0.2)
+    old.client.checkpoint()
+    new = Agent(coordinator, tmp_path, "a")
+    assert new.client.incarnation == old.client.incarnation + 1
+    with pytest.raises(Rejected) as info:
+        old.client.checkpoint()
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION and "incarnation" in info.value.reason
+    wait_for(lambda: old.client.fenced, "the zombie's heartbeat to learn it is fenced", 10)
+
+
+def test_rejected_restores_say_why(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.UNCOORDINATED)
+    a = Agent(coordinator, tmp_path, "a", background=False)
+    a.state["big"] = "x" * 200_000
+    a.client.checkpoint()
+    meta = admin.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g")).checkpoints[0]
+    assert a.client.restore(meta).state["big"] == a.state["big"]
+    other_schema = AgentClient("g", "a", [coordinator.address], tmp_path / "blobs", snapshot=dict, schema_version=2,
+                               background=False)
+    other_config = AgentClient("g", "a", [coordinator.address], tmp_path / "blobs", snapshot=dict,
+                               config={"model": "other"}, background=False)
+    assert other_schema.restore(meta).rejected is RejectReason.SCHEMA_MISMATCH
+    assert other_config.restore(meta).rejected is RejectReason.CONFIG_MISMATCH
+    for chunk in (tmp_path / "blobs" / "chunks").rglob("*"):
+        if chunk.is_file():
+            chunk.write_bytes(b"bit rot")
+    restored = a.client.restore(meta)
+    assert restored.kind is RestoreKind.REJECTED and restored.rejected is RejectReason.DIGEST_MISMATCH
+    assert restored.state is None and restored.reason.startswith("rejected: digest mismatch") and "chunk" in restored.reason
+
+
+def test_cold_start_then_resume(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a = Agent(coordinator, tmp_path, "a")
+    assert a.client.restore().kind is RestoreKind.COLD_START
+    a.state["n"] = 7
+    a.client.checkpoint()
+    again = Agent(coordinator, tmp_path, "a")
+    restored = again.client.restore()
+    assert restored.kind is RestoreKind.RESUME and restored.state["n"] == 7 and restored.index == 1
+    again.client.sync_orders()
+    again.client.checkpoint()  # writes are accepted once the restart's rollback order is acknowledged
+
+
+def test_rollback_order_reaches_a_running_agent(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b")
+    b.client.checkpoint()
+    a.client.checkpoint()
+    b.state["got"].append(b.client.unwrap(a.client.wrap(b"x", to="b")).decode())
+    restarted = Agent(coordinator, tmp_path, "a")  # a crashed: its send is undone, b must forget the receive
+    restarted.client.restore()
+    restarted.client.sync_orders()
+    wait_for(lambda: b.rollbacks, "b's order watcher to roll it back", 10)
+    state, reason = b.rollbacks[0]
+    assert state == {"name": "b", "got": []} and reason.startswith("rollback order") and b.state["got"] == []
+    wait_for(lambda: admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.state == pb.RUNNING,
+             "the group to finish recovering", 10)
+
+
+def test_coordinated_epoch_cut_by_orders_and_by_messages(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.COORDINATED)
+    a = Agent(coordinator, tmp_path, "a")
+    b = Agent(coordinator, tmp_path, "b", background=False)  # b learns of the epoch only from a's message
+    early = a.client.wrap(b"sent before a's cut", to="b")
+    admin.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id="e1", group="g"))
+    wait_for(lambda: a.client.cut_epoch == 1, "a to cut for epoch 1 on its order", 10)
+    assert b.client.unwrap(a.client.wrap(b"after a's cut", to="b")) == b"after a's cut"
+    assert b.client.cut_epoch == 1 and b.client.forced == 1  # cut before delivering
+    assert b.client.unwrap(early) == b"sent before a's cut"  # crossed the cut in transit: channel state
+    assert [m.message_id for m in b.client.channel_state(b.client.last_index)] != []
+    group = admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group
+    assert group.stable_epoch == 1
+
+
+def test_side_effects_run_once_across_restarts(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    calls: list[str] = []
+    a = Agent(coordinator, tmp_path, "a")
+    assert a.client.side_effect("email-1", lambda: calls.append("sent") or "ok") == "ok"
+    a.client.close()
+    again = Agent(coordinator, tmp_path, "a")
+    assert again.client.side_effect("email-1", lambda: calls.append("again") or "ok") == "ok"
+    assert calls == ["sent"]
+    again.client.restore()
+    again.client.sync_orders()
+    held = again.client.side_effect("payment-1", lambda: calls.append("paid") or 1, hold_until_stable=True)
+    assert held is None and calls == ["sent"]  # held until the covering checkpoint is stable
+    again.client.checkpoint()
+    assert calls == ["sent", "paid"]
+
+
+def test_async_client(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.CIC_BCS)
+
+    async def main() -> Any:
+        async with AsyncAgentClient("g", "x", [coordinator.address], tmp_path / "blobs",
+                                    snapshot=lambda: {"v": 1}) as client:
+            await client.register()
+            await client.checkpoint()
+            return await client.unwrap(client.wrap(b"self", to="x"))
+
+    assert asyncio.run(main()) == b"self"
+
+
+def test_fdas_forces_after_a_send_and_records_the_kind(coordinator, admin, tmp_path: Path) -> None:
+    make_group(admin, pb.CIC_FDAS)
+    a = Agent(coordinator, tmp_path, "a", members=["a", "b"])
+    b = Agent(coordinator, tmp_path, "b", members=["a", "b"])
+    a.client.checkpoint()
+    b.client.wrap(b"b sends first", to="a")  # fixes b's dependency vector for this interval
+    assert b.client.unwrap(a.client.wrap(b"new dependency", to="b")) == b"new dependency"
+    cps = admin.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g", agent_id="b")).checkpoints
+    assert [(c.index, c.kind) for c in cps] == [(1, pb.FORCED)] and b.client.forced == 1
