@@ -1,0 +1,137 @@
+"""The chaos scenarios: which faults to inject, when, and for how long.
+
+A scenario is a pure function from (seed, duration, cluster size) to a fault plan, so
+a run is reproducible from its seed and the plan can be printed and tested without a
+cluster. Targets such as "the leader" are named by role and resolved by the nemesis
+at the moment the fault starts, because only then is it known who leads.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Fault kinds the nemesis knows (chaos/nemesis.py).
+KILL = "kill"                  # SIGKILL the node; restarted when healed
+PAUSE = "pause"                # SIGSTOP; SIGCONT when healed
+PARTITION = "partition"        # the target alone on one side, the rest on the other
+DEAF = "deaf"                  # asymmetric: the target's messages go out, nothing reaches it
+FLAKY = "flaky"                # every Raft link of the target resets at random
+DELAY = "delay"                # every Raft link of the target delayed
+RESTART = "restart"            # graceful stop and start (rolling restart); no hold
+DISK_FULL = "disk-full"        # the target's file system filled up; emptied (and restarted if down) when healed
+SLOW_DISK = "slow-disk"        # the target's fsyncs throttled
+POWER_LOSS = "power-loss"      # every node loses power at once: unsynced writes vanish
+AGENT_CRASH = "agent-crash"    # SIGKILL agent processes (the agent workload restarts them)
+
+LEADER, FOLLOWER, ANY, ALL = "leader", "follower", "any", "all"
+NODE_FAULTS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, RESTART, DISK_FULL, SLOW_DISK, POWER_LOSS)
+DISK_FAULTS = (DISK_FULL, SLOW_DISK, POWER_LOSS)
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # seconds after the workload starts
+    kind: str
+    target: str = ANY
+    hold: float = 0.0  # seconds until healed (0: instantaneous)
+    params: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def heal_at(self) -> float:
+        return self.at + self.hold
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    plan: Callable[[random.Random, float, int], list[Fault]]
+    agents: bool = False  # needs the agent workload (agent processes to crash)
+
+    def faults(self, seed: int, duration: float, nodes: int = 3) -> list[Fault]:
+        rng = random.Random(f"{self.name}-{seed}")
+        plan = sorted(self.plan(rng, duration, nodes), key=lambda f: f.at)
+        return [f for f in plan if f.heal_at <= duration]  # every fault heals inside the run
+
+    def needs_disks(self, seed: int, duration: float, nodes: int = 3) -> bool:
+        return any(f.kind in DISK_FAULTS for f in self.faults(seed, duration, nodes))
+
+
+def _every(rng: random.Random, duration: float, gap: tuple[float, float], start: float = 2.0) -> list[float]:
+    """Start times spread over the run with random gaps; bounded by the duration."""
+    times, t = [], start
+    while t < duration:
+        times.append(t)
+        t += rng.uniform(*gap)
+    return times
+
+
+def _repeat(kind: str, target: str, gap: tuple[float, float], hold: tuple[float, float],
+            **params: object) -> Callable[[random.Random, float, int], list[Fault]]:
+    def plan(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+        faults, busy_until = [], 0.0
+        for t in _every(rng, duration, gap):
+            if t < busy_until:
+                continue
+            fault = Fault(round(t, 2), kind, target, round(rng.uniform(*hold), 2), dict(params))
+            faults.append(fault)
+            busy_until = fault.heal_at + 1.0  # a moment healed between faults
+        return faults
+    return plan
+
+
+def _rolling_restart(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    rounds = _every(rng, duration, (4.0, 6.0))
+    return [Fault(round(t, 2), RESTART, f"node:{i % nodes}") for i, t in enumerate(rounds)]
+
+
+def _disk_full(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    plan = _repeat(DISK_FULL, ANY, (8.0, 12.0), (3.0, 5.0))(rng, duration, nodes)
+    return [Fault(f.at, f.kind, rng.choice((LEADER, FOLLOWER)), f.hold) for f in plan]
+
+
+def _power_loss(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    return [Fault(round(t, 2), POWER_LOSS, ALL, 1.0) for t in _every(rng, duration, (8.0, 12.0), start=3.0)]
+
+
+MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH)
+
+
+def _random_mix(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    faults, busy_until = [], 0.0
+    for t in _every(rng, duration, (2.0, 5.0)):
+        if t < busy_until:
+            continue
+        kind = rng.choice(MIX_KINDS)
+        target = rng.choice((LEADER, FOLLOWER, ANY)) if kind != AGENT_CRASH else "agents"
+        params = {"count": 1} if kind == AGENT_CRASH else {"delay_ms": 80} if kind == DELAY else {}
+        fault = Fault(round(t, 2), kind, target, round(rng.uniform(1.5, 4.0), 2), params)
+        faults.append(fault)
+        busy_until = fault.heal_at + 0.5
+    return faults
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("leader-kill-loop", "SIGKILL the Raft leader, restart it a few seconds later, again and again",
+             _repeat(KILL, LEADER, (5.0, 8.0), (1.5, 3.0))),
+    Scenario("follower-pause", "SIGSTOP a follower for a few seconds (a GC pause, a frozen VM), then SIGCONT",
+             _repeat(PAUSE, FOLLOWER, (4.0, 7.0), (2.0, 4.0))),
+    Scenario("partition-leader", "cut the leader off from the majority; the majority elects a new one",
+             _repeat(PARTITION, LEADER, (6.0, 9.0), (3.0, 5.0))),
+    Scenario("asymmetric-partition", "the leader can send but hears nothing back",
+             _repeat(DEAF, LEADER, (6.0, 9.0), (3.0, 5.0))),
+    Scenario("flapping-links", "a node's Raft links reset at random",
+             _repeat(FLAKY, ANY, (4.0, 6.0), (2.5, 4.0), probability=2.0)),
+    Scenario("disk-full", "a node's file system fills up; it is emptied and the node restarted",
+             _disk_full),
+    Scenario("slow-disk", "a node's fsyncs slowed to tens of milliseconds",
+             _repeat(SLOW_DISK, ANY, (5.0, 8.0), (3.0, 5.0))),
+    Scenario("power-loss", "every node loses power at once: what was not fsynced is gone",
+             _power_loss),
+    Scenario("rolling-restart", "stop and start each node in turn, as an upgrade does",
+             _rolling_restart),
+    Scenario("agent-crash-storm", "SIGKILL agent processes (mid-checkpoint, mid-rollback) and restart them",
+             _repeat(AGENT_CRASH, "agents", (2.0, 4.0), (0.5, 1.0), count=2), agents=True),
+    Scenario("random-mix", "a random mix of all of the above, one at a time", _random_mix, agents=True),
+)}

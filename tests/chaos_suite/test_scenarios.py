@@ -1,0 +1,37 @@
+"""Scenario plans are reproducible from their seed, heal inside the run and never stack faults."""
+from __future__ import annotations
+
+import pytest
+
+from chaos.scenarios import DISK_FAULTS, NODE_FAULTS, AGENT_CRASH, SCENARIOS, RESTART
+
+REQUIRED = {"leader-kill-loop", "follower-pause", "partition-leader", "asymmetric-partition", "flapping-links",
+            "disk-full", "rolling-restart", "agent-crash-storm", "random-mix"}
+
+
+def test_the_issue_s_scenarios_exist() -> None:
+    assert REQUIRED <= set(SCENARIOS)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_plan_is_reproducible_bounded_and_sequential(name: str) -> None:
+    scenario = SCENARIOS[name]
+    plan = scenario.faults(seed=3, duration=60.0)
+    assert plan, "a minute is long enough for at least one fault"
+    assert plan == scenario.faults(seed=3, duration=60.0)
+    assert all(0 < f.at and f.heal_at <= 60.0 for f in plan)
+    assert all(f.kind in NODE_FAULTS + (AGENT_CRASH,) for f in plan)
+    for earlier, later in zip(plan, plan[1:]):
+        assert earlier.heal_at <= later.at or later.kind == RESTART, (earlier, later)
+
+
+def test_seeds_change_the_plan() -> None:
+    plans = {tuple(SCENARIOS["random-mix"].faults(seed, 60.0)) for seed in range(5)}
+    assert len(plans) == 5
+
+
+def test_disk_needs_are_declared() -> None:
+    assert SCENARIOS["disk-full"].needs_disks(1, 60.0)
+    assert SCENARIOS["power-loss"].needs_disks(1, 60.0)
+    assert not SCENARIOS["leader-kill-loop"].needs_disks(1, 60.0)
+    assert any(f.kind in DISK_FAULTS for s in range(10) for f in SCENARIOS["random-mix"].faults(s, 120.0))
