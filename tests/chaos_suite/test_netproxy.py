@@ -105,7 +105,7 @@ def test_one_way_drop_loses_only_that_direction_and_its_heal_resets(wire: Wire) 
     client, server = wire.connect()
     wire.proxy.update("l", up=DROP)
     client.sendall(b"a" * 1000)
-    wait_for(lambda: wire.stats().dropped_up == 1000, "the proxy to discard the bytes")
+    wait_for(lambda: wire.stats().dropped_up == 1000, "the proxy to discard the bytes", timeout=5)
     server.setblocking(False)
     with pytest.raises(BlockingIOError):
         server.recv(1)  # nothing of it reached the target
