@@ -238,7 +238,10 @@ class ChaosCluster:
     def partition(self, groups: Iterable[Iterable[int]], mode: Partition = Partition.RESET) -> None:
         """Cut the Raft links between groups (nodes named nowhere form one more group) and
         restore those within groups; this replaces any earlier partition, leaving other
-        link faults as they are. Existing connections across the cut are reset."""
+        link faults as they are. `mode` (chaos.linkfaults.Partition): RESET and REFUSE end
+        connections across the cut, so pysyncobj sees its peers gone; BLACKHOLE keeps them
+        open and silent, so each side notices only by its timeouts (and an isolated node
+        keeps campaigning, see the report in the tests)."""
         parts = partition_groups(groups, self.size)
         cut = cut_pairs(parts)
         for pair, link in self.raft_links.items():

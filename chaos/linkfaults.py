@@ -26,8 +26,18 @@ class Mode(str, Enum):
 
 
 class Partition(str, Enum):
-    RESET = "reset"    # new connections are accepted and reset at once
-    REFUSE = "refuse"  # the listener is closed: connect() gets ECONNREFUSED
+    """How a cut link behaves. RESET and REFUSE end every connection, so each side
+    knows at once that it is alone; BLACKHOLE keeps connections open and silently
+    drops both directions, as a pulled cable or a firewall DROP rule does, so each
+    side finds out only by its own timeouts."""
+
+    RESET = "reset"    # existing connections reset; new ones accepted and reset at once
+    REFUSE = "refuse"  # existing connections reset; the listener closed: ECONNREFUSED
+    BLACKHOLE = "blackhole"  # everything dropped; new connections reach the target but stay silent
+
+    @property
+    def ends_connections(self) -> bool:
+        return self is not Partition.BLACKHOLE
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,14 @@ class LinkFaults:
         if name not in DIRECTIONS:
             raise ValueError(f"direction must be {UP!r} or {DOWN!r}, got {name!r}")
         return self.up if name == UP else self.down
+
+    def effective(self, name: str) -> Direction:
+        """What the direction does to bytes now: a blackhole partition drops them all."""
+        return DROP if self.partition is Partition.BLACKHOLE else self.direction(name)
+
+    @property
+    def rejects_connections(self) -> bool:
+        return self.partition is not None and self.partition.ends_connections
 
     @property
     def healthy(self) -> bool:

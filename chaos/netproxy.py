@@ -123,14 +123,14 @@ class _Link:
     # ---- faults ---------------------------------------------------------------------
     async def apply(self, new: LinkFaults) -> None:
         old, self.faults = self.faults, new
-        if new.partition is not None and old.partition is None:
+        if new.rejects_connections and not old.rejects_connections:
             self._reset_all()
         if new.partition is Partition.REFUSE and self._server is not None:
             await self.stop_listening()
         elif new.partition is not Partition.REFUSE and self._server is None:
             await self.listen()
         for direction in DIRECTIONS:
-            was, now = old.direction(direction), new.direction(direction)
+            was, now = old.effective(direction), new.effective(direction)
             for conn in list(self.connections.values()):
                 if must_reset_on_change(was, now, conn.dropped[direction]):
                     self._reset_one(conn)
@@ -166,7 +166,7 @@ class _Link:
     # ---- forwarding -----------------------------------------------------------------
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.counts["accepted"] += 1
-        if self.faults.partition is not None or len(self.connections) >= MAX_CONNECTIONS:
+        if self.faults.rejects_connections or len(self.connections) >= MAX_CONNECTIONS:
             self.counts["rejected"] += 1
             self.counts["reset"] += 1
             _reset(writer)
@@ -211,7 +211,7 @@ class _Link:
         try:
             while True:
                 data = await reader.read(CHUNK)
-                fault = self.faults.direction(direction)
+                fault = self.faults.effective(direction)
                 if fault.mode is Mode.DROP:
                     conn.dropped[direction] = True
                     self.counts[f"dropped_{direction}"] += len(data)

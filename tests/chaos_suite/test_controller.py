@@ -15,6 +15,7 @@ import pytest
 from agent_client.connection import LEADER_METADATA_KEY, CoordinatorUnavailable
 from chaos.controller import ChaosCluster
 from chaos.history import NEMESIS
+from chaos.linkfaults import Partition
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.cli.local_cluster import wait_for
@@ -28,13 +29,15 @@ def others(chaos: ChaosCluster, i: int) -> list[int]:
     return [j for j in range(chaos.size) if j != i]
 
 
-def test_partitioned_leader_is_replaced_and_acknowledges_nothing(chaos: ChaosCluster, proxied: ProxiedClient) -> None:
+@pytest.mark.parametrize("mode", [Partition.RESET, Partition.BLACKHOLE])
+def test_partitioned_leader_is_replaced_and_acknowledges_nothing(chaos: ChaosCluster, proxied: ProxiedClient,
+                                                                mode: Partition) -> None:
     proxied.create_group()
     proxied.register("a")
     acked = [i for i in range(1, 6) if proxied.commit("a", i)]
     old = chaos.leader()
     applied_before = chaos.statuses()[old].applied_index
-    chaos.isolate(old)
+    chaos.partition([[old]], mode)
     cut_at = time.monotonic()
 
     stale: list[object] = []  # a write sent to the cut-off leader while it may still believe it leads

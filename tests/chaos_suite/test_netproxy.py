@@ -125,14 +125,39 @@ def test_partition_resets_existing_and_new_connections_until_healed(wire: Wire) 
     wire.proxy.update("l", partition=Partition.RESET)
     assert closed_by_proxy(client)
     host, port = wire.address.rsplit(":", 1)
-    late = socket.create_connection((host, int(port)), timeout=5)  # accepted...
-    wire.sockets.append(late)
-    assert closed_by_proxy(late)  # ...and reset at once
+    try:
+        late = socket.create_connection((host, int(port)), timeout=5)  # accepted...
+        wire.sockets.append(late)
+        assert closed_by_proxy(late)  # ...and reset at once
+    except ConnectionResetError:
+        pass  # reset so soon that connect() itself saw it
     wait_for(lambda: wire.stats().rejected == 1, "the rejection to be counted")
     wire.proxy.heal()
     client2, server2 = wire.connect()
     server2.sendall(b"ok")
     assert recv_exactly(client2, 2) == b"ok"
+    assert wire.stats().reset == 2
+
+
+def test_blackhole_partition_keeps_connections_silent_until_healed(wire: Wire) -> None:
+    client, server = wire.connect()
+    wire.proxy.update("l", partition=Partition.BLACKHOLE)
+    client.sendall(b"u" * 100)
+    server.sendall(b"d" * 50)
+    wait_for(lambda: wire.stats().dropped_up == 100 and wire.stats().dropped_down == 50, "both directions dropped",
+             timeout=5)
+    late_client, late_server = wire.connect()  # new connections are made, and stay silent
+    late_client.sendall(b"x")
+    wait_for(lambda: wire.stats().dropped_up == 101, "the late byte dropped", timeout=5)
+    for sock in (client, server, late_server):
+        sock.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing arrived, and nothing was closed
+            sock.recv(1)
+    assert wire.stats().reset == 0
+    wire.proxy.heal("l")
+    assert closed_by_proxy(late_client)
+    client.setblocking(True)
+    assert closed_by_proxy(client)
     assert wire.stats().reset == 2
 
 
