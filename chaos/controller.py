@@ -208,7 +208,7 @@ class ChaosCluster:
     # ---- observation ------------------------------------------------------------------
     def statuses(self) -> dict[int, pb.NodeStatus]:
         """Status of every running node that answers (paused nodes are not asked)."""
-        return {i: s for i, s in self.local.statuses().items() if i not in self.paused}
+        return self.local.statuses(exclude=self.paused)
 
     def leaders(self) -> dict[int, int]:
         """Every node that believes it leads, with its term: during a partition a deposed

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Collection, TypeVar
 
 import grpc
 
@@ -189,8 +189,11 @@ class LocalCluster:
         self.close()
 
     # ---- observation --------------------------------------------------------------
-    def statuses(self) -> dict[int, pb.NodeStatus]:
-        return {n.index: s for n in self.nodes if n.alive and (s := node_status(n.grpc)) is not None}
+    def statuses(self, exclude: Collection[int] = ()) -> dict[int, pb.NodeStatus]:
+        """Status of every running node that answers, except the `exclude`d (e.g. nodes
+        known to be stopped with SIGSTOP, which would only time out)."""
+        return {n.index: s for n in self.nodes
+                if n.alive and n.index not in exclude and (s := node_status(n.grpc)) is not None}
 
     def leader(self, timeout: float = 30.0) -> NodeProcess:
         def find() -> NodeProcess | None:
