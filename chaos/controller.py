@@ -239,9 +239,11 @@ class ChaosCluster:
         """Cut the Raft links between groups (nodes named nowhere form one more group) and
         restore those within groups; this replaces any earlier partition, leaving other
         link faults as they are. `mode` (chaos.linkfaults.Partition): RESET and REFUSE end
-        connections across the cut, so pysyncobj sees its peers gone; BLACKHOLE keeps them
-        open and silent, so each side notices only by its timeouts (and an isolated node
-        keeps campaigning, see the report in the tests)."""
+        connections across the cut, and pysyncobj campaigns only while connected to some
+        peer, so a node cut off this way keeps its term and rejoins quietly. BLACKHOLE
+        keeps connections open and silent: an isolated node keeps campaigning (a few
+        terms a second until its connections time out) and, pysyncobj having no pre-vote,
+        its higher term deposes the leader when the partition heals."""
         parts = partition_groups(groups, self.size)
         cut = cut_pairs(parts)
         for pair, link in self.raft_links.items():
