@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Collection, TypeVar
 
 import grpc
 
@@ -69,26 +69,50 @@ def node_status(grpc_address: str, timeout: float = 1.0) -> pb.NodeStatus | None
         return None
 
 
+DEFAULT_PROGRAM = [sys.executable, "-m", "coordinator.cli.main"]
+PeerSpec = Callable[[NodeProcess, NodeProcess], str]
+
+
+def direct_peer(node: NodeProcess, peer: NodeProcess) -> str:
+    """`node`'s --peers entry for `peer`: the peer's own addresses."""
+    return f"{peer.raft}={peer.grpc}"
+
+
 class LocalCluster:
     def __init__(self, root: Path, size: int = 3, *, settings: dict[str, object] | None = None,
-                 password: str | None = None, base_port: int | None = None) -> None:
+                 password: str | None = None, base_port: int | None = None, hosts: list[str] | None = None,
+                 peer_spec: PeerSpec = direct_peer,
+                 program: Callable[[int], list[str]] | None = None) -> None:
         """`base_port`: node i gets raft/grpc/metrics on base+3i, +1, +2 (stable addresses for
-        a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks)."""
+        a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks).
+
+        The hooks let a harness put something between the nodes (the chaos suite's
+        proxies): `hosts[i]` is the loopback address node i binds (default 127.0.0.1),
+        `peer_spec(node, peer)` what `node` is told about `peer`, and `program(i)` the
+        command before `coordinator <flags>` that runs node i (e.g. a bug-planting wrapper)."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
         self.settings = settings or {}
+        self.peer_spec = peer_spec
+        self.program = program
+        hosts = hosts or ["127.0.0.1"] * size
+        if len(hosts) != size:
+            raise ValueError(f"need one host per node: {size} nodes, {len(hosts)} hosts")
+        # Ports free on 127.0.0.1 are free on the other loopback addresses too, short of
+        # a socket bound to exactly that address.
         ports = free_ports(3 * size) if base_port is None else list(range(base_port, base_port + 3 * size))
-        self.nodes = [NodeProcess(i, f"127.0.0.1:{ports[3 * i]}", f"127.0.0.1:{ports[3 * i + 1]}",
-                                  f"127.0.0.1:{ports[3 * i + 2]}", self.root / f"node{i}") for i in range(size)]
+        self.nodes = [NodeProcess(i, f"{host}:{ports[3 * i]}", f"{host}:{ports[3 * i + 1]}",
+                                  f"{host}:{ports[3 * i + 2]}", self.root / f"node{i}") for i, host in enumerate(hosts)]
         self.log_files: list = []
 
     # ---- processes ----------------------------------------------------------------
     def command(self, node: NodeProcess, members: list[int] | None = None) -> list[str]:
         """`members`: the node indexes forming the cluster this node starts with (default: all)."""
         chosen = [n for n in self.nodes if members is None or n.index in members]
-        peers = ",".join(f"{n.raft}={n.grpc}" for n in chosen if n is not node)
-        args = [sys.executable, "-m", "coordinator.cli.main", "coordinator", "--raft-address", node.raft,
+        peers = ",".join(self.peer_spec(node, n) for n in chosen if n is not node)
+        program = DEFAULT_PROGRAM if self.program is None else self.program(node.index)
+        args = [*program, "coordinator", "--raft-address", node.raft,
                 "--grpc-address", node.grpc, "--metrics-address", node.metrics, "--peers", peers,
                 "--data-dir", str(node.data_dir)]
         for key, value in self.settings.items():
@@ -165,8 +189,11 @@ class LocalCluster:
         self.close()
 
     # ---- observation --------------------------------------------------------------
-    def statuses(self) -> dict[int, pb.NodeStatus]:
-        return {n.index: s for n in self.nodes if n.alive and (s := node_status(n.grpc)) is not None}
+    def statuses(self, exclude: Collection[int] = ()) -> dict[int, pb.NodeStatus]:
+        """Status of every running node that answers, except the `exclude`d (e.g. nodes
+        known to be stopped with SIGSTOP, which would only time out)."""
+        return {n.index: s for n in self.nodes
+                if n.alive and n.index not in exclude and (s := node_status(n.grpc)) is not None}
 
     def leader(self, timeout: float = 30.0) -> NodeProcess:
         def find() -> NodeProcess | None:

@@ -1,0 +1,342 @@
+"""A coordinator cluster whose every link runs through a fault proxy.
+
+`ChaosCluster` runs N `raftpoint coordinator` processes (a `LocalCluster`) with
+node i bound to 127.0.1.(i+1) and every proxy on 127.0.0.1. The proxy addresses
+therefore sort below every node address, which is what pysyncobj's dialling rule
+needs (chaos.topology): each Raft pair's dialer is given the proxy's address for
+its peer, and a node's peers are advertised to clients by their proxied gRPC
+addresses, so a client that follows a `raftpoint-leader` redirect stays behind the
+proxies. Observation (`statuses`, `leader`, `converged`) talks to the nodes'
+real gRPC addresses, so it sees through client-side faults.
+
+Every fault method returns once the fault is in force and, given a History,
+records it there as a nemesis op (after it took effect).
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol
+
+from chaos.history import History
+from chaos.linkfaults import DROP, LinkFaults, Partition, delay as delayed
+from chaos.netproxy import LinkStats, NetProxy
+from chaos.topology import RaftLink, cut_pairs, grpc_link_name, partition_groups, raft_links
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.cli.local_cluster import LocalCluster, NodeProcess, wait_for
+
+PROXY_HOST = "127.0.0.1"
+
+
+def node_host(index: int) -> str:
+    """Node i's loopback address: above PROXY_HOST as a string, as pysyncobj needs."""
+    if not 0 <= index < 254:
+        raise ValueError("at most 254 nodes")
+    return f"127.0.1.{index + 1}"
+
+
+class Disk(Protocol):
+    """What the controller needs of a chaos.disk.LoopDisk (created and mounted by us)."""
+
+    mountpoint: Path
+
+    def create(self) -> None: ...
+    def mount(self) -> None: ...
+    def unmount(self) -> None: ...
+    def fill(self, leave_bytes: int) -> None: ...
+    def unfill(self) -> None: ...
+    def power_cut(self) -> None: ...
+    def throttle(self, pids: list[int], write_bps: int, write_iops: int) -> None: ...
+    def unthrottle(self, pids: list[int]) -> None: ...
+    def close(self) -> None: ...
+
+
+class NoDisks(RuntimeError):
+    """A disk fault was asked of a cluster started without `disks=`."""
+
+
+class ChaosCluster:
+    def __init__(self, root: Path, size: int = 3, *, settings: dict[str, object] | None = None, seed: int = 0,
+                 history: History | None = None, node_command: Callable[[int], list[str]] | None = None,
+                 disks: Callable[[int], Disk] | None = None, password: str | None = None) -> None:
+        """`node_command(i)`: the program that runs node i, before `coordinator <flags>`
+        (default `python -m coordinator.cli.main`; e.g. `python -m chaos.planted --bug X`).
+        `disks(i)`: node i's data directory goes on that disk (needs root and a private
+        mount namespace); without it, plain directories under `root`."""
+        self.history = history
+        self.proxy = NetProxy(seed)
+        try:
+            self.local = LocalCluster(root, size, settings=settings, password=password,
+                                      hosts=[node_host(i) for i in range(size)], peer_spec=self._peer_spec,
+                                      program=node_command)
+            self.raft_links = raft_links([n.raft for n in self.local.nodes])
+            self.addresses: dict[str, int] = {}
+            for n in self.local.nodes:
+                self.addresses[n.raft] = self.addresses[n.grpc] = n.index
+                self.addresses[self.proxy.add_link(grpc_link_name(n.index), n.grpc)] = n.index
+            for link in self.raft_links.values():
+                listener = self.local.nodes[link.listener]
+                address = self.proxy.add_link(link.name, listener.raft)
+                if not self.local.nodes[link.dialer].raft > address:  # pysyncobj would not dial it
+                    raise RuntimeError(f"proxy {address} does not sort below {self.local.nodes[link.dialer].raft}")
+                self.addresses[address] = link.listener
+        except BaseException:
+            self.proxy.close()
+            raise
+        self._disk_factory = disks
+        self.disks: dict[int, Disk] = {}
+        self.paused: set[int] = set()
+
+    # ---- wiring -----------------------------------------------------------------------
+    def _peer_spec(self, node: NodeProcess, peer: NodeProcess) -> str:
+        link = self.raft_links[frozenset((node.index, peer.index))]
+        raft = self.proxy.address(link.name) if link.dialer == node.index else peer.raft
+        return f"{raft}={self.proxy.address(grpc_link_name(peer.index))}"
+
+    @property
+    def nodes(self) -> list[NodeProcess]:
+        return self.local.nodes
+
+    @property
+    def size(self) -> int:
+        return len(self.local.nodes)
+
+    def node_of(self, address: str) -> int | None:
+        """The node index behind any of its addresses, real or proxied."""
+        return self.addresses.get(address)
+
+    def endpoints(self) -> list[str]:
+        """The proxied gRPC addresses: what clients under test should use."""
+        return [self.proxy.address(grpc_link_name(i)) for i in range(self.size)]
+
+    def link_stats(self) -> dict[str, LinkStats]:
+        return {name: self.proxy.stats(name) for name in self.proxy.links()}
+
+    def _record(self, f: str, value: Any = None) -> None:
+        if self.history is not None:
+            self.history.nemesis(f, value)
+
+    # ---- processes ----------------------------------------------------------------------
+    def start_all(self) -> "ChaosCluster":
+        if self._disk_factory is not None:
+            for node in self.nodes:
+                disk = self._disk_factory(node.index)
+                disk.create()
+                disk.mount()
+                self.disks[node.index] = disk
+                node.data_dir = Path(disk.mountpoint) / "data"
+        self.local.start_all()
+        self._record("start-all", {"nodes": list(range(self.size))})
+        return self
+
+    def start(self, i: int) -> None:
+        self.local.start(i)
+        self._record("start", {"node": i})
+
+    def kill(self, i: int) -> None:
+        """SIGKILL (a paused node too): no shutdown code runs, as in a crash."""
+        self.local.kill(i)
+        self.paused.discard(i)
+        self._record("kill", {"node": i})
+
+    def stop(self, i: int) -> None:
+        """SIGTERM and wait (SIGKILL after 10 s); a paused node is continued so it can exit."""
+        node = self.nodes[i]
+        if i in self.paused and node.alive:
+            node.process.terminate()
+            node.process.send_signal(signal.SIGCONT)
+        self.paused.discard(i)
+        self.local.stop(i)
+        self._record("stop", {"node": i})
+
+    def restart(self, i: int, *, crash: bool = True) -> None:
+        (self.kill if crash else self.stop)(i)
+        self.start(i)
+
+    def pause(self, i: int) -> None:
+        """SIGSTOP: the process keeps its sockets and state but runs nothing, like a long
+        GC pause or a stalled VM; peers see silence, not a closed connection."""
+        self.local.signal(i, signal.SIGSTOP)
+        self.paused.add(i)
+        self._record("pause", {"node": i})
+
+    def resume(self, i: int) -> None:
+        self.local.signal(i, signal.SIGCONT)
+        self.paused.discard(i)
+        self._record("resume", {"node": i})
+
+    def wipe(self, i: int) -> None:
+        """Stop node i, delete its data and start it empty: it rejoins and catches up from
+        the leader. Like a replaced disk, a wiped node forgets its term and vote too, so
+        it could vote twice in one term: Raft's safety assumes that never happens, so
+        wipe at most one node at a time and only while it cannot tip an election."""
+        self.local.signal(i, signal.SIGCONT)
+        self.paused.discard(i)
+        self.local.stop(i)
+        data = self.nodes[i].data_dir
+        if i in self.disks:
+            for child in data.iterdir() if data.exists() else ():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        else:
+            shutil.rmtree(data, ignore_errors=True)
+        self.local.start(i)
+        self._record("wipe", {"node": i})
+
+    def close(self) -> None:
+        """Stop every node (continuing paused ones), then the proxy, then the disks."""
+        try:
+            for i in list(self.paused):
+                self.local.signal(i, signal.SIGCONT)
+            self.paused.clear()
+            self.local.close()
+        finally:
+            self.proxy.close()
+            for disk in self.disks.values():
+                try:
+                    disk.unmount()
+                finally:
+                    disk.close()
+            self.disks.clear()
+
+    def __enter__(self) -> "ChaosCluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- observation ------------------------------------------------------------------
+    def statuses(self) -> dict[int, pb.NodeStatus]:
+        """Status of every running node that answers (paused nodes are not asked)."""
+        return self.local.statuses(exclude=self.paused)
+
+    def leaders(self) -> dict[int, int]:
+        """Every node that believes it leads, with its term: during a partition a deposed
+        leader keeps believing until its leader_fallback_timeout passes."""
+        return {i: s.term for i, s in self.statuses().items() if s.role == "leader"}
+
+    def leader(self, timeout: float = 30.0, among: Iterable[int] | None = None) -> int:
+        """The node leading at the highest term (among `among`, if given), waiting for one."""
+        allowed = None if among is None else set(among)
+
+        def find() -> tuple[int] | None:
+            claims = {i: t for i, t in self.leaders().items() if allowed is None or i in allowed}
+            return (max(claims, key=claims.__getitem__),) if claims else None
+
+        return wait_for(find, "a leader", timeout, 0.1)[0]
+
+    def converged(self, timeout: float = 30.0) -> str:
+        """The digest once every live node applied the same index (resume paused nodes first)."""
+        return self.local.converged(timeout)
+
+    # ---- network faults -------------------------------------------------------------------
+    def _link(self, a: int, b: int) -> RaftLink:
+        if a == b or not (0 <= a < self.size and 0 <= b < self.size):
+            raise ValueError(f"no link between nodes {a} and {b}")
+        return self.raft_links[frozenset((a, b))]
+
+    def partition(self, groups: Iterable[Iterable[int]], mode: Partition = Partition.RESET) -> None:
+        """Cut the Raft links between groups (nodes named nowhere form one more group) and
+        restore those within groups; this replaces any earlier partition, leaving other
+        link faults as they are. `mode` (chaos.linkfaults.Partition): RESET and REFUSE end
+        connections across the cut, and pysyncobj campaigns only while connected to some
+        peer, so a node cut off this way keeps its term and rejoins quietly. BLACKHOLE
+        keeps connections open and silent: an isolated node keeps campaigning (a few
+        terms a second until its connections time out) and, pysyncobj having no pre-vote,
+        its higher term deposes the leader when the partition heals."""
+        parts = partition_groups(groups, self.size)
+        cut = cut_pairs(parts)
+        for pair, link in self.raft_links.items():
+            self.proxy.update(link.name, partition=mode if pair in cut else None)
+        self._record("partition", {"groups": [sorted(g) for g in parts], "mode": mode.value})
+
+    def isolate(self, i: int) -> None:
+        """Node i alone on one side of a partition (clients can still reach it)."""
+        self.partition([[i]])
+
+    def one_way(self, src: int, dst: int) -> None:
+        """What src sends to dst is lost; what dst sends to src is delivered."""
+        link = self._link(src, dst)
+        self.proxy.update(link.name, **{link.direction(src, dst): DROP})
+        self._record("one-way", {"src": src, "dst": dst})
+
+    def deafen(self, i: int) -> None:
+        """Node i can send but not receive: every message to it is lost (the asymmetric
+        partition, classically of the leader)."""
+        for j in range(self.size):
+            if j != i:
+                link = self._link(j, i)
+                self.proxy.update(link.name, **{link.direction(j, i): DROP})
+        self._record("deafen", {"node": i})
+
+    def delay(self, i: int, j: int, ms: float, jitter_ms: float = 0.0) -> None:
+        """Both directions between i and j delayed by ms ± jitter (order kept)."""
+        d = delayed(ms, jitter_ms)
+        self.proxy.update(self._link(i, j).name, up=d, down=d)
+        self._record("delay", {"nodes": [i, j], "ms": ms, "jitter_ms": jitter_ms})
+
+    def flaky(self, i: int, j: int, p: float) -> None:
+        """The connection between i and j is reset with probability p per second."""
+        self.proxy.update(self._link(i, j).name, flaky_p=p)
+        self._record("flaky", {"nodes": [i, j], "p": p})
+
+    def isolate_client(self, i: int, mode: Partition = Partition.RESET) -> None:
+        """Clients cannot reach node i's gRPC port; Raft traffic is untouched."""
+        self.proxy.update(grpc_link_name(i), partition=mode)
+        self._record("isolate-client", {"node": i, "mode": mode.value})
+
+    def delay_client(self, i: int, ms: float, jitter_ms: float = 0.0) -> None:
+        d = delayed(ms, jitter_ms)
+        self.proxy.update(grpc_link_name(i), up=d, down=d)
+        self._record("delay-client", {"node": i, "ms": ms, "jitter_ms": jitter_ms})
+
+    def heal(self) -> None:
+        """Every link back to pass-through (connections that lost bytes are reset)."""
+        self.proxy.heal()
+        self._record("heal")
+
+    def faults(self) -> dict[str, LinkFaults]:
+        """The faults in force, per link name (links at pass-through omitted)."""
+        return {name: f for name in self.proxy.links() if not (f := self.proxy.faults(name)).healthy}
+
+    # ---- disk faults --------------------------------------------------------------------
+    def _disk(self, i: int) -> Disk:
+        if not self.disks:
+            raise NoDisks("this cluster runs without disks: pass disks= to ChaosCluster (needs root "
+                          "and a private mount namespace; see chaos.disk.unavailable_reason())")
+        return self.disks[i]
+
+    def fill(self, i: int, leave_bytes: int = 0) -> None:
+        """Fill node i's disk until `leave_bytes` remain free."""
+        self._disk(i).fill(leave_bytes)
+        self._record("disk-fill", {"node": i, "leave_bytes": leave_bytes})
+
+    def unfill(self, i: int) -> None:
+        self._disk(i).unfill()
+        self._record("disk-unfill", {"node": i})
+
+    def slow_disk(self, i: int, write_bps: int = 1 << 20, write_iops: int = 50) -> None:
+        """Throttle node i's current process's writes (a restart starts it unthrottled)."""
+        disk, node = self._disk(i), self.nodes[i]
+        if not node.alive:
+            raise RuntimeError(f"node {i} is not running")
+        disk.throttle([node.process.pid], write_bps, write_iops)
+        self._record("disk-slow", {"node": i, "write_bps": write_bps, "write_iops": write_iops})
+
+    def fast_disk(self, i: int) -> None:
+        disk, node = self._disk(i), self.nodes[i]
+        if node.alive:
+            disk.unthrottle([node.process.pid])
+        self._record("disk-fast", {"node": i})
+
+    def power_cut(self, i: int) -> None:
+        """Kill node i and lose what its disk had not synced; start(i) brings it back on
+        what survived."""
+        disk = self._disk(i)
+        self.local.kill(i)
+        self.paused.discard(i)
+        disk.power_cut()
+        self._record("power-cut", {"node": i})
+
+
+__all__ = ["ChaosCluster", "Disk", "NoDisks", "node_host"]
