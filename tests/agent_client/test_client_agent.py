@@ -153,7 +153,7 @@ def test_coordinated_epoch_cut_by_orders_and_by_messages(coordinator, admin, tmp
     assert b.client.unwrap(a.client.wrap(b"after a's cut", to="b")) == b"after a's cut"
     assert b.client.cut_epoch == 1 and b.client.forced == 1  # cut before delivering
     assert b.client.unwrap(early) == b"sent before a's cut"  # crossed the cut in transit: channel state
-    assert [m.message_id for m in b.client.channel_state(b.client.last_index)] != []
+    assert [e.envelope.message_id for e in b.client.in_transit(b.client.last_index)] != []
     group = admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group
     assert group.stable_epoch == 1
 

@@ -313,3 +313,19 @@ def test_fence_cap_merges_conservatively() -> None:
             assert judged or not exact, (generation, interval)  # never accepts an undone send
             if generation >= kept[0].generation or generation < history[0].generation:
                 assert judged == exact, (generation, interval)  # exact outside the merged span
+
+
+def test_a_message_reported_twice_counts_as_received_at_the_earliest(m: Machine) -> None:
+    """A receiver that retries a delivery after a report with an unknown outcome may
+    report the same message at two intervals; recovery must still work (a History
+    refuses duplicate ids) and roll back at least as far as the truth requires."""
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED)))
+    m.register("g", "a")
+    m.register("g", "b")
+    m.commit("g", "a", 1)
+    m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 2, "b", 1, "m1", 1),)))
+    m.commit("g", "b", 1)
+    m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 2, "b", 2, "m1", 1),)))
+    m.commit("g", "b", 2)
+    targets = {t.agent_id: t.checkpoint_index for t in m.ok(c.DeclareAgentFailed("g", "a", 1)).targets}
+    assert targets == {"a": 1, "b": 0}
