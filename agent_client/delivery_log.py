@@ -37,7 +37,7 @@ class DeliveryLogCorrupted(Exception):
     """A record other than the last is unreadable: not a torn write, the file is damaged."""
 
 
-@dataclass(frozen=True, eq=False)  # identity: the same message may be logged again after a rollback
+@dataclass(slots=True, eq=False)  # identity: the same message may be logged again after a rollback
 class LoggedDelivery:
     after_checkpoint: int  # the receiver's last checkpoint index when it delivered the message
     envelope: Envelope

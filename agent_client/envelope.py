@@ -8,16 +8,21 @@ the sender's epoch and the CIC protocol's piggyback.
 """
 from __future__ import annotations
 
-import base64
+import binascii
 import json
 from dataclasses import dataclass
 from typing import Any
 
 VERSION = 2
-_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+_decode = json.JSONDecoder().decode
 
 
-@dataclass(frozen=True)
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode()
+
+
+@dataclass(slots=True)  # treated as immutable; frozen dataclasses cost 5x per construction, on every message
 class Envelope:
     message_id: str  # unique per sender
     sender: str
@@ -29,10 +34,11 @@ class Envelope:
     piggyback: bytes
     payload: bytes
 
-    def to_doc(self) -> dict[str, Any]:
-        return {"v": VERSION, "id": self.message_id, "from": self.sender, "to": self.receiver,
-                "gen": self.generation, "seq": self.seq, "interval": self.send_interval, "epoch": self.epoch,
-                "pb": base64.b64encode(self.piggyback).decode(), "payload": base64.b64encode(self.payload).decode()}
+    def to_doc(self) -> list[Any]:
+        """A JSON array in a fixed order, led by the version: this runs for every message,
+        and an array encodes and decodes about twice as fast as an object with keys."""
+        return [VERSION, self.message_id, self.sender, self.receiver, self.generation, self.seq,
+                self.send_interval, self.epoch, _b64(self.piggyback), _b64(self.payload)]
 
     def encode(self) -> bytes:
         return _encode(self.to_doc()).encode()
@@ -40,19 +46,19 @@ class Envelope:
     @classmethod
     def from_doc(cls, doc: Any) -> "Envelope":
         try:
-            if doc["v"] != VERSION:
-                raise ValueError(f"unsupported envelope version {doc['v']}")
-            return cls(str(doc["id"]), str(doc["from"]), str(doc["to"]), int(doc["gen"]), int(doc["seq"]),
-                       int(doc["interval"]), int(doc["epoch"]), base64.b64decode(doc["pb"]),
-                       base64.b64decode(doc["payload"]))
-        except (KeyError, TypeError, ValueError) as exc:
+            if not isinstance(doc, list) or not doc or doc[0] != VERSION:
+                raise ValueError(f"unsupported envelope version {doc[0] if isinstance(doc, list) and doc else doc!r}")
+            _, message_id, sender, receiver, generation, seq, interval, epoch, piggyback, payload = doc
+            return cls(str(message_id), str(sender), str(receiver), int(generation), int(seq), int(interval),
+                       int(epoch), binascii.a2b_base64(piggyback), binascii.a2b_base64(payload))
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise ValueError(f"not a raftpoint envelope: {exc}") from None
 
     @classmethod
     def decode(cls, data: bytes) -> "Envelope":
         try:
-            doc = json.loads(data)
-        except ValueError as exc:
+            doc = _decode(data.decode())
+        except ValueError as exc:  # UnicodeDecodeError included
             raise ValueError(f"not a raftpoint envelope: {exc}") from None
         return cls.from_doc(doc)
 

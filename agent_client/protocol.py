@@ -58,7 +58,7 @@ MAX_REDELIVERY_ROUNDS = 3  # a delivery refused because a rollback is owed: obey
 
 # ---- effects ----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Rpc:
     """A unary call to the coordinator (retried by the connection under its deadline)."""
 
@@ -67,7 +67,7 @@ class Rpc:
     request: Any
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Watch:
     """The orders WatchOrders streams within `window` seconds."""
 
@@ -75,7 +75,7 @@ class Watch:
     window: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Blocking:
     """A local call that may block on disk (blob store, delivery log). `quick` ones
     (one write() on an open file) need no thread in an event loop."""
@@ -84,7 +84,7 @@ class Blocking:
     quick: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Callback:
     """User code (snapshot, on_rollback, on_redeliver, test hooks); in the asyncio
     client it may be a coroutine function."""
@@ -356,7 +356,8 @@ class AgentProtocol:
     def unwrap(self, data: bytes) -> Op[bytes | None]:
         """The payload, or None for a duplicate or an orphan. May checkpoint first."""
         env = Envelope.decode(data)
-        yield from self.finish_redelivery()
+        if self._backlog is not None:
+            yield from self.finish_redelivery()
         return (yield from self._deliver(env, data))
 
     def _deliver(self, env: Envelope, raw: bytes | None) -> Op[bytes | None]:
@@ -364,7 +365,9 @@ class AgentProtocol:
             if env.key in self._delivered:
                 self.duplicates += 1
                 return None
-            yield from self._cut_before(env)
+            cut = self.cut_needed(env)
+            if cut is not None:
+                yield from self._cut(*cut)
             record = pb.DependencyRecord(sender=env.sender, send_interval=env.send_interval, receiver=self.agent_id,
                                          receive_interval=self.last_index + 1, message_id=env.message_id,
                                          send_generation=env.generation)
@@ -391,25 +394,31 @@ class AgentProtocol:
             return env.payload
         raise AssertionError("unreachable")
 
-    def _cut_before(self, env: Envelope) -> Op[None]:
-        """The rule's checkpoint before delivery: a later epoch's message cuts first
-        (Lai-Yang); a CIC rule may force one (BCS may jump the index)."""
+    def cut_needed(self, env: Envelope) -> tuple[int, int] | None:
+        """The checkpoint the rule requires before delivering `env`, as (epoch, forced
+        index), or None: a later epoch's message cuts first (Lai-Yang); a CIC rule may
+        force one (BCS may jump the index)."""
         if self.mode == pb.COORDINATED:
             if cic.epoch_forces_cut(self.cut_epoch, env.epoch) and env.epoch > self._refused_epoch:
-                try:
-                    self.epoch = max(self.epoch, env.epoch)
-                    yield from self._checkpoint(epoch=env.epoch)
-                    self.forced += 1
-                except Rejected as exc:  # the epoch was aborted (or never opened here): nothing to cut for
-                    if owes_rollback(exc):
-                        raise
-                    log.info("no cut for epoch %d: %s", env.epoch, exc.reason)
-                    self._refused_epoch = env.epoch
-            return
+                return env.epoch, 0
+            return None
         forced = self._rule.forced_index(env.sender, env.piggyback, self.last_index)
-        if forced is not None:
-            yield from self._checkpoint(forced_index=forced)  # kind FORCED
+        return None if forced is None else (0, forced)
+
+    def _cut(self, epoch: int, forced_index: int) -> Op[None]:
+        if not epoch:
+            yield from self._checkpoint(forced_index=forced_index)  # kind FORCED
             self.forced += 1
+            return
+        try:
+            self.epoch = max(self.epoch, epoch)
+            yield from self._checkpoint(epoch=epoch)
+            self.forced += 1
+        except Rejected as exc:  # the epoch was aborted (or never opened here): nothing to cut for
+            if owes_rollback(exc):
+                raise
+            log.info("no cut for epoch %d: %s", epoch, exc.reason)
+            self._refused_epoch = epoch
 
     def flush_dependencies(self, current: tuple[str, str] | None = None) -> Op[bool]:
         """Report pending dependency records. Returns whether the coordinator refused

@@ -47,7 +47,7 @@ def test_torn_last_record_is_dropped(tmp_path: Path) -> None:
     path = tmp_path / "deliveries.jsonl"
     fill(DeliveryLog(path))
     with open(path, "ab") as f:
-        f.write(b'{"after":3,"env":{"from":"c","gen":1,"id":"c.1.1","payl')  # crash mid-append
+        f.write(b'{"after":3,"env":[2,"c.1.1","c","me",1,1,2,0,"","cGF5')  # crash mid-append
     log = DeliveryLog(path)
     assert ids(log.since(0)) == ["a.1.1", "b.1.1", "a.1.2"]
     log.append(entry("c", 1, 3))
