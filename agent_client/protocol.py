@@ -195,6 +195,7 @@ class AgentProtocol:
         self._refused_epoch = 0
         self._progress = self._progress_at_restore = 0  # messages and checkpoints since the last restore
         self._backlog: tuple[list[LoggedDelivery], dict[str, tuple[int, int]]] | None = None  # re-deliveries to do
+        self._floor = 0  # no rollback goes below this checkpoint (garbage collection kept it)
 
     # ---- small pure helpers --------------------------------------------------------------
     def rid(self, op: str, key: object) -> str:
@@ -238,7 +239,13 @@ class AgentProtocol:
         return resp
 
     def heartbeat(self) -> Op[pb.HeartbeatResponse]:
-        return (yield Rpc("AgentService", "Heartbeat", self.heartbeat_request()))
+        """Keeps the lease; learns how far back a rollback can still go, and forgets the
+        deliveries before that (the log's only bound outside coordinated mode)."""
+        resp = yield Rpc("AgentService", "Heartbeat", self.heartbeat_request())
+        if resp.rollback_floor > self._floor:
+            self._floor = resp.rollback_floor
+            yield Blocking(partial(self.deliveries.truncate, resp.rollback_floor))
+        return resp
 
     def close(self, *, deregister: bool = False) -> Op[None]:
         yield from self.flush_dependencies()

@@ -98,6 +98,9 @@ class Agent:
     generation: int = 0
     # The agent's rollbacks that can still undo a message in flight (coordinator.core.fences).
     fences: tuple[Fence, ...] = ()
+    # No recovery line can take the agent below this checkpoint any more (what garbage
+    # collection kept): the agent may forget what it logged to re-deliver before it.
+    rollback_floor: int = 0
 
 
 @dataclass(frozen=True)

@@ -363,6 +363,9 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     all_cps = {a.agent_id: state.checkpoints(name, a.agent_id) for a in agents}
     usable = {a: [c.index for c in cps if c.stable] for a, cps in all_cps.items()}
     keep_from = plan_gc(usable, state.dependencies(name), group.spec.retention)
+    for agent in agents:
+        if keep_from[agent.agent_id] > agent.rollback_floor:
+            state.put_agent(dataclasses.replace(agent, rollback_floor=keep_from[agent.agent_id]))
     uris: list[str] = []
     total = 0
     deleted = 0

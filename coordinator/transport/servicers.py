@@ -57,7 +57,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                                 f"{agent.incarnation} ({agent.state.value})")
         self.leases.renew(group, agent.agent_id, agent.incarnation)
         return pb.HeartbeatResponse(current_epoch=group.current_epoch, state=wire.GROUP_STATE_TO_PB[group.state],
-                                    lease_ttl_s=group.spec.lease_ttl_s)
+                                    lease_ttl_s=group.spec.lease_ttl_s, rollback_floor=agent.rollback_floor)
 
     async def CommitCheckpoint(self, request, context):
         result = await self.p.submit(context, "commit_checkpoint", request)

@@ -12,6 +12,7 @@ import pytest
 from agent_client.agent import AgentClient, RestoreKind
 from agent_client.aio import AsyncAgentClient
 from agent_client.connection import Connection, Rejected
+from agent_client.delivery_log import DeliveryLog
 from agent_client.restore_check import RejectReason
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -312,3 +313,18 @@ def test_async_client_rolls_back_redelivers_and_refuses_orphans(coordinator, adm
 
     tokens, redelivered_from, orphans, rollbacks = asyncio.run(main())
     assert (tokens, redelivered_from, orphans, rollbacks) == (12, ["a"], 1, 1)
+
+
+def test_deliveries_no_rollback_can_reach_are_forgotten(coordinator, admin, tmp_path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a, b = Holder(coordinator, tmp_path, "a"), Holder(coordinator, tmp_path, "b")
+    for _ in range(4):
+        assert b.receive(a.send("b", 1))
+        a.client.checkpoint()
+        b.client.checkpoint()
+    log = b.client.core.deliveries
+    assert [e.after_checkpoint for e in log.since(0)] == [0, 1, 2, 3]
+    admin.call("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id="gc", group="g"))
+    floor = b.client.heartbeat().rollback_floor
+    assert floor >= 2 and [e.after_checkpoint for e in log.since(0)] == list(range(floor, 4))
+    assert [e.after_checkpoint for e in DeliveryLog(log.path).since(0)] == list(range(floor, 4))  # on disk too

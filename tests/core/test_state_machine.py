@@ -329,3 +329,15 @@ def test_a_message_reported_twice_counts_as_received_at_the_earliest(m: Machine)
     m.commit("g", "b", 2)
     targets = {t.agent_id: t.checkpoint_index for t in m.ok(c.DeclareAgentFailed("g", "a", 1)).targets}
     assert targets == {"a": 1, "b": 0}
+
+
+def test_garbage_collection_raises_each_agents_rollback_floor(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS, retention=1)))
+    m.register("g", "a")
+    for i in range(1, 6):
+        m.commit("g", "a", i)
+    assert m.state.agent("g", "a").rollback_floor == 0
+    m.ok(c.GarbageCollect("g"))
+    assert m.state.agent("g", "a").rollback_floor == 4  # what GC kept: no line goes below it
+    m.ok(c.GarbageCollect("g"))
+    assert m.state.agent("g", "a").rollback_floor == 4

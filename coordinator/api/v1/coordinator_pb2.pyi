@@ -304,14 +304,16 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., token: _Optional[_Union[FencingToken, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("current_epoch", "state", "lease_ttl_s")
+    __slots__ = ("current_epoch", "state", "lease_ttl_s", "rollback_floor")
     CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_FLOOR_FIELD_NUMBER: _ClassVar[int]
     current_epoch: int
     state: GroupState
     lease_ttl_s: float
-    def __init__(self, current_epoch: _Optional[int] = ..., state: _Optional[_Union[GroupState, str]] = ..., lease_ttl_s: _Optional[float] = ...) -> None: ...
+    rollback_floor: int
+    def __init__(self, current_epoch: _Optional[int] = ..., state: _Optional[_Union[GroupState, str]] = ..., lease_ttl_s: _Optional[float] = ..., rollback_floor: _Optional[int] = ...) -> None: ...
 
 class CommitCheckpointRequest(_message.Message):
     __slots__ = ("request_id", "token", "checkpoint")
