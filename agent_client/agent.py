@@ -19,122 +19,27 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from agent_client.background import Heartbeater, OrderWatcher
-from agent_client.blobstore import BlobStore, LocalBlobStore, PutResult
+from agent_client.blobstore import BlobStore
+from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from agent_client.delivery_log import DeliveryLog, LoggedDelivery
-from agent_client.protocol import (
-    AgentProtocol, Blocking, Callback, Effect, Op, Restored, RestoreKind, Rpc, Watch, drive,
-)
-from agent_client.side_effects import SideEffectLog
+from agent_client.protocol import Blocking, Callback, Effect, Op, Restored, RestoreKind, Rpc, Watch, drive
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 log = logging.getLogger("agent_client")
 T = TypeVar("T")
-DELIVERY_LOG = "deliveries.jsonl"
-SIDE_EFFECTS = "side_effects.sqlite"
-
-
-def _view(name: str, doc: str) -> property:
-    return property(lambda self: getattr(self.core, name), doc=doc)
-
-
-class ClientBase:
-    """What the sync and asyncio clients share besides the protocol: read-only views
-    of its state, and the side-effect log that follows it (held effects run once their
-    checkpoint is stable and are dropped by a rollback)."""
-
-    core: AgentProtocol
-    state_dir: Path | None
-    _effects: SideEffectLog | None = None
-    group = _view("group", "the agent's group")
-    agent_id = _view("agent_id", "this agent")
-    mode = _view("mode", "the group's checkpointing mode (pb.GroupMode)")
-    incarnation = _view("incarnation", "issued by Register; a newer one fences this one off")
-    generation = _view("generation", "stamped on every message; rises with each registration and rollback")
-    epoch = _view("epoch", "the newest epoch this agent has heard of")
-    cut_epoch = _view("cut_epoch", "coordinated mode: the epoch of this agent's last cut")
-    stable_epoch = _view("stable_epoch", "coordinated mode: the newest stable epoch")
-    lease_ttl_s = _view("lease_ttl_s", "the group's lease")
-    last_index = _view("last_index", "the agent's last checkpoint index")
-    forced = _view("forced", "checkpoints a rule forced before a delivery")
-    duplicates = _view("duplicates", "envelopes not delivered because they already were")
-    orphans = _view("orphans", "envelopes not delivered because their sender's rollback undid the send")
-    orphans_delivered = _view("orphans_delivered", "orphans found only after delivery (dependency_batch > 1)")
-    redelivered = _view("redelivered", "(message id, receive interval) re-delivered after the last rollback")
-    fenced = _view("fenced", "why the coordinator refuses this incarnation, once it does")
-    last_restore = _view("last_restore", "what the last restore or rollback returned")
-    rollbacks = _view("rollbacks", "every rollback carried out, in order")
-
-    def in_transit(self, after_checkpoint: int) -> list[LoggedDelivery]:
-        """Coordinated mode: the channel state of the cut at `after_checkpoint`."""
-        return self.core.in_transit(after_checkpoint)
-
-    def _effect_log(self) -> SideEffectLog:
-        if self._effects is None:
-            if self.state_dir is None:
-                raise ValueError("side effects need state_dir (the blob store is not a local directory)")
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            self._effects = SideEffectLog(self.state_dir / SIDE_EFFECTS)
-        return self._effects
-
-    def _held_until(self) -> Callable[[], bool]:
-        covering = self.core.last_index + 1
-        return lambda: self.core.is_stable(covering)
-
-    def _mark(self) -> tuple[int, int]:
-        return len(self.core.rollbacks), self.core.last_index
-
-    def _settle_effects(self, mark: tuple[int, int]) -> None:
-        """After an operation: a rollback drops held effects; a new checkpoint may release some."""
-        if self._effects is None:
-            return
-        if len(self.core.rollbacks) != mark[0]:
-            self._effects.discard_held()
-        if self.core.last_index != mark[1]:
-            self._effects.release()
-
-
-def open_stores(blob_store: BlobStore | str | Path, state_dir: str | Path | None, group: str, agent_id: str,
-                aead_key: bytes | None) -> tuple[BlobStore, Path | None]:
-    """The blob store, and the directory for the agent's logs (default: next to the
-    blobs of a local store; none for another store unless given)."""
-    if isinstance(blob_store, (str, Path)):
-        return LocalBlobStore(blob_store, key=aead_key), Path(state_dir or Path(blob_store) / "agents" / group / agent_id)
-    return blob_store, None if state_dir is None else Path(state_dir)
 
 
 class AgentClient(ClientBase):
-    def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path, *,
-                 snapshot: Callable[[], Any], on_rollback: Callable[[Any, str], None] | None = None,
-                 on_redeliver: Callable[[bytes, str], None] | None = None,
-                 members: Sequence[str] = (), schema_version: int = 1, config: Mapping[str, object] | None = None,
-                 aead_key: bytes | None = None, state_dir: str | Path | None = None, dependency_batch: int = 1,
-                 fsync_deliveries: bool = False, background: bool = True, heartbeat_interval: float | None = None,
-                 deadline: float = 30.0, after_blob_write: Callable[[PutResult], None] | None = None,
-                 after_commit: Callable[[pb.CheckpointMeta], None] | None = None) -> None:
-        """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
-        replaces the agent's live state after a rollback order; `on_redeliver(payload,
-        sender)` then applies each message the rollback took out of the state and its
-        sender will not send again. `state_dir` holds the delivery and side-effect logs
-        (default: <blob dir>/agents/<group>/<agent>; without one the delivery log is in
-        memory and a crashed agent cannot re-deliver). `fsync_deliveries` makes each
-        delivery survive a power loss, not only a crash of the process.
-        `after_blob_write` and `after_commit` are test hooks around the metadata commit."""
-        self.conn = Connection(endpoints, deadline=deadline)
-        self.blobs, self.state_dir = open_stores(blob_store, state_dir, group, agent_id, aead_key)
-        deliveries = DeliveryLog(None if self.state_dir is None else self.state_dir / DELIVERY_LOG,
-                                 fsync=fsync_deliveries)
-        self.core = AgentProtocol(group, agent_id, blobs=self.blobs, deliveries=deliveries, snapshot=snapshot,
-                                  on_rollback=on_rollback, on_redeliver=on_redeliver, members=members,
-                                  schema_version=schema_version, config_hash=config_hash(config or {}),
-                                  dependency_batch=dependency_batch, after_blob_write=after_blob_write,
-                                  after_commit=after_commit)
-        self.background = background
-        self.heartbeat_interval = heartbeat_interval  # default: a third of the group's lease
+    """The blocking client (constructor arguments: ClientBase); thread-safe."""
+
+    def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path,
+                 **options: Any) -> None:
+        super().__init__(group, agent_id, endpoints, blob_store, **options)
+        self.conn = Connection(self.endpoints, deadline=self.deadline)
         self._lock = threading.RLock()
         self._threads: list[Heartbeater | OrderWatcher] = []
 
@@ -168,8 +73,7 @@ class AgentClient(ClientBase):
     def start_background(self) -> None:
         if self._threads:
             return
-        interval = self.heartbeat_interval or min(5.0, max(0.1, (self.core.lease_ttl_s or 3.0) / 3))
-        self._threads = [Heartbeater(self.heartbeat, interval, self._fence),
+        self._threads = [Heartbeater(self.heartbeat, self.heartbeat_every(), self._fence),
                          OrderWatcher(self._open_watch, self.conn.redirect, self._handle_order)]
         for thread in self._threads:
             thread.start()

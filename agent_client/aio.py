@@ -12,17 +12,15 @@ import asyncio
 import inspect
 import logging
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import grpc
 
-from agent_client.agent import DELIVERY_LOG, ClientBase, open_stores
 from agent_client.background import RECONNECT_S, WATCH_STREAM_S, fenced_reason, stream_failed
-from agent_client.blobstore import BlobStore, PutResult
+from agent_client.blobstore import BlobStore
+from agent_client.client_base import ClientBase
 from agent_client.connection import AsyncConnection, CoordinatorUnavailable, Rejected
-from agent_client.delivery_log import DeliveryLog
-from agent_client.protocol import AgentProtocol, Blocking, Callback, Effect, Op, Restored, Rpc, Watch, step
-from agent_client.state_codec import config_hash
+from agent_client.protocol import Blocking, Callback, Effect, Op, Restored, Rpc, Watch, step
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 log = logging.getLogger("agent_client")
@@ -66,27 +64,13 @@ class TaskLock:
 
 
 class AsyncAgentClient(ClientBase):
-    """Same arguments as AgentClient; callbacks may be plain or coroutine functions."""
+    """The asyncio client (constructor arguments: ClientBase); callbacks may be plain or
+    coroutine functions."""
 
-    def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path, *,
-                 snapshot: Callable[[], Any], on_rollback: Callable[[Any, str], Any] | None = None,
-                 on_redeliver: Callable[[bytes, str], Any] | None = None,
-                 members: Sequence[str] = (), schema_version: int = 1, config: Mapping[str, object] | None = None,
-                 aead_key: bytes | None = None, state_dir: str | Path | None = None, dependency_batch: int = 1,
-                 fsync_deliveries: bool = False, background: bool = True, heartbeat_interval: float | None = None,
-                 deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
-                 after_commit: Callable[[pb.CheckpointMeta], Any] | None = None) -> None:
-        self.conn = AsyncConnection(endpoints, deadline=deadline)
-        self.blobs, self.state_dir = open_stores(blob_store, state_dir, group, agent_id, aead_key)
-        deliveries = DeliveryLog(None if self.state_dir is None else self.state_dir / DELIVERY_LOG,
-                                 fsync=fsync_deliveries)
-        self.core = AgentProtocol(group, agent_id, blobs=self.blobs, deliveries=deliveries, snapshot=snapshot,
-                                  on_rollback=on_rollback, on_redeliver=on_redeliver, members=members,
-                                  schema_version=schema_version, config_hash=config_hash(config or {}),
-                                  dependency_batch=dependency_batch, after_blob_write=after_blob_write,
-                                  after_commit=after_commit)
-        self.background = background
-        self.heartbeat_interval = heartbeat_interval
+    def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path,
+                 **options: Any) -> None:
+        super().__init__(group, agent_id, endpoints, blob_store, **options)
+        self.conn = AsyncConnection(self.endpoints, deadline=self.deadline)
         self._lock = TaskLock()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -122,8 +106,7 @@ class AsyncAgentClient(ClientBase):
     def start_background(self) -> None:
         if self._tasks:
             return
-        interval = self.heartbeat_interval or min(5.0, max(0.1, (self.core.lease_ttl_s or 3.0) / 3))
-        self._tasks = [asyncio.create_task(self._heartbeats(interval), name="raftpoint-heartbeat"),
+        self._tasks = [asyncio.create_task(self._heartbeats(self.heartbeat_every()), name="raftpoint-heartbeat"),
                        asyncio.create_task(self._watch_orders(), name="raftpoint-orders")]
 
     async def _stop_background(self) -> None:

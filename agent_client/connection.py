@@ -80,6 +80,16 @@ class _Targets:
                 self.target = self.endpoints[(i + 1) % len(self.endpoints)]
 
 
+    def window_closed(self, err: grpc.RpcError) -> bool:
+        """A stream collected for a window ended with `err`: True if the window simply
+        closed (keep what came); otherwise follow a moved leader and let the caller raise."""
+        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return True
+        if err.code() in RETRYABLE:
+            self.redirect(err)
+        return False
+
+
 class Connection(_Targets):
     """Blocking client; thread-safe (channels are shared, one per node)."""
 
@@ -119,11 +129,8 @@ class Connection(_Targets):
                 for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
                     items.append(item)
             except grpc.RpcError as err:
-                if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    return items
-                if err.code() in RETRYABLE:
-                    self.redirect(err)
-                raise
+                if not self.window_closed(err):
+                    raise
             return items
 
         return self._with_retries(attempt, f"{service}.{method}", self.deadline)
@@ -190,11 +197,8 @@ class AsyncConnection(_Targets):
                 async for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
                     items.append(item)
             except grpc.RpcError as err:
-                if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    return items
-                if err.code() in RETRYABLE:
-                    self.redirect(err)
-                raise
+                if not self.window_closed(err):
+                    raise
             return items
 
         return await self._with_retries(attempt, f"{service}.{method}", self.deadline)
