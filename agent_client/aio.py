@@ -1,53 +1,217 @@
-"""asyncio face of AgentClient.
+"""AsyncAgentClient: the asyncio face of the agent protocol.
 
-The client's work is a few RPCs plus blob and fsync I/O per call; running each call
-in a worker thread (asyncio.to_thread) keeps the event loop free without a second
-implementation of the protocol to keep in step. Background heartbeats and orders
-run in the same daemon threads as for sync users. For raw async RPCs use
-agent_client.connection.AsyncConnection.
+It runs the same protocol operations as AgentClient (protocol.py) and only performs
+their effects differently: RPCs on grpc.aio channels (AsyncConnection), blob and
+fsync work in worker threads (asyncio.to_thread), user callbacks awaited when they
+are coroutine functions, and heartbeats and the order watcher as asyncio tasks on
+the caller's loop. Use one client from one event loop.
 """
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+import inspect
+import logging
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
-from agent_client.agent import AgentClient, Restored
+import grpc
+
+from agent_client.background import RECONNECT_S, WATCH_STREAM_S, fenced_reason, stream_failed
+from agent_client.blobstore import BlobStore
+from agent_client.client_base import ClientBase
+from agent_client.connection import AsyncConnection, CoordinatorUnavailable, Rejected
+from agent_client.protocol import Blocking, Callback, Effect, Op, Restored, Rpc, Watch, step
 from coordinator.api.v1 import coordinator_pb2 as pb
 
+log = logging.getLogger("agent_client")
+T = TypeVar("T")
 
-class AsyncAgentClient:
-    """Same constructor arguments as AgentClient; every method is awaitable."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.sync = AgentClient(*args, **kwargs)
+async def drive_async(op: Op[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
+    """protocol.drive, awaiting each effect."""
+    done, out = step(op)
+    while not done:
+        try:
+            value, error = await perform(out), None
+        except Exception as exc:
+            value, error = None, exc
+        done, out = step(op, value, error)
+    return out
 
+
+class TaskLock:
+    """A lock a task may take again while it holds it: users hold atomic() around
+    unwrap(), which takes it too (asyncio.Lock would deadlock there)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._owner: asyncio.Task[Any] | None = None
+        self._depth = 0
+
+    async def __aenter__(self) -> "TaskLock":
+        me = asyncio.current_task()
+        if self._owner is not me or me is None:
+            await self._lock.acquire()
+            self._owner = me
+        self._depth += 1
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()
+
+
+class AsyncAgentClient(ClientBase):
+    """The asyncio client (constructor arguments: ClientBase); callbacks may be plain or
+    coroutine functions."""
+
+    def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path,
+                 **options: Any) -> None:
+        super().__init__(group, agent_id, endpoints, blob_store, **options)
+        self.conn = AsyncConnection(self.endpoints, deadline=self.deadline)
+        self._lock = TaskLock()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ---- effects ----------------------------------------------------------------------
+    async def _perform(self, effect: Effect) -> Any:
+        if isinstance(effect, Rpc):
+            return await self.conn.call(effect.service, effect.method, effect.request)
+        if isinstance(effect, Watch):
+            return await self.conn.collect("AgentService", "WatchOrders", effect.request, window=effect.window)
+        if isinstance(effect, Blocking):
+            return effect.fn() if effect.quick else await asyncio.to_thread(effect.fn)
+        if isinstance(effect, Callback):
+            result = effect.fn()
+            return (await result) if inspect.isawaitable(result) else result
+        raise TypeError(f"unknown effect {effect!r}")
+
+    async def _run(self, op: Op[T]) -> T:
+        async with self._lock:
+            mark = self._mark()
+            try:
+                return await drive_async(op, self._perform)
+            finally:
+                if self._effects is not None:
+                    await asyncio.to_thread(self._settle_effects, mark)
+
+    # ---- lifecycle --------------------------------------------------------------------
     async def register(self) -> pb.RegisterResponse:
-        return await asyncio.to_thread(self.sync.register)
+        resp = await self._run(self.core.register())
+        if self.background:
+            self.start_background()
+        return resp
 
-    async def restore(self) -> Restored:
-        return await asyncio.to_thread(self.sync.restore)
+    def start_background(self) -> None:
+        if self._tasks:
+            return
+        self._tasks = [asyncio.create_task(self._heartbeats(self.heartbeat_every()), name="raftpoint-heartbeat"),
+                       asyncio.create_task(self._watch_orders(), name="raftpoint-orders")]
 
-    async def sync_orders(self, window: float = 0.5) -> list[pb.Order]:
-        return await asyncio.to_thread(self.sync.sync_orders, window)
+    async def _stop_background(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        current = asyncio.current_task()
+        for task in tasks:
+            if task is not current:
+                task.cancel()
+        await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
 
-    async def checkpoint(self, state: Any = None) -> int:
-        return await asyncio.to_thread(self.sync.checkpoint, state)
+    async def _heartbeats(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.heartbeat()
+            except (Rejected, CoordinatorUnavailable) as exc:
+                reason = fenced_reason(exc)
+                if reason is not None:
+                    self.core.fence(reason)  # stop acting on orders too
+                    for task in self._tasks:
+                        if task is not asyncio.current_task():
+                            task.cancel()
+                    return
 
-    def wrap(self, payload: bytes, to: str) -> bytes:
-        """Local only (no I/O): not awaited."""
-        return self.sync.wrap(payload, to)
+    async def _watch_orders(self) -> None:
+        """Keep a WatchOrders stream open; the server re-sends unacknowledged orders on
+        every new stream, and obey() skips the ones already carried out."""
+        while not self.core.fenced:
+            call = None
+            try:
+                call = self.conn.stream("AgentService", "WatchOrders", self.core.watch_request(),
+                                        timeout=WATCH_STREAM_S)
+                async for order in call:
+                    if order.order_id not in self.core.handled_orders and not self.core.fenced:
+                        await self.obey(order)
+            except grpc.RpcError as err:
+                stream_failed(err, self.conn.redirect)
+            except (Rejected, CoordinatorUnavailable) as exc:
+                log.warning("order not carried out, will retry: %s", exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # e.g. the agent's on_rollback raised: keep watching, retry the order
+                log.exception("order handling failed, will retry")
+            finally:
+                if call is not None:
+                    call.cancel()
+            await asyncio.sleep(RECONNECT_S)
 
-    async def unwrap(self, envelope: bytes) -> bytes | None:
-        return await asyncio.to_thread(self.sync.unwrap, envelope)
+    async def heartbeat(self) -> pb.HeartbeatResponse:
+        return await drive_async(self.core.heartbeat(), self._perform)  # no lock: it only reads the token
 
-    async def side_effect(self, key: str, fn: Callable[[], Any], *, hold_until_stable: bool = False) -> Any:
-        return await asyncio.to_thread(self.sync.side_effect, key, fn, hold_until_stable=hold_until_stable)
-
-    async def close(self) -> None:
-        await asyncio.to_thread(self.sync.close)
+    async def close(self, *, deregister: bool = False) -> None:
+        await self._stop_background()
+        try:
+            await self._run(self.core.close(deregister=deregister))
+        except (Rejected, CoordinatorUnavailable) as exc:
+            log.warning("close: %s", exc)
+        finally:
+            if self._effects is not None:
+                self._effects.close()
+            self.core.deliveries.close()
+            await self.conn.close()
 
     async def __aenter__(self) -> "AsyncAgentClient":
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def atomic(self) -> TaskLock:
+        """`async with client.atomic():` around unwrap() and the state change that goes
+        with it, so an order carried out by the watcher task never sees one without the other."""
+        return self._lock
+
+    # ---- protocol operations ----------------------------------------------------------
+    async def restore(self, meta: pb.CheckpointMeta | None = None, reason: str | None = None) -> Restored:
+        return await self._run(self.core.restore(meta, reason))
+
+    async def checkpoint(self, state: Any = None, *, forced_index: int | None = None,
+                         epoch: int | None = None) -> int:
+        return await self._run(self.core.checkpoint(state, forced_index=forced_index, epoch=epoch))
+
+    def wrap(self, payload: bytes, to: str) -> bytes:
+        """Local only (no I/O): not awaited. Hold atomic() around it and the state change
+        if the watcher task may checkpoint meanwhile."""
+        return self.core.wrap(payload, to)
+
+    async def unwrap(self, envelope: bytes) -> bytes | None:
+        return await self._run(self.core.unwrap(envelope))
+
+    async def flush_dependencies(self) -> None:
+        await self._run(self.core.flush_dependencies())
+
+    async def pending_orders(self, window: float = 0.5) -> list[pb.Order]:
+        return await self._run(self.core.pending_orders(window))
+
+    async def obey(self, order: pb.Order) -> Restored | None:
+        return await self._run(self.core.obey(order))
+
+    async def sync_orders(self, window: float = 0.5) -> list[pb.Order]:
+        return await self._run(self.core.sync_orders(window))
+
+    async def side_effect(self, key: str, fn: Callable[[], Any], *, hold_until_stable: bool = False) -> Any:
+        """AgentClient.side_effect; `fn` runs in a worker thread."""
+        effects = self._effect_log()
+        if not hold_until_stable:
+            return await asyncio.to_thread(effects.run, key, fn)
+        return await asyncio.to_thread(effects.hold_until_stable, key, fn, self._held_until())

@@ -2,7 +2,8 @@
 
 Both are bounded (every wait has a timeout, every loop checks the stop event) and
 stop on close() or when the coordinator says this incarnation is fenced off: a
-zombie that kept heartbeating would keep a dead agent's lease alive.
+zombie that kept heartbeating would keep a dead agent's lease alive. The asyncio
+client runs the same loops as tasks (aio.py) and shares how errors are judged here.
 """
 from __future__ import annotations
 
@@ -20,6 +21,22 @@ WATCH_STREAM_S = 30.0  # a watch stream is re-opened this often (and after any e
 RECONNECT_S = 0.2
 
 
+def fenced_reason(exc: Rejected | CoordinatorUnavailable) -> str | None:
+    """Why a failed heartbeat means this incarnation is fenced off, or None (logged; retry)."""
+    if isinstance(exc, Rejected) and exc.code in FENCED:
+        return exc.reason
+    log.warning("heartbeat: %s", exc)
+    return None
+
+
+def stream_failed(err: grpc.RpcError, redirect: Callable[[grpc.RpcError], None]) -> None:
+    """An order stream ended with an error: follow the leader if it moved, else log it."""
+    if err.code() in RETRYABLE:
+        redirect(err)
+    elif err.code() != grpc.StatusCode.CANCELLED:
+        log.warning("order stream: %s %s", err.code().name, err.details())
+
+
 class Heartbeater:
     def __init__(self, beat: Callable[[], Any], interval: float, on_fenced: Callable[[str], None]) -> None:
         self._beat, self.interval, self._on_fenced = beat, interval, on_fenced
@@ -33,13 +50,11 @@ class Heartbeater:
         while not self._stop.wait(self.interval):
             try:
                 self._beat()
-            except Rejected as exc:
-                if exc.code in FENCED:
-                    self._on_fenced(exc.reason)
+            except (Rejected, CoordinatorUnavailable) as exc:
+                reason = fenced_reason(exc)
+                if reason is not None:
+                    self._on_fenced(reason)
                     return
-                log.warning("heartbeat refused: %s", exc)
-            except CoordinatorUnavailable as exc:
-                log.warning("heartbeat: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()
@@ -74,10 +89,7 @@ class OrderWatcher:
                 for order in items:
                     self._handle(order)
             except grpc.RpcError as err:
-                if err.code() in RETRYABLE:
-                    self._redirect(err)
-                elif err.code() != grpc.StatusCode.CANCELLED:
-                    log.warning("order stream: %s %s", err.code().name, err.details())
+                stream_failed(err, self._redirect)
             except (Rejected, CoordinatorUnavailable) as exc:
                 log.warning("order not carried out, will retry: %s", exc)
             except Exception:  # e.g. the agent's on_rollback raised: keep watching, retry the order

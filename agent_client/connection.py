@@ -10,7 +10,7 @@ policy is one declaration instead of a hand-written loop.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, Sequence, TypeVar
 
 import grpc
 from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_delay,
@@ -80,6 +80,16 @@ class _Targets:
                 self.target = self.endpoints[(i + 1) % len(self.endpoints)]
 
 
+    def window_closed(self, err: grpc.RpcError) -> bool:
+        """A stream collected for a window ended with `err`: True if the window simply
+        closed (keep what came); otherwise follow a moved leader and let the caller raise."""
+        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return True
+        if err.code() in RETRYABLE:
+            self.redirect(err)
+        return False
+
+
 class Connection(_Targets):
     """Blocking client; thread-safe (channels are shared, one per node)."""
 
@@ -119,11 +129,8 @@ class Connection(_Targets):
                 for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
                     items.append(item)
             except grpc.RpcError as err:
-                if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    return items
-                if err.code() in RETRYABLE:
-                    self.redirect(err)
-                raise
+                if not self.window_closed(err):
+                    raise
             return items
 
         return self._with_retries(attempt, f"{service}.{method}", self.deadline)
@@ -180,9 +187,31 @@ class AsyncConnection(_Targets):
                     self.redirect(err)
                 raise
 
-        what = f"{service}.{method}"
+        return await self._with_retries(attempt, f"{service}.{method}", self.deadline if deadline is None else deadline)
+
+    async def collect(self, service: str, method: str, request: Any, *, window: float) -> list[Any]:
+        """Items a server stream yields within `window` seconds (from the leader)."""
+        async def attempt() -> list[Any]:
+            items: list[Any] = []
+            try:
+                async for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
+                    items.append(item)
+            except grpc.RpcError as err:
+                if not self.window_closed(err):
+                    raise
+            return items
+
+        return await self._with_retries(attempt, f"{service}.{method}", self.deadline)
+
+    def stream(self, service: str, method: str, request: Any, *, timeout: float) -> Any:
+        """Open a server stream on the current target, without retries (the caller's
+        watcher loop reconnects): an async iterable call; call.cancel() ends it."""
+        return getattr(self._stub(service, self.target), method)(request, timeout=timeout)
+
+    @staticmethod
+    async def _with_retries(attempt: Callable[[], Awaitable[T]], what: str, deadline: float) -> T:
         try:
-            return await AsyncRetrying(**_policy(self.deadline if deadline is None else deadline))(attempt)
+            return await AsyncRetrying(**_policy(deadline))(attempt)
         except (RetryError, grpc.RpcError) as exc:
             raise _translate(exc, what) from None
 

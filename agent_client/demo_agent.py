@@ -5,8 +5,13 @@ state. The demo driver talks to it over stdin/stdout, one JSON object per line, 
 reply per command (logs go to stderr); the driver plays the network, so it knows
 which messages are in flight when it audits the token total.
 
-Crash hook: with RAFTPOINT_DEMO_CRASH_AFTER_BLOB=N the process SIGKILLs itself right
-after writing the blob of its N-th checkpoint, before committing the metadata.
+Crash hooks: with RAFTPOINT_DEMO_CRASH_AFTER_BLOB=N the process SIGKILLs itself right
+after writing the blob of its N-th checkpoint, before committing the metadata; with
+RAFTPOINT_DEMO_CRASH_AFTER_COMMIT=N, right after the coordinator applied the commit of
+its N-th checkpoint, before the agent has seen the answer.
+
+After a rollback the client re-delivers the messages the rollback took out of the
+state whose sends the recovery line kept (on_redeliver): the driver never re-sends.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from agent_client.blobstore import PutResult
 from agent_client.envelope import Envelope
 
 CRASH_ENV = "RAFTPOINT_DEMO_CRASH_AFTER_BLOB"
+CRASH_AFTER_COMMIT_ENV = "RAFTPOINT_DEMO_CRASH_AFTER_COMMIT"
 
 
 class TokenAgent:
@@ -34,18 +40,30 @@ class TokenAgent:
         self.initial = args.tokens
         self.state: dict[str, int] = {"tokens": args.tokens, "work": 0}
         self.rng = random.Random(f"{args.agent}-{os.getpid()}")
-        self._blobs_written = 0
+        self._blobs_written = self._commits = 0
         self._crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
+        self._crash_after_commit = int(os.environ.get(CRASH_AFTER_COMMIT_ENV, "0") or 0)
         self.client = AgentClient(args.group, args.agent, args.endpoints.split(","), Path(args.blob_dir),
                                   snapshot=lambda: dict(self.state), on_rollback=self._rolled_back,
+                                  on_redeliver=self._redelivered,
                                   members=args.members.split(",") if args.members else (),
-                                  after_blob_write=self._maybe_crash, deadline=20.0)
+                                  after_blob_write=self._maybe_crash, after_commit=self._maybe_crash_committed,
+                                  deadline=20.0)
 
     def _maybe_crash(self, blob: PutResult) -> None:
         self._blobs_written += 1
         if self._crash_after and self._blobs_written >= self._crash_after:
-            print(json.dumps({"crashing": "after blob write", "blob": blob.uri}), file=sys.stderr, flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+            self._die({"crashing": "after blob write", "blob": blob.uri})
+
+    def _maybe_crash_committed(self, meta: Any) -> None:
+        self._commits += 1
+        if self._crash_after_commit and self._commits >= self._crash_after_commit:
+            self._die({"crashing": "after commit, before the answer", "index": meta.index, "blob": meta.blob_uri})
+
+    @staticmethod
+    def _die(why: dict[str, Any]) -> None:
+        print(json.dumps(why), file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _load(self, state: Any) -> None:
         self.state = dict(state) if state is not None else {"tokens": self.initial, "work": 0}
@@ -53,15 +71,25 @@ class TokenAgent:
     def _rolled_back(self, state: Any, reason: str) -> None:
         self._load(state)
 
+    def _redelivered(self, payload: bytes, sender: str) -> None:
+        self._apply(payload)
+
+    def _apply(self, payload: bytes) -> None:
+        self.state["tokens"] += int(json.loads(payload)["tokens"])
+        self.state["work"] += 1
+
     def start(self) -> dict[str, Any]:
-        self.client.register()
-        restored = self.client.restore()
-        if restored.kind is RestoreKind.REJECTED:
-            raise RuntimeError(f"cannot resume: {restored.reason}")
-        self._load(restored.state)
-        self.client.sync_orders()
-        return {"ready": True, "incarnation": self.client.incarnation, "index": restored.index,
-                "restore": restored.reason, "restore_kind": restored.kind.value, **self.state}
+        with self.client.atomic():  # the order thread must not re-deliver into the state before it is loaded
+            self.client.register()
+            restored = self.client.restore()
+            if restored.kind is RestoreKind.REJECTED:
+                raise RuntimeError(f"cannot resume: {restored.reason}")
+            self._load(restored.state)
+            self.client.sync_orders()
+            return {"ready": True, "incarnation": self.client.incarnation, "index": restored.index,
+                    "restore": restored.reason, "restore_kind": restored.kind.value,
+                    "generation": self.client.generation,
+                    "redelivered": [list(r) for r in self.client.redelivered], **self.state}
 
     # ---- commands -------------------------------------------------------------------
     def send(self, to: str) -> dict[str, Any]:
@@ -78,12 +106,11 @@ class TokenAgent:
 
     def deliver(self, envelope: str) -> dict[str, Any]:
         with self.client.atomic():
-            forced = self.client.forced
+            forced, orphans = self.client.forced, self.client.orphans
             payload = self.client.unwrap(base64.b64decode(envelope))
             if payload is None:
-                return {"delivered": False}
-            self.state["tokens"] += int(json.loads(payload)["tokens"])
-            self.state["work"] += 1
+                return {"delivered": False, "orphan": self.client.orphans > orphans}
+            self._apply(payload)
             return {"delivered": True, "interval": self.client.last_index + 1, "forced": self.client.forced - forced}
 
     def checkpoint(self) -> dict[str, Any]:
@@ -93,10 +120,12 @@ class TokenAgent:
     def status(self) -> dict[str, Any]:
         with self.client.atomic():
             c = self.client
-            return {**self.state, "last_index": c.last_index, "incarnation": c.incarnation, "forced": c.forced,
-                    "cut_epoch": c.cut_epoch, "fenced": c.fenced,
+            return {**self.state, "last_index": c.last_index, "incarnation": c.incarnation,
+                    "generation": c.generation, "forced": c.forced, "cut_epoch": c.cut_epoch, "fenced": c.fenced,
+                    "duplicates": c.duplicates, "orphans": c.orphans, "orphans_delivered": c.orphans_delivered,
                     "rollbacks": [{"index": r.index, "reason": r.reason} for r in c.rollbacks],
-                    "channel_state": [m.message_id for m in c.channel_state(c.last_index)]}
+                    "redelivered": [list(r) for r in c.redelivered],
+                    "in_transit": [e.envelope.message_id for e in c.in_transit(c.last_index)]}
 
     def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
         op = cmd.get("op")

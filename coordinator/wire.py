@@ -62,7 +62,8 @@ def checkpoint_from_pb(msg: pb.CheckpointMeta) -> Checkpoint:
 
 
 def dependency_from_pb(msg: pb.DependencyRecord) -> Dependency:
-    return Dependency(msg.sender, msg.send_interval, msg.receiver, msg.receive_interval, msg.message_id)
+    return Dependency(msg.sender, msg.send_interval, msg.receiver, msg.receive_interval, msg.message_id,
+                      msg.send_generation)
 
 
 def command_from_pb(entry: log_pb2.LogEntry) -> c.Command:
@@ -118,7 +119,7 @@ def group_to_pb(group: Group) -> pb.Group:
 def agent_to_pb(agent: Agent) -> pb.Agent:
     return pb.Agent(group=agent.group, agent_id=agent.agent_id, incarnation=agent.incarnation,
                     state=AGENT_STATE_TO_PB[agent.state], registered_at=agent.registered_at,
-                    last_checkpoint_index=agent.last_checkpoint_index)
+                    last_checkpoint_index=agent.last_checkpoint_index, generation=agent.generation)
 
 
 def checkpoint_to_pb(cp: Checkpoint) -> pb.CheckpointMeta:
@@ -136,7 +137,10 @@ def epoch_to_pb(epoch: Epoch) -> pb.Epoch:
 def order_to_pb(order: Order) -> pb.Order:
     msg = pb.Order(order_id=order.order_id, group=order.group, agent_id=order.agent_id, acked=order.acked)
     if order.kind is OrderKind.ROLL_BACK:
-        msg.roll_back.CopyFrom(pb.RollBack(checkpoint_index=order.checkpoint_index, recovery_id=order.recovery_id))
+        msg.roll_back.CopyFrom(pb.RollBack(
+            checkpoint_index=order.checkpoint_index, recovery_id=order.recovery_id, generation=order.generation,
+            line=[pb.RollbackTarget(agent_id=f.agent_id, checkpoint_index=f.index, generation=f.generation)
+                  for f in order.line]))
     elif order.kind is OrderKind.CHECKPOINT_NOW:
         msg.checkpoint_now.CopyFrom(pb.CheckpointNow(epoch=order.epoch))
     else:
@@ -146,4 +150,5 @@ def order_to_pb(order: Order) -> pb.Order:
 
 def dependency_to_pb(dep: Dependency) -> pb.DependencyRecord:
     return pb.DependencyRecord(sender=dep.sender, send_interval=dep.send_interval, receiver=dep.receiver,
-                               receive_interval=dep.receive_interval, message_id=dep.message_id)
+                               receive_interval=dep.receive_interval, message_id=dep.message_id,
+                               send_generation=dep.send_generation)

@@ -4,10 +4,14 @@ Each agent is a process (agent_client.demo_agent) linked to AgentClient. The dem
 plays the network: it asks agents to send (a message moves tokens), delivers
 envelopes out of order and sometimes twice, and starts coordinated epochs. Mid-run it
 SIGKILLs one agent and restarts it: the coordinator computes the recovery line, the
-agents it names roll back (through their order streams), and the demo re-delivers
-the in-transit messages the line forgets and drops the sends it undoes. The total
-number of tokens (in agents' states + in transit) must be conserved; any orphan
-message or lost token fails the run. Between phases the Raft leader is killed -9.
+agents it names roll back (through their order streams) and re-deliver, from their
+own logs, the messages the line took out of their state but not out of their
+senders'. The network does nothing special: it keeps delivering what is in flight,
+including messages whose sends the line undid, which the receivers must refuse. The
+demo checks all of it against its own record of every message: the line matches the
+what-if answer, exactly the right messages are re-delivered and refused, and the
+total number of tokens (in agents' states + in transit) is conserved. Between phases
+the Raft leader is killed -9.
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ class Msg:
     amount: int
     envelope: str
     receive_interval: int = 0
+    undone: bool = False  # a recovery undid its send: the receiver must refuse it
 
 
 class Network:
@@ -74,13 +79,15 @@ class Network:
         self.delivered: list[Msg] = []
 
     def in_transit(self) -> int:
-        return sum(m.amount for m in self.in_flight)
+        """Tokens on their way: undone sends carry none (their sender has them back)."""
+        return sum(m.amount for m in self.in_flight if not m.undone)
 
-    def apply_line(self, line: dict[str, int]) -> tuple[int, list[Msg]]:
-        """Undo what the recovery line forgets: sends after the sender's checkpoint vanish,
-        receives after the receiver's checkpoint go back in flight (the in-transit
-        messages). Returns (how many sends were dropped, the messages to re-deliver);
-        an orphan fails the demo."""
+    def apply_line(self, line: dict[str, int]) -> dict[str, list[Msg]]:
+        """What the recovery line must do to the messages: sends after the sender's
+        checkpoint are undone (in flight: the receiver must refuse them), receives after
+        the receiver's checkpoint are undone, and each message whose receive is undone
+        but whose send is not must be re-delivered by its receiver. Returns the expected
+        re-deliveries by receiver; an orphan fails the demo."""
         def undone_send(m: Msg) -> bool:
             return m.sender in line and m.send_interval > line[m.sender]
 
@@ -90,11 +97,14 @@ class Network:
         orphans = [m.message_id for m in self.delivered if undone_send(m) and not undone_receive(m)]
         if orphans:
             raise DemoFailed(f"inconsistent recovery line {line}: orphan messages {orphans}")
-        replay = [m for m in self.delivered if undone_receive(m) and not undone_send(m)]
-        dropped = [m for m in self.in_flight if undone_send(m)]
-        self.delivered = [m for m in self.delivered if not undone_receive(m)]
-        self.in_flight = [m for m in self.in_flight if not undone_send(m)] + replay
-        return len(dropped), replay
+        redeliver: dict[str, list[Msg]] = {}
+        for m in self.delivered:
+            if undone_receive(m) and not undone_send(m):
+                redeliver.setdefault(m.receiver, []).append(m)
+        for m in self.in_flight:
+            m.undone = m.undone or undone_send(m)
+        self.delivered = [m for m in self.delivered if not undone_receive(m) or not undone_send(m)]
+        return redeliver
 
 
 class Phase:
@@ -109,7 +119,8 @@ class Phase:
         self.net = Network()
         self.procs = {a: AgentProcess(a, group=self.group, endpoints=endpoints, blob_dir=root / "blobs",
                                       log_dir=root / "logs", members=self.ids, tokens=args.tokens) for a in self.ids}
-        self.stats = {"sent": 0, "delivered": 0, "duplicates_dropped": 0, "forced": 0, "basic": 0, "epochs": 0}
+        self.stats = {"sent": 0, "delivered": 0, "duplicates_dropped": 0, "orphans_refused": 0, "forced": 0,
+                      "basic": 0, "epochs": 0}
 
     # ---- coordinator --------------------------------------------------------------
     def group_info(self) -> pb.GetGroupResponse:
@@ -138,8 +149,13 @@ class Phase:
 
     def deliver(self, m: Msg) -> None:
         reply = self.procs[m.receiver].request("deliver", envelope=m.envelope)
+        if m.undone:
+            if reply["delivered"] or not reply["orphan"]:
+                raise DemoFailed(f"{m.receiver} did not refuse {m.message_id}, whose send a rollback undid: {reply}")
+            self.stats["orphans_refused"] += 1
+            return
         if not reply["delivered"]:
-            raise DemoFailed(f"{m.receiver} refused first delivery of {m.message_id}")
+            raise DemoFailed(f"{m.receiver} refused first delivery of {m.message_id}: {reply}")
         m.receive_interval = reply["interval"]
         self.stats["forced"] += reply["forced"]
         self.stats["delivered"] += 1
@@ -218,34 +234,32 @@ class Phase:
                 if a != victim and len(after[a]["rollbacks"]) > len(before[a]["rollbacks"])}
         line[victim] = ready["index"]
         lost = {a: before[a]["work"] - after[a]["work"] for a in line}
-        dropped, replay = self.net.apply_line(line)
-        replayed = len(replay)
+        if line != predicted:
+            raise DemoFailed(f"recovery line {line} differs from the what-if answer {predicted}")
+        expected = self.net.apply_line(line)
+        redelivered = {a: after[a]["redelivered"] for a in line if a != victim}
+        redelivered[victim] = ready["redelivered"]
+        self.check_redeliveries(expected, redelivered)
+        undone = [m for m in self.net.in_flight if m.undone]
         say(f"  recovered in {time.monotonic() - t0:.2f}s; recovery line {dict(sorted(line.items()))}")
         say(f"  rolled back: {', '.join(sorted(line))}; kept running: "
             f"{', '.join(a for a in self.ids if a not in line) or 'nobody'}")
-        say(f"  work lost (operations): {dict(sorted(lost.items()))}; undone sends dropped: {dropped}; "
-            f"in-transit messages re-delivered: {replayed}; matches what-if: {line == predicted}")
-        if line != predicted:
-            raise DemoFailed(f"recovery line {line} differs from the what-if answer {predicted}")
-        if self.mode == pb.COORDINATED:
-            self.check_channel_logs(line, replay, after)
+        say(f"  work lost (operations): {dict(sorted(lost.items()))}; matches what-if: {line == predicted}")
+        say(f"  re-delivered by the receivers from their logs: {sum(map(len, expected.values()))} messages "
+            f"(exactly those the line took from them and kept at their senders); in flight from undone sends: "
+            f"{len(undone)} (their receivers must refuse them)")
         self.audit("after recovery")
 
-    def check_channel_logs(self, line: dict[str, int], replay: list[Msg], after: dict[str, dict[str, Any]]) -> None:
-        """Coordinated mode: each receiver logged the messages that crossed its cut (sent
-        before the sender's cut, received after its own) in its channel log. Every logged
-        message must be one the line forgets, and every forgotten message between agents
-        that rolled back to the cut must be logged (Lai-Yang). A message from an agent
-        that kept running and sent it after its cut is no channel state: only its sender
-        has it, so the network re-sends it."""
-        needed = {m.message_id for m in replay}
-        logged = {i for a in line for i in after[a]["channel_state"]}
-        across = {m.message_id for m in replay if m.sender in line}
-        if not logged <= needed or not across <= logged:
-            raise DemoFailed(f"channel logs {sorted(logged)} do not match the in-transit messages {sorted(needed)} "
-                             f"(between rolled-back agents: {sorted(across)})")
-        say(f"  receivers' channel logs hold {len(logged)} of the {len(replay)} re-delivered messages, including "
-            f"all {len(across)} between agents that rolled back to the cut")
+    def check_redeliveries(self, expected: dict[str, list[Msg]], redelivered: dict[str, list[list[Any]]]) -> None:
+        """Each receiver must have re-delivered exactly the messages the line took out of
+        its state and kept at their senders; the new receive intervals are recorded."""
+        for agent in sorted(set(expected) | set(redelivered)):
+            want = {m.message_id: m for m in expected.get(agent, [])}
+            got = {message_id: interval for message_id, interval in redelivered.get(agent, [])}
+            if set(want) != set(got):
+                raise DemoFailed(f"{agent} re-delivered {sorted(got)}, the line requires {sorted(want)}")
+            for message_id, m in want.items():
+                m.receive_interval = got[message_id]
 
     # ---- the phase ----------------------------------------------------------------
     def run(self) -> None:
@@ -285,7 +299,7 @@ class Phase:
                                                                                     group=self.group))
         s = self.stats
         say(f"  {rounds} rounds: {s['sent']} messages, {s['delivered']} deliveries, {s['duplicates_dropped']} "
-            f"duplicates dropped by the client")
+            f"duplicates dropped by the client; {s['orphans_refused']} messages from undone sends refused")
         if self.mode == pb.COORDINATED:
             say(f"  epochs started {s['epochs']}, stable epoch {info.stable_epoch}; cuts forced by a later-epoch "
                 f"message: {s['forced']}")

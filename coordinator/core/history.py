@@ -25,6 +25,7 @@ class Dependency:
     receiver: str
     receive_interval: int
     message_id: str
+    send_generation: int = 0  # the sender's generation at the send (0: unknown, the oldest)
 
 
 @dataclass(frozen=True)

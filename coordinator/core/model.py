@@ -73,6 +73,18 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Fence:
+    """A rollback of `agent_id` to checkpoint `index`, taking effect at `generation`:
+    what the agent did in intervals after `index` while in an older generation is
+    undone. Intervals after a rollback reuse the same numbers, so the generation is
+    what tells a message of the agent's new life from an undone one."""
+
+    agent_id: str
+    generation: int
+    index: int
+
+
+@dataclass(frozen=True)
 class Agent:
     group: str
     agent_id: str
@@ -82,6 +94,13 @@ class Agent:
     last_checkpoint_index: int = 0
     # The rollback order this agent must acknowledge before it may write again (0: none).
     rollback_order: int = 0
+    # Bumped by every registration and every rollback order; messages carry it.
+    generation: int = 0
+    # The agent's rollbacks that can still undo a message in flight (coordinator.core.fences).
+    fences: tuple[Fence, ...] = ()
+    # No recovery line can take the agent below this checkpoint any more (what garbage
+    # collection kept): the agent may forget what it logged to re-deliver before it.
+    rollback_floor: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,3 +146,8 @@ class Order:
     recovery_id: int = 0
     interval_s: float = 0.0
     acked: bool = False
+    # Rollback orders: the generation the agent takes, and the whole recovery line (one
+    # fence per agent that rolls back), so a receiver can tell which of the messages it
+    # must forget were not undone at their sender and re-deliver them.
+    generation: int = 0
+    line: tuple[Fence, ...] = ()

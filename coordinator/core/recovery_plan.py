@@ -15,9 +15,17 @@ from coordinator.core.recovery_line import gc_watermark, recovery_line
 
 def build_history(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency]) -> History:
     """Dependencies naming agents outside the group are ignored; message ids are
-    qualified by sender so two senders' ids can never collide."""
-    known = [dataclasses.replace(d, message_id=f"{d.sender}/{d.message_id}")
-             for d in deps if d.sender in usable and d.receiver in usable]
+    qualified by sender so two senders' ids can never collide. A message reported
+    twice with different receive intervals (a receiver retried a delivery whose report
+    had an unknown outcome) counts as received at the earliest: that rolls back at
+    least as much as the truth, never less."""
+    earliest: dict[tuple[str, str], Dependency] = {}
+    for d in deps:
+        if d.sender in usable and d.receiver in usable:
+            key = (d.sender, d.message_id)
+            if key not in earliest or d.receive_interval < earliest[key].receive_interval:
+                earliest[key] = d
+    known = [dataclasses.replace(d, message_id=f"{d.sender}/{d.message_id}") for d in earliest.values()]
     return History.from_dependencies({a: sorted({0, *cps}) for a, cps in usable.items()}, known)
 
 

@@ -15,9 +15,10 @@ from coordinator.core.commands import (
     GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult, ReportDependencies, Result, RollbackTarget,
     StartEpoch, Token,
 )
+from coordinator.core import fences
 from coordinator.core.errors import Code, Rejection
 from coordinator.core.model import (
-    Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Group, GroupState, Mode, Order,
+    Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode, Order,
     OrderKind,
 )
 from coordinator.core.recovery_plan import plan_gc, plan_recovery
@@ -102,14 +103,23 @@ def _register(state: State, cmd: Register, now: float) -> Result:
     group = _group(state, cmd.group)
     agent = state.agent(cmd.group, cmd.agent_id)
     if agent is None:
-        agent = Agent(cmd.group, cmd.agent_id, incarnation=1, registered_at=now)
+        agent = Agent(cmd.group, cmd.agent_id, incarnation=1, registered_at=now, generation=1)
     else:
+        left = agent.state is AgentState.DEREGISTERED
         if agent.state is AgentState.ALIVE:
             # A restart before the lease expired: the old incarnation's volatile
             # state is gone, which is a failure for everyone who depends on it.
             group, _ = _recover(state, group, agent, now)
             agent = state.agent(cmd.group, cmd.agent_id) or agent
-        agent = dataclasses.replace(agent, incarnation=agent.incarnation + 1, state=AgentState.ALIVE, registered_at=now)
+        # A failed agent's rollback order already fenced off its lost intervals; one that
+        # left and comes back resumes from its newest usable checkpoint, so what it sent
+        # after that point is undone the same way.
+        agent = dataclasses.replace(agent, incarnation=agent.incarnation + 1, state=AgentState.ALIVE,
+                                    registered_at=now, generation=agent.generation + 1)
+        if left:
+            resume = _resume_point(state, group, agent)
+            agent = dataclasses.replace(agent, fences=fences.add(
+                agent.fences, Fence(agent.agent_id, agent.generation, resume.index if resume else 0)))
     if cmd.agent_id not in group.members:
         group = dataclasses.replace(group, members=tuple(sorted(group.members + (cmd.agent_id,))))
     state.put_agent(agent)
@@ -195,9 +205,22 @@ def _record_epoch_commit(state: State, group: Group, epoch: Epoch, agent_id: str
 
 
 def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> Result:
+    """Refuse the whole report if one record is an orphan: a send its sender's rollback
+    undid. The receiver reports before delivering (by default), so the refusal keeps
+    the message from being delivered at all."""
     group = _group(state, cmd.group)
     _fenced_agent(state, group, cmd.agent_id, cmd.token)
-    for rec in cmd.records:
+    senders: dict[str, Agent | None] = {}
+    for i, rec in enumerate(cmd.records):
+        if rec.sender not in senders:
+            senders[rec.sender] = state.agent(group.spec.name, rec.sender)
+        sender = senders[rec.sender]
+        fence = sender and fences.undoing(sender.fences, rec.send_generation, rec.send_interval)
+        if fence:
+            raise Rejection.precondition(
+                f"orphan message {rec.message_id!r}: {rec.sender!r} sent it in interval {rec.send_interval} of "
+                f"generation {rec.send_generation}, which its rollback to checkpoint {fence.index} (generation "
+                f"{fence.generation}) undid", f"records[{i}]")
         state.put_dependency(group.spec.name, rec)
     return DependenciesResult(accepted=len(cmd.records))
 
@@ -279,15 +302,18 @@ def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Gro
     targets = plan_recovery(usable, current, state.dependencies(name), failed_ids)
     group = dataclasses.replace(group, recovery_id=group.recovery_id + 1, state=GroupState.RECOVERING)
     rolled_back = {t.agent_id: t.checkpoint_index for t in targets}
-    for agent_id, index in rolled_back.items():
-        for cp in state.checkpoints(name, agent_id):
-            if cp.index > index:
-                state.delete_checkpoint(name, agent_id, cp.index)
-        agent = state.agent(name, agent_id)
-        if agent is not None:
-            state.put_agent(dataclasses.replace(agent, last_checkpoint_index=index, rollback_order=group.next_order_id))
-        group = _new_order(state, group, agent_id, OrderKind.ROLL_BACK, checkpoint_index=index,
-                           recovery_id=group.recovery_id)
+    line = tuple(Fence(t.agent_id, (_agent(state, name, t.agent_id).generation + 1), t.checkpoint_index)
+                 for t in targets)
+    for fence in line:
+        for cp in state.checkpoints(name, fence.agent_id):
+            if cp.index > fence.index:
+                state.delete_checkpoint(name, fence.agent_id, cp.index)
+        agent = _agent(state, name, fence.agent_id)
+        state.put_agent(dataclasses.replace(agent, last_checkpoint_index=fence.index, generation=fence.generation,
+                                            fences=fences.add(agent.fences, fence),
+                                            rollback_order=group.next_order_id))
+        group = _new_order(state, group, fence.agent_id, OrderKind.ROLL_BACK, checkpoint_index=fence.index,
+                           recovery_id=group.recovery_id, generation=fence.generation, line=line)
     for dep in state.dependencies(name):
         if ((dep.receiver in rolled_back and dep.receive_interval > rolled_back[dep.receiver])
                 or (dep.sender in rolled_back and dep.send_interval > rolled_back[dep.sender])):
@@ -337,6 +363,9 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     all_cps = {a.agent_id: state.checkpoints(name, a.agent_id) for a in agents}
     usable = {a: [c.index for c in cps if c.stable] for a, cps in all_cps.items()}
     keep_from = plan_gc(usable, state.dependencies(name), group.spec.retention)
+    for agent in agents:
+        if keep_from[agent.agent_id] > agent.rollback_floor:
+            state.put_agent(dataclasses.replace(agent, rollback_floor=keep_from[agent.agent_id]))
     uris: list[str] = []
     total = 0
     deleted = 0

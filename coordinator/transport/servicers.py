@@ -39,7 +39,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         resume = wire.checkpoint_to_pb(result.resume_from) if result.resume_from else None
         return pb.RegisterResponse(incarnation=result.agent.incarnation, mode=wire.MODE_TO_PB[result.group.spec.mode],
                                    current_epoch=result.group.current_epoch, lease_ttl_s=result.group.spec.lease_ttl_s,
-                                   stable_epoch=result.group.stable_epoch, resume_from=resume)
+                                   stable_epoch=result.group.stable_epoch, resume_from=resume,
+                                   generation=result.agent.generation)
 
     async def Heartbeat(self, request, context):
         await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))
@@ -56,7 +57,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                                 f"{agent.incarnation} ({agent.state.value})")
         self.leases.renew(group, agent.agent_id, agent.incarnation)
         return pb.HeartbeatResponse(current_epoch=group.current_epoch, state=wire.GROUP_STATE_TO_PB[group.state],
-                                    lease_ttl_s=group.spec.lease_ttl_s)
+                                    lease_ttl_s=group.spec.lease_ttl_s, rollback_floor=agent.rollback_floor)
 
     async def CommitCheckpoint(self, request, context):
         result = await self.p.submit(context, "commit_checkpoint", request)

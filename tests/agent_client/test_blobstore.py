@@ -230,7 +230,7 @@ def test_parent_whose_manifest_is_gone_is_not_trusted(tmp_path: Path) -> None:
 
 def test_agent_client_never_imports_pysyncobj_or_lmdb() -> None:
     code = ("import sys, agent_client, agent_client.blobstore, agent_client.state_codec, "
-            "agent_client.restore_check, agent_client.side_effects, agent_client.channel_log, "
+            "agent_client.restore_check, agent_client.side_effects, agent_client.delivery_log, agent_client.protocol, "
             "agent_client.connection, agent_client.agent; "
             "bad = {'pysyncobj', 'lmdb'} & set(sys.modules); print(sorted(bad)); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

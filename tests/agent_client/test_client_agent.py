@@ -12,6 +12,7 @@ import pytest
 from agent_client.agent import AgentClient, RestoreKind
 from agent_client.aio import AsyncAgentClient
 from agent_client.connection import Connection, Rejected
+from agent_client.delivery_log import DeliveryLog
 from agent_client.restore_check import RejectReason
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -153,7 +154,7 @@ def test_coordinated_epoch_cut_by_orders_and_by_messages(coordinator, admin, tmp
     assert b.client.unwrap(a.client.wrap(b"after a's cut", to="b")) == b"after a's cut"
     assert b.client.cut_epoch == 1 and b.client.forced == 1  # cut before delivering
     assert b.client.unwrap(early) == b"sent before a's cut"  # crossed the cut in transit: channel state
-    assert [m.message_id for m in b.client.channel_state(b.client.last_index)] != []
+    assert [e.envelope.message_id for e in b.client.in_transit(b.client.last_index)] != []
     group = admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group
     assert group.stable_epoch == 1
 
@@ -197,3 +198,133 @@ def test_fdas_forces_after_a_send_and_records_the_kind(coordinator, admin, tmp_p
     assert b.client.unwrap(a.client.wrap(b"new dependency", to="b")) == b"new dependency"
     cps = admin.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g", agent_id="b")).checkpoints
     assert [(c.index, c.kind) for c in cps] == [(1, pb.FORCED)] and b.client.forced == 1
+
+
+class Holder:
+    """An agent holding tokens; a message moves tokens. Sync or asyncio client."""
+
+    def __init__(self, coordinator: InProcessCoordinator, tmp: Path, name: str, *, aio: bool = False,
+                 **kw: Any) -> None:
+        self.name, self.tokens = name, 10
+        cls = AsyncAgentClient if aio else AgentClient
+        self.client = cls("g", name, [coordinator.address], tmp / "blobs", snapshot=lambda: {"tokens": self.tokens},
+                          on_rollback=self._rolled_back, on_redeliver=self._redelivered, **kw)
+        if not aio:
+            OPEN.append(self.client)
+            self.client.register()
+
+    def _rolled_back(self, state: Any, reason: str) -> None:
+        self.tokens = state["tokens"] if state else 10
+
+    def _redelivered(self, payload: bytes, sender: str) -> None:
+        self.tokens += int(payload)
+
+    def send(self, to: str, amount: int) -> bytes:
+        with self.client.atomic():
+            self.tokens -= amount
+            return self.client.wrap(str(amount).encode(), to)
+
+    def receive(self, envelope: bytes) -> bool:
+        with self.client.atomic():
+            payload = self.client.unwrap(envelope)
+            if payload is not None:
+                self.tokens += int(payload)
+            return payload is not None
+
+    def restart(self, coordinator: InProcessCoordinator, tmp: Path) -> "Holder":
+        """A crash: a new process with the same name, resuming from its checkpoint."""
+        again = Holder(coordinator, tmp, self.name)
+        with again.client.atomic():
+            again._rolled_back(again.client.restore().state, "resume")
+            again.client.sync_orders()
+        return again
+
+
+def group_running(admin: Connection) -> bool:
+    return admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.state == pb.RUNNING
+
+
+def test_an_in_flight_message_from_a_rolled_back_sender_is_not_delivered(coordinator, admin, tmp_path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a, b = Holder(coordinator, tmp_path, "a"), Holder(coordinator, tmp_path, "b")
+    a.client.checkpoint()
+    in_flight = a.send("b", 4)  # sent in a's interval 2, after its checkpoint
+    a = a.restart(coordinator, tmp_path)  # a crashes: the send is undone, a has its 10 tokens back
+    assert a.tokens == 10
+    assert not b.receive(in_flight)  # delivering it would make an orphan
+    assert b.client.orphans == 1 and b.tokens == 10 and a.tokens + b.tokens == 20
+    assert b.receive(a.send("b", 4)) and a.tokens + b.tokens == 20  # the new generation's messages flow
+
+
+def test_a_restarted_receiver_redelivers_what_its_sender_will_not_send_again(coordinator, admin, tmp_path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a, b = Holder(coordinator, tmp_path, "a"), Holder(coordinator, tmp_path, "b")
+    b.client.checkpoint()
+    envelopes = [a.send("b", n) for n in (1, 2, 3)]
+    assert all(b.receive(e) for e in envelopes) and b.tokens == 16
+    b = b.restart(coordinator, tmp_path)  # b lost the three receives; a keeps running
+    assert b.tokens == 16 and a.tokens + b.tokens == 20 and len(b.client.redelivered) == 3
+    assert not a.client.rollbacks
+    assert not any(b.receive(e) for e in envelopes)  # the network's copies are duplicates now
+
+
+def test_a_running_agent_rolled_back_by_another_failure_redelivers_only_kept_sends(coordinator, admin,
+                                                                                   tmp_path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a, b, c = (Holder(coordinator, tmp_path, n) for n in "abc")
+    b.client.checkpoint()
+    c.client.checkpoint()
+    assert b.receive(a.send("b", 2)) and b.receive(c.send("b", 3)) and b.tokens == 15
+    c = c.restart(coordinator, tmp_path)  # c's send is undone: b must forget it, but not a's
+    wait_for(lambda: b.client.rollbacks and group_running(admin), "b's order watcher to roll it back", 10)
+    with b.client.atomic():
+        assert b.tokens == 12 and c.tokens == 10 and a.tokens == 8  # 30 in all
+        assert [m.split(".")[0] for m, _ in b.client.redelivered] == ["a"]
+    assert not a.client.rollbacks
+
+
+def test_async_client_rolls_back_redelivers_and_refuses_orphans(coordinator, admin, tmp_path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a, c = Holder(coordinator, tmp_path, "a"), Holder(coordinator, tmp_path, "c")
+    c.client.checkpoint()
+
+    async def main() -> tuple[int, list[str], int, int]:
+        b = Holder(coordinator, tmp_path, "b", aio=True, heartbeat_interval=0.2)
+        redelivered = asyncio.Event()
+
+        async def on_redeliver(payload: bytes, sender: str) -> None:  # callbacks may be coroutines
+            b._redelivered(payload, sender)
+            redelivered.set()
+
+        b.client.core.on_redeliver = on_redeliver
+        async with b.client as client:
+            await client.register()
+            await client.checkpoint()
+            for envelope in (a.send("b", 2), c.send("b", 3)):
+                async with client.atomic():
+                    b.tokens += int(await client.unwrap(envelope))
+            undone = c.send("b", 1)  # in flight when c crashes
+            await asyncio.to_thread(c.restart, coordinator, tmp_path)  # the watcher task rolls b back
+            await asyncio.wait_for(redelivered.wait(), 10)
+            async with client.atomic():
+                refused = await client.unwrap(undone)
+                assert refused is None
+                return b.tokens, [m.split(".")[0] for m, _ in client.redelivered], client.orphans, len(client.rollbacks)
+
+    tokens, redelivered_from, orphans, rollbacks = asyncio.run(main())
+    assert (tokens, redelivered_from, orphans, rollbacks) == (12, ["a"], 1, 1)
+
+
+def test_deliveries_no_rollback_can_reach_are_forgotten(coordinator, admin, tmp_path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    a, b = Holder(coordinator, tmp_path, "a"), Holder(coordinator, tmp_path, "b")
+    for _ in range(4):
+        assert b.receive(a.send("b", 1))
+        a.client.checkpoint()
+        b.client.checkpoint()
+    log = b.client.core.deliveries
+    assert [e.after_checkpoint for e in log.since(0)] == [0, 1, 2, 3]
+    admin.call("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id="gc", group="g"))
+    floor = b.client.heartbeat().rollback_floor
+    assert floor >= 2 and [e.after_checkpoint for e in log.since(0)] == list(range(floor, 4))
+    assert [e.after_checkpoint for e in DeliveryLog(log.path).since(0)] == list(range(floor, 4))  # on disk too

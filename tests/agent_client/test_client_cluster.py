@@ -1,12 +1,14 @@
 """AgentClient against a real 3-node cluster."""
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import grpc
 import pytest
 
 from agent_client.agent import AgentClient
+from agent_client.aio import AsyncAgentClient
 from agent_client.connection import Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.cli.local_cluster import LocalCluster
@@ -77,3 +79,57 @@ def test_rollback_order_restores_the_dependent_agent(cluster: LocalCluster, clie
     restarted.obey(a_order)
     group = client.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group
     assert group.state == pb.RUNNING
+
+
+def test_an_orphan_is_refused_by_the_cluster_and_not_delivered(cluster: LocalCluster, client: Client,
+                                                               tmp_path: Path) -> None:
+    client.create_group(mode=pb.CIC_BCS)
+    a = agent(cluster, tmp_path, "a", {"x": 1})
+    b = agent(cluster, tmp_path, "b", {"y": 1})
+    a.checkpoint(b"a at 1")
+    in_flight = a.wrap(b"sent after a's checkpoint", to="b")
+    restarted = agent(cluster, tmp_path, "a", {})  # a crashed: its interval 2 of generation 1 is undone
+    assert restarted.restore().index == 1 and restarted.generation > a.generation
+    restarted.sync_orders()
+    assert b.unwrap(in_flight) is None and b.orphans == 1
+    with pytest.raises(grpc.RpcError) as info:  # the refusal itself, as any client sees it
+        client.call("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
+            request_id="deps-orphan", group="g", agent_id="b", token=pb.FencingToken(incarnation=b.incarnation),
+            records=[pb.DependencyRecord(sender="a", send_interval=2, receiver="b", receive_interval=1,
+                                         message_id="a.1.7", send_generation=a.generation)]))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert info.value.details().startswith("records[0]: orphan message 'a.1.7'")
+    fresh = restarted.wrap(b"the new generation", to="b")
+    assert b.unwrap(fresh) == b"the new generation"
+
+
+def test_async_client_on_a_cluster_redelivers_after_a_restart(cluster: LocalCluster, client: Client,
+                                                              tmp_path: Path) -> None:
+    client.create_group(mode=pb.CIC_HMNR)
+    members = ["a", "b"]
+
+    async def main() -> tuple[int, int, list[str]]:
+        tokens = {"a": 10, "b": 10}
+
+        def make(name: str) -> AsyncAgentClient:
+            def redeliver(payload: bytes, sender: str) -> None:
+                tokens[name] += int(payload)
+            return AsyncAgentClient("g", name, cluster.endpoints(), tmp_path / "blobs", members=members,
+                                    snapshot=lambda: {"tokens": tokens[name]}, on_redeliver=redeliver)
+
+        async with make("a") as a, make("b") as b:
+            await a.register()
+            await b.register()
+            await b.checkpoint()
+            for amount in (1, 2, 3):
+                tokens["a"] -= amount
+                tokens["b"] += int(await b.unwrap(a.wrap(str(amount).encode(), to="b")))
+            async with make("b") as again:  # b crashed after receiving: a keeps running
+                await again.register()
+                async with again.atomic():
+                    tokens["b"] = (await again.restore()).state["tokens"]
+                    await again.sync_orders()
+                return tokens["a"], tokens["b"], [m.split(".")[0] for m, _ in again.redelivered]
+
+    a_tokens, b_tokens, redelivered_from = asyncio.run(main())
+    assert (a_tokens, b_tokens, redelivered_from) == (4, 16, ["a", "a", "a"])

@@ -204,3 +204,140 @@ def test_garbage_collect_keeps_recovery_line_and_retention(m: Machine) -> None:
     assert remaining == [4, 5]
     assert sorted(gc.deletable_blob_uris) == [f"file:///blobs/a/{i}" for i in (1, 2, 3)]
     assert gc.bytes == 300
+
+
+# ---- generations and rollback fences -----------------------------------------------
+
+def _dep(sender: str, interval: int, receiver: str, receive: int, message_id: str, generation: int) -> Dependency:
+    return Dependency(sender, interval, receiver, receive, message_id, send_generation=generation)
+
+
+def test_generation_rises_with_each_registration_and_rollback(m: Machine) -> None:
+    _cic_group_with_message(m)
+    assert (m.state.agent("g", "a").generation, m.state.agent("g", "b").generation) == (1, 1)
+    m.ok(c.DeclareAgentFailed("g", "a", 1))
+    a, b = m.state.agent("g", "a"), m.state.agent("g", "b")
+    assert (a.generation, b.generation) == (2, 2)
+    assert [(f.generation, f.index) for f in a.fences] == [(2, 1)] and [(f.generation, f.index) for f in b.fences] == [(2, 0)]
+    orders = {o.agent_id: o for o in m.state.orders("g")}
+    # Every rollback order names its generation and carries the whole recovery line.
+    assert (orders["a"].generation, orders["b"].generation) == (2, 2)
+    assert {(f.agent_id, f.generation, f.index) for f in orders["b"].line} == {("a", 2, 1), ("b", 2, 0)}
+    assert m.ok(c.Register("g", "a")).agent.generation == 3  # the new incarnation is a new generation too
+
+
+def test_report_of_a_message_whose_send_was_undone_is_refused(m: Machine) -> None:
+    _cic_group_with_message(m)
+    m.register("g", "c")
+    m.ok(c.DeclareAgentFailed("g", "a", 1))  # a rolls back to 1: its sends of generation 1 after interval 1 are undone
+    before = m.store.digest()
+    refused = m.fail(c.ReportDependencies("g", "c", c.Token(1, 0), (
+        _dep("a", 1, "c", 1, "kept", 1), _dep("a", 2, "c", 1, "undone", 1))), Code.FAILED_PRECONDITION, "records[1]")
+    assert "'undone'" in refused.reason and "orphan" in refused.reason and "checkpoint 1" in refused.reason
+    assert m.store.digest() == before  # nothing of the refused report was stored, not even the valid record
+    # The same interval in the sender's new generation is a new message, not an undone one.
+    assert m.ok(c.ReportDependencies("g", "c", c.Token(1, 0), (
+        _dep("a", 1, "c", 1, "kept", 1), _dep("a", 2, "c", 1, "again", 2)))).accepted == 2
+    # A record without a generation (0) is judged as the oldest: refused past the fence.
+    m.fail(c.ReportDependencies("g", "c", c.Token(1, 0), (_dep("a", 2, "c", 1, "legacy", 0),)),
+           Code.FAILED_PRECONDITION, "records[0]")
+
+
+def test_fences_of_successive_rollbacks_judge_each_generation(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS)))
+    m.register("g", "a")
+    m.register("g", "r")
+    for i in (1, 2, 3):
+        m.commit("g", "a", i)
+    m.ok(c.DeclareAgentFailed("g", "a", 1))  # a -> 3 at generation 2 (fence 2: after 3)
+    order = next(o for o in m.state.orders("g") if o.agent_id == "a")
+    assert m.ok(c.Register("g", "a")).agent.generation == 3
+    m.ok(c.AckOrder("g", "a", c.Token(2, 0), order.order_id))
+    m.commit("g", "a", 4, inc=2)
+    m.ok(c.Register("g", "a"))  # a restart: a -> 4 at generation 4, then generation 5
+
+    def accepted(generation: int, interval: int) -> bool:
+        record = _dep("a", interval, "r", 1, f"m-{generation}-{interval}-{next(m.ids)}", generation)
+        return not isinstance(m.run(c.ReportDependencies("g", "r", c.Token(1, 0), (record,))), c.Failure)
+
+    assert not accepted(1, 4)  # generation 1, interval 4: undone by the first fence
+    assert accepted(1, 3)
+    assert not accepted(3, 5)  # generation 3 (the restart's life) after 4: undone by the second
+    assert accepted(3, 4)
+    assert accepted(5, 9)  # the current generation
+
+
+def test_a_returning_agent_fences_off_what_it_sent_after_its_resume_point(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS)))
+    m.register("g", "a")
+    m.register("g", "r")
+    m.commit("g", "a", 1)
+    m.ok(c.Deregister("g", "a", c.Token(1, 0)))
+    again = m.ok(c.Register("g", "a"))
+    assert again.resume_from.index == 1 and again.agent.generation == 2
+    m.fail(c.ReportDependencies("g", "r", c.Token(1, 0), (_dep("a", 2, "r", 1, "after", 1),)),
+           Code.FAILED_PRECONDITION, "records[0]")
+    m.ok(c.ReportDependencies("g", "r", c.Token(1, 0), (_dep("a", 1, "r", 1, "before", 1),)))
+
+
+def test_fence_pruning_keeps_the_decision() -> None:
+    from coordinator.core import fences
+    from coordinator.core.model import Fence
+
+    kept = ()
+    history = []
+    for generation, index in enumerate([5, 3, 7, 7, 9, 2, 4], start=2):
+        fence = Fence("a", generation, index)
+        history.append(fence)
+        kept = fences.add(kept, fence)
+    assert [(f.generation, f.index) for f in kept] == [(7, 2), (8, 4)]
+    for generation in range(1, 10):
+        for interval in range(1, 12):
+            exact = any(generation < f.generation and interval > f.index for f in history)
+            assert (fences.undoing(kept, generation, interval) is not None) == exact, (generation, interval)
+
+
+def test_fence_cap_merges_conservatively() -> None:
+    from coordinator.core import fences
+    from coordinator.core.model import Fence
+
+    kept: tuple = ()
+    history = [Fence("a", g, g * 2) for g in range(1, fences.MAX_FENCES + 20)]
+    for fence in history:
+        kept = fences.add(kept, fence)
+    assert len(kept) == fences.MAX_FENCES
+    for generation in range(0, len(history) + 2):
+        for interval in range(0, 2 * len(history) + 2):
+            exact = any(generation < f.generation and interval > f.index for f in history)
+            judged = fences.undoing(kept, generation, interval) is not None
+            assert judged or not exact, (generation, interval)  # never accepts an undone send
+            if generation >= kept[0].generation or generation < history[0].generation:
+                assert judged == exact, (generation, interval)  # exact outside the merged span
+
+
+def test_a_message_reported_twice_counts_as_received_at_the_earliest(m: Machine) -> None:
+    """A receiver that retries a delivery after a report with an unknown outcome may
+    report the same message at two intervals; recovery must still work (a History
+    refuses duplicate ids) and roll back at least as far as the truth requires."""
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED)))
+    m.register("g", "a")
+    m.register("g", "b")
+    m.commit("g", "a", 1)
+    m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 2, "b", 1, "m1", 1),)))
+    m.commit("g", "b", 1)
+    m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 2, "b", 2, "m1", 1),)))
+    m.commit("g", "b", 2)
+    targets = {t.agent_id: t.checkpoint_index for t in m.ok(c.DeclareAgentFailed("g", "a", 1)).targets}
+    assert targets == {"a": 1, "b": 0}
+
+
+def test_garbage_collection_raises_each_agents_rollback_floor(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS, retention=1)))
+    m.register("g", "a")
+    for i in range(1, 6):
+        m.commit("g", "a", i)
+    assert m.state.agent("g", "a").rollback_floor == 0
+    m.ok(c.GarbageCollect("g"))
+    assert m.state.agent("g", "a").rollback_floor == 4  # what GC kept: no line goes below it
+    m.ok(c.GarbageCollect("g"))
+    assert m.state.agent("g", "a").rollback_floor == 4

@@ -113,20 +113,22 @@ class Group(_message.Message):
     def __init__(self, spec: _Optional[_Union[GroupSpec, _Mapping]] = ..., state: _Optional[_Union[GroupState, str]] = ..., current_epoch: _Optional[int] = ..., stable_epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., created_at: _Optional[float] = ..., recovery_id: _Optional[int] = ...) -> None: ...
 
 class Agent(_message.Message):
-    __slots__ = ("group", "agent_id", "incarnation", "state", "registered_at", "last_checkpoint_index")
+    __slots__ = ("group", "agent_id", "incarnation", "state", "registered_at", "last_checkpoint_index", "generation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_CHECKPOINT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     agent_id: str
     incarnation: int
     state: AgentState
     registered_at: float
     last_checkpoint_index: int
-    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., state: _Optional[_Union[AgentState, str]] = ..., registered_at: _Optional[float] = ..., last_checkpoint_index: _Optional[int] = ...) -> None: ...
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., state: _Optional[_Union[AgentState, str]] = ..., registered_at: _Optional[float] = ..., last_checkpoint_index: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class CheckpointMeta(_message.Message):
     __slots__ = ("group", "agent_id", "index", "epoch", "kind", "blob_uri", "sha256", "size", "schema_version", "config_hash", "dependency_versions", "parent_index", "channel_state_uri", "created_at", "incarnation", "stable")
@@ -172,18 +174,20 @@ class CheckpointMeta(_message.Message):
     def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., kind: _Optional[_Union[CheckpointKind, str]] = ..., blob_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ..., schema_version: _Optional[int] = ..., config_hash: _Optional[str] = ..., dependency_versions: _Optional[_Mapping[str, str]] = ..., parent_index: _Optional[int] = ..., channel_state_uri: _Optional[str] = ..., created_at: _Optional[float] = ..., incarnation: _Optional[int] = ..., stable: _Optional[bool] = ...) -> None: ...
 
 class DependencyRecord(_message.Message):
-    __slots__ = ("sender", "send_interval", "receiver", "receive_interval", "message_id")
+    __slots__ = ("sender", "send_interval", "receiver", "receive_interval", "message_id", "send_generation")
     SENDER_FIELD_NUMBER: _ClassVar[int]
     SEND_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     RECEIVER_FIELD_NUMBER: _ClassVar[int]
     RECEIVE_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    SEND_GENERATION_FIELD_NUMBER: _ClassVar[int]
     sender: str
     send_interval: int
     receiver: str
     receive_interval: int
     message_id: str
-    def __init__(self, sender: _Optional[str] = ..., send_interval: _Optional[int] = ..., receiver: _Optional[str] = ..., receive_interval: _Optional[int] = ..., message_id: _Optional[str] = ...) -> None: ...
+    send_generation: int
+    def __init__(self, sender: _Optional[str] = ..., send_interval: _Optional[int] = ..., receiver: _Optional[str] = ..., receive_interval: _Optional[int] = ..., message_id: _Optional[str] = ..., send_generation: _Optional[int] = ...) -> None: ...
 
 class Epoch(_message.Message):
     __slots__ = ("group", "epoch", "state", "members", "committed", "started_at", "deadline", "reason")
@@ -206,12 +210,16 @@ class Epoch(_message.Message):
     def __init__(self, group: _Optional[str] = ..., epoch: _Optional[int] = ..., state: _Optional[_Union[EpochState, str]] = ..., members: _Optional[_Iterable[str]] = ..., committed: _Optional[_Iterable[str]] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RollBack(_message.Message):
-    __slots__ = ("checkpoint_index", "recovery_id")
+    __slots__ = ("checkpoint_index", "recovery_id", "generation", "line")
     CHECKPOINT_INDEX_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
     checkpoint_index: int
     recovery_id: int
-    def __init__(self, checkpoint_index: _Optional[int] = ..., recovery_id: _Optional[int] = ...) -> None: ...
+    generation: int
+    line: _containers.RepeatedCompositeFieldContainer[RollbackTarget]
+    def __init__(self, checkpoint_index: _Optional[int] = ..., recovery_id: _Optional[int] = ..., generation: _Optional[int] = ..., line: _Optional[_Iterable[_Union[RollbackTarget, _Mapping]]] = ...) -> None: ...
 
 class CheckpointNow(_message.Message):
     __slots__ = ("epoch",)
@@ -268,20 +276,22 @@ class RegisterRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("incarnation", "mode", "current_epoch", "lease_ttl_s", "stable_epoch", "resume_from")
+    __slots__ = ("incarnation", "mode", "current_epoch", "lease_ttl_s", "stable_epoch", "resume_from", "generation")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
     STABLE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     incarnation: int
     mode: GroupMode
     current_epoch: int
     lease_ttl_s: float
     stable_epoch: int
     resume_from: CheckpointMeta
-    def __init__(self, incarnation: _Optional[int] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., current_epoch: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., stable_epoch: _Optional[int] = ..., resume_from: _Optional[_Union[CheckpointMeta, _Mapping]] = ...) -> None: ...
+    generation: int
+    def __init__(self, incarnation: _Optional[int] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., current_epoch: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., stable_epoch: _Optional[int] = ..., resume_from: _Optional[_Union[CheckpointMeta, _Mapping]] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("group", "agent_id", "token")
@@ -294,14 +304,16 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., token: _Optional[_Union[FencingToken, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("current_epoch", "state", "lease_ttl_s")
+    __slots__ = ("current_epoch", "state", "lease_ttl_s", "rollback_floor")
     CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_FLOOR_FIELD_NUMBER: _ClassVar[int]
     current_epoch: int
     state: GroupState
     lease_ttl_s: float
-    def __init__(self, current_epoch: _Optional[int] = ..., state: _Optional[_Union[GroupState, str]] = ..., lease_ttl_s: _Optional[float] = ...) -> None: ...
+    rollback_floor: int
+    def __init__(self, current_epoch: _Optional[int] = ..., state: _Optional[_Union[GroupState, str]] = ..., lease_ttl_s: _Optional[float] = ..., rollback_floor: _Optional[int] = ...) -> None: ...
 
 class CommitCheckpointRequest(_message.Message):
     __slots__ = ("request_id", "token", "checkpoint")
@@ -440,14 +452,16 @@ class WhatIfRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., failed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RollbackTarget(_message.Message):
-    __slots__ = ("agent_id", "checkpoint_index", "intervals_lost")
+    __slots__ = ("agent_id", "checkpoint_index", "intervals_lost", "generation")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_INDEX_FIELD_NUMBER: _ClassVar[int]
     INTERVALS_LOST_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     checkpoint_index: int
     intervals_lost: int
-    def __init__(self, agent_id: _Optional[str] = ..., checkpoint_index: _Optional[int] = ..., intervals_lost: _Optional[int] = ...) -> None: ...
+    generation: int
+    def __init__(self, agent_id: _Optional[str] = ..., checkpoint_index: _Optional[int] = ..., intervals_lost: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class WhatIfResponse(_message.Message):
     __slots__ = ("targets",)

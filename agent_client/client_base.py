@@ -1,0 +1,117 @@
+"""What AgentClient (agent.py) and AsyncAgentClient (aio.py) share besides the protocol.
+
+The constructor and its options, the stores (blob store, delivery log, side-effect
+log) and read-only views of the protocol state. The shells add only how effects are
+performed: a connection, a lock, and background threads or tasks.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from agent_client.blobstore import BlobStore, LocalBlobStore, PutResult
+from agent_client.delivery_log import DeliveryLog, LoggedDelivery
+from agent_client.protocol import AgentProtocol
+from agent_client.side_effects import SideEffectLog
+from agent_client.state_codec import config_hash
+from coordinator.api.v1 import coordinator_pb2 as pb
+
+DELIVERY_LOG = "deliveries.jsonl"
+SIDE_EFFECTS = "side_effects.sqlite"
+
+
+def _view(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self.core, name), doc=doc)
+
+
+class ClientBase:
+    """What the sync and asyncio clients share besides the protocol: read-only views
+    of its state, and the side-effect log that follows it (held effects run once their
+    checkpoint is stable and are dropped by a rollback)."""
+
+    core: AgentProtocol
+
+    def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path, *,
+                 snapshot: Callable[[], Any], on_rollback: Callable[[Any, str], Any] | None = None,
+                 on_redeliver: Callable[[bytes, str], Any] | None = None,
+                 members: Sequence[str] = (), schema_version: int = 1, config: Mapping[str, object] | None = None,
+                 aead_key: bytes | None = None, state_dir: str | Path | None = None, dependency_batch: int = 1,
+                 fsync_deliveries: bool = False, background: bool = True, heartbeat_interval: float | None = None,
+                 deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
+                 after_commit: Callable[[pb.CheckpointMeta], Any] | None = None) -> None:
+        """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
+        replaces the agent's live state after a rollback order; `on_redeliver(payload,
+        sender)` then applies each message the rollback took out of the state and its
+        sender will not send again (the asyncio client accepts coroutine functions).
+        `members` is the fixed member list HMNR and FDAS need. `state_dir` holds the
+        delivery and side-effect logs (default: <blob dir>/agents/<group>/<agent>; with
+        another blob store and no state_dir the delivery log is in memory, and an agent
+        that crashed cannot re-deliver). `fsync_deliveries` makes each delivery survive a
+        power loss, not only a crash of the process. `heartbeat_interval` defaults to a
+        third of the group's lease. `after_blob_write` and `after_commit` are test hooks
+        around the metadata commit."""
+        self.endpoints = list(endpoints)
+        self.deadline, self.background, self.heartbeat_interval = deadline, background, heartbeat_interval
+        if isinstance(blob_store, (str, Path)):
+            self.blobs: BlobStore = LocalBlobStore(blob_store, key=aead_key)
+            state_dir = state_dir or Path(blob_store) / "agents" / group / agent_id
+        else:
+            self.blobs = blob_store
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        deliveries = DeliveryLog(None if self.state_dir is None else self.state_dir / DELIVERY_LOG,
+                                 fsync=fsync_deliveries)
+        self.core = AgentProtocol(group, agent_id, blobs=self.blobs, deliveries=deliveries, snapshot=snapshot,
+                                  on_rollback=on_rollback, on_redeliver=on_redeliver, members=members,
+                                  schema_version=schema_version, config_hash=config_hash(config or {}),
+                                  dependency_batch=dependency_batch, after_blob_write=after_blob_write,
+                                  after_commit=after_commit)
+        self._effects: SideEffectLog | None = None
+
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or min(5.0, max(0.1, (self.core.lease_ttl_s or 3.0) / 3))
+    group = _view("group", "the agent's group")
+    agent_id = _view("agent_id", "this agent")
+    mode = _view("mode", "the group's checkpointing mode (pb.GroupMode)")
+    incarnation = _view("incarnation", "issued by Register; a newer one fences this one off")
+    generation = _view("generation", "stamped on every message; rises with each registration and rollback")
+    epoch = _view("epoch", "the newest epoch this agent has heard of")
+    cut_epoch = _view("cut_epoch", "coordinated mode: the epoch of this agent's last cut")
+    stable_epoch = _view("stable_epoch", "coordinated mode: the newest stable epoch")
+    lease_ttl_s = _view("lease_ttl_s", "the group's lease")
+    last_index = _view("last_index", "the agent's last checkpoint index")
+    forced = _view("forced", "checkpoints a rule forced before a delivery")
+    duplicates = _view("duplicates", "envelopes not delivered because they already were")
+    orphans = _view("orphans", "envelopes not delivered because their sender's rollback undid the send")
+    orphans_delivered = _view("orphans_delivered", "orphans found only after delivery (dependency_batch > 1)")
+    redelivered = _view("redelivered", "(message id, receive interval) re-delivered after the last rollback")
+    fenced = _view("fenced", "why the coordinator refuses this incarnation, once it does")
+    last_restore = _view("last_restore", "what the last restore or rollback returned")
+    rollbacks = _view("rollbacks", "every rollback carried out, in order")
+
+    def in_transit(self, after_checkpoint: int) -> list[LoggedDelivery]:
+        """Coordinated mode: the channel state of the cut at `after_checkpoint`."""
+        return self.core.in_transit(after_checkpoint)
+
+    def _effect_log(self) -> SideEffectLog:
+        if self._effects is None:
+            if self.state_dir is None:
+                raise ValueError("side effects need state_dir (the blob store is not a local directory)")
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self._effects = SideEffectLog(self.state_dir / SIDE_EFFECTS)
+        return self._effects
+
+    def _held_until(self) -> Callable[[], bool]:
+        covering = self.core.last_index + 1
+        return lambda: self.core.is_stable(covering)
+
+    def _mark(self) -> tuple[int, int]:
+        return len(self.core.rollbacks), self.core.last_index
+
+    def _settle_effects(self, mark: tuple[int, int]) -> None:
+        """After an operation: a rollback drops held effects; a new checkpoint may release some."""
+        if self._effects is None:
+            return
+        if len(self.core.rollbacks) != mark[0]:
+            self._effects.discard_held()
+        if self.core.last_index != mark[1]:
+            self._effects.release()

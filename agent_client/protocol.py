@@ -1,0 +1,566 @@
+"""The agent's side of the raftpoint protocol, without I/O (sans-I/O).
+
+Every decision AgentClient (agent.py) and AsyncAgentClient (aio.py) make is made
+here, once: what to piggyback, whether a message is a duplicate, whether a checkpoint
+must come before a delivery, which dependency to report and what a refusal means,
+what a checkpoint blob holds, whether a restore is acceptable, what an order
+requires, and which logged messages to re-deliver after a rollback.
+
+Operations that need the outside world are generators. They yield an effect -- an
+RPC, a blocking local call (blob store, delivery log), a user callback -- and are
+resumed with its result, or have its exception thrown in at the yield. `drive()`
+runs one with blocking calls; aio.py awaits instead. Neither shell holds protocol
+logic, so the two cannot drift apart. Callers serialise operations (the shells hold
+a lock around each): the state here is not thread-safe on its own.
+
+Orphans. Every envelope carries the sender's generation; the receiver reports the
+dependency before it delivers (dependency_batch=1) and the coordinator refuses a
+record whose send a rollback of the sender undid. unwrap() then returns None, as
+for a duplicate, and counts the message in `orphans`. With dependency_batch > 1 the
+payload is handed over before the report, so a message whose sender rolls back in
+that window is delivered as an orphan: the refusal comes at the next flush, which
+logs it and counts it in `orphans_delivered` (the agent's state now depends on an
+undone send; restarting the agent makes the coordinator roll it back consistently).
+
+Re-delivery. Every delivered message is logged (delivery_log.py). A rollback order
+carries the whole recovery line; after restoring and acknowledging, the client
+re-delivers, through the normal unwrap path, each logged message received after the
+restored checkpoint whose send the line kept, and hands it to on_redeliver(payload,
+sender). Senders never re-send; receivers never lose a message.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Generator, Mapping, Sequence, TypeVar
+
+import grpc
+
+from agent_client import checkpoint_blob
+from agent_client.blobs.manifest import Manifest
+from agent_client.blobs.store import BlobStore
+from agent_client.connection import Rejected
+from agent_client.delivered import DeliveredSet
+from agent_client.delivery_log import DeliveryLog, LoggedDelivery
+from agent_client.envelope import Envelope
+from agent_client.restore_check import CheckpointRejected, RejectReason, load_verified
+from agent_client.rules import Rule, rule_for
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.core import cic
+
+log = logging.getLogger("agent_client")
+T = TypeVar("T")
+MAX_REDELIVERY_ROUNDS = 3  # a delivery refused because a rollback is owed: obey, then try again
+
+
+# ---- effects ----------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Rpc:
+    """A unary call to the coordinator (retried by the connection under its deadline)."""
+
+    service: str
+    method: str
+    request: Any
+
+
+@dataclass(slots=True)
+class Watch:
+    """The orders WatchOrders streams within `window` seconds."""
+
+    request: pb.WatchOrdersRequest
+    window: float
+
+
+@dataclass(slots=True)
+class Blocking:
+    """A local call that may block on disk (blob store, delivery log). `quick` ones
+    (one write() on an open file) need no thread in an event loop."""
+
+    fn: Callable[[], Any]
+    quick: bool = False
+
+
+@dataclass(slots=True)
+class Callback:
+    """User code (snapshot, on_rollback, on_redeliver, test hooks); in the asyncio
+    client it may be a coroutine function."""
+
+    fn: Callable[[], Any]
+
+
+Effect = Rpc | Watch | Blocking | Callback
+Op = Generator[Effect, Any, T]
+
+
+def step(op: Op[T], value: Any = None, error: BaseException | None = None) -> tuple[bool, Any]:
+    """Resume an operation with an effect's result (or its exception): (True, the
+    operation's result) when it finished, else (False, the next effect)."""
+    try:
+        return False, (op.throw(error) if error is not None else op.send(value))
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def drive(op: Op[T], perform: Callable[[Effect], Any]) -> T:
+    """Run an operation, performing each effect with a blocking call (aio.py awaits)."""
+    done, out = step(op)
+    while not done:
+        try:
+            value, error = perform(out), None
+        except Exception as exc:  # thrown back into the operation at its yield
+            value, error = None, exc
+        done, out = step(op, value, error)
+    return out
+
+
+# ---- results --------------------------------------------------------------------------
+
+class RestoreKind(enum.Enum):
+    COLD_START = "cold start"
+    RESUME = "resume"
+    ROLLBACK = "rollback order"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class Restored:
+    state: Any  # the agent's state (bytes or JSON value) or None
+    index: int
+    reason: str  # "cold start: ...", "resume from checkpoint N", "rollback order ...", "rejected: <why>: ..."
+    kind: RestoreKind = RestoreKind.RESUME
+    rejected: RejectReason | None = None
+
+
+def is_orphan_refusal(exc: Rejected) -> bool:
+    return exc.code == grpc.StatusCode.FAILED_PRECONDITION and "orphan message" in exc.reason
+
+
+def owes_rollback(exc: Rejected) -> bool:
+    return exc.code == grpc.StatusCode.FAILED_PRECONDITION and "rollback order" in exc.reason and "pending" in exc.reason
+
+
+def undone_by(line: Mapping[str, tuple[int, int]], envelope: Envelope) -> bool:
+    """Whether the recovery line (agent -> (checkpoint, generation)) undid this send."""
+    fence = line.get(envelope.sender)
+    return fence is not None and envelope.generation < fence[1] and envelope.send_interval > fence[0]
+
+
+# ---- the protocol ---------------------------------------------------------------------
+
+class AgentProtocol:
+    def __init__(self, group: str, agent_id: str, *, blobs: BlobStore, deliveries: DeliveryLog,
+                 snapshot: Callable[[], Any], on_rollback: Callable[[Any, str], Any] | None = None,
+                 on_redeliver: Callable[[bytes, str], Any] | None = None, members: Sequence[str] = (),
+                 schema_version: int = 1, config_hash: str = "", dependency_batch: int = 1,
+                 after_blob_write: Callable[[Any], Any] | None = None,
+                 after_commit: Callable[[pb.CheckpointMeta], Any] | None = None) -> None:
+        self.group, self.agent_id = group, agent_id
+        self.blobs, self.deliveries = blobs, deliveries
+        self.snapshot, self.on_rollback, self.on_redeliver = snapshot, on_rollback, on_redeliver
+        self.members = list(members)
+        self.schema_version, self.config_hash = schema_version, config_hash
+        self.dependency_batch = max(1, dependency_batch)
+        self.after_blob_write, self.after_commit = after_blob_write, after_commit
+        self.incarnation = self.generation = self.epoch = self.cut_epoch = self.stable_epoch = 0
+        self.lease_ttl_s = 0.0
+        self.mode = pb.GROUP_MODE_UNSPECIFIED
+        self.last_index = 0
+        self.forced = 0  # checkpoints a rule forced before a delivery
+        self.duplicates = 0  # envelopes not delivered because they already were
+        self.orphans = 0  # envelopes not delivered because their send was undone
+        self.orphans_delivered = 0  # ... found only after delivery (dependency_batch > 1)
+        self.redelivered: list[tuple[str, int]] = []  # (message id, receive interval) re-delivered after the last rollback
+        self.fenced: str | None = None  # why the coordinator refuses this incarnation, once it does
+        self.last_restore: Restored | None = None
+        self.rollbacks: list[Restored] = []
+        self._rule: Rule = Rule()
+        self._sent = 0  # messages sent (message ids) ...
+        self._channel_seq: dict[str, int] = {}  # ... and per receiver; both roll back with the agent
+        self._delivered = DeliveredSet()
+        self._pending: list[pb.DependencyRecord] = []
+        self._resume: pb.CheckpointMeta | None = None
+        self._manifest: Manifest | None = None
+        self._cut_index: dict[int, int] = {}  # coordinated: epoch -> our checkpoint index for it
+        self.handled_orders: set[int] = set()
+        # Request ids must be unique across groups, agents and client instances (the
+        # coordinator answers a known id from its dedupe table without applying it)
+        # and stable across retries of one write: a per-client session id plus a key.
+        self._session = uuid.uuid4().hex[:20]
+        self._batches = 0
+        self._pending_rid: tuple[str, int] | None = None
+        self._refused_epoch = 0
+        self._progress = self._progress_at_restore = 0  # messages and checkpoints since the last restore
+        self._backlog: tuple[list[LoggedDelivery], dict[str, tuple[int, int]]] | None = None  # re-deliveries to do
+        self._floor = 0  # no rollback goes below this checkpoint (garbage collection kept it)
+
+    # ---- small pure helpers --------------------------------------------------------------
+    def rid(self, op: str, key: object) -> str:
+        return f"{op}-{self._session}-{self.incarnation}-{key}"
+
+    def token(self) -> pb.FencingToken:
+        return pb.FencingToken(incarnation=self.incarnation, epoch=self.epoch)
+
+    def watch_request(self) -> pb.WatchOrdersRequest:
+        return pb.WatchOrdersRequest(group=self.group, agent_id=self.agent_id, token=self.token())
+
+    def heartbeat_request(self) -> pb.HeartbeatRequest:
+        return pb.HeartbeatRequest(group=self.group, agent_id=self.agent_id, token=self.token())
+
+    def fence(self, reason: str) -> None:
+        self.fenced = reason
+        log.error("agent %s incarnation %d is fenced off: %s", self.agent_id, self.incarnation, reason)
+
+    def is_stable(self, index: int) -> bool:
+        if self.mode != pb.COORDINATED:
+            return self.last_index >= index
+        return any(i >= index and e <= self.stable_epoch for e, i in self._cut_index.items())
+
+    def in_transit(self, after_checkpoint: int) -> list[LoggedDelivery]:
+        """Coordinated mode: logged messages that crossed the cut at `after_checkpoint`
+        (sent before the sender's cut, delivered after ours) -- its channel state."""
+        return [e for e in self.deliveries.since(after_checkpoint) if e.envelope.epoch < self.cut_epoch]
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def register(self) -> Op[pb.RegisterResponse]:
+        """A new incarnation and generation; if this agent was alive, the coordinator
+        treats the old one as crashed and computes a recovery line. Restore next."""
+        resp = yield Rpc("AgentService", "Register", pb.RegisterRequest(
+            request_id=self.rid("reg", uuid.uuid4().hex[:8]), group=self.group, agent_id=self.agent_id))
+        self.incarnation, self.generation = resp.incarnation, resp.generation
+        self.epoch, self.mode, self.stable_epoch, self.lease_ttl_s = (resp.current_epoch, resp.mode,
+                                                                      resp.stable_epoch, resp.lease_ttl_s)
+        self._resume = resp.resume_from if resp.HasField("resume_from") else None
+        self._rule = rule_for(self.mode, self.agent_id, self.members)
+        self.fenced = None
+        return resp
+
+    def heartbeat(self) -> Op[pb.HeartbeatResponse]:
+        """Keeps the lease; learns how far back a rollback can still go, and forgets the
+        deliveries before that (the log's only bound outside coordinated mode)."""
+        resp = yield Rpc("AgentService", "Heartbeat", self.heartbeat_request())
+        if resp.rollback_floor > self._floor:
+            self._floor = resp.rollback_floor
+            yield Blocking(partial(self.deliveries.truncate, resp.rollback_floor))
+        return resp
+
+    def close(self, *, deregister: bool = False) -> Op[None]:
+        yield from self.flush_dependencies()
+        if deregister:
+            yield Rpc("AgentService", "Deregister", pb.DeregisterRequest(
+                request_id=self.rid("dereg", ""), group=self.group, agent_id=self.agent_id, token=self.token()))
+
+    # ---- restore -----------------------------------------------------------------------
+    def restore(self, meta: pb.CheckpointMeta | None = None, reason: str | None = None) -> Op[Restored]:
+        """Load `meta` (default: where Register said to resume) and reset the protocol
+        state to it. A rejected checkpoint changes nothing and says why."""
+        meta = meta if meta is not None else self._resume
+        if meta is None or meta.index == 0:
+            self._reset_to(0, {}, None)
+            return self._remember(Restored(None, 0, reason or "cold start: no checkpoint to resume from",
+                                           RestoreKind.COLD_START))
+        try:
+            data = yield Blocking(partial(load_verified, self.blobs, meta, expected_schema=self.schema_version,
+                                          expected_config_hash=self.config_hash))
+            client, state = checkpoint_blob.unpack(data, expected_schema=self.schema_version)
+        except CheckpointRejected as exc:
+            return self._remember(Restored(None, meta.index, f"rejected: {exc.reason.value}: {exc.detail}",
+                                           RestoreKind.REJECTED, exc.reason))
+        except checkpoint_blob.BlobFormatError as exc:
+            return self._remember(Restored(None, meta.index, f"rejected: {RejectReason.SCHEMA_MISMATCH.value}: {exc}",
+                                           RestoreKind.REJECTED, RejectReason.SCHEMA_MISMATCH))
+        self._reset_to(meta.index, client, meta)
+        kind = RestoreKind.ROLLBACK if reason and reason.startswith("rollback") else RestoreKind.RESUME
+        return self._remember(Restored(state, meta.index, reason or f"resume from checkpoint {meta.index}", kind))
+
+    def _remember(self, restored: Restored) -> Restored:
+        self.last_restore = restored
+        self._progress_at_restore = self._progress
+        return restored
+
+    def _reset_to(self, index: int, client: Mapping[str, Any], meta: pb.CheckpointMeta | None) -> None:
+        self.last_index = index
+        self._rule = rule_for(self.mode, self.agent_id, self.members)
+        self._rule.load_json(client.get("rule"), index)
+        self._delivered = DeliveredSet.from_json(client.get("delivered"))
+        self._sent = int(client.get("sent", 0))
+        self._channel_seq = {str(k): int(v) for k, v in dict(client.get("seq", {})).items()}
+        self._pending, self._pending_rid = [], None
+        self._manifest = None
+        if self.mode == pb.COORDINATED:
+            self.cut_epoch = int(client.get("cut_epoch", meta.epoch if meta else 0))
+            self._cut_index = {e: i for e, i in self._cut_index.items() if i <= index}
+
+    # ---- checkpoints ------------------------------------------------------------------
+    def checkpoint(self, state: Any = None, *, forced_index: int | None = None, epoch: int | None = None) -> Op[int]:
+        """Write the blob, then commit the metadata; returns the checkpoint index.
+        Coordinated groups cut for `epoch` (default: the open epoch)."""
+        yield from self.finish_redelivery()
+        return (yield from self._checkpoint(state, forced_index=forced_index, epoch=epoch))
+
+    def _checkpoint(self, state: Any = None, *, forced_index: int | None = None, epoch: int | None = None) -> Op[int]:
+        value = (yield Callback(self.snapshot)) if state is None else state
+        if self.mode == pb.COORDINATED:
+            kind, index = pb.COORDINATED_CUT, self.last_index + 1
+            cut = self.epoch if epoch is None else epoch
+        else:
+            kind = pb.FORCED if forced_index is not None else pb.BASIC
+            index, cut = max(self.last_index + 1, forced_index or 0), self.epoch
+        yield from self.flush_dependencies()
+        client = {"rule": self._rule.to_json(), "cut_epoch": cut, "delivered": self._delivered.to_json(),
+                  "sent": self._sent, "seq": self._channel_seq}
+        data = checkpoint_blob.pack(client, value, schema_version=self.schema_version)
+        blob = yield Blocking(partial(self.blobs.put, data, parent=self._manifest))
+        if self.after_blob_write is not None:
+            yield Callback(partial(self.after_blob_write, blob))
+        yield Blocking(self.deliveries.sync)  # what the checkpoint depends on is on disk first
+        resp = yield Rpc("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
+            request_id=self.rid("cp", f"{index}-{blob.sha256[:16]}"),
+            token=pb.FencingToken(incarnation=self.incarnation, epoch=max(self.epoch, cut)),
+            checkpoint=pb.CheckpointMeta(group=self.group, agent_id=self.agent_id, index=index, epoch=cut,
+                                         kind=kind, blob_uri=blob.uri, sha256=blob.sha256, size=blob.size,
+                                         schema_version=self.schema_version, config_hash=self.config_hash)))
+        if self.after_commit is not None:
+            yield Callback(partial(self.after_commit, resp.checkpoint))
+        self.last_index, self._manifest = index, blob.manifest
+        self._progress += 1
+        self._rule.on_checkpoint(index)
+        if self.mode == pb.COORDINATED:
+            self.cut_epoch, self.epoch = cut, max(self.epoch, cut)
+            self._cut_index[cut] = index
+        yield from self._note_stable(resp.stable_epoch)
+        return index
+
+    def _note_stable(self, stable_epoch: int) -> Op[None]:
+        """Deliveries before a stable cut can never be rolled back: drop their records."""
+        self.stable_epoch = max(self.stable_epoch, stable_epoch)
+        if self.stable_epoch in self._cut_index:
+            yield Blocking(partial(self.deliveries.truncate, self._cut_index[self.stable_epoch]))
+
+    def checkpoint_now(self, epoch: int) -> Op[None]:
+        if self.mode == pb.COORDINATED and self.cut_epoch >= epoch:
+            return  # already cut for it (forced by a message from that epoch)
+        self.epoch = max(self.epoch, epoch)
+        try:
+            yield from self._checkpoint(epoch=epoch)
+        except Rejected as exc:
+            if "already committed" not in exc.reason and "not the open epoch" not in exc.reason:
+                raise
+            log.info("checkpoint for epoch %d not needed: %s", epoch, exc.reason)
+
+    # ---- messages ---------------------------------------------------------------------
+    def wrap(self, payload: bytes, to: str) -> bytes:
+        """The envelope to send instead of `payload` (no I/O)."""
+        self._sent += 1
+        seq = self._channel_seq[to] = self._channel_seq.get(to, 0) + 1
+        self._progress += 1
+        return Envelope(f"{self.agent_id[:80]}.{self.generation}.{self._sent}", self.agent_id, to, self.generation,
+                        seq, self.last_index + 1, self.cut_epoch, self._rule.on_send(to), payload).encode()
+
+    def unwrap(self, data: bytes) -> Op[bytes | None]:
+        """The payload, or None for a duplicate or an orphan. May checkpoint first."""
+        env = Envelope.decode(data)
+        if self._backlog is not None:
+            yield from self.finish_redelivery()
+        return (yield from self._deliver(env, data))
+
+    def _deliver(self, env: Envelope, raw: bytes | None) -> Op[bytes | None]:
+        for round_ in range(MAX_REDELIVERY_ROUNDS):
+            if env.key in self._delivered:
+                self.duplicates += 1
+                return None
+            cut = self.cut_needed(env)
+            if cut is not None:
+                yield from self._cut(*cut)
+            record = pb.DependencyRecord(sender=env.sender, send_interval=env.send_interval, receiver=self.agent_id,
+                                         receive_interval=self.last_index + 1, message_id=env.message_id,
+                                         send_generation=env.generation)
+            self._pending.append(record)
+            orphan = False
+            if len(self._pending) >= self.dependency_batch:
+                try:
+                    orphan = yield from self.flush_dependencies((env.sender, env.message_id))
+                except Rejected as exc:
+                    if not owes_rollback(exc) or round_ == MAX_REDELIVERY_ROUNDS - 1:
+                        raise
+                    # We owe a rollback: carry it out, then deliver in the rolled-back state.
+                    yield from self.sync_orders(0.5)
+                    continue
+            if orphan:
+                self.orphans += 1
+                log.warning("%s: not delivered, an orphan: %s from %s (its send was undone)",
+                            self.agent_id, env.message_id, env.sender)
+                return None
+            self._rule.on_deliver(env.sender, env.piggyback)
+            self._delivered.add(env.key)
+            self._progress += 1
+            yield Blocking(partial(self.deliveries.append, LoggedDelivery.of(self.last_index, env, raw)), quick=True)
+            return env.payload
+        raise AssertionError("unreachable")
+
+    def cut_needed(self, env: Envelope) -> tuple[int, int] | None:
+        """The checkpoint the rule requires before delivering `env`, as (epoch, forced
+        index), or None: a later epoch's message cuts first (Lai-Yang); a CIC rule may
+        force one (BCS may jump the index)."""
+        if self.mode == pb.COORDINATED:
+            if cic.epoch_forces_cut(self.cut_epoch, env.epoch) and env.epoch > self._refused_epoch:
+                return env.epoch, 0
+            return None
+        forced = self._rule.forced_index(env.sender, env.piggyback, self.last_index)
+        return None if forced is None else (0, forced)
+
+    def _cut(self, epoch: int, forced_index: int) -> Op[None]:
+        if not epoch:
+            yield from self._checkpoint(forced_index=forced_index)  # kind FORCED
+            self.forced += 1
+            return
+        try:
+            self.epoch = max(self.epoch, epoch)
+            yield from self._checkpoint(epoch=epoch)
+            self.forced += 1
+        except Rejected as exc:  # the epoch was aborted (or never opened here): nothing to cut for
+            if owes_rollback(exc):
+                raise
+            log.info("no cut for epoch %d: %s", epoch, exc.reason)
+            self._refused_epoch = epoch
+
+    def flush_dependencies(self, current: tuple[str, str] | None = None) -> Op[bool]:
+        """Report pending dependency records. Returns whether the coordinator refused
+        `current` (sender, message id), the message being delivered, as an orphan; a
+        refused record of a message delivered earlier (dependency_batch > 1) is logged
+        and counted in orphans_delivered. A batch keeps its request id until it is
+        answered, so a retry after an unknown outcome is the very same write."""
+        refused: set[tuple[str, str]] = set()
+        while self._pending:
+            if self._pending_rid is None:
+                self._batches += 1
+                self._pending_rid = (self.rid("deps", self._batches), len(self._pending))
+            rid, n = self._pending_rid
+            batch = self._pending[:n]
+            try:
+                yield self._report(rid, batch)
+            except Rejected as exc:
+                if not is_orphan_refusal(exc):
+                    raise
+                if n == 1:
+                    refused.add((batch[0].sender, batch[0].message_id))
+                for rec in batch if n > 1 else ():  # one refused record refuses the report: find which
+                    self._batches += 1
+                    try:
+                        yield self._report(self.rid("deps", self._batches), [rec])
+                    except Rejected as single:
+                        if not is_orphan_refusal(single):
+                            raise
+                        refused.add((rec.sender, rec.message_id))
+            self._pending, self._pending_rid = self._pending[n:], None
+        late = refused - {current}
+        if late:
+            self.orphans_delivered += len(late)
+            log.error("%s delivered %d orphan message(s) before reporting them (dependency_batch=%d): %s",
+                      self.agent_id, len(late), self.dependency_batch, sorted(late))
+        return current in refused
+
+    def _report(self, rid: str, records: list[pb.DependencyRecord]) -> Rpc:
+        return Rpc("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
+            request_id=rid, group=self.group, agent_id=self.agent_id, token=self.token(), records=records))
+
+    # ---- orders -----------------------------------------------------------------------
+    def pending_orders(self, window: float = 0.5) -> Op[list[pb.Order]]:
+        return (yield Watch(self.watch_request(), window))
+
+    def sync_orders(self, window: float = 0.5) -> Op[list[pb.Order]]:
+        """Carry out the orders pending now (e.g. right after restore(), before the first
+        write, which the coordinator refuses while a rollback order is unacknowledged)."""
+        orders = [o for o in (yield from self.pending_orders(window)) if o.order_id not in self.handled_orders]
+        for order in orders:
+            yield from self.obey(order)
+        return orders
+
+    def obey(self, order: pb.Order) -> Op[Restored | None]:
+        """Carry out an order and acknowledge it; a rollback returns what was restored
+        (None if the agent was there already), then re-delivers what it forgot. A
+        rollback whose checkpoint is rejected is not acknowledged: the agent cannot
+        honestly claim to be at the recovery line."""
+        if order.order_id in self.handled_orders:  # sync_orders() and the watcher may race
+            return None
+        yield from self.finish_redelivery()
+        restored = None
+        kind = order.WhichOneof("kind")
+        log.info("order %d for %s: %s", order.order_id, self.agent_id, kind)
+        if kind == "roll_back":
+            restored = yield from self._roll_back(order)
+            if restored is not None and restored.kind is RestoreKind.REJECTED:
+                log.error("rollback order %d not obeyed: %s", order.order_id, restored.reason)
+                return restored
+            self.generation = max(self.generation, order.roll_back.generation)
+            if restored is not None and self.on_rollback is not None:
+                yield Callback(partial(self.on_rollback, restored.state, restored.reason))
+        elif kind == "checkpoint_now":
+            yield from self.checkpoint_now(order.checkpoint_now.epoch)
+        yield Rpc("AgentService", "AckOrder", pb.AckOrderRequest(
+            request_id=self.rid("ack", order.order_id), group=self.group, agent_id=self.agent_id,
+            token=self.token(), order_id=order.order_id))
+        self.handled_orders.add(order.order_id)
+        if kind == "roll_back":
+            line = {t.agent_id: (t.checkpoint_index, t.generation) for t in order.roll_back.line}
+            yield from self._redeliver(order.roll_back.checkpoint_index, line)
+        return restored
+
+    def _roll_back(self, order: pb.Order) -> Op[Restored | None]:
+        index = order.roll_back.checkpoint_index
+        why = f"rollback order {order.order_id} (recovery {order.roll_back.recovery_id}) to checkpoint {index}"
+        if self._already_at(index):
+            return None
+        if index == 0:
+            self._reset_to(0, {}, None)
+            restored = Restored(None, 0, why, RestoreKind.ROLLBACK)
+        else:
+            metas = (yield Rpc("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(
+                group=self.group, agent_id=self.agent_id))).checkpoints
+            meta = next((m for m in metas if m.index == index), None)
+            if meta is None:
+                return Restored(None, index, f"rejected: {RejectReason.MISSING_BLOB.value}: checkpoint {index} "
+                                f"is not registered", RestoreKind.REJECTED, RejectReason.MISSING_BLOB)
+            restored = yield from self.restore(meta, why)
+        if restored.kind is not RestoreKind.REJECTED:
+            self.rollbacks.append(restored)
+        return self._remember(restored)
+
+    def _already_at(self, index: int) -> bool:
+        """A restarted agent restores its resume point before it sees the rollback order
+        naming that same point: it only has to acknowledge it (and re-deliver)."""
+        last = self.last_restore
+        return (last is not None and last.kind is not RestoreKind.REJECTED and last.index == index
+                and self._progress == self._progress_at_restore)
+
+    def _redeliver(self, index: int, line: Mapping[str, tuple[int, int]]) -> Op[None]:
+        """Deliver again what the rollback to `index` took out of the agent's state,
+        unless the line undid its send as well."""
+        entries = yield Blocking(partial(self.deliveries.since, index))
+        self.redelivered = []
+        if entries and self.on_redeliver is None:
+            log.warning("%s: %d message(s) delivered after checkpoint %d are lost: no on_redeliver callback",
+                        self.agent_id, len(entries), index)
+        self._backlog = (entries, dict(line))
+        yield from self.finish_redelivery()
+
+    def finish_redelivery(self) -> Op[None]:
+        """Re-deliveries run right after the acknowledgement; if an error interrupts
+        them, the next operation finishes them first (those already done are
+        duplicates by then). The old records go once all are done: each re-delivery
+        logged its message anew."""
+        while self._backlog is not None:
+            entries, line = self._backlog
+            for entry in entries if self.on_redeliver is not None else ():
+                if undone_by(line, entry.envelope):
+                    continue
+                payload = yield from self._deliver(entry.envelope, entry.raw)
+                if payload is not None:
+                    self.redelivered.append((entry.envelope.message_id, self.last_index + 1))
+                    yield Callback(partial(self.on_redeliver, payload, entry.envelope.sender))
+            yield Blocking(partial(self.deliveries.drop, entries))
+            if self._backlog is not None and self._backlog[0] is entries:
+                self._backlog = None
