@@ -115,9 +115,15 @@ class LmdbStore:
         return out
 
     def digest(self, skip: bytes | None = None) -> str:
-        """Own read transaction, gate shared: safe from any thread, never blocks commits."""
-        with self._gate.shared(), self._env.begin(db=self._data) as txn:
-            return content_digest(txn.cursor().iternext(), skip)
+        return self.digest_with_index(skip)[1]
+
+    def digest_with_index(self, skip: bytes | None = None) -> tuple[int, str]:
+        """One read transaction for both (the index from the meta database, not the
+        cached attribute the Raft thread updates after committing), gate shared: safe
+        from any thread, never blocks commits."""
+        with self._gate.shared(), self._env.begin() as txn:
+            applied = _read_applied(txn, self._meta)
+            return applied, content_digest(txn.cursor(db=self._data).iternext(), skip)
 
     def stats(self) -> dict[str, int]:
         """used_bytes counts live pages (not the file's high-water mark, which never
@@ -275,8 +281,9 @@ def _check_image(directory: Path) -> None:
         env.close()
 
 
-def _read_applied(txn: lmdb.Transaction) -> int:
-    raw = txn.get(_APPLIED)
+def _read_applied(txn: lmdb.Transaction, db: object | None = None) -> int:
+    """From `db`, or from the transaction's own database when None."""
+    raw = txn.get(_APPLIED, db=db)
     if raw is None:
         return 0
     if len(raw) != _U64.size:

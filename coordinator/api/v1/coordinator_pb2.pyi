@@ -476,7 +476,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest")
+    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest", "digest_index")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -488,6 +488,7 @@ class NodeStatus(_message.Message):
     LAST_SNAPSHOT_AGE_S_FIELD_NUMBER: _ClassVar[int]
     STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     CONTENT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_INDEX_FIELD_NUMBER: _ClassVar[int]
     node: str
     role: str
     term: int
@@ -499,7 +500,8 @@ class NodeStatus(_message.Message):
     last_snapshot_age_s: float
     state_digest: str
     content_digest: str
-    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ..., content_digest: _Optional[str] = ...) -> None: ...
+    digest_index: int
+    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ..., content_digest: _Optional[str] = ..., digest_index: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("node",)
