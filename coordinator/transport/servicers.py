@@ -39,7 +39,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         resume = wire.checkpoint_to_pb(result.resume_from) if result.resume_from else None
         return pb.RegisterResponse(incarnation=result.agent.incarnation, mode=wire.MODE_TO_PB[result.group.spec.mode],
                                    current_epoch=result.group.current_epoch, lease_ttl_s=result.group.spec.lease_ttl_s,
-                                   stable_epoch=result.group.stable_epoch, resume_from=resume)
+                                   stable_epoch=result.group.stable_epoch, resume_from=resume,
+                                   recovery_id=result.group.recovery_id)
 
     async def Heartbeat(self, request, context):
         await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))

@@ -268,20 +268,22 @@ class RegisterRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("incarnation", "mode", "current_epoch", "lease_ttl_s", "stable_epoch", "resume_from")
+    __slots__ = ("incarnation", "mode", "current_epoch", "lease_ttl_s", "stable_epoch", "resume_from", "recovery_id")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
     STABLE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_ID_FIELD_NUMBER: _ClassVar[int]
     incarnation: int
     mode: GroupMode
     current_epoch: int
     lease_ttl_s: float
     stable_epoch: int
     resume_from: CheckpointMeta
-    def __init__(self, incarnation: _Optional[int] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., current_epoch: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., stable_epoch: _Optional[int] = ..., resume_from: _Optional[_Union[CheckpointMeta, _Mapping]] = ...) -> None: ...
+    recovery_id: int
+    def __init__(self, incarnation: _Optional[int] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., current_epoch: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., stable_epoch: _Optional[int] = ..., resume_from: _Optional[_Union[CheckpointMeta, _Mapping]] = ..., recovery_id: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("group", "agent_id", "token")
