@@ -29,6 +29,7 @@ from typing import BinaryIO, Iterator, Mapping
 import lmdb
 
 from coordinator.fsutil import fsync_dir
+from coordinator.locks import SharedExclusiveLock
 
 from coordinator.storage.digest import content_digest
 from coordinator.storage.protocol import ImageError, StoreFullError, check_commit, check_scan, scan_from
@@ -49,7 +50,7 @@ class LmdbStore:
         self.path = Path(path)
         self._map_size = map_size
         self._max_map_size = max(max_map_size, map_size)
-        self._gate = _Gate()
+        self._gate = SharedExclusiveLock()
         self._reader_lock = threading.Lock()
         self._reader: lmdb.Transaction | None = None
         self._closed = False
@@ -309,41 +310,3 @@ def _copy(src: BinaryIO, dst: BinaryIO, length: int | None) -> int:
         dst.write(chunk)
         copied += len(chunk)
     return copied
-
-
-class _Gate:
-    """A shared/exclusive lock. Exclusive waiters block new shared holders, so a
-    stream of digest() calls cannot starve a map resize."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._shared = 0
-        self._exclusive = False
-        self._waiting = 0
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
-            self._shared += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._shared -= 1
-                if not self._shared:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            self._cond.wait_for(lambda: not self._exclusive and not self._shared)
-            self._waiting -= 1
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
