@@ -24,6 +24,25 @@ DEFINITE = frozenset({grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVAL
 
 
 @dataclass(frozen=True)
+class Request:
+    """One request as a workload sends it (again, for a retry) and records it: `value`
+    describes it (with the request id as "rid"), `answer` extracts the response's
+    essential fields for the completion."""
+
+    f: str
+    service: str
+    method: str
+    message: Any
+    value: dict[str, Any]
+    answer: Callable[[Any], Any] = lambda response: None
+    window: float | None = None  # a server stream, read for this long
+
+    @property
+    def group(self) -> str:
+        return self.value.get("group", "")
+
+
+@dataclass(frozen=True)
 class Outcome:
     type: str
     response: Any
@@ -49,18 +68,16 @@ class RecordingClient:
         self.process = process
         self.conn = Connection(endpoints, deadline=deadline, rpc_timeout=rpc_timeout)
 
-    def call(self, f: str, service: str, method: str, request: Any, value: dict[str, Any],
-             answer: Callable[[Any], Any] = lambda response: None, *, window: float | None = None) -> Outcome:
-        """Invoke, call (a unary RPC, or the items a stream yields within `window`), complete.
-
-        `value` describes the request (it carries the request id as "rid"); `answer`
-        extracts the response's essential fields for the completion."""
-        invoked = self.history.invoke(self.process, f, value, node=self.conn.target)
+    def send(self, request: Request, retry_of: int | None = None) -> Outcome:
+        """Invoke, call (a unary RPC, or the items a stream yields within its window),
+        complete. `retry_of`: the index of the invoke op this request was first sent with."""
+        value = request.value if retry_of is None else {**request.value, "retry_of": retry_of}
+        invoked = self.history.invoke(self.process, request.f, value, node=self.conn.target)
         try:
-            if window is None:
-                response = self.conn.call(service, method, request)
+            if request.window is None:
+                response = self.conn.call(request.service, request.method, request.message)
             else:
-                response = self.conn.collect(service, method, request, window=window)
+                response = self.conn.collect(request.service, request.method, request.message, window=request.window)
         except Rejected as exc:
             kind = FAIL if exc.code in DEFINITE else INFO
             return self._complete(invoked, kind, None, f"{exc.code.name}: {exc.reason}")
@@ -69,7 +86,7 @@ class RecordingClient:
         except Exception as exc:  # an unknown outcome, never a reason to stop the process
             return self._complete(invoked, INFO, None, f"{type(exc).__name__}: {exc}")
         try:
-            extracted = answer(response)
+            extracted = request.answer(response)
         except Exception as exc:  # a malformed answer is an observation too
             return self._complete(invoked, INFO, None, f"unreadable answer: {type(exc).__name__}: {exc}")
         return self._complete(invoked, OK, response, None, extracted)

@@ -5,11 +5,13 @@ an acknowledged GarbageCollect that listed its blob URI, or a rollback order of
 its agent to a lower index from a recovery that did not certainly happen before
 the checkpoint was first sent. A GarbageCollect of unknown outcome could have
 removed anything: those are counted apart ("possibly_collected"), not excused
-silently. The final state is the last ListCheckpoints answered for the group.
+silently. The final state is the last ListCheckpoints answered for the group (a "not found"
+answer lists nothing: the whole group was lost).
 """
 from __future__ import annotations
 
-from chaos.invariants.facts import Facts
+from chaos.history import FAIL, OK, Op
+from chaos.invariants.facts import Facts, error_code
 from chaos.invariants.recoveries import rollback_orders, recovery_known_by
 from chaos.report import InvariantResult
 
@@ -22,13 +24,16 @@ def check(facts: Facts) -> InvariantResult:
                             "missing", "changed"), 0)
     for group in facts.groups:
         acked = [r for r in facts.of(group, "commit") if r.ok]
+        counts["acknowledged"] += len(acked)
         if not acked:
             continue
-        final = facts.last_ok(group, "list_checkpoints")
+        final = _final_listing(facts, group)
         if final is None:
             result.violate(f"group {group}: {len(acked)} acknowledged checkpoints but no final ListCheckpoints")
+            counts["missing"] += len(acked)
             continue
-        listed = {(c["agent"], c["index"]): c for c in final.answer["checkpoints"]}
+        final_op, entries = final
+        listed = {(c["agent"], c["index"]): c for c in entries}
         gcs = facts.of(group, "gc")
         collected = {uri for gc in gcs for c in gc.oks for uri in c.completion.value["uris"]}
         unknown_gc = any(gc.may_apply and not gc.ok for gc in gcs)
@@ -37,7 +42,6 @@ def check(facts: Facts) -> InvariantResult:
         for req in acked:
             v = req.answer
             agent, index = req.value["agent"], v["index"]
-            counts["acknowledged"] += 1
             found = listed.get((agent, index))
             if found is not None:
                 if (found["blob_uri"], found["sha256"]) == (v["blob_uri"], v["sha256"]):
@@ -46,7 +50,7 @@ def check(facts: Facts) -> InvariantResult:
                     counts["changed"] += 1
                     result.violate(f"{group}/{agent} checkpoint {index} acknowledged with {v['sha256'][:12]} but "
                                    f"listed with {found['sha256'][:12]}", req.first.invoke, req.ok_op,
-                                   final.ok_op)
+                                   final_op)
             elif v["blob_uri"] in collected:
                 counts["collected"] += 1
             elif any(o.agent == agent and o.checkpoint_index < index and known_by.first_at_least(None, o.recovery_id)[0] >= req.start
@@ -57,6 +61,16 @@ def check(facts: Facts) -> InvariantResult:
             else:
                 counts["missing"] += 1
                 result.violate(f"{group}/{agent} checkpoint {index} was acknowledged and is gone (no GC listed it, "
-                               f"no rollback below it)", req.first.invoke, req.ok_op, final.ok_op)
+                               f"no rollback below it)", req.first.invoke, req.ok_op, final_op)
     result.counts = counts
     return result
+
+
+def _final_listing(facts: Facts, group: str) -> tuple[Op, list[dict]] | None:
+    """The last answered ListCheckpoints; "the group does not exist" lists nothing."""
+    answered = [(c.end, c.completion) for r in facts.of(group, "list_checkpoints") for c in r.calls
+                if c.type == OK or (c.type == FAIL and error_code(c.completion) == "NOT_FOUND")]
+    if not answered:
+        return None
+    _, op = max(answered, key=lambda a: a[0])
+    return op, op.value["checkpoints"] if op.type == OK else []

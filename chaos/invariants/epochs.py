@@ -44,10 +44,11 @@ def check_identity(facts: Facts) -> InvariantResult:
             if not stable:
                 continue
             counts["stable_epochs"] += 1
+            for v, o in stable:
+                if v["committed"] != v["members"]:
+                    result.violate(f"{group} epoch {epoch} is stable with committed {v['committed']} but members "
+                                   f"{v['members']}", o.req.ok_op)
             view, obs = stable[0]
-            if view["committed"] != view["members"]:
-                result.violate(f"{group} epoch {epoch} is stable with committed {view['committed']} but members "
-                               f"{view['members']}", obs.req.ok_op)
             for other, other_obs in stable[1:]:
                 if other["committed"] != view["committed"]:
                     result.violate(f"{group} epoch {epoch} is stable with committed {view['committed']} and with "

@@ -7,14 +7,17 @@ before it was first sent:
   higher current_epoch, a stable_epoch at or above it, or the epoch stable or
   aborted; or
 - (a coordinated checkpoint) its epoch cannot have been started by the time it was
-  acknowledged: fewer StartEpoch requests had been sent (when the leader starts no
-  epochs itself).
+  acknowledged, judging by the StartEpoch requests sent until then (when the leader
+  starts no epochs itself).
 """
 from __future__ import annotations
 
 import bisect
 
-from chaos.invariants.facts import INF, EarliestAtLeast, Facts
+from typing import Callable
+
+from chaos.history import FAIL, OK
+from chaos.invariants.facts import TRANSIENT, EarliestAtLeast, Facts, error_code
 from chaos.report import InvariantResult
 
 NAME = "stale-writes-refused"
@@ -35,8 +38,7 @@ def check(facts: Facts) -> InvariantResult:
                          *(v["epoch"] for v in obs.epochs if v["state"] != "EPOCH_STARTED")):
                 if upto > 0:
                     closed.saw(None, upto, obs.end, obs.req.ok_op)
-        starts = sorted(r.start for r in facts.of(group, "start_epoch") if r.may_apply)
-        count_starts = not facts.automatic_epochs(group)
+        started_by = None if facts.automatic_epochs(group) else _started_by(facts, group)
         for req in facts.of(group, *TOKEN_WRITES):
             v = req.value
             why, witness = None, None
@@ -45,11 +47,10 @@ def check(facts: Facts) -> InvariantResult:
                 why, witness = f"a higher incarnation than {v['incarnation']} had already been registered", op
             elif req.f == "commit" and v.get("kind") == "COORDINATED_CUT":
                 known, op = closed.first_at_least(None, v["epoch"])
-                started = bisect.bisect_left(starts, req.applied_by if req.ok else INF)
                 if known < req.start:
                     why, witness = f"epoch {v['epoch']} had already closed", op
-                elif count_starts and v["epoch"] > started:
-                    why = f"epoch {v['epoch']} cannot have started ({started} StartEpoch requests by then)"
+                elif started_by is not None and v["epoch"] > (newest := started_by(req.applied_by)):
+                    why = f"epoch {v['epoch']} cannot have started (at most epoch {newest} by then)"
             if why is None:
                 counts["agent_writes_acknowledged"] += req.ok
             elif req.ok:
@@ -59,3 +60,20 @@ def check(facts: Facts) -> InvariantResult:
                 counts["stale_writes_refused"] += 1
     result.counts = counts
     return result
+
+
+def _started_by(facts: Facts, group: str) -> Callable[[float], int]:
+    """The newest epoch the group can have started by a time: each StartEpoch send
+    starts at most one (even if a broken dedupe applied a retry again); one that was
+    answered reports its epoch, one of unknown outcome may have started the next."""
+    sends = sorted((c.start, c) for r in facts.of(group, "start_epoch") for c in r.calls
+                   if c.type != FAIL or error_code(c.completion) in TRANSIENT)
+    times, newest = [t for t, _ in sends], []
+    answered = unknown = 0
+    for _, c in sends:
+        if c.type == OK:
+            answered = max(answered, c.completion.value["epoch"]["epoch"])
+        else:
+            unknown += 1
+        newest.append(answered + unknown)
+    return lambda t: newest[i - 1] if (i := bisect.bisect_left(times, t)) else 0

@@ -35,11 +35,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from chaos.client import Outcome, RecordingClient
+from chaos.client import Outcome, RecordingClient, Request
 from chaos.history import INFO, History
 from chaos.sampler import NodeSampler, await_convergence
 from chaos.workloads import metadata_ops as ops
-from chaos.workloads.metadata_ops import WRITES, Request
+from chaos.workloads.metadata_ops import WRITES
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.locks import SharedExclusiveLock
 
@@ -66,7 +66,8 @@ class MetadataConfig:
     sample_period_s: float = 0.25
     watch_window_s: float = 0.4
     retry_probability: float = 0.08
-    gc_probability: float = 0.03
+    register_retry_probability: float = 0.3  # a re-registration sent again at once
+    gc_probability: float = 0.015
     what_if_probability: float = 0.03
     read_probability: float = 0.12
     deps_per_report: int = 4
@@ -215,7 +216,9 @@ class MetadataWorkload:
                 self._resend(proc, proc.unresolved.popleft(), final=True)
         final = self._process("final", deadline=10.0)
         for g in self.groups.values():
-            self._settle_orders(final, g, list(g.agents.values()))
+            state = self._read_group(final, g)
+            if not (state.ok and state.response.group.state == pb.RUNNING):
+                self._settle_orders(final, g, list(g.agents.values()))
             self._send(final, ops.list_checkpoints(self._rid(final), g.name))
         self.sampler.stop()
         await_convergence(self.history, self.endpoints, convergence_timeout)
@@ -239,18 +242,14 @@ class MetadataWorkload:
     def _send(self, proc: _Process, request: Request, on_done: Callable[[Outcome], None] | None = None, *,
               resolve: bool = True) -> Outcome:
         self._ops += 1
-        outcome = proc.client.call(request.f, request.service, request.method, request.message, request.value,
-                                   request.answer, window=request.window)
+        outcome = proc.client.send(request)
         self._settled(proc, _Sent(request, outcome.invoke.index, on_done), outcome, resolve)
         return outcome
 
     def _resend(self, proc: _Process, sent: _Sent, *, final: bool = False) -> Outcome:
         """The same request again (same request id), recorded as a retry of the first send."""
         self._ops += 1
-        request = sent.request
-        outcome = proc.client.call(request.f, request.service, request.method, request.message,
-                                   {**request.value, "retry_of": sent.invoke_index}, request.answer,
-                                   window=request.window)
+        outcome = proc.client.send(sent.request, retry_of=sent.invoke_index)
         sent.tries += 1
         self._settled(proc, sent, outcome, resolve=not final and sent.tries < MAX_TRIES)
         return outcome
@@ -271,8 +270,7 @@ class MetadataWorkload:
         if candidates:
             sent = proc.rng.choice(candidates)
             self._ops += 1
-            proc.client.call(sent.request.f, sent.request.service, sent.request.method, sent.request.message,
-                             {**sent.request.value, "retry_of": sent.invoke_index}, sent.request.answer)
+            proc.client.send(sent.request, retry_of=sent.invoke_index)
 
     def _pause(self, seconds: float) -> bool:
         """Sleep unless stopped; False once the run is over."""
@@ -472,18 +470,21 @@ class MetadataWorkload:
     def _recover(self, proc: _Process, g: GroupModel, a: AgentModel) -> None:
         """`a` restarts: its re-registration declares the old incarnation failed."""
         self._read_group(proc, g)
-        self._send(proc, ops.what_if(self._rid(proc), g.name, [a.agent]))
+        predicted = self._send(proc, ops.what_if(self._rid(proc), g.name, [a.agent]))
         request = ops.register(self._rid(proc), g.name, a.agent)
         outcome = self._send(proc, request, lambda o: self._registered(a, o), resolve=False)
         sent = _Sent(request, outcome.invoke.index, lambda o: self._registered(a, o))
         while outcome.type == INFO and sent.tries < MAX_TRIES and self._running():
             outcome = self._resend(proc, sent, final=True)
-        if outcome.ok and proc.rng.random() < 0.3:
+        if outcome.ok and proc.rng.random() < self.config.register_retry_probability:
             # Deliberately again: answered from the dedupe table, it must change nothing.
             self._resend(proc, sent, final=True)  # adopts a new incarnation only if it (wrongly) made one
         if g.coordinated:
             self._read_group(proc, g)  # the recovery aborted the open epoch
-        self._settle_orders(proc, g, list(g.agents.values()))
+        # The what-if just before, on the same (locked) group, names who must roll back;
+        # if it was wrong, the group stays RECOVERING and everyone is watched.
+        rolled = [g.agents[t.agent_id] for t in predicted.response.targets] if predicted.ok else []
+        self._settle_orders(proc, g, rolled or list(g.agents.values()))
 
     def _zombie_loop(self, proc: _Process) -> None:
         while self._pause(self.config.zombie_period_s):

@@ -23,30 +23,13 @@ essential fields. Enums are recorded by their protobuf names (e.g. "EPOCH_STABLE
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+from chaos.client import Request
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 WRITES = frozenset({"create_group", "register", "commit", "report_deps", "start_epoch", "ack_order", "gc"})
 AGENT, ADMIN = "AgentService", "AdminService"
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request as the workload sends it (again, for a retry) and records it."""
-
-    f: str
-    service: str
-    method: str
-    message: Any
-    value: dict[str, Any]
-    answer: Callable[[Any], Any]
-    window: float | None = None  # a server stream read for this long
-
-    @property
-    def group(self) -> str:
-        return self.value["group"]
 
 
 def epoch_value(e: pb.Epoch) -> dict[str, Any]:
