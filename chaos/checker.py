@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
-from chaos.history import NEMESIS, Op, calls, load
+from chaos.history import CRASHED, FAULT, NEMESIS, Op, calls, load
 from chaos.invariants import availability, convergence, durability, epochs, fencing, recovery_lines, retries
 from chaos.invariants.facts import Facts
 from chaos.report import InvariantResult, Report
@@ -40,7 +40,8 @@ def _summary(facts: Facts) -> dict[str, object]:
     outcomes = Counter(c.type for c in calls(facts.ops) if c.invoke.process != NEMESIS)
     return {"ops": len(facts.ops), "operations": sum(outcomes.values()), "ok": outcomes["ok"],
             "fail": outcomes["fail"], "info": outcomes["info"],
-            "faults": sum(1 for op in facts.nemesis if isinstance(op.value, dict) and op.value.get("phase") == "fault")}
+            "faults": sum(1 for op in facts.nemesis if isinstance(op.value, dict) and op.value.get("phase") == FAULT),
+            "crashed_processes": sorted({op.process for op in facts.notes(CRASHED)})}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,7 @@ INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 COMPLETIONS = (OK, FAIL, INFO)
 NEMESIS = "nemesis"
 FAULT, HEAL = "fault", "heal"  # the "phase" of a nemesis op's value
+CRASHED = "crashed"  # a note: a client process died of an exception (a harness bug, not a finding)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from chaos.client import Outcome, RecordingClient, Request
-from chaos.history import INFO, History
+from chaos.history import CRASHED, INFO, History
 from chaos.sampler import NodeSampler, await_convergence
 from chaos.workloads import metadata_ops as ops
 from chaos.workloads.metadata_ops import WRITES
@@ -121,6 +121,7 @@ class _Process:
     rng: random.Random
     done: deque[_Sent] = field(default_factory=lambda: deque(maxlen=30))
     unresolved: deque[_Sent] = field(default_factory=deque)
+    thread: threading.Thread | None = None
 
     @property
     def name(self) -> str:
@@ -140,7 +141,6 @@ class MetadataWorkload:
         self._ids = itertools.count(1)
         self._ops = 0
         self._deadline = float("inf")
-        self._threads: list[threading.Thread] = []
         self._processes: list[_Process] = []
         self.sampler = NodeSampler(history, self.endpoints, config.sample_period_s)
 
@@ -170,10 +170,9 @@ class MetadataWorkload:
     def _until_ok(self, proc: _Process, request: Request, attempts: int,
                   on_done: Callable[[Outcome], None] | None = None) -> None:
         outcome = self._send(proc, request, on_done, resolve=False)
-        for _ in range(attempts - 1):
-            if outcome.ok:
-                return
-            outcome = self._resend(proc, _Sent(request, outcome.invoke.index, on_done))
+        sent = _Sent(request, outcome.invoke.index, on_done)
+        while not outcome.ok and sent.tries < attempts:
+            outcome = self._resend(proc, sent, final=True)
         if not outcome.ok:
             raise RuntimeError(f"setup: {request.f} {request.value} did not succeed: {outcome.error}")
 
@@ -185,23 +184,23 @@ class MetadataWorkload:
         loops += [("epochs", self._epoch_loop), ("recoverer", self._recovery_loop), ("zombie", self._zombie_loop)]
         for name, loop in loops:
             proc = self._process(name)
-            thread = threading.Thread(target=self._guarded, args=(loop, proc), name=f"chaos-{name}", daemon=True)
-            self._threads.append(thread)
-            thread.start()
+            proc.thread = threading.Thread(target=self._guarded, args=(loop, proc), name=f"chaos-{name}", daemon=True)
+            proc.thread.start()
 
     def _guarded(self, loop: Callable[[_Process], None], proc: _Process) -> None:
         try:
             loop(proc)
         except Exception as exc:  # recorded, so a dead process is visible in the history
-            self.history.note(proc.name, "crashed", {"error": f"{type(exc).__name__}: {exc}"})
+            self.history.note(proc.name, CRASHED, {"error": f"{type(exc).__name__}: {exc}"})
             raise
 
     def wait(self) -> None:
         """Until the duration or the operation budget is used up (bounded)."""
         slack = 4 * self.config.deadline_s + 10
         end = self._deadline + slack
-        for thread in self._threads:
-            thread.join(max(0.0, end - time.monotonic()))
+        for proc in self._processes:
+            if proc.thread is not None:
+                proc.thread.join(max(0.0, end - time.monotonic()))
 
     def stop(self) -> None:
         self._stop.set()
@@ -212,13 +211,14 @@ class MetadataWorkload:
         self.stop()
         self.wait()
         for proc in self._processes:
-            while proc.unresolved:  # one more answer for each request still unknown
+            idle = proc.thread is None or not proc.thread.is_alive()  # else it still has an op open
+            while idle and proc.unresolved:  # one more answer for each request still unknown
                 self._resend(proc, proc.unresolved.popleft(), final=True)
         final = self._process("final", deadline=10.0)
         for g in self.groups.values():
             state = self._read_group(final, g)
             if not (state.ok and state.response.group.state == pb.RUNNING):
-                self._settle_orders(final, g, list(g.agents.values()))
+                self._settle_orders(final, g, list(g.agents.values()), keep_going=lambda: True)
             self._send(final, ops.list_checkpoints(self._rid(final), g.name))
         self.sampler.stop()
         await_convergence(self.history, self.endpoints, convergence_timeout)
@@ -334,13 +334,16 @@ class MetadataWorkload:
         elif outcome.refused("FAILED_PRECONDITION"):
             self._read_group(proc, g)
 
-    def _settle_orders(self, proc: _Process, g: GroupModel, agents: list[AgentModel], rounds: int = 3) -> bool:
+    def _settle_orders(self, proc: _Process, g: GroupModel, agents: list[AgentModel], rounds: int = 3,
+                       keep_going: Callable[[], bool] | None = None) -> bool:
         """Watch the agents' orders and acknowledge every rollback, until the group runs again.
 
         Only a GetGroup that shows the group RUNNING proves every rollback order was
         seen (an empty watch may just have been too short), so the loop checks that."""
         window = self.config.watch_window_s
         for _ in range(rounds):
+            if not (keep_going or self._running)():
+                return False
             for a in agents:
                 watched = self._send(proc, ops.watch_orders(self._rid(proc), g.name, a.agent, a.incarnation, window))
                 for order in (watched.response if watched.ok else ()):

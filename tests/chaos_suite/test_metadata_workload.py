@@ -50,7 +50,7 @@ def test_metadata_workload_survives_a_leader_kill(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "cluster", 3, settings=FAST) as cluster:
         cluster.start_all()
         report = run(cluster, tmp_path / "history.jsonl", config, kill_the_leader)
-    assert report.ok, report.table()
+    assert report.ok and not report.summary["crashed_processes"], report.table()
     counts = {r.name: r.counts for r in report.results}
     assert report.summary["faults"] == 1 and counts["serves-after-heal"]["gap_after_kill_s"] > 0
     assert counts["acknowledged-checkpoints-survive"]["present"] >= 10
@@ -70,6 +70,7 @@ def test_a_planted_bug_is_caught_by_its_invariant(tmp_path: Path, bug: str | Non
     with PlantedCluster(tmp_path / "cluster", bug) as cluster:
         cluster.start_all()
         report = run(cluster, tmp_path / "history.jsonl")
+    assert not report.summary["crashed_processes"], report.table()
     if caught_by is None:
         assert report.ok, report.table()
     else:
