@@ -10,8 +10,7 @@ answer lists nothing: the whole group was lost).
 """
 from __future__ import annotations
 
-from chaos.history import FAIL, OK, Op
-from chaos.invariants.facts import Facts, error_code
+from chaos.invariants.facts import Facts
 from chaos.invariants.recoveries import rollback_orders, recovery_known_by
 from chaos.report import InvariantResult
 
@@ -27,7 +26,7 @@ def check(facts: Facts) -> InvariantResult:
         counts["acknowledged"] += len(acked)
         if not acked:
             continue
-        final = _final_listing(facts, group)
+        final = facts.final_listing(group)
         if final is None:
             result.violate(f"group {group}: {len(acked)} acknowledged checkpoints but no final ListCheckpoints")
             counts["missing"] += len(acked)
@@ -64,13 +63,3 @@ def check(facts: Facts) -> InvariantResult:
                                f"no rollback below it)", req.first.invoke, req.ok_op, final_op)
     result.counts = counts
     return result
-
-
-def _final_listing(facts: Facts, group: str) -> tuple[Op, list[dict]] | None:
-    """The last answered ListCheckpoints; "the group does not exist" lists nothing."""
-    answered = [(c.end, c.completion) for r in facts.of(group, "list_checkpoints") for c in r.calls
-                if c.type == OK or (c.type == FAIL and error_code(c.completion) == "NOT_FOUND")]
-    if not answered:
-        return None
-    _, op = max(answered, key=lambda a: a[0])
-    return op, op.value["checkpoints"] if op.type == OK else []

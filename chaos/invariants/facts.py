@@ -170,6 +170,16 @@ class Facts:
         done = [r for r in self.of(group, f) if r.ok]
         return max(done, key=lambda r: r.applied_by) if done else None
 
+    def final_listing(self, group: str) -> tuple[Op, list[dict[str, Any]]] | None:
+        """The last answered ListCheckpoints of the group and its entries; "the group does
+        not exist" lists nothing (the whole group was lost)."""
+        answered = [op for r in self.of(group, "list_checkpoints") for c in r.calls if (op := c.completion)
+                    and (op.type == OK or (op.type == FAIL and error_code(op) == "NOT_FOUND"))]
+        if not answered:
+            return None
+        last = max(answered, key=lambda op: op.time)
+        return last, last.value["checkpoints"] if last.type == OK else []
+
     def notes(self, f: str) -> list[Op]:
         return [op for op in self.ops if op.f == f and op.type == "info" and op.process != NEMESIS]
 

@@ -4,9 +4,10 @@
   value, or the same refusal): a retry is answered from the dedupe table.
 - Non-idempotent effects happen once per request id: no two Register requests of
   an agent get the same incarnation, the agent's final incarnation is not above
-  the number of its Register requests that may have applied, and (when the
-  leader starts no epochs itself) the group's final current_epoch is not above the
-  number of its StartEpoch requests that may have applied.
+  the number of its Register requests that may have applied, (when the leader
+  starts no epochs itself) the group's final current_epoch is not above the number
+  of its StartEpoch requests that may have applied, and an acknowledged checkpoint
+  still listed at the end carries the stamp (created_at) of its acknowledgement.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def check(facts: Facts) -> InvariantResult:
     for group in facts.groups:
         _registrations(facts, group, result)
         _epochs_started(facts, group, result)
+        _checkpoints_stored_once(facts, group, result)
     result.counts = {"requests": len(facts.reqs), "requests_sent_again": retried}
     return result
 
@@ -74,3 +76,19 @@ def _epochs_started(facts: Facts, group: str, result: InvariantResult) -> None:
     if final.answer["current_epoch"] > len(starts):
         result.violate(f"{group} is at epoch {final.answer['current_epoch']} after only {len(starts)} StartEpoch "
                        f"requests", final.ok_op, *(r.first.invoke for r in starts[:2]))
+
+
+def _checkpoints_stored_once(facts: Facts, group: str, result: InvariantResult) -> None:
+    """A checkpoint is stamped when it is applied: if the final listing shows an acknowledged
+    request's checkpoint with another stamp, the request was applied again (e.g. re-created
+    after a rollback removed it)."""
+    final = facts.final_listing(group)
+    if final is None:
+        return
+    final_op, entries = final
+    listed = {c["blob_uri"]: c for c in entries}
+    for req in facts.of(group, "commit"):
+        found = listed.get(req.answer["blob_uri"]) if req.ok else None
+        if found is not None and found.get("created_at", req.answer["created_at"]) != req.answer["created_at"]:
+            result.violate(f"{group}/{req.value['agent']} checkpoint {req.answer['index']} was stored again after "
+                           f"it was acknowledged", req.ok_op, final_op)

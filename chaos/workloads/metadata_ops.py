@@ -16,7 +16,7 @@ essential fields. Enums are recorded by their protobuf names (e.g. "EPOCH_STABLE
 | ack_order        | group, agent, incarnation, order_id                       | group_state                                |
 | gc               | group                                                     | uris, bytes                                |
 | get_group        | group                                                     | current_epoch, stable_epoch, state, recovery_id, agents: {id: {incarnation, state, last_index}}, epochs: [epoch] |
-| list_checkpoints | group                                                     | checkpoints: [{agent, index, epoch, blob_uri, sha256, stable}] |
+| list_checkpoints | group                                                     | checkpoints: [{agent, index, epoch, blob_uri, sha256, stable, created_at}] |
 | watch_orders     | group, agent                                              | orders: [{order_id, kind, checkpoint_index, recovery_id, epoch}] |
 | what_if          | group, failed                                             | targets: {agent: checkpoint_index}         |
 """
@@ -117,8 +117,8 @@ def list_checkpoints(rid: str, group: str) -> Request:
     return Request("list_checkpoints", ADMIN, "ListCheckpoints", pb.ListCheckpointsRequest(group=group),
                    {"rid": rid, "group": group},
                    lambda r: {"checkpoints": [{"agent": c.agent_id, "index": c.index, "epoch": c.epoch,
-                                               "blob_uri": c.blob_uri, "sha256": c.sha256, "stable": c.stable}
-                                              for c in r.checkpoints]})
+                                               "blob_uri": c.blob_uri, "sha256": c.sha256, "stable": c.stable,
+                                               "created_at": c.created_at} for c in r.checkpoints]})
 
 
 def watch_orders(rid: str, group: str, agent: str, incarnation: int, window: float) -> Request:

@@ -9,7 +9,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from chaos.history import FAIL, FAULT, HEAL, INFO, INVOKE, NEMESIS, OK, Op
+from chaos.history import FAULT, HEAL, INFO, INVOKE, NEMESIS, OK, Op
 from chaos.sampler import FINAL, SAMPLE, SAMPLER
 
 
@@ -89,9 +89,11 @@ class Script:
                   "epochs": epochs or []}
         return self.call("get_group", {"group": group}, answer, start=start, end=_end(start, end))
 
-    def listed(self, group: str, cps: list[tuple[str, int]], *, at: float, changed: tuple[str, int] | None = None) -> str:
+    def listed(self, group: str, cps: list[tuple[str, int]], *, at: float, changed: tuple[str, int] | None = None,
+               restamped: tuple[str, int] | None = None) -> str:
         entries = [{"agent": a, "index": i, "epoch": 0, "blob_uri": f"mem://{group}/{a}/{i}",
-                    "sha256": f"{i + 1000 * ((a, i) == changed):064x}", "stable": True} for a, i in cps]
+                    "sha256": f"{i + 1000 * ((a, i) == changed):064x}", "stable": True,
+                    "created_at": 1000.0 + i + 0.5 * ((a, i) == restamped)} for a, i in cps]
         return self.call("list_checkpoints", {"group": group}, {"checkpoints": entries}, start=at, end=at + 0.01)
 
     def watch(self, group: str, agent: str, orders: list[tuple[int, int, int]], *, at: float) -> str:
@@ -122,5 +124,3 @@ class Script:
     def heal(self, kind: str, *, at: float) -> None:
         self._ops.append(Op(0, at, NEMESIS, INFO, kind, {"phase": HEAL}))
 
-
-__all__ = ["FAIL", "INFO", "OK", "Script"]

@@ -7,10 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos import checker
+from chaos.history import FAIL
 from chaos.invariants import availability, convergence, durability, epochs, fencing, recovery_lines, retries
 from chaos.invariants.facts import Facts
 from chaos.report import InvariantResult
-from tests.chaos_suite.script import FAIL, Script
+from tests.chaos_suite.script import Script
 from tests.oracle import brute_force as bf
 from tests.oracle.strategies import histories
 
@@ -251,6 +252,17 @@ def test_a_request_answered_differently_is_a_violation() -> None:
     s.gc("g", [], at=4, rid="gc1")
     result = retries.check(Facts(s.ops()))
     assert not result.ok and "request gc1 (gc) was answered differently" in result.examples[0]["why"]
+
+
+def test_a_checkpoint_stored_again_after_its_acknowledgement_is_a_violation() -> None:
+    s = group_with_agents()
+    s.commit("g", "a", 1, start=1)
+    s.commit("g", "a", 2, start=2)
+    s.listed("g", [("a", 1), ("a", 2)], at=5)
+    assert retries.check(Facts(s.ops())).ok
+    s.listed("g", [("a", 1), ("a", 2)], at=6, restamped=("a", 2))
+    result = retries.check(Facts(s.ops()))
+    assert not result.ok and "checkpoint 2 was stored again" in result.examples[0]["why"]
 
 
 def test_an_incarnation_or_epoch_beyond_the_requests_is_a_violation() -> None:
