@@ -59,6 +59,9 @@ class LocalReplica:
     def digest(self) -> str:
         return self._store.digest()
 
+    def digest_with_index(self) -> tuple[int, str]:
+        return self._store.digest_with_index()
+
     def state_digest(self) -> str:
         return self._store.digest(skip=keys.prefix(RESULT))
 

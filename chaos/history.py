@@ -9,7 +9,10 @@ request leaves, then exactly one completion:
   request refused before it was proposed).
 - `info`: outcome unknown (timeout, no leader answered); it may or may not have applied.
 
-The nemesis (the fault injector) records `info` operations with process "nemesis".
+The nemesis (the fault injector) records `info` operations with process "nemesis":
+`fault(kind, ...)` when it injects a fault and `heal(kind, ...)` when that fault
+ends (a killed node restarted, a partition healed); the checker measures
+availability after each fault kind and the time to serve again after the last heal.
 Times are seconds on the monotonic clock since the history was opened, so an
 operation A *precedes* B in real time exactly when A's completion time is below B's
 invocation time. The history is also streamed to a JSON Lines file as it grows, so a
@@ -27,6 +30,8 @@ from typing import Any, Iterable, Iterator
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 COMPLETIONS = (OK, FAIL, INFO)
 NEMESIS = "nemesis"
+FAULT, HEAL = "fault", "heal"  # the "phase" of a nemesis op's value
+CRASHED = "crashed"  # a note: a client process died of an exception (a harness bug, not a finding)
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,12 @@ class History:
     def nemesis(self, f: str, value: Any = None) -> Op:
         """A fault injected or healed: an `info` op of the nemesis process."""
         return self._append(NEMESIS, INFO, f, value, None, None)
+
+    def fault(self, kind: str, **details: Any) -> Op:
+        return self.nemesis(kind, {"phase": FAULT, **details})
+
+    def heal(self, kind: str, **details: Any) -> Op:
+        return self.nemesis(kind, {"phase": HEAL, **details})
 
     def note(self, process: str, f: str, value: Any = None, node: str | None = None) -> Op:
         """An observation that is not a client operation (e.g. a node status sample)."""

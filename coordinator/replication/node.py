@@ -201,8 +201,12 @@ class CoordinatorNode(SyncObj):
 
     def digest(self) -> str:
         """Everything replicated, dedupe records included: equal on converged replicas."""
+        return self.digest_with_index()[1]
+
+    def digest_with_index(self) -> tuple[int, str]:
+        """(applied index, digest()) of one stored state: comparable across replicas."""
         with self._state_lock:
-            return self._store.digest()
+            return self._store.digest_with_index()
 
     def state_digest(self) -> str:
         """The domain state only: unchanged by a rejected command (which still records its answer)."""

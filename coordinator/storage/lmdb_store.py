@@ -29,6 +29,7 @@ from typing import BinaryIO, Iterator, Mapping
 import lmdb
 
 from coordinator.fsutil import fsync_dir
+from coordinator.locks import SharedExclusiveLock
 
 from coordinator.storage.digest import content_digest
 from coordinator.storage.protocol import ImageError, StoreFullError, check_commit, check_scan, scan_from
@@ -49,7 +50,7 @@ class LmdbStore:
         self.path = Path(path)
         self._map_size = map_size
         self._max_map_size = max(max_map_size, map_size)
-        self._gate = _Gate()
+        self._gate = SharedExclusiveLock()
         self._reader_lock = threading.Lock()
         self._reader: lmdb.Transaction | None = None
         self._closed = False
@@ -115,9 +116,15 @@ class LmdbStore:
         return out
 
     def digest(self, skip: bytes | None = None) -> str:
-        """Own read transaction, gate shared: safe from any thread, never blocks commits."""
-        with self._gate.shared(), self._env.begin(db=self._data) as txn:
-            return content_digest(txn.cursor().iternext(), skip)
+        return self.digest_with_index(skip)[1]
+
+    def digest_with_index(self, skip: bytes | None = None) -> tuple[int, str]:
+        """One read transaction for both (the index from the meta database, not the
+        cached attribute the Raft thread updates after committing), gate shared: safe
+        from any thread, never blocks commits."""
+        with self._gate.shared(), self._env.begin() as txn:
+            applied = _read_applied(txn, self._meta)
+            return applied, content_digest(txn.cursor(db=self._data).iternext(), skip)
 
     def stats(self) -> dict[str, int]:
         """used_bytes counts live pages (not the file's high-water mark, which never
@@ -275,8 +282,9 @@ def _check_image(directory: Path) -> None:
         env.close()
 
 
-def _read_applied(txn: lmdb.Transaction) -> int:
-    raw = txn.get(_APPLIED)
+def _read_applied(txn: lmdb.Transaction, db: object | None = None) -> int:
+    """From `db`, or from the transaction's own database when None."""
+    raw = txn.get(_APPLIED, db=db)
     if raw is None:
         return 0
     if len(raw) != _U64.size:
@@ -302,41 +310,3 @@ def _copy(src: BinaryIO, dst: BinaryIO, length: int | None) -> int:
         dst.write(chunk)
         copied += len(chunk)
     return copied
-
-
-class _Gate:
-    """A shared/exclusive lock. Exclusive waiters block new shared holders, so a
-    stream of digest() calls cannot starve a map resize."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._shared = 0
-        self._exclusive = False
-        self._waiting = 0
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
-            self._shared += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._shared -= 1
-                if not self._shared:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            self._cond.wait_for(lambda: not self._exclusive and not self._shared)
-            self._waiting -= 1
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()

@@ -76,8 +76,11 @@ class MemoryStore:
             self._applied = applied_index
 
     def digest(self, skip: bytes | None = None) -> str:
+        return self.digest_with_index(skip)[1]
+
+    def digest_with_index(self, skip: bytes | None = None) -> tuple[int, str]:
         with self._lock:
-            return content_digest(((k, self._data[k]) for k in self._keys), skip)
+            return self._applied, content_digest(((k, self._data[k]) for k in self._keys), skip)
 
     def stats(self) -> dict[str, int]:
         with self._lock:

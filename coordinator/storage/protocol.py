@@ -56,6 +56,11 @@ class Store(Protocol):
         excluding applied_index: equal on replicas with equal content whatever
         their history. Extension: keys starting with `skip` are left out."""
 
+    def digest_with_index(self, skip: bytes | None = None) -> tuple[int, str]:
+        """(applied_index, digest(skip)) read from one state: a status sample taken
+        while the store commits must never pair one commit's index with another's
+        content, or replicas that agree would look divergent (and vice versa)."""
+
     def write_image(self, fileobj: BinaryIO) -> int:
         """Write a self-contained image (data + applied_index) at the file's
         current position; returns its length in bytes."""

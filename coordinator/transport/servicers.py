@@ -40,7 +40,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         return pb.RegisterResponse(incarnation=result.agent.incarnation, mode=wire.MODE_TO_PB[result.group.spec.mode],
                                    current_epoch=result.group.current_epoch, lease_ttl_s=result.group.spec.lease_ttl_s,
                                    stable_epoch=result.group.stable_epoch, resume_from=resume,
-                                   generation=result.agent.generation)
+                                   generation=result.agent.generation, recovery_id=result.group.recovery_id)
 
     async def Heartbeat(self, request, context):
         await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))
@@ -152,11 +152,12 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 
     async def ClusterStatus(self, request, context):
         s = self.p.node.status()
+        digest_index, content_digest = self.p.node.digest_with_index()
         return pb.ClusterStatusResponse(node=pb.NodeStatus(
             node=s["node"], role=s["role"], term=s["term"], commit_index=s["commit_index"],
             applied_index=s["applied_index"], log_entries=s["log_entries"], leader=s["leader"],
             last_snapshot_index=s["last_snapshot_index"], last_snapshot_age_s=s["last_snapshot_age_s"],
-            state_digest=self.p.node.state_digest(), content_digest=self.p.node.digest()))
+            state_digest=self.p.node.state_digest(), content_digest=content_digest, digest_index=digest_index))
 
     async def AddNode(self, request, context):
         return await self._membership(context, request.node, add=True)

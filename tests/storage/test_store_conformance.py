@@ -5,6 +5,7 @@ import io
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from coordinator.storage import ImageError, Store, keys, open_store
 from coordinator.storage.protocol import MAX_KEY_SIZE
 from tests.storage.conftest import KINDS, MakeStore
+
+T = TypeVar("T")
 
 
 def content(store: Store) -> list[tuple[bytes, bytes]]:
@@ -151,35 +154,59 @@ def test_digest_skip_leaves_out_a_prefix(store: Store, kind: str, make_store: Ma
     assert store.digest(skip=b"r") == only_x.digest() != store.digest()
 
 
-def test_digest_from_another_thread_sees_whole_commits_only(store: Store, kind: str,
-                                                           make_store: MakeStore) -> None:
-    """Each commit moves a token between two keys; a reader must never see both or neither."""
-    states = [{b"left": b"t", b"n": b"%d" % i} if i % 2 else {b"right": b"t", b"n": b"%d" % i}
-              for i in range(60)]
-    valid = set()
-    for state in states:
-        reference = make_store("memory")
-        reference.commit(state, 1)
-        valid.add(reference.digest())
-    store.commit(states[0], 1)
-    seen: list[str] = []
+_TOKEN_STATES = [{b"left": b"t", b"n": b"%d" % i} if i % 2 else {b"right": b"t", b"n": b"%d" % i}
+                 for i in range(60)]
+
+
+def _read_while_committing(store: Store, read: Callable[[], T]) -> list[T]:
+    """Commit _TOKEN_STATES[i] at index i + 1 (each commit moves a token between two
+    keys) while another thread calls `read` as fast as it can; returns what it read."""
+    store.commit(_TOKEN_STATES[0], 1)
+    seen: list[T] = []
     done = threading.Event()
 
-    def read() -> None:
+    def reader() -> None:
         while not done.is_set():
-            seen.append(store.digest())
+            seen.append(read())
             store.stats()
 
-    reader = threading.Thread(target=read)
-    reader.start()
+    thread = threading.Thread(target=reader)
+    thread.start()
     try:
-        for i in range(1, len(states)):
+        for i in range(1, len(_TOKEN_STATES)):
             gone = b"right" if i % 2 else b"left"
-            store.commit({gone: None} | states[i], i + 1)
+            store.commit({gone: None} | _TOKEN_STATES[i], i + 1)
     finally:
         done.set()
-        reader.join()
+        thread.join()
+    return seen
+
+
+def _reference_digests(make_store: MakeStore) -> dict[int, str]:
+    """Applied index -> the digest of the content committed at it."""
+    out = {}
+    for i, state in enumerate(_TOKEN_STATES):
+        reference = make_store("memory")
+        reference.commit(state, 1)
+        out[i + 1] = reference.digest()
+    return out
+
+
+def test_digest_from_another_thread_sees_whole_commits_only(store: Store, make_store: MakeStore) -> None:
+    """A reader must never see both tokens or neither."""
+    valid = set(_reference_digests(make_store).values())
+    seen = _read_while_committing(store, store.digest)
     assert seen and set(seen) <= valid
+
+
+def test_digest_with_index_pairs_each_index_with_its_own_content(store: Store, make_store: MakeStore) -> None:
+    """Status samples compare replicas by (index, digest): a pair mixing two commits
+    would report a divergence that is not there, or hide one that is."""
+    reference = _reference_digests(make_store)
+    seen = _read_while_committing(store, store.digest_with_index)
+    assert seen and all(reference[index] == digest for index, digest in seen)
+    assert store.digest_with_index() == (len(_TOKEN_STATES), store.digest())
+    assert store.digest_with_index(skip=b"n") == (len(_TOKEN_STATES), store.digest(skip=b"n"))
 
 
 # ---- images -------------------------------------------------------------------------------

@@ -276,7 +276,7 @@ class RegisterRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("incarnation", "mode", "current_epoch", "lease_ttl_s", "stable_epoch", "resume_from", "generation")
+    __slots__ = ("incarnation", "mode", "current_epoch", "lease_ttl_s", "stable_epoch", "resume_from", "generation", "recovery_id")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -284,6 +284,7 @@ class RegisterResponse(_message.Message):
     STABLE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_ID_FIELD_NUMBER: _ClassVar[int]
     incarnation: int
     mode: GroupMode
     current_epoch: int
@@ -291,7 +292,8 @@ class RegisterResponse(_message.Message):
     stable_epoch: int
     resume_from: CheckpointMeta
     generation: int
-    def __init__(self, incarnation: _Optional[int] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., current_epoch: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., stable_epoch: _Optional[int] = ..., resume_from: _Optional[_Union[CheckpointMeta, _Mapping]] = ..., generation: _Optional[int] = ...) -> None: ...
+    recovery_id: int
+    def __init__(self, incarnation: _Optional[int] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., current_epoch: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., stable_epoch: _Optional[int] = ..., resume_from: _Optional[_Union[CheckpointMeta, _Mapping]] = ..., generation: _Optional[int] = ..., recovery_id: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("group", "agent_id", "token")
@@ -490,7 +492,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest")
+    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest", "digest_index")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -502,6 +504,7 @@ class NodeStatus(_message.Message):
     LAST_SNAPSHOT_AGE_S_FIELD_NUMBER: _ClassVar[int]
     STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     CONTENT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_INDEX_FIELD_NUMBER: _ClassVar[int]
     node: str
     role: str
     term: int
@@ -513,7 +516,8 @@ class NodeStatus(_message.Message):
     last_snapshot_age_s: float
     state_digest: str
     content_digest: str
-    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ..., content_digest: _Optional[str] = ...) -> None: ...
+    digest_index: int
+    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ..., content_digest: _Optional[str] = ..., digest_index: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("node",)

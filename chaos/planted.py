@@ -1,0 +1,122 @@
+"""Run a coordinator node with a deliberate bug, to prove the chaos checker catches it.
+
+    python -m chaos.planted --bug NAME coordinator <the usual coordinator flags>
+
+The bug is monkeypatched in before `coordinator.cli.main` runs; nothing in
+coordinator/ knows about it. Bugs:
+
+- `no-dedupe`: the applier ignores the request-id table, so a retried request is
+  applied again (a retried Register bumps the incarnation and starts a recovery).
+- `accept-stale-epoch`: fencing accepts an old incarnation and an epoch that is not
+  open (a commit for another epoch is counted for the open one).
+- `skip-fsync`: LMDB commits without sync and every fsync helper of
+  coordinator.fsutil does nothing, so an acknowledgement no longer means durable.
+- `stale-read`: reads skip the read barrier, so a follower or a deposed leader
+  answers from whatever it has applied.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any, Callable
+
+PROGRAM = [sys.executable, "-m", "chaos.planted"]
+
+
+def _no_dedupe() -> None:
+    from coordinator.replication import applier
+    from coordinator.storage import keys
+    from coordinator.storage.state import RESULT, KvState
+
+    results = keys.prefix(RESULT)
+
+    class Forgetful(KvState):
+        def raw(self, key: bytes) -> bytes | None:
+            return None if key.startswith(results) else super().raw(key)
+
+    applier.KvState = Forgetful  # type: ignore[misc]
+
+
+def _accept_stale_epoch() -> None:
+    from coordinator.core import state_machine
+    from coordinator.core.commands import CommitCheckpoint, Token
+    from coordinator.core.model import Mode
+
+    fenced = state_machine._fenced_agent
+
+    def lenient(state: Any, group: Any, agent_id: str, token: Token) -> Any:
+        agent = state.agent(group.spec.name, agent_id)
+        if agent is not None:
+            token = Token(agent.incarnation, min(token.epoch, group.current_epoch))
+        return fenced(state, group, agent_id, token)
+
+    commit = state_machine._HANDLERS[CommitCheckpoint]
+
+    def commit_any_epoch(state: Any, cmd: CommitCheckpoint, now: float) -> Any:
+        group = state.group(cmd.checkpoint.group)
+        if group is not None and group.spec.mode is Mode.COORDINATED and cmd.checkpoint.epoch != group.current_epoch:
+            cmd = dataclasses.replace(cmd, checkpoint=dataclasses.replace(cmd.checkpoint, epoch=group.current_epoch))
+        return commit(state, cmd, now)
+
+    state_machine._fenced_agent = lenient
+    state_machine._HANDLERS[CommitCheckpoint] = commit_any_epoch
+
+
+def _skip_fsync() -> None:
+    # fsutil first: modules imported later bind the no-ops by name.
+    from coordinator import fsutil
+
+    for name in dir(fsutil):
+        if name.startswith("fsync") and callable(getattr(fsutil, name)):
+            setattr(fsutil, name, lambda *args, **kwargs: None)
+    from coordinator.storage import lmdb_store
+
+    open_env = lmdb_store._open_env
+
+    def unsynced(path: Any, **options: object) -> Any:
+        if "sync" in options:
+            options.update(sync=False, metasync=False)
+        return open_env(path, **options)
+
+    lmdb_store._open_env = unsynced
+
+
+def _stale_read() -> None:
+    from coordinator.transport.proposer import Proposer
+
+    async def no_barrier(self: Proposer, context: Any) -> None:
+        return None
+
+    Proposer.barrier = no_barrier  # type: ignore[method-assign]
+
+
+BUGS: dict[str, Callable[[], None]] = {
+    "no-dedupe": _no_dedupe,
+    "accept-stale-epoch": _accept_stale_epoch,
+    "skip-fsync": _skip_fsync,
+    "stale-read": _stale_read,
+}
+
+
+def program(bug: str) -> list[str]:
+    """The command line that runs `raftpoint <subcommand ...>` with `bug` planted."""
+    if bug not in BUGS:
+        raise ValueError(f"unknown bug {bug!r}; known: {', '.join(BUGS)}")
+    return [*PROGRAM, "--bug", bug]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos.planted",
+                                     description="run a raftpoint subcommand with a deliberate bug")
+    parser.add_argument("--bug", required=True, choices=sorted(BUGS))
+    args, rest = parser.parse_known_args(argv)
+    BUGS[args.bug]()
+    print(f"chaos.planted: running with bug {args.bug!r}", file=sys.stderr, flush=True)
+    from coordinator.cli import main as cli
+
+    return cli.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

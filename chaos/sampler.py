@@ -1,0 +1,71 @@
+"""Node samples: which content each node holds at which applied index.
+
+Each sample is one node's (digest_index, content_digest) pair, read in one store
+transaction, recorded as a note of process "sampler". The checker requires equal
+digests for equal indexes across nodes and, after the faults heal, one final
+sample in which every node holds the same index and digest.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+from chaos.history import History, Op
+from coordinator.cli.local_cluster import node_status, wait_for
+
+SAMPLER = "sampler"
+SAMPLE, FINAL = "node_status", "final_status"
+
+
+def sample(history: History, endpoint: str, timeout: float) -> dict | None:
+    """Record and return one node's status; None when it does not answer in time."""
+    status = node_status(endpoint, timeout)
+    if status is None:
+        return None
+    value = {"digest_index": status.digest_index, "content_digest": status.content_digest,
+             "applied_index": status.applied_index, "commit_index": status.commit_index,
+             "role": status.role, "term": status.term}
+    history.note(SAMPLER, SAMPLE, value, node=endpoint)
+    return value
+
+
+class NodeSampler:
+    """Samples every node every `period` seconds until stopped (a paused or killed node
+    simply has no sample for that round)."""
+
+    def __init__(self, history: History, endpoints: Sequence[str], period: float = 0.25,
+                 timeout: float = 0.5) -> None:
+        self.history, self.endpoints, self.period, self.timeout = history, list(endpoints), period, timeout
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-sampler", daemon=True)
+
+    def start(self) -> "NodeSampler":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for endpoint in self.endpoints:
+                sample(self.history, endpoint, self.timeout)
+            self._stop.wait(self.period)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def await_convergence(history: History, endpoints: Sequence[str], timeout: float = 30.0) -> Op:
+    """Sample all nodes until they hold the same index and digest (or `timeout` passes),
+    then record the verdict as a `final_status` note with the last round's samples."""
+    last: dict[str, dict | None] = {}
+
+    def same() -> bool:
+        last.update({e: sample(history, e, 1.0) for e in endpoints})
+        seen = list(last.values())
+        return all(s is not None for s in seen) and len({(s["digest_index"], s["content_digest"]) for s in seen}) == 1
+
+    try:
+        converged = wait_for(same, "all nodes to hold the same index and digest", timeout, 0.2)
+    except TimeoutError:
+        converged = False
+    return history.note(SAMPLER, FINAL, {"converged": bool(converged), "nodes": last})
