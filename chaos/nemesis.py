@@ -1,0 +1,189 @@
+"""The nemesis: carries out a scenario's fault plan against a running ChaosCluster.
+
+It runs in its own thread beside the workloads. Each fault is applied at its
+planned time, to a target resolved at that moment (who leads *now*), held, and
+healed; every step is recorded in the history as a nemesis op, including faults
+skipped because their target could not be found (no leader during an election),
+so the report says what really happened. `stop()` heals whatever is still in force,
+so a run never ends with a node paused, cut off or out of disk.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from chaos import scenarios as s
+from chaos.controller import ChaosCluster
+from chaos.history import History
+
+log = logging.getLogger(__name__)
+LEADER_WAIT_S = 10.0
+NODE_BACK_S = 30.0
+
+
+class AgentFaults(Protocol):
+    """What the nemesis needs of the agent workload for AGENT_CRASH."""
+
+    def crash(self, count: int, rng: random.Random) -> list[str]: ...
+    def restart_crashed(self) -> list[str]: ...
+
+
+@dataclass
+class Injected:
+    """What was done, for the report: counts by kind, and what could not be done."""
+
+    by_kind: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+
+class Nemesis:
+    def __init__(self, cluster: ChaosCluster, history: History, plan: list[s.Fault], *, seed: int,
+                 agents: AgentFaults | None = None) -> None:
+        self.cluster, self.history, self.plan, self.agents = cluster, history, plan, agents
+        self.rng = random.Random(f"nemesis-{seed}")
+        self.injected = Injected()
+        self.last_heal_at: float | None = None  # history time of the last heal
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._heal: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def start(self) -> "Nemesis":
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 60.0) -> Injected:
+        """Stop injecting and heal what is in force; returns what was injected."""
+        self._stop.set()
+        self._thread.join(timeout)
+        self._heal_current()
+        return self.injected
+
+    def _run(self) -> None:
+        try:
+            for fault in self.plan:
+                if self._stop.wait(max(0.0, self._t0 + fault.at - time.monotonic())):
+                    return
+                self._apply(fault)
+                if self._stop.wait(max(0.0, self._t0 + fault.heal_at - time.monotonic())):
+                    return
+                self._heal_current()
+        except BaseException as exc:  # reported by the runner: a nemesis that broke is a failed run
+            log.exception("nemesis failed")
+            self.error = exc
+
+    # ---- faults ---------------------------------------------------------------------
+    def _apply(self, fault: s.Fault) -> None:
+        if fault.kind == s.AGENT_CRASH:
+            self._agent_crash(fault)
+            return
+        target = self._resolve(fault.target)
+        if target is None:
+            self.injected.skipped.append(f"{fault.kind} at {fault.at}s: no {fault.target} found")
+            self.history.nemesis("skipped", {"kind": fault.kind, "target": fault.target})
+            return
+        apply, heal = self._actions(fault, target)
+        apply()
+        with self._lock:
+            self._heal = heal
+        self.injected.by_kind[fault.kind] = self.injected.by_kind.get(fault.kind, 0) + 1
+
+    def _actions(self, fault: s.Fault, i: int | list[int]) -> tuple[Callable[[], None], Callable[[], None]]:
+        c = self.cluster
+        others = [j for j in range(c.size) if j != i]
+        match fault.kind:
+            case s.KILL:
+                return lambda: c.kill(i), lambda: self._restart_if_down([i])
+            case s.PAUSE:
+                return lambda: c.pause(i), lambda: c.resume(i)
+            case s.PARTITION:
+                return lambda: c.isolate(i), c.heal
+            case s.DEAF:
+                return lambda: c.deafen(i), c.heal
+            case s.FLAKY:
+                p = float(fault.params.get("probability", 1.0))
+                return lambda: [c.flaky(i, j, p) for j in others], c.heal
+            case s.DELAY:
+                ms = float(fault.params.get("delay_ms", 100.0))
+                return lambda: [c.delay(i, j, ms, ms / 4) for j in others], c.heal
+            case s.RESTART:
+                return lambda: self._rolling_restart(i), _nothing
+            case s.DISK_FULL:
+                return lambda: c.fill(i, 0), lambda: (c.unfill(i), self._restart_if_down([i]))
+            case s.SLOW_DISK:
+                return lambda: c.slow_disk(i), lambda: c.fast_disk(i)
+            case s.POWER_LOSS:
+                every = list(range(c.size))
+                return lambda: [c.power_cut(j) for j in every], lambda: self._restart_if_down(every)
+        raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+    def _resolve(self, target: str) -> int | list[int] | None:
+        c = self.cluster
+        live = [n.index for n in c.nodes if n.alive and n.index not in c.paused]
+        if target == s.ALL:
+            return list(range(c.size))
+        if target.startswith("node:"):
+            return int(target.split(":", 1)[1])
+        if target == s.ANY:
+            return self.rng.choice(live) if live else None
+        try:
+            leader = c.leader(timeout=LEADER_WAIT_S)
+        except TimeoutError:
+            return None
+        if target == s.LEADER:
+            return leader
+        followers = [i for i in live if i != leader]
+        return self.rng.choice(followers) if followers else None
+
+    def _agent_crash(self, fault: s.Fault) -> None:
+        if self.agents is None:
+            self.injected.skipped.append(f"agent-crash at {fault.at}s: no agent workload")
+            return
+        crashed = self.agents.crash(int(fault.params.get("count", 1)), self.rng)
+        self.history.nemesis(s.AGENT_CRASH, {"agents": crashed})
+        with self._lock:
+            self._heal = self._restart_agents
+        self.injected.by_kind[s.AGENT_CRASH] = self.injected.by_kind.get(s.AGENT_CRASH, 0) + len(crashed)
+
+    def _restart_agents(self) -> None:
+        assert self.agents is not None
+        self.history.nemesis("restart-agents", {"agents": self.agents.restart_crashed()})
+
+    # ---- healing --------------------------------------------------------------------
+    def _heal_current(self) -> None:
+        with self._lock:
+            heal, self._heal = self._heal, None
+        if heal is None:
+            return
+        heal()
+        self.last_heal_at = self.history.now()
+        self.history.nemesis("healed", {})
+
+    def _restart_if_down(self, indexes: list[int]) -> None:
+        for i in indexes:
+            if not self.cluster.nodes[i].alive:
+                self.cluster.start(i)
+
+    def _rolling_restart(self, i: int) -> None:
+        """A graceful stop and start; the next node only once this one serves again."""
+        self.cluster.restart(i, crash=False)
+        end = time.monotonic() + NODE_BACK_S
+        while time.monotonic() < end and not self._stop.is_set():
+            if i in self.cluster.statuses():
+                return
+            time.sleep(0.1)
+
+
+def _nothing() -> None:
+    pass
