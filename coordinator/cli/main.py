@@ -14,7 +14,7 @@ SUBCOMMAND_MODULES = (
     "coordinator.cli.demo",
     "coordinator.cli.simulate",
     "coordinator.cli.members",
-
+    "coordinator.cli.chaos",
 )
 
 
@@ -27,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.argv = argv  # for subcommands that re-execute themselves (chaos, in a mount namespace)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -1,0 +1,139 @@
+"""One chaos run: a proxied cluster, the workloads, the nemesis, then the checker.
+
+The order matters for what the report can claim. The workloads start before the
+first fault and keep going through the whole plan; the nemesis heals everything
+before the workloads settle their unknown outcomes and read the final state; only
+then does the checker read the history. The history is streamed to disk as it
+grows, so a run that dies midway still leaves its evidence, and
+`python -m chaos.checker <history>` can check it again later.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from chaos import planted
+from chaos.checker import check
+from chaos.controller import ChaosCluster
+from chaos.history import History, load
+from chaos.invariants import availability
+from chaos.nemesis import Injected, Nemesis
+from chaos.report import Report
+from chaos.scenarios import SCENARIOS, Scenario
+from chaos.workloads.metadata import MetadataConfig, MetadataWorkload
+
+log = logging.getLogger(__name__)
+# Production election settings (coordinator/config.py defaults), but compaction often
+# enough that snapshots are written and installed while faults are in force.
+NODE_SETTINGS: dict[str, object] = {"compaction_min_entries": 2000, "compaction_min_time": 5.0}
+DISK_MB = 96
+LEADER_TIMEOUT_S = 30.0
+HISTORY_FILE, REPORT_FILE = "history.jsonl", "report.json"
+
+
+class CannotRun(Exception):
+    """The scenario needs something this machine lacks (e.g. loop devices for disk faults)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    scenario: str
+    duration_s: float = 30.0
+    seed: int = 1
+    nodes: int = 3
+    out_dir: Path = Path("chaos-run")
+    bug: str | None = None  # a chaos.planted bug in every node: the checker must catch it
+    serve_bound_s: float = availability.DEFAULT_BOUND_S
+    keep_data: bool = False
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    report: Report
+    injected: Injected
+    history: Path
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and not self.notes
+
+
+def disk_factory(root: Path) -> Callable[[int], object]:
+    """Node i's data on its own small ext4 loop device under root (inside a private
+    mount namespace, which `raftpoint chaos run` enters by itself)."""
+    from chaos.disk import LoopDisk, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        raise CannotRun(f"disk faults unavailable here: {reason}")
+    return lambda i: LoopDisk(root / f"node{i}.img", root / f"node{i}", DISK_MB)
+
+
+def run(config: RunConfig, on_progress: Callable[[str], None] = print) -> RunResult:
+    scenario: Scenario = SCENARIOS[config.scenario]
+    plan = scenario.faults(config.seed, config.duration_s, config.nodes)
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    history_path = out / HISTORY_FILE
+    history_path.unlink(missing_ok=True)
+    disks = disk_factory(out / "disks") if scenario.needs_disks(config.seed, config.duration_s, config.nodes) else None
+    started = time.monotonic()
+    notes: list[str] = []
+    on_progress(f"scenario {scenario.name} (seed {config.seed}, {config.duration_s:.0f}s): {scenario.description}; "
+                f"{len(plan)} faults planned" + (f"; planted bug: {config.bug}" if config.bug else ""))
+    with History(history_path) as history, ChaosCluster(
+            out / "cluster", config.nodes, settings=NODE_SETTINGS, seed=config.seed, history=history,
+            node_command=(lambda i: planted.program(config.bug)) if config.bug else None, disks=disks) as cluster:
+        cluster.start_all()
+        cluster.leader(LEADER_TIMEOUT_S)
+        metadata = MetadataWorkload(history, cluster.endpoints(),
+                                    MetadataConfig(duration_s=config.duration_s, seed=config.seed))
+        metadata.setup()
+        agents = _agent_workload(scenario, history, cluster, config, out)
+        metadata.start()
+        if agents is not None:
+            agents.start()
+        nemesis = Nemesis(cluster, history, plan, seed=config.seed, agents=agents).start()
+        metadata.wait()
+        injected = nemesis.stop()
+        if nemesis.error is not None:
+            notes.append(f"the nemesis failed: {type(nemesis.error).__name__}: {nemesis.error}")
+        on_progress(f"faults injected: {injected.by_kind or 'none'}; healed; settling and reading the final state")
+        extra = agents.finish() if agents is not None else []
+        metadata.finish()
+    report = check(load(history_path), extra=extra, serve_bound_s=config.serve_bound_s)
+    report.summary.update(scenario=scenario.name, seed=config.seed, faults_by_kind=injected.by_kind,
+                          faults_skipped=len(injected.skipped), bug=config.bug or "")
+    result = RunResult(config, report, injected, history_path, time.monotonic() - started, notes)
+    (out / REPORT_FILE).write_text(json.dumps({**report.to_dict(), "notes": notes, "seconds": result.seconds,
+                                               "skipped_faults": injected.skipped}, indent=1, default=str))
+    if not config.keep_data and result.ok:
+        shutil.rmtree(out / "cluster", ignore_errors=True)
+        shutil.rmtree(out / "disks", ignore_errors=True)
+    return result
+
+
+def _agent_workload(scenario: Scenario, history: History, cluster: ChaosCluster, config: RunConfig, out: Path):
+    """The token-passing agents, for scenarios that crash agents."""
+    if not scenario.agents:
+        return None
+    from chaos.workloads.agents import AgentConfig, AgentWorkload
+
+    workload = AgentWorkload(history, cluster.endpoints(), out / "agents",
+                             AgentConfig(duration_s=config.duration_s, seed=config.seed))
+    workload.setup()
+    return workload
+
+
+def in_private_mount_namespace() -> bool:
+    """Whether this process runs in a mount namespace of its own (set by the CLI's re-exec)."""
+    return os.environ.get("RAFTPOINT_CHAOS_MOUNT_NS") == "1"
