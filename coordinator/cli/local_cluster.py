@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import grpc
 
@@ -71,13 +71,17 @@ def node_status(grpc_address: str, timeout: float = 1.0) -> pb.NodeStatus | None
 
 class LocalCluster:
     def __init__(self, root: Path, size: int = 3, *, settings: dict[str, object] | None = None,
-                 password: str | None = None, base_port: int | None = None) -> None:
+                 password: str | None = None, base_port: int | None = None,
+                 launcher: Sequence[str] | None = None) -> None:
         """`base_port`: node i gets raft/grpc/metrics on base+3i, +1, +2 (stable addresses for
-        a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks)."""
+        a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks).
+        `launcher`: the command that runs raftpoint's CLI (default: this interpreter with
+        coordinator.cli.main); fault-injection tests substitute a wrapper."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
         self.settings = settings or {}
+        self.launcher = list(launcher or [sys.executable, "-m", "coordinator.cli.main"])
         ports = free_ports(3 * size) if base_port is None else list(range(base_port, base_port + 3 * size))
         self.nodes = [NodeProcess(i, f"127.0.0.1:{ports[3 * i]}", f"127.0.0.1:{ports[3 * i + 1]}",
                                   f"127.0.0.1:{ports[3 * i + 2]}", self.root / f"node{i}") for i in range(size)]
@@ -88,7 +92,7 @@ class LocalCluster:
         """`members`: the node indexes forming the cluster this node starts with (default: all)."""
         chosen = [n for n in self.nodes if members is None or n.index in members]
         peers = ",".join(f"{n.raft}={n.grpc}" for n in chosen if n is not node)
-        args = [sys.executable, "-m", "coordinator.cli.main", "coordinator", "--raft-address", node.raft,
+        args = [*self.launcher, "coordinator", "--raft-address", node.raft,
                 "--grpc-address", node.grpc, "--metrics-address", node.metrics, "--peers", peers,
                 "--data-dir", str(node.data_dir)]
         for key, value in self.settings.items():

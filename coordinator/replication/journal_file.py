@@ -18,10 +18,8 @@ FileJournal fsyncs neither, and compacts by rewriting its file in place.
   over the dropped entries, so the file is always a prefix of a log that existed.
 - At open, a torn tail (see journal_format) is cut off and the cut fsynced.
 
-Any I/O error after opening (disk full, EIO) calls `on_io_error`, which by default
-logs and ends the process: pysyncobj cannot undo a half-done step, and after a
-failed fsync the page cache no longer says what is on disk. A node that stops is
-safe; the others carry on, and it catches up from them once restarted.
+Any I/O error after opening (disk full, EIO) calls `on_io_error`, by default
+fail_stop: pysyncobj cannot undo a half-done step.
 """
 from __future__ import annotations
 
@@ -36,24 +34,18 @@ from pysyncobj import journal as pysyncobj_journal
 
 from coordinator import fsutil
 from coordinator.replication import journal_format
+from coordinator.replication.fail_stop import fail_stop
 from coordinator.replication.journal_format import MAGIC, PYSYNCOBJ_MAGIC, Entry, JournalFormatError
 
 log = logging.getLogger(__name__)
 
-EXIT_IO_ERROR = 74  # EX_IOERR
 TERM_SUFFIX = ".term"  # term, vote and commit index (JSON)
 COMPACT_SUFFIX = ".compact"  # the next journal file while a compaction or clear writes it
 PYSYNCOBJ_META_SUFFIX = ".meta"  # pysyncobj's pickled term/vote file (raftpoint 0.1.0)
 
 
-def exit_on_io_error(message: str) -> NoReturn:
-    log.critical("journal I/O failed, stopping the node: %s", message)
-    logging.shutdown()
-    os._exit(EXIT_IO_ERROR)
-
-
 class DurableJournal(pysyncobj_journal.Journal):
-    def __init__(self, journal_file: str, *, on_io_error: Callable[[str], NoReturn] = exit_on_io_error) -> None:
+    def __init__(self, journal_file: str, *, on_io_error: Callable[[str], NoReturn] = fail_stop) -> None:
         self._path = Path(journal_file)
         self._term_path = Path(journal_file + TERM_SUFFIX)
         self._on_io_error = on_io_error
@@ -74,7 +66,10 @@ class DurableJournal(pysyncobj_journal.Journal):
             data = MAGIC
             fsutil.atomic_write(self._path, data)
         self._meta = self._read_meta()
-        found = journal_format.scan(data)
+        try:
+            found = journal_format.scan(data)
+        except JournalFormatError as exc:
+            raise JournalFormatError(f"{self._path}: {exc}") from None
         self._fd = os.open(self._path, os.O_RDWR)
         if found.problem is not None:
             log.warning("journal %s: %s (an unflushed tail lost in a crash)", self._path, found.problem)
@@ -236,7 +231,7 @@ class DurableJournal(pysyncobj_journal.Journal):
         try:
             action(*args, **kwargs)
         except OSError as exc:
-            self._on_io_error(f"{self._path}: {exc}")
+            self._on_io_error(f"journal {self._path}: {exc}")
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:

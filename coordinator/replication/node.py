@@ -23,9 +23,10 @@ from coordinator import fsutil
 from coordinator.config import NodeConfig
 from coordinator.core.commands import decode_result
 from coordinator.replication import journal, snapshot_file
+from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.replica import Callback, NotLeader, Overloaded
-from coordinator.storage.protocol import Store, StoreFullError
+from coordinator.storage.protocol import Store, StoreFullError, StoreIOError
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
 
@@ -57,7 +58,6 @@ class CoordinatorNode(SyncObj):
         self._after_commit: list[Callable[[], None]] = []
         self._snapshot_to_sync = False
         self._on_apply = on_apply
-        self._fatal: str | None = None
         self._capacity_checked_at = float("-inf")
         self._last_commit = float("-inf")
         self._full = False
@@ -154,12 +154,11 @@ class CoordinatorNode(SyncObj):
         self._journal.flush()
         try:
             self._records.commit(self._batch_index)
-        except StoreFullError as exc:
+        except (StoreFullError, StoreIOError) as exc:
             # The entries are committed in Raft; a replica that cannot store them must
             # stop rather than diverge. It replays them from the journal after restart.
-            self._fatal = f"store full, stopping node: {exc}"
-            log.critical(self._fatal)
-            os._exit(75)
+            fail_stop(f"cannot store committed entries: {exc}",
+                      EXIT_STORE_FULL if isinstance(exc, StoreFullError) else EXIT_IO_ERROR)
 
     def _end_of_tick(self) -> None:
         # The leader commits every tick: replies wait for it. A follower answers no

@@ -31,7 +31,8 @@ import lmdb
 from coordinator import fsutil
 
 from coordinator.storage.digest import content_digest
-from coordinator.storage.protocol import ImageError, StoreFullError, check_commit, check_scan, scan_from
+from coordinator.storage.protocol import (ImageError, StoreFullError, StoreIOError, check_commit, check_scan,
+                                          scan_from)
 
 _APPLIED = b"applied_index"
 _U64 = struct.Struct(">Q")
@@ -144,6 +145,8 @@ class LmdbStore:
                 break
             except lmdb.MapFullError:  # the txn was aborted: nothing written
                 self._grow(len(writes))
+            except lmdb.DiskError as exc:  # aborted too; the meta page still names the old root
+                raise StoreIOError(f"LMDB store {self.path}: {exc}; nothing was written") from None
         with self._reader_lock:
             self._drop_reader()  # later reads must see this commit
         self._applied = applied_index

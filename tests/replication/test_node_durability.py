@@ -1,15 +1,21 @@
 """Raft's persistence rule on real pysyncobj nodes: no message leaves a node while its
-journal holds unflushed entries, and an acknowledgement follows the flush."""
+journal holds unflushed entries, an acknowledgement follows the flush, and a node
+that cannot store committed entries stops instead of carrying on."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from pysyncobj.transport import TCPTransport
 
 from coordinator.core.commands import CheckpointResult
+from coordinator.replication import node as node_module
+from coordinator.replication.fail_stop import EXIT_IO_ERROR
 from coordinator.replication.journal import ConflictAwareJournal
+from coordinator.storage import StoreIOError
 from tests.replication.test_node import Cluster, commit, create_group, register, wait_for
 
 
@@ -68,3 +74,29 @@ def test_a_single_node_acknowledges_only_flushed_entries(tmp_path: Path, monkeyp
     finally:
         cluster.close()
     assert seen == [False, False, False]
+
+
+def test_a_store_that_cannot_commit_stops_the_node_unacknowledged(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster(tmp_path, size=1)
+    stops: list[tuple[str, int]] = []
+    answers: list[tuple[object, object]] = []
+    node = cluster.leader()
+    try:
+        cluster.propose(create_group())
+        def fail_stop(message: str, code: int) -> NoReturn:
+            stops.append((message, code))
+            raise RuntimeError("the process would have ended here")
+        monkeypatch.setattr(node_module, "fail_stop", fail_stop)
+
+        def disk_full(writes: object, applied_index: int) -> None:
+            raise StoreIOError("mdb_txn_commit: No space left on device; nothing was written")
+        monkeypatch.setattr(node.store, "commit", disk_full)
+        node.propose(register("r-1", "a").SerializeToString(), lambda result, error: answers.append((result, error)))
+        wait_for(lambda: stops, "the node to stop")
+        time.sleep(0.2)  # what would a node that carried on do meanwhile? (checked below)
+    finally:
+        monkeypatch.undo()
+        cluster.close()
+    assert stops[0][1] == EXIT_IO_ERROR and "No space left" in stops[0][0]
+    assert answers == []  # never acknowledged

@@ -1,0 +1,22 @@
+"""`raftpoint` with every fsync that goes through coordinator.fsutil turned into a no-op.
+
+Only for showing that the power-loss test can fail: a cluster of these nodes keeps
+its Raft journal, term/vote file and snapshots in the page cache, exactly what a
+power loss discards. (LMDB's own fsyncs are not affected.) Run by path, as
+LocalCluster's launcher.
+"""
+import sys
+
+from coordinator import fsutil
+
+
+def _skip(*args: object, **kwargs: object) -> None:
+    pass
+
+
+fsutil.fsync_file = _skip
+fsutil.fsync_dir = _skip
+
+from coordinator.cli.main import main  # noqa: E402  (after the patch, although calls look it up anyway)
+
+sys.exit(main())
