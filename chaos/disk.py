@@ -102,6 +102,7 @@ class LoopDisk:
         self.maj_min: str | None = None  # "7:3" while mounted
         self._cgroup: Path | None = None
         self._home_cgroups: dict[int, Path] = {}  # throttled pid -> the blkio cgroup it came from
+        self._ever_mounted = False
 
     # ---- lifecycle ------------------------------------------------------------------
     def create(self) -> None:
@@ -116,6 +117,7 @@ class LoopDisk:
             raise DiskFaultError("refusing to mount outside a private mount namespace: "
                                  "run the caller through private_mount_namespace_argv()")
         self.mountpoint.mkdir(parents=True, exist_ok=True)
+        self._ever_mounted = True
         _run(["mount", "-t", "ext4", "-o", "loop", str(self.image), str(self.mountpoint)])
         self.maj_min, self.device = _mounted_device(self.mountpoint)
 
@@ -143,8 +145,9 @@ class LoopDisk:
         except DiskFaultError:  # a process still holds a file: detach now, free when it exits
             _run(["umount", "--lazy", str(self.mountpoint)], check=False)
             self.device = self.maj_min = None
-        for line in _run(["losetup", "--associated", str(self.image)], check=False).stdout.splitlines():
-            _run(["losetup", "--detach", line.split(":", 1)[0]], check=False)
+        if self._ever_mounted:  # the autoclear flag normally detached it already
+            for line in _run(["losetup", "--associated", str(self.image)], check=False).stdout.splitlines():
+                _run(["losetup", "--detach", line.split(":", 1)[0]], check=False)
 
     def __enter__(self) -> "LoopDisk":
         return self

@@ -37,7 +37,7 @@ def test_a_throttled_disk_slows_the_nodes_fsync_and_unthrottle_heals(tmp_path: P
     normal, throttled, healed = (result["phases"][p] for p in ("normal", "throttled", "healed"))
     # 20 write IOPS: a journal fsync needs at least one write, so about 50 ms.
     assert throttled["fsync_mean_s"] >= 0.025, result["phases"]
-    assert throttled["fsync_mean_s"] >= 4 * normal["fsync_mean_s"], result["phases"]
-    assert healed["fsync_mean_s"] <= throttled["fsync_mean_s"] / 4, result["phases"]
+    assert throttled["fsync_mean_s"] >= 3 * normal["fsync_mean_s"], result["phases"]
+    assert healed["fsync_mean_s"] <= throttled["fsync_mean_s"] / 3, result["phases"]
     assert all(p["writes"] > 0 for p in (normal, throttled, healed))
     assert result["converged_digest"] is not None, result["statuses"]

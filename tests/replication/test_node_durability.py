@@ -16,7 +16,7 @@ from coordinator.replication import node as node_module
 from coordinator.replication.fail_stop import EXIT_IO_ERROR
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.storage import StoreIOError
-from tests.replication.test_node import Cluster, commit, create_group, register, wait_for
+from tests.replication.test_node import Cluster, cluster, commit, create_group, register, wait_for  # noqa: F401
 
 
 class SendsWhileDirty:
@@ -40,18 +40,13 @@ class SendsWhileDirty:
         monkeypatch.setattr(TCPTransport, "send", send)
 
 
-def test_no_message_leaves_with_unflushed_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sends = SendsWhileDirty(monkeypatch)
-    cluster = Cluster(tmp_path)
-    try:
-        cluster.propose(create_group())
-        cluster.propose(register("r-1", "a"))
-        for i in range(1, 30):
-            cluster.propose(commit(f"c-{i}", "a", i))
-        wait_for(cluster.converged, "replicas to converge")
-    finally:
-        cluster.close()
-    assert sends.sent.get("append_entries", 0) > 30 and sends.sent.get("next_node_idx", 0) > 30
+def test_no_message_leaves_with_unflushed_entries(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    sends = SendsWhileDirty(monkeypatch)  # FlushingTransport.send calls the patched base after its flush
+    entries = [create_group(), register("r-1", "a")] + [commit(f"c-{i}", "a", i) for i in range(1, 30)]
+    for entry in entries:
+        cluster.propose(entry)
+    wait_for(cluster.converged, "replicas to converge")
+    assert sends.sent.get("append_entries", 0) > len(entries) and sends.sent.get("next_node_idx", 0) > len(entries)
     assert sends.dirty == []
 
 
