@@ -8,15 +8,14 @@ LocalCluster's launcher.
 import sys
 
 from coordinator import fsutil
+from coordinator.cli.main import main
 
 
 def _skip(*args: object, **kwargs: object) -> None:
     pass
 
 
-fsutil.fsync_file = _skip
-fsutil.fsync_dir = _skip
-
-from coordinator.cli.main import main  # noqa: E402  (after the patch, although calls look it up anyway)
-
-sys.exit(main())
+if __name__ == "__main__":
+    fsutil.fsync_file = _skip  # every caller looks these up on the module at call time
+    fsutil.fsync_dir = _skip
+    sys.exit(main())
