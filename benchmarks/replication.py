@@ -6,10 +6,11 @@ bounded time and count per cell, then reports writes/s and latency percentiles.
 
 - raw: a pysyncobj counter with the same Raft settings, journal on disk, password
   set, and a ~200-byte argument: the ceiling of our replication path.
-- raw+j: the same counter with our conflict-aware journal
-  (coordinator/replication/journal.py). Stock pysyncobj truncates and re-sends
-  acknowledged entries under pipelined load, which slows "raw" down; this column
-  shows how much of the gap is that bug rather than our apply path.
+- raw+j: the same counter with our journal (coordinator/replication/journal.py):
+  conflict-aware, and durable like ours (flushed before every Raft message). Stock
+  pysyncobj truncates and re-sends acknowledged entries under pipelined load, which
+  slows "raw" down, and never fsyncs its journal; this column shows the cost of our
+  apply path on equal Raft durability.
 - ours: CoordinatorNode applying CommitCheckpoint entries with group commit to LMDB
   (sync on); a proposal counts as done only after the durable store commit, and a
   rejected command counts as a failure, not a write.
@@ -46,9 +47,12 @@ def percentile(values: list[float], q: float) -> float:
 def make_raw(cfg, conflict_aware_journal: bool):
     from pysyncobj import SyncObj, SyncObjConf, replicated
 
+    from pysyncobj.transport import TCPTransport
+    transport = TCPTransport
     if conflict_aware_journal:
         from coordinator.replication import journal
         journal.install()
+        transport = journal.FlushingTransport
 
     class Counter(SyncObj):
         def __init__(self) -> None:
@@ -60,7 +64,7 @@ def make_raw(cfg, conflict_aware_journal: bool):
                                journalFile=str(Path(cfg.data_dir) / "raw.journal"), dynamicMembershipChange=True,
                                logCompactionMinEntries=cfg.compaction_min_entries,
                                fullDumpFile=str(Path(cfg.data_dir) / "raw.dump"))
-            super().__init__(cfg.raft_address, [p.raft for p in cfg.peer_list()], conf)
+            super().__init__(cfg.raft_address, [p.raft for p in cfg.peer_list()], conf, transportClass=transport)
 
         @replicated
         def incr(self, data: bytes) -> int:

@@ -6,13 +6,12 @@ its final name after a power loss. Every durable write here goes through these.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
-from coordinator.fsutil import fsync_dir
+from coordinator import fsutil
+from coordinator.fsutil import TMP_PREFIX
 
-TMP_PREFIX = ".tmp-"
+__all__ = ["TMP_PREFIX", "append_durably", "atomic_write", "ensure_dir"]
 
 
 def ensure_dir(path: Path) -> None:
@@ -22,23 +21,13 @@ def ensure_dir(path: Path) -> None:
         return
     ensure_dir(path.parent)
     path.mkdir(exist_ok=True)  # a concurrent writer may win the race: sync the entry anyway
-    fsync_dir(path.parent)
+    fsutil.fsync_dir(path.parent)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write temp + fsync + rename + fsync(dir): readers see the old file or the whole new one."""
     ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    fsutil.atomic_write(path, data)
 
 
 def append_durably(path: Path, data: bytes) -> None:
@@ -48,6 +37,6 @@ def append_durably(path: Path, data: bytes) -> None:
     with open(path, "ab") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        fsutil.fsync_file(f.fileno())
     if new:
-        fsync_dir(path.parent)
+        fsutil.fsync_dir(path.parent)

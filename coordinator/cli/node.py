@@ -12,6 +12,7 @@ from coordinator import config
 from coordinator.config import ConfigError, NodeConfig
 from coordinator.observability import metrics
 from coordinator.observability.logging import configure_logging
+from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.storage import open_store
 from coordinator.transport.server import serve
@@ -29,7 +30,8 @@ def open_node(cfg: NodeConfig) -> CoordinatorNode:
     options = {} if cfg.store == "memory" else {"map_size": cfg.map_size_mb << 20,
                                                 "max_map_size": cfg.max_map_size_mb << 20}
     store = open_store(cfg.store, Path(cfg.data_dir) / "state", **options)
-    return CoordinatorNode(cfg, store, on_apply=metrics.APPLY_SECONDS.observe)
+    return CoordinatorNode(cfg, store, on_apply=metrics.APPLY_SECONDS.observe,
+                           on_journal_flush=metrics.JOURNAL_FSYNC_SECONDS.observe)
 
 
 async def _main(cfg: NodeConfig) -> None:
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level)
     try:
         asyncio.run(_main(cfg))
-    except OSError as exc:
+    except (OSError, JournalFormatError) as exc:
         print(f"raftpoint coordinator: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -19,13 +19,14 @@ from typing import Callable
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
 
+from coordinator import fsutil
 from coordinator.config import NodeConfig
-from coordinator.fsutil import fsync_dir
 from coordinator.core.commands import decode_result
 from coordinator.replication import journal, snapshot_file
+from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.replica import Callback, NotLeader, Overloaded
-from coordinator.storage.protocol import Store, StoreFullError
+from coordinator.storage.protocol import Store, StoreFullError, StoreIOError
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
 
@@ -48,7 +49,8 @@ class SnapshotInfo:
 
 
 class CoordinatorNode(SyncObj):
-    def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None) -> None:
+    def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
+                 on_journal_flush: Callable[[float], None] | None = None) -> None:
         self.config = config
         self._store = store
         self._records = RecordCache(store)
@@ -56,7 +58,6 @@ class CoordinatorNode(SyncObj):
         self._after_commit: list[Callable[[], None]] = []
         self._snapshot_to_sync = False
         self._on_apply = on_apply
-        self._fatal: str | None = None
         self._capacity_checked_at = float("-inf")
         self._last_commit = float("-inf")
         self._full = False
@@ -64,7 +65,9 @@ class CoordinatorNode(SyncObj):
         self.last_snapshot: SnapshotInfo | None = None
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         data = Path(config.data_dir)
-        data.mkdir(parents=True, exist_ok=True)
+        if not data.is_dir():
+            data.mkdir(parents=True)
+            fsutil.fsync_dir(data.parent)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / "raft.snapshot")
         conf = SyncObjConf(
             password=config.password(),
@@ -94,8 +97,14 @@ class CoordinatorNode(SyncObj):
             dynamicMembershipChange=config.dynamic_membership,
         )
         self._record_existing_snapshot()
-        super().__init__(config.raft_address, [p.raft for p in config.peer_list()], conf)
+        super().__init__(config.raft_address, [p.raft for p in config.peer_list()], conf,
+                         transportClass=journal.FlushingTransport)
+        self._journal.on_flush = on_journal_flush
         self.addOnTickCallback(self._end_of_tick)
+
+    @property
+    def _journal(self) -> journal.ConflictAwareJournal:
+        return self._SyncObj__raftLog
 
     # ---- the one replicated method ------------------------------------------------
     @replicated
@@ -138,14 +147,18 @@ class CoordinatorNode(SyncObj):
     def _commit_batch(self) -> None:
         if self._batch_index <= self._store.applied_index and not self._records.pending:
             return
+        # The entries applied here are committed, so a majority holds them durably;
+        # flushing our own copy first keeps the journal at least as far as the store's
+        # applied_index, which a restart relies on (it skips entries up to it). In a
+        # one-node cluster nothing else flushes before the acknowledgement.
+        self._journal.flush()
         try:
             self._records.commit(self._batch_index)
-        except StoreFullError as exc:
+        except (StoreFullError, StoreIOError) as exc:
             # The entries are committed in Raft; a replica that cannot store them must
             # stop rather than diverge. It replays them from the journal after restart.
-            self._fatal = f"store full, stopping node: {exc}"
-            log.critical(self._fatal)
-            os._exit(75)
+            fail_stop(f"cannot store committed entries: {exc}",
+                      EXIT_STORE_FULL if isinstance(exc, StoreFullError) else EXIT_IO_ERROR)
 
     def _end_of_tick(self) -> None:
         # The leader commits every tick: replies wait for it. A follower answers no
@@ -157,7 +170,7 @@ class CoordinatorNode(SyncObj):
             self._commit_batch()
             self._last_commit = now
         if self._snapshot_to_sync:
-            fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
+            fsutil.fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
             self._snapshot_to_sync = False
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:
@@ -228,8 +241,13 @@ class CoordinatorNode(SyncObj):
     def _read_snapshot(self, path: str) -> tuple:
         self._commit_batch()
         with open(path, "rb") as f:
+            # A received snapshot was renamed into place unsynced, and pysyncobj clears
+            # the journal once this returns: the file must be durable first.
+            fsutil.fsync_file(f.fileno())
+            fsutil.fsync_dir(Path(path).parent)
             header = snapshot_file.read_header(f)
             raft_data = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
+            self._journal.align_to_snapshot(raft_data[1], raft_data[0])
             if header.applied_index > self._store.applied_index:
                 log.info("restoring store from snapshot at index %d (local %d)",
                          header.applied_index, self._store.applied_index)

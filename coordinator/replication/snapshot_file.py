@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable
+
+from coordinator import fsutil
 
 MAGIC = b"RPSNAP\x00\x01"
 HEADER = struct.Struct(">IQQQ")
@@ -60,7 +61,7 @@ def write(path: str, applied_index: int, raft_json: bytes, write_image: Callable
         f.seek(len(MAGIC))
         f.write(HEADER.pack(VERSION, applied_index, len(raft_json), image_len))
         f.flush()
-        os.fsync(f.fileno())
+        fsutil.fsync_file(f.fileno())
 
 
 def read_header(f: BinaryIO) -> SnapshotHeader:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from coordinator.storage.protocol import ImageError, Store, StoreError, StoreFullError
+from coordinator.storage.protocol import ImageError, Store, StoreError, StoreFullError, StoreIOError
 
 KINDS = ("memory", "lmdb")
 
@@ -27,4 +27,4 @@ def open_store(kind: str, path: str | Path | None, **options: Any) -> Store:
     raise ValueError(f"unknown store kind {kind!r}; valid kinds: {', '.join(KINDS)}")
 
 
-__all__ = ["KINDS", "ImageError", "Store", "StoreError", "StoreFullError", "open_store"]
+__all__ = ["KINDS", "ImageError", "Store", "StoreError", "StoreFullError", "StoreIOError", "open_store"]

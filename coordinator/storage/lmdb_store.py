@@ -28,11 +28,12 @@ from typing import BinaryIO, Iterator, Mapping
 
 import lmdb
 
-from coordinator.fsutil import fsync_dir
+from coordinator import fsutil
 from coordinator.locks import SharedExclusiveLock
 
 from coordinator.storage.digest import content_digest
-from coordinator.storage.protocol import ImageError, StoreFullError, check_commit, check_scan, scan_from
+from coordinator.storage.protocol import (ImageError, StoreFullError, StoreIOError, check_commit, check_scan,
+                                          scan_from)
 
 _APPLIED = b"applied_index"
 _U64 = struct.Struct(">Q")
@@ -61,7 +62,7 @@ class LmdbStore:
     def _open(self) -> None:
         if not self.path.exists():
             self.path.mkdir(parents=True)
-            fsync_dir(self.path.parent)  # a new store's directory entry survives a crash
+            fsutil.fsync_dir(self.path.parent)  # a new store's directory entry survives a crash
         self._env = _open_env(self.path, map_size=self._map_size, sync=True, metasync=True, lock=True)
         self._map_size = self._env.info()["map_size"]  # LMDB raises it to fit a larger file
         self._data = self._env.open_db(b"data")
@@ -151,6 +152,8 @@ class LmdbStore:
                 break
             except lmdb.MapFullError:  # the txn was aborted: nothing written
                 self._grow(len(writes))
+            except lmdb.DiskError as exc:  # aborted too; the meta page still names the old root
+                raise StoreIOError(f"LMDB store {self.path}: {exc}; nothing was written") from None
         with self._reader_lock:
             self._drop_reader()  # later reads must see this commit
         self._applied = applied_index
@@ -214,12 +217,12 @@ class LmdbStore:
             with open(incoming / _DATA_FILE, "wb") as out:
                 copied = _copy(fileobj, out, length)
                 out.flush()
-                os.fsync(out.fileno())
+                fsutil.fsync_file(out.fileno())
             if copied != length:
                 raise ImageError(f"truncated store image: {copied} of {length} bytes")
             _check_image(incoming)
-            fsync_dir(incoming)
-            fsync_dir(self.path.parent)
+            fsutil.fsync_dir(incoming)
+            fsutil.fsync_dir(self.path.parent)
         except BaseException:
             _remove_tree(incoming)
             raise
@@ -230,7 +233,7 @@ class LmdbStore:
                 old = self._sibling("old")
                 self.path.rename(old)
                 incoming.rename(self.path)
-                fsync_dir(self.path.parent)  # the swap is now durable: from here on, new content
+                fsutil.fsync_dir(self.path.parent)  # the swap is now durable: from here on, new content
                 _remove_tree(old)
             finally:  # after a failed rename, the crash-recovery rule picks a whole store
                 recover_interrupted_swap(self.path)
@@ -253,7 +256,7 @@ def recover_interrupted_swap(path: Path) -> None:
         for candidate in (incoming, old):
             if candidate.exists():
                 candidate.rename(path)
-                fsync_dir(path.parent)
+                fsutil.fsync_dir(path.parent)
                 break
     for leftover in (old, incoming):
         _remove_tree(leftover)

@@ -31,6 +31,10 @@ class StoreFullError(StoreError):
     The message says how full the store is and which setting to raise."""
 
 
+class StoreIOError(StoreError):
+    """The disk failed a commit (no space left, I/O error); nothing was written."""
+
+
 class ImageError(StoreError, ValueError):
     """A store image is truncated, corrupt or of another format; the store is unchanged."""
 

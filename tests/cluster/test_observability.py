@@ -33,6 +33,7 @@ def test_metrics_move_with_writes(cluster: LocalCluster, client: Client) -> None
     key = 'raftpoint_rpc_seconds_count{code="OK",method="CommitCheckpoint"}'
     assert after[key] - before.get(key, 0) == 5
     assert after["raftpoint_apply_seconds_count"] > before.get("raftpoint_apply_seconds_count", 0)
+    assert after["raftpoint_journal_fsync_seconds_count"] > before.get("raftpoint_journal_fsync_seconds_count", 0)
     assert after["raftpoint_raft_term"] >= 1
 
 

@@ -1,20 +1,58 @@
-"""The journal keeps acknowledged entries when an overlapping AppendEntries repeats them."""
+"""The Raft journal: conflict-aware truncation, durability across reopen, torn tails,
+interrupted compactions, group-commit flushing and the pysyncobj-format migration."""
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Iterator, NoReturn
 
+import pytest
+from pysyncobj import journal as pysyncobj_journal
+
+from coordinator import fsutil
+from coordinator.replication import journal_file, journal_format
 from coordinator.replication.journal import ConflictAwareJournal
+from coordinator.replication.journal_format import MAGIC, RECORD, JournalFormatError
+
+
+class DiskError(Exception):
+    """What the tests' on_io_error raises instead of ending the process."""
+
+
+def raise_disk_error(message: str) -> NoReturn:
+    raise DiskError(message)
 
 
 def entries(j: ConflictAwareJournal) -> list[tuple[bytes, int, int]]:
     return [j[i] for i in range(len(j))]
 
 
-def test_matching_overlap_keeps_the_tail_and_conflict_truncates(tmp_path: Path) -> None:
-    path = str(tmp_path / "raft.journal")
-    j = ConflictAwareJournal(path)
-    for idx in range(1, 6):
-        j.add(b"c%d" % idx, idx, 1)
+@pytest.fixture
+def path(tmp_path: Path) -> str:
+    return str(tmp_path / "raft.journal")
+
+
+def open_journal(path: str) -> ConflictAwareJournal:
+    return ConflictAwareJournal(path, on_io_error=raise_disk_error)
+
+
+def filled(path: str, count: int, term: int = 1) -> ConflictAwareJournal:
+    j = open_journal(path)
+    for idx in range(1, count + 1):
+        j.add(b"c%d" % idx, idx, term)
+    j.flush()
+    return j
+
+
+def crash(j: ConflictAwareJournal) -> None:
+    """Drop the journal without any of its shutdown work (close the descriptor only)."""
+    os.close(j._fd)
+    j._fd = -1
+
+
+def test_matching_overlap_keeps_the_tail_and_conflict_truncates(path: str) -> None:
+    j = filled(path, 5)
     # A late AppendEntries with prevLogIdx=2 carrying entries 3..4, which we already hold.
     j.deleteEntriesFrom(2)
     j.add(b"c3", 3, 1)
@@ -25,6 +63,237 @@ def test_matching_overlap_keeps_the_tail_and_conflict_truncates(tmp_path: Path) 
     j.add(b"x4", 4, 2)
     assert entries(j)[3:] == [(b"x4", 4, 2)] and len(j) == 4
     j._destroy()
-    reopened = ConflictAwareJournal(path)
+    reopened = open_journal(path)
     assert [(e[1], e[2]) for e in entries(reopened)] == [(1, 1), (2, 1), (3, 1), (4, 2)]
     reopened._destroy()
+
+
+def test_a_conflict_is_truncated_durably_before_anything_is_written_over_it(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    j = filled(path, 5)
+    steps: list[str] = []
+    real_pwrite = journal_file.os.pwrite
+    monkeypatch.setattr(fsutil, "fsync_file", lambda fd, **kw: steps.append("fsync"))
+    monkeypatch.setattr(journal_file.os, "pwrite", lambda *a: (steps.append("write"), real_pwrite(*a))[1])
+    j.deleteEntriesFrom(3)
+    j.add(b"x4", 4, 2)
+    assert steps == ["fsync", "write"]
+
+
+def test_flushed_entries_survive_a_crash(path: str) -> None:
+    j = filled(path, 50)
+    crash(j)
+    assert entries(open_journal(path)) == [(b"c%d" % i, i, 1) for i in range(1, 51)]
+
+
+def test_term_and_vote_are_stored_before_set_current_term_returns(path: str) -> None:
+    j = open_journal(path)
+    j.setCurrentTerm(7, "127.0.0.1:7001")
+    crash(j)  # no timer tick, no shutdown: the call itself must have stored them
+    reopened = open_journal(path)
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (7, "127.0.0.1:7001")
+    reopened.setCurrentTerm(8, None)
+    assert (open_journal(path).getCurrentTerm(), open_journal(path).getVotedForNodeId()) == (8, None)
+
+
+def test_set_current_term_fsyncs_file_and_directory(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    j = open_journal(path)
+    synced: list[str] = []
+    monkeypatch.setattr(fsutil, "fsync_file", lambda fd, **kw: synced.append("file"))
+    monkeypatch.setattr(fsutil, "fsync_dir", lambda p: synced.append("dir"))
+    j.setCurrentTerm(3, "n1")
+    assert synced == ["file", "dir"]
+
+
+def test_flush_is_one_fdatasync_for_all_entries_added_since_the_last(path: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    j = open_journal(path)
+    calls: list[dict] = []
+    monkeypatch.setattr(fsutil, "fsync_file", lambda fd, **kw: calls.append(kw))
+    for idx in range(1, 101):
+        j.add(b"x", idx, 1)
+    j.flush()
+    j.flush()  # nothing new: no fsync
+    assert calls == [{"data_only": True}]
+    j.add(b"y", 101, 1)
+    j.flush()
+    assert len(calls) == 2
+
+
+def test_commit_index_never_points_past_the_journal(path: str) -> None:
+    j = filled(path, 5)
+    j.setRaftCommitIndex(5)
+    j.onOneSecondTimer()
+    assert open_journal(path).getRaftCommitIndex() == 5
+    j.deleteEntriesFrom(2)  # a lost tail: the stored commit index is only a hint
+    j.add(b"x", 3, 2)
+    crash(j)
+    assert open_journal(path).getRaftCommitIndex() == 3
+
+
+def _torn_tails(path: str) -> Iterator[tuple[str, bytes]]:
+    """(what, bytes appended after 5 good records) as a power loss can leave them."""
+    good = Path(path).read_bytes()
+    sixth = journal_format.encode(b"c6", 6, 1)
+    yield "half a header", sixth[:RECORD.size // 2]
+    yield "a header without its payload", sixth[:RECORD.size]
+    yield "zeros (allocated, never written)", b"\0" * 4096
+    yield "a flipped payload bit", sixth[:-1] + bytes([sixth[-1] ^ 1])
+    yield "a stale record of an old index", good[len(MAGIC):len(MAGIC) + len(sixth)]
+    yield "a lower term", journal_format.encode(b"c6", 6, 0)
+
+
+def test_a_torn_tail_is_cut_off_at_open_and_never_resurrected(path: str) -> None:
+    filled(path, 5)._destroy()
+    good = Path(path).read_bytes()
+    for what, tail in list(_torn_tails(path)):
+        Path(path).write_bytes(good + tail)
+        j = open_journal(path)
+        assert entries(j) == [(b"c%d" % i, i, 1) for i in range(1, 6)], what
+        assert Path(path).read_bytes() == good, what  # truncated on disk too
+        j.add(b"c6", 6, 1)  # appends continue cleanly after the cut
+        crash(j)
+        assert [e[1] for e in entries(open_journal(path))] == [1, 2, 3, 4, 5, 6], what
+
+
+def test_a_valid_record_after_a_torn_one_is_dropped_too(path: str) -> None:
+    filled(path, 2)._destroy()
+    good = Path(path).read_bytes()
+    third, fourth = journal_format.encode(b"c3", 3, 1), journal_format.encode(b"c4", 4, 1)
+    Path(path).write_bytes(good + third[:-1] + b"?" + fourth)  # 3 written partially, 4 fully
+    assert [e[1] for e in entries(open_journal(path))] == [1, 2]
+
+
+def test_a_foreign_file_is_refused_unchanged(path: str) -> None:
+    Path(path).write_bytes(b"something else entirely")
+    with pytest.raises(JournalFormatError, match="not a raftpoint journal"):
+        open_journal(path)
+    assert Path(path).read_bytes() == b"something else entirely"
+
+
+def test_a_corrupt_term_file_is_refused(path: str) -> None:
+    open_journal(path).setCurrentTerm(2, "n1")
+    Path(path + journal_file.TERM_SUFFIX).write_bytes(b"{not json")
+    with pytest.raises(JournalFormatError, match="term/vote"):
+        open_journal(path)
+
+
+# ---- compaction: a crash at every step leaves the old or the new journal ----------------
+
+class Crash(Exception):
+    pass
+
+
+def _crash_in_rewrite(monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """Make the next compaction stop at `step`, as if the process died there."""
+    if step == "writing the new file":
+        real = journal_file._pwrite_all
+
+        def half(fd: int, data: bytes, offset: int) -> None:
+            real(fd, data[:len(data) // 2], offset)
+            raise Crash(step)
+        monkeypatch.setattr(journal_file, "_pwrite_all", half)
+    elif step == "before the rename":
+        monkeypatch.setattr(journal_file.os, "replace", _raiser(step))
+    elif step == "before the directory fsync":
+        monkeypatch.setattr(fsutil, "fsync_dir", _raiser(step))
+    elif step != "after the directory fsync":
+        raise AssertionError(step)
+
+
+def _raiser(step: str):  # type: ignore[no-untyped-def]
+    def fail(*args: object, **kwargs: object) -> None:
+        raise Crash(step)
+    return fail
+
+
+@pytest.mark.parametrize("step", ["writing the new file", "before the rename", "before the directory fsync",
+                                  "after the directory fsync"])
+def test_compaction_interrupted_at_each_step(path: str, step: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    j = filled(path, 10)
+    j.add(b"c11", 11, 1)  # appended after the last flush: the compaction makes it durable
+    with monkeypatch.context() as patch:
+        _crash_in_rewrite(patch, step)
+        try:
+            j.deleteEntriesTo(4)  # keep entries 5..11
+        except Crash:
+            pass
+    crash(j)
+    reopened = open_journal(path)
+    got = entries(reopened)
+    assert not Path(path + journal_file.COMPACT_SUFFIX).exists()
+    assert got[-7:] == [(b"c%d" % i, i, 1) for i in range(5, 12)], step
+    assert [e[1] for e in got] in (list(range(1, 12)), list(range(5, 12))), step
+    # pysyncobj's next start loads the snapshot (entries 5 and 6) and expects the
+    # journal to begin with them; a journal left uncompacted is aligned, not cleared.
+    reopened.align_to_snapshot((b"c5", 5, 1), (b"c6", 6, 1))
+    assert entries(reopened) == [(b"c%d" % i, i, 1) for i in range(5, 12)], step
+
+
+def test_compaction_syncs_the_new_file_before_the_rename_and_the_directory_after(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    j = filled(path, 5)
+    steps: list[str] = []
+    real_replace = os.replace
+    monkeypatch.setattr(fsutil, "fsync_file", lambda fd, **kw: steps.append("fsync file"))
+    monkeypatch.setattr(fsutil, "fsync_dir", lambda p: steps.append("fsync dir"))
+    monkeypatch.setattr(journal_file.os, "replace", lambda a, b: (steps.append("rename"), real_replace(a, b)))
+    j.deleteEntriesTo(3)
+    assert steps == ["fsync file", "rename", "fsync dir"]
+
+
+def test_align_to_snapshot_keeps_a_journal_that_does_not_match(path: str) -> None:
+    j = filled(path, 6)
+    j.align_to_snapshot((b"c3", 3, 2), (b"c4", 4, 2))  # other terms: not this log's entries
+    j.align_to_snapshot((b"c9", 9, 1), (b"c10", 10, 1))  # beyond the journal
+    assert len(j) == 6
+
+
+def test_clear_is_atomic(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    j = filled(path, 3)
+    with monkeypatch.context() as patch:
+        _crash_in_rewrite(patch, "before the rename")
+        with pytest.raises(Crash):
+            j.clear()
+    crash(j)
+    assert len(open_journal(path)) == 3
+    j = open_journal(path)
+    j.clear()
+    j.add(b"s1", 40, 3)
+    j.add(b"s2", 41, 3)
+    crash(j)
+    assert entries(open_journal(path)) == [(b"s1", 40, 3), (b"s2", 41, 3)]
+
+
+# ---- disk errors ----------------------------------------------------------------------
+
+def test_io_errors_go_to_the_handler_and_leave_memory_as_on_disk(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    j = filled(path, 3)
+
+    def no_space(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(journal_file.os, "pwrite", no_space)
+    with pytest.raises(DiskError, match="No space left"):
+        j.add(b"c4", 4, 1)
+    assert len(j) == 3
+    monkeypatch.setattr(fsutil, "fsync_file", no_space)
+    with pytest.raises(DiskError):
+        j.setCurrentTerm(5, "n1")
+
+
+# ---- the pysyncobj format of raftpoint 0.1.0 ---------------------------------------------
+
+def test_a_pysyncobj_journal_is_migrated(path: str) -> None:
+    old = pysyncobj_journal.FileJournal(path)
+    for idx in range(1, 8):
+        old.add(b"cmd%d" % idx, idx, 2)
+    old.setCurrentTerm(4, "127.0.0.1:7002")
+    old.setRaftCommitIndex(6)
+    old.onOneSecondTimer()
+    old._destroy()
+    j = open_journal(path)
+    assert entries(j) == [(b"cmd%d" % i, i, 2) for i in range(1, 8)]
+    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (4, "127.0.0.1:7002", 6)
+    assert Path(path).read_bytes().startswith(MAGIC)
+    assert not Path(path + ".meta").exists()
+    assert json.loads(Path(path + journal_file.TERM_SUFFIX).read_text())["term"] == 4

@@ -7,7 +7,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from coordinator.storage import ImageError, StoreFullError
+from coordinator.storage import ImageError, StoreFullError, StoreIOError
 from coordinator.storage import lmdb_store
 from coordinator.storage.lmdb_store import LmdbStore
 
@@ -73,6 +73,21 @@ def test_grows_the_map_then_refuses_cleanly_when_full(tmp_path: Path) -> None:
     again = LmdbStore(tmp_path / "db", map_size=256 * KIB, max_map_size=1024 * KIB)
     assert again.get(b"small") == b"still fits" and again.get(b"big0") is None and again.applied_index == 2
     again.close()
+
+
+def test_a_disk_error_in_a_commit_is_a_store_io_error_and_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = LmdbStore(tmp_path / "db")
+    s.commit({b"k": b"1"}, 1)
+
+    def no_space(*args: object) -> None:
+        raise lmdb.DiskError("mdb_txn_commit: No space left on device")
+    with monkeypatch.context() as patch:
+        patch.setattr(s, "_write_txn", no_space)
+        with pytest.raises(StoreIOError, match="No space left.*nothing was written"):
+            s.commit({b"k": b"2"}, 2)
+    assert s.applied_index == 1 and s.get(b"k") == b"1"
+    s.close()
 
 
 def test_an_image_larger_than_the_receivers_map_loads(tmp_path: Path) -> None:

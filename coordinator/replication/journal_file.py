@@ -1,0 +1,241 @@
+"""A durable Raft journal for pysyncobj: log entries and term/vote on stable storage.
+
+Raft allows a node to send a message only once everything the message reflects is
+on stable storage: the current term and vote before a vote request or grant, the
+log entries before the AppendEntries that carries them (the leader counts its own
+log toward the majority) or the response that acknowledges them. pysyncobj 0.3.17's
+FileJournal fsyncs neither, and compacts by rewriting its file in place.
+
+- Entries are appended to the file as they come (so a kill -9 loses nothing that
+  reached the page cache) and marked dirty; `flush()` makes them durable with one
+  fdatasync for everything appended since the last one (group commit). Whoever
+  sends messages calls it first (see journal.FlushingTransport).
+- Term, vote and commit index live in a small JSON file replaced atomically (temp,
+  fsync, rename, fsync of the directory); `setCurrentTerm` returns only after that.
+- Compaction and `clear` write the kept entries to a new file, fsync it, rename it
+  over the journal and fsync the directory: a crash leaves the old or the new file.
+- A real conflict truncates the file and fsyncs before anything new is written
+  over the dropped entries, so the file is always a prefix of a log that existed.
+- At open, a torn tail (see journal_format) is cut off and the cut fsynced.
+
+Any I/O error after opening (disk full, EIO) calls `on_io_error`, by default
+fail_stop: pysyncobj cannot undo a half-done step.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable, NoReturn
+
+from pysyncobj import journal as pysyncobj_journal
+
+from coordinator import fsutil
+from coordinator.replication import journal_format
+from coordinator.replication.fail_stop import fail_stop
+from coordinator.replication.journal_format import MAGIC, PYSYNCOBJ_MAGIC, Entry, JournalFormatError
+
+log = logging.getLogger(__name__)
+
+TERM_SUFFIX = ".term"  # term, vote and commit index (JSON)
+COMPACT_SUFFIX = ".compact"  # the next journal file while a compaction or clear writes it
+PYSYNCOBJ_META_SUFFIX = ".meta"  # pysyncobj's pickled term/vote file (raftpoint 0.1.0)
+
+
+class DurableJournal(pysyncobj_journal.Journal):
+    def __init__(self, journal_file: str, *, on_io_error: Callable[[str], NoReturn] = fail_stop) -> None:
+        self._path = Path(journal_file)
+        self._term_path = Path(journal_file + TERM_SUFFIX)
+        self._on_io_error = on_io_error
+        self.on_flush: Callable[[float], None] | None = None  # fsync seconds, for metrics
+        self._fd = -1
+        self._dirty = False
+        self._meta_saved = True
+        self._open()
+
+    # ---- opening --------------------------------------------------------------------
+    def _open(self) -> None:
+        """Errors here raise: a node that cannot read its journal must not start."""
+        Path(str(self._path) + COMPACT_SUFFIX).unlink(missing_ok=True)  # an unfinished rewrite
+        data = self._path.read_bytes() if self._path.exists() else b""
+        if data.startswith(PYSYNCOBJ_MAGIC):
+            data = self._migrate_from_pysyncobj()
+        elif not data:
+            data = MAGIC
+            fsutil.atomic_write(self._path, data)
+        self._meta = self._read_meta()
+        try:
+            found = journal_format.scan(data)
+        except JournalFormatError as exc:
+            raise JournalFormatError(f"{self._path}: {exc}") from None
+        self._fd = os.open(self._path, os.O_RDWR)
+        if found.problem is not None:
+            log.warning("journal %s: %s (an unflushed tail lost in a crash)", self._path, found.problem)
+            os.ftruncate(self._fd, found.end)
+            fsutil.fsync_file(self._fd)
+        self._entries: list[Entry] = found.entries
+        self._offsets: list[int] = found.offsets
+        self._end = found.end
+        Path(str(self._path) + PYSYNCOBJ_META_SUFFIX).unlink(missing_ok=True)  # left by a finished migration
+
+    def _read_meta(self) -> dict:
+        if not self._term_path.exists():
+            return {}
+        try:
+            meta = json.loads(self._term_path.read_bytes())
+        except ValueError as exc:
+            # Written atomically, so this is not a crash artefact: without the vote this
+            # node could vote twice in a term.
+            raise JournalFormatError(f"{self._term_path}: unreadable term/vote file: {exc}") from None
+        if not isinstance(meta, dict):
+            raise JournalFormatError(f"{self._term_path}: unreadable term/vote file: {meta!r}")
+        return meta
+
+    def _migrate_from_pysyncobj(self) -> bytes:
+        """Convert a raftpoint 0.1.0 data dir (pysyncobj's journal and pickled meta).
+        Each step is atomic and the old meta is removed last, so a crash at any point
+        leads to the same migration being done again."""
+        old = pysyncobj_journal.FileJournal(str(self._path))
+        entries = [old[i] for i in range(len(old))]
+        meta = {"term": old.getCurrentTerm(), "voted_for": old.getVotedForNodeId(),
+                "commit_index": old.getRaftCommitIndex()}
+        old._destroy()
+        fsutil.atomic_write(self._term_path, json.dumps(meta).encode())
+        data, _ = journal_format.encode_all([(bytes(c), i, t) for c, i, t in entries])
+        fsutil.atomic_write(self._path, data)
+        log.warning("journal %s: migrated %d entries from the pysyncobj format", self._path, len(entries))
+        return data
+
+    # ---- log entries ----------------------------------------------------------------
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        command = bytes(command)
+        record = journal_format.encode(command, idx, term)
+        self._io(_pwrite_all, self._fd, record, self._end)
+        self._entries.append((command, idx, term))
+        self._offsets.append(self._end)
+        self._end += len(record)
+        self._dirty = True
+
+    def flush(self) -> None:
+        """Make every entry added so far durable: one fdatasync, only if needed."""
+        if not self._dirty:
+            return
+        started = time.perf_counter()
+        self._io(fsutil.fsync_file, self._fd, data_only=True)
+        self._dirty = False
+        if self.on_flush is not None:
+            self.on_flush(time.perf_counter() - started)
+
+    def __getitem__(self, item):  # type: ignore[no-untyped-def]  # int or slice, as pysyncobj uses it
+        return self._entries[item]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        if entryFrom >= len(self._entries):
+            return
+        cut = self._offsets[entryFrom]
+        self._io(self._truncate, cut)
+        del self._entries[entryFrom:]
+        del self._offsets[entryFrom:]
+        self._end = cut
+        self._dirty = False  # the fsync covered everything before the cut too
+
+    def _truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        fsutil.fsync_file(self._fd)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        self._rewrite(self._entries[entryTo:])
+
+    def clear(self) -> None:
+        self._rewrite([])
+
+    def _rewrite(self, entries: list[Entry]) -> None:
+        data, offsets = journal_format.encode_all(entries)
+        self._io(self._replace_file, data)
+        self._entries, self._offsets, self._end = list(entries), offsets, len(data)
+        self._dirty = False
+
+    def _replace_file(self, data: bytes) -> None:
+        tmp = Path(str(self._path) + COMPACT_SUFFIX)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _pwrite_all(fd, data, 0)
+            fsutil.fsync_file(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self._path)
+        fsutil.fsync_dir(self._path.parent)
+        old, self._fd = self._fd, os.open(self._path, os.O_RDWR)
+        os.close(old)
+
+    def align_to_snapshot(self, previous: Entry, last: Entry) -> None:
+        """Drop the entries a snapshot ending with (previous, last) replaces.
+
+        pysyncobj compacts the journal one tick after it renames the snapshot into
+        place; after a crash in between, it would find a journal that does not start
+        with the snapshot's two entries and clear it, losing the entries after the
+        snapshot. Doing the compaction here first keeps them."""
+        if not self._entries:
+            return
+        pos = previous[1] - self._entries[0][1]
+        if 0 < pos < len(self._entries) - 1 and self._entries[pos] == previous and self._entries[pos + 1] == last:
+            log.info("journal %s: finishing a compaction interrupted at index %d", self._path, previous[1])
+            self.deleteEntriesTo(pos)
+
+    # ---- term, vote, commit index ---------------------------------------------------
+    def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:
+        self._meta["term"], self._meta["voted_for"] = term, votedForNodeId
+        self._store_meta()
+
+    def getCurrentTerm(self) -> int:
+        return int(self._meta.get("term", 0))
+
+    def getVotedForNodeId(self) -> str | None:
+        return self._meta.get("voted_for")
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
+        if self._meta.get("commit_index") != raftCommitIndex:
+            self._meta["commit_index"] = raftCommitIndex
+            self._meta_saved = False
+
+    def getRaftCommitIndex(self) -> int:
+        """Never beyond the journal: a commit index is only a hint after a restart, and
+        one pointing past the last entry would let a new entry count as committed."""
+        last = self._entries[-1][1] if self._entries else 1
+        return min(int(self._meta.get("commit_index", 1)), last)
+
+    def onOneSecondTimer(self) -> None:
+        if not self._meta_saved:
+            self.flush()  # the stored commit index never runs ahead of the durable log
+            self._store_meta()
+
+    def _store_meta(self) -> None:
+        self._io(fsutil.atomic_write, self._term_path, json.dumps(self._meta, sort_keys=True).encode())
+        self._meta_saved = True
+
+    # ---- shutdown and errors --------------------------------------------------------
+    def _destroy(self) -> None:
+        if self._fd < 0:
+            return
+        self.onOneSecondTimer()
+        self.flush()
+        os.close(self._fd)
+        self._fd = -1
+
+    def _io(self, action: Callable[..., object], *args: object, **kwargs: object) -> None:
+        try:
+            action(*args, **kwargs)
+        except OSError as exc:
+            self._on_io_error(f"journal {self._path}: {exc}")
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written

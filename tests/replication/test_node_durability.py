@@ -1,0 +1,97 @@
+"""Raft's persistence rule on real pysyncobj nodes: no message leaves a node while its
+journal holds unflushed entries, an acknowledgement follows the flush, and a node
+that cannot store committed entries stops instead of carrying on."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+from pysyncobj.transport import TCPTransport
+
+from coordinator.core.commands import CheckpointResult
+from coordinator.replication import node as node_module
+from coordinator.replication.fail_stop import EXIT_IO_ERROR
+from coordinator.replication.journal import ConflictAwareJournal
+from coordinator.storage import StoreIOError
+from tests.replication.test_node import Cluster, cluster, commit, create_group, register, wait_for  # noqa: F401
+
+
+class SendsWhileDirty:
+    """Wraps the transport's real send (the one FlushingTransport calls after its flush)
+    and records every message that was about to leave with unflushed entries."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sent: dict[str, int] = {}
+        self.dirty: list[str] = []
+        self._lock = threading.Lock()
+        real = TCPTransport.send
+
+        def send(transport: TCPTransport, node, message) -> bool:  # type: ignore[no-untyped-def]
+            journal = transport._syncObj._SyncObj__raftLog
+            with self._lock:
+                self.sent[message["type"]] = self.sent.get(message["type"], 0) + 1
+                if journal._dirty:
+                    self.dirty.append(message["type"])
+            return real(transport, node, message)
+
+        monkeypatch.setattr(TCPTransport, "send", send)
+
+
+def test_no_message_leaves_with_unflushed_entries(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    sends = SendsWhileDirty(monkeypatch)  # FlushingTransport.send calls the patched base after its flush
+    entries = [create_group(), register("r-1", "a")] + [commit(f"c-{i}", "a", i) for i in range(1, 30)]
+    for entry in entries:
+        cluster.propose(entry)
+    wait_for(cluster.converged, "replicas to converge")
+    assert sends.sent.get("append_entries", 0) > len(entries) and sends.sent.get("next_node_idx", 0) > len(entries)
+    assert sends.dirty == []
+
+
+def test_a_single_node_acknowledges_only_flushed_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No peer means no send: the flush in front of the store commit is the only one."""
+    cluster = Cluster(tmp_path, size=1)
+    seen: list[bool] = []
+    node = cluster.leader()
+    real_propose = node.propose
+
+    def propose(data: bytes, callback) -> None:  # type: ignore[no-untyped-def]
+        journal: ConflictAwareJournal = node._SyncObj__raftLog
+        real_propose(data, lambda result, error: (seen.append(journal._dirty), callback(result, error)))
+
+    monkeypatch.setattr(node, "propose", propose)
+    try:
+        cluster.propose(create_group())
+        cluster.propose(register("r-1", "a"))
+        assert isinstance(cluster.propose(commit("c-1", "a", 1)), CheckpointResult)
+    finally:
+        cluster.close()
+    assert seen == [False, False, False]
+
+
+def test_a_store_that_cannot_commit_stops_the_node_unacknowledged(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster(tmp_path, size=1)
+    stops: list[tuple[str, int]] = []
+    answers: list[tuple[object, object]] = []
+    node = cluster.leader()
+    try:
+        cluster.propose(create_group())
+        def fail_stop(message: str, code: int) -> NoReturn:
+            stops.append((message, code))
+            raise RuntimeError("the process would have ended here")
+        monkeypatch.setattr(node_module, "fail_stop", fail_stop)
+
+        def disk_full(writes: object, applied_index: int) -> None:
+            raise StoreIOError("mdb_txn_commit: No space left on device; nothing was written")
+        monkeypatch.setattr(node.store, "commit", disk_full)
+        node.propose(register("r-1", "a").SerializeToString(), lambda result, error: answers.append((result, error)))
+        wait_for(lambda: stops, "the node to stop")
+        time.sleep(0.2)  # what would a node that carried on do meanwhile? (checked below)
+    finally:
+        monkeypatch.undo()
+        cluster.close()
+    assert stops[0][1] == EXIT_IO_ERROR and "No space left" in stops[0][0]
+    assert answers == []  # never acknowledged
