@@ -47,6 +47,7 @@ class Disk(Protocol):
     def fill(self, leave_bytes: int) -> None: ...
     def unfill(self) -> None: ...
     def power_cut(self) -> None: ...
+    def power_cycle(self) -> None: ...
     def throttle(self, pids: list[int], write_bps: int, write_iops: int) -> None: ...
     def unthrottle(self, pids: list[int]) -> None: ...
     def close(self) -> None: ...
@@ -329,14 +330,26 @@ class ChaosCluster:
             disk.unthrottle([node.process.pid])
         self._record("disk-fast", {"node": i})
 
-    def power_cut(self, i: int) -> None:
-        """Kill node i and lose what its disk had not synced; start(i) brings it back on
-        what survived."""
-        disk = self._disk(i)
-        self.local.kill(i)
-        self.paused.discard(i)
-        disk.power_cut()
-        self._record("power-cut", {"node": i})
+    def power_cut(self, *indexes: int) -> None:
+        """The nodes lose power at the same instant: all are frozen first, so none writes
+        after another's disk went down; then their file systems shut down (what was not
+        durable is gone) and the processes are killed. power_on() brings them back."""
+        disks = [self._disk(i) for i in indexes]
+        for i in indexes:
+            self.local.signal(i, signal.SIGSTOP)
+        for disk in disks:
+            disk.power_cut()
+        for i in indexes:
+            self.local.kill(i)
+            self.paused.discard(i)
+        self._record("power-cut", {"nodes": list(indexes)})
+
+    def power_on(self, *indexes: int) -> None:
+        """Mount what survived the power cut and start the nodes on it."""
+        for i in indexes:
+            self._disk(i).power_cycle()
+            self.local.start(i)
+        self._record("power-on", {"nodes": list(indexes)})
 
 
 __all__ = ["ChaosCluster", "Disk", "NoDisks", "node_host"]

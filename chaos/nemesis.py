@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 from chaos import scenarios as s
 from chaos.controller import ChaosCluster
 from chaos.history import History
+from chaos.linkfaults import Partition
 
 log = logging.getLogger(__name__)
 LEADER_WAIT_S = 10.0
@@ -53,7 +54,7 @@ class Nemesis:
         self.last_heal_at: float | None = None  # history time of the last heal
         self.error: BaseException | None = None
         self._stop = threading.Event()
-        self._heal: Callable[[], None] | None = None
+        self._heal: tuple[str, Callable[[], None]] | None = None  # the fault in force and how to end it
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
@@ -95,8 +96,9 @@ class Nemesis:
             return
         apply, heal = self._actions(fault, target)
         apply()
+        self.history.fault(fault.kind, target=fault.target, node=target, planned_at=fault.at)
         with self._lock:
-            self._heal = heal
+            self._heal = (fault.kind, heal)
         self.injected.by_kind[fault.kind] = self.injected.by_kind.get(fault.kind, 0) + 1
 
     def _actions(self, fault: s.Fault, i: int | list[int]) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -108,7 +110,8 @@ class Nemesis:
             case s.PAUSE:
                 return lambda: c.pause(i), lambda: c.resume(i)
             case s.PARTITION:
-                return lambda: c.isolate(i), c.heal
+                # Silent, connections kept open: a pulled cable rather than a refused port.
+                return lambda: c.partition([[i]], Partition.BLACKHOLE), c.heal
             case s.DEAF:
                 return lambda: c.deafen(i), c.heal
             case s.FLAKY:
@@ -125,7 +128,7 @@ class Nemesis:
                 return lambda: c.slow_disk(i), lambda: c.fast_disk(i)
             case s.POWER_LOSS:
                 every = list(range(c.size))
-                return lambda: [c.power_cut(j) for j in every], lambda: self._restart_if_down(every)
+                return lambda: c.power_cut(*every), lambda: c.power_on(*every)
         raise ValueError(f"unknown fault kind {fault.kind!r}")
 
     def _resolve(self, target: str) -> int | list[int] | None:
@@ -151,24 +154,25 @@ class Nemesis:
             self.injected.skipped.append(f"agent-crash at {fault.at}s: no agent workload")
             return
         crashed = self.agents.crash(int(fault.params.get("count", 1)), self.rng)
-        self.history.nemesis(s.AGENT_CRASH, {"agents": crashed})
+        self.history.fault(s.AGENT_CRASH, agents=crashed)
         with self._lock:
-            self._heal = self._restart_agents
+            self._heal = (s.AGENT_CRASH, self._restart_agents)
         self.injected.by_kind[s.AGENT_CRASH] = self.injected.by_kind.get(s.AGENT_CRASH, 0) + len(crashed)
 
     def _restart_agents(self) -> None:
         assert self.agents is not None
-        self.history.nemesis("restart-agents", {"agents": self.agents.restart_crashed()})
+        self.agents.restart_crashed()
 
     # ---- healing --------------------------------------------------------------------
     def _heal_current(self) -> None:
         with self._lock:
-            heal, self._heal = self._heal, None
-        if heal is None:
+            current, self._heal = self._heal, None
+        if current is None:
             return
+        kind, heal = current
         heal()
         self.last_heal_at = self.history.now()
-        self.history.nemesis("healed", {})
+        self.history.heal(kind)
 
     def _restart_if_down(self, indexes: list[int]) -> None:
         for i in indexes:
@@ -176,13 +180,11 @@ class Nemesis:
                 self.cluster.start(i)
 
     def _rolling_restart(self, i: int) -> None:
-        """A graceful stop and start; the next node only once this one serves again."""
+        """A graceful stop and start; the next node only once this one answers again."""
         self.cluster.restart(i, crash=False)
         end = time.monotonic() + NODE_BACK_S
-        while time.monotonic() < end and not self._stop.is_set():
-            if i in self.cluster.statuses():
-                return
-            time.sleep(0.1)
+        while i not in self.cluster.statuses() and time.monotonic() < end and not self._stop.wait(0.1):
+            pass
 
 
 def _nothing() -> None:

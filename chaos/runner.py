@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -82,6 +81,8 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = print) -> RunRes
     scenario: Scenario = SCENARIOS[config.scenario]
     plan = scenario.faults(config.seed, config.duration_s, config.nodes)
     out = Path(config.out_dir)
+    for stale in ("cluster", "disks", "agents"):  # a kept earlier run's data would be a different cluster
+        shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     history_path = out / HISTORY_FILE
     history_path.unlink(missing_ok=True)
@@ -132,8 +133,3 @@ def _agent_workload(scenario: Scenario, history: History, cluster: ChaosCluster,
                              AgentConfig(duration_s=config.duration_s, seed=config.seed))
     workload.setup()
     return workload
-
-
-def in_private_mount_namespace() -> bool:
-    """Whether this process runs in a mount namespace of its own (set by the CLI's re-exec)."""
-    return os.environ.get("RAFTPOINT_CHAOS_MOUNT_NS") == "1"

@@ -122,7 +122,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("asymmetric-partition", "the leader can send but hears nothing back",
              _repeat(DEAF, LEADER, (6.0, 9.0), (3.0, 5.0))),
     Scenario("flapping-links", "a node's Raft links reset at random",
-             _repeat(FLAKY, ANY, (4.0, 6.0), (2.5, 4.0), probability=2.0)),
+             _repeat(FLAKY, ANY, (4.0, 6.0), (2.5, 4.0), probability=0.8)),
     Scenario("disk-full", "a node's file system fills up; it is emptied and the node restarted",
              _disk_full),
     Scenario("slow-disk", "a node's fsyncs slowed to tens of milliseconds",

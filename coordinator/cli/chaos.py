@@ -12,8 +12,6 @@ command inside a private mount namespace so that no mount outlives the run.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +48,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from chaos import runner
+    from chaos.disk import in_private_mount_namespace
     from chaos.planted import BUGS
     from chaos.scenarios import SCENARIOS
 
@@ -65,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
         print("raftpoint chaos: --duration must be in (0, 86400] seconds", file=sys.stderr)
         return 2
     needs_disks = any(SCENARIOS[n].needs_disks(args.seed, args.duration, args.nodes) for n in names)
-    if needs_disks and not runner.in_private_mount_namespace():
+    if needs_disks and not in_private_mount_namespace():
         return _reexec_in_mount_namespace(args.argv)
     worst = 0
     for name in names:
@@ -88,10 +87,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _reexec_in_mount_namespace(argv: list[str]) -> int:
     """Run this same command again inside a private mount namespace (root only)."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        print("SKIPPED: disk faults need root and unshare(1) (a private mount namespace for loop mounts)")
+    from chaos.disk import private_mount_namespace_argv, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        print(f"SKIPPED: disk faults unavailable here: {reason}")
         return CANNOT_RUN
-    env = {**os.environ, "RAFTPOINT_CHAOS_MOUNT_NS": "1"}
-    argv = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "coordinator.cli.main",
-            *argv]
-    return subprocess.run(argv, env=env).returncode
+    return subprocess.run(private_mount_namespace_argv([sys.executable, "-m", "coordinator.cli.main", *argv])).returncode

@@ -201,7 +201,7 @@ class FakeDisk:
         self.calls: list[tuple] = []
 
     def __getattr__(self, name: str):
-        if name in ("create", "mount", "unmount", "fill", "unfill", "power_cut", "throttle", "unthrottle", "close"):
+        if name in ("create", "mount", "unmount", "fill", "unfill", "power_cut", "power_cycle", "throttle", "unthrottle", "close"):
             return lambda *args: self.calls.append((name, *args))
         raise AttributeError(name)
 
@@ -224,6 +224,9 @@ def test_disk_hooks_put_data_on_the_disk_and_reach_it(tmp_path: Path) -> None:
         chaos.power_cut(0)
         assert not chaos.nodes[0].alive
         assert disks[0].calls == [("create",), ("mount",), ("power_cut",)]
+        chaos.power_on(0)
+        assert chaos.nodes[0].alive
+        assert disks[0].calls[-1] == ("power_cycle",)
         assert disks[1].calls[-1] == ("throttle", [pid], 4096, 10)
         assert disks[2].calls[-1] == ("fill", 100)
     assert all(d.calls[-2:] == [("unmount",), ("close",)] for d in disks.values())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from chaos.linkfaults import LinkFaults, delay
 from chaos.scenarios import DISK_FAULTS, NODE_FAULTS, AGENT_CRASH, SCENARIOS, RESTART
 
 REQUIRED = {"leader-kill-loop", "follower-pause", "partition-leader", "asymmetric-partition", "flapping-links",
@@ -21,6 +22,9 @@ def test_plan_is_reproducible_bounded_and_sequential(name: str) -> None:
     assert plan == scenario.faults(seed=3, duration=60.0)
     assert all(0 < f.at and f.heal_at <= 60.0 for f in plan)
     assert all(f.kind in NODE_FAULTS + (AGENT_CRASH,) for f in plan)
+    for f in plan:  # parameters the link layer accepts
+        LinkFaults(flaky_p=float(f.params.get("probability", 0.0)),
+                   up=delay(float(f.params.get("delay_ms", 0.0))))
     for earlier, later in zip(plan, plan[1:]):
         assert earlier.heal_at <= later.at or later.kind == RESTART, (earlier, later)
 
