@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from coordinator.core import ids
+from coordinator.core.errors import Rejection
+
 ENV_PREFIX = "RAFTPOINT_"
 
 
@@ -45,9 +48,10 @@ class Peer:
 
 
 def _check_address(address: str, what: str) -> None:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{what} must be host:port, got {address!r}")
+    try:
+        ids.check_address(address, what)
+    except Rejection as r:
+        raise ConfigError(f"{what} {r.reason}") from None
 
 
 @dataclass(frozen=True)

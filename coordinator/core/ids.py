@@ -39,3 +39,11 @@ def check_uri(value: str, field: str, *, required: bool) -> None:
         return
     if len(value) > MAX_URI_LEN or any(ord(c) < 32 for c in value):
         raise Rejection.invalid(field, f"must be at most {MAX_URI_LEN} printable characters")
+
+
+def check_address(value: str, field: str) -> None:
+    """host:port, as node addresses are written everywhere (config, membership changes)."""
+    host, sep, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(
+            c.isspace() or ord(c) < 32 for c in host):
+        raise Rejection.invalid(field, f"must be host:port, got {value!r}")

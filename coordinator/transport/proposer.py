@@ -80,14 +80,19 @@ class Proposer:
                 raise
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         remaining = context.time_remaining() if context is not None else None
-        timeout = min(DEFAULT_TIMEOUT, remaining) if remaining is not None else DEFAULT_TIMEOUT
+        client_deadline = remaining is not None and remaining < DEFAULT_TIMEOUT
         try:
-            raw = await asyncio.wait_for(asyncio.shield(future), timeout)
-        except (asyncio.TimeoutError, _ProposalFailed) as exc:
+            raw = await asyncio.wait_for(asyncio.shield(future), remaining if client_deadline else DEFAULT_TIMEOUT)
+        except asyncio.TimeoutError as exc:
+            if context is None:
+                raise TimeoutError("no result in time") from exc
+            # The caller's own deadline ran out: say so, rather than blame the cluster.
+            code = grpc.StatusCode.DEADLINE_EXCEEDED if client_deadline else grpc.StatusCode.UNAVAILABLE
+            await context.abort(code, "outcome unknown (no result in time); retry with the same request_id")
+        except _ProposalFailed as exc:
             if context is None:
                 raise TimeoutError(str(exc)) from exc
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"outcome unknown ({exc or 'timeout'}); retry with the same request_id")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"outcome unknown ({exc}); retry with the same request_id")
         return decode_result(raw)
 
 
