@@ -101,6 +101,21 @@ class Entry:
     request_id: str
     proposed_at: float
     command: Command
+    # When the client first sent the request, repeated on retries (0: proposed_at).
+    issued_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One Raft log entry as the applier sees it: one command, or a batch of them.
+
+    A sub-entry that could not be decoded is its Failure: answered, never recorded.
+    """
+
+    proposed_at: float
+    dedupe_window_s: float
+    entries: tuple["Entry | Failure", ...]
+    batch: bool = False
 
 
 # ---- results -----------------------------------------------------------------

@@ -171,6 +171,17 @@ class KvState:
         self.writes[keys.key(ORDER, group, order_id)] = None
 
 
+# The dedupe table lives under RESULT, so the domain state digest skips all of it:
+# answers by request id (a str part), their forgetting queue by sequence number (an
+# int part, which never collides with a str part), and the table's clock (a str
+# part no request id can have, since "#" is not allowed in request ids).
+DEDUPE_CLOCK_KEY = keys.key(RESULT, "#clock")
+
+
 def result_key(request_id: str) -> bytes:
     return keys.key(RESULT, request_id)
+
+
+def remembered_key(sequence: int) -> bytes:
+    return keys.key(RESULT, sequence)
 

@@ -413,3 +413,16 @@ def test_deadlines_are_honoured_and_the_server_moves_on(shared_cluster: LocalClu
 def test_replicas_agree_after_the_refusals(shared_cluster: LocalCluster, world: World) -> None:
     shared_cluster.converged()
     assert len({s.state_digest for s in shared_cluster.statuses().values()}) == 1
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "nan", repr(time.time() + 86_400)])
+def test_a_bad_issued_at_is_refused_naming_the_metadata(shared_cluster: LocalCluster, world: World,
+                                                        value: str) -> None:
+    leader, before = leader_state_digest(shared_cluster)
+    with grpc.insecure_channel(leader) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.AdminServiceStub(channel).CreateGroup(
+                pb.CreateGroupRequest(request_id=f"e-issued-{value}", spec=pb.GroupSpec(group="e-issued")),
+                timeout=5, metadata=(("raftpoint-issued-at", value),))
+    assert info.value.code() == C.INVALID_ARGUMENT and "raftpoint-issued-at" in info.value.details()
+    assert leader_state_digest(shared_cluster) == (leader, before)
