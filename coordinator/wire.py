@@ -139,8 +139,11 @@ def agent_to_pb(agent: Agent) -> pb.Agent:
                     last_checkpoint_index=agent.last_checkpoint_index)
 
 
+_CHECKPOINT_FIELDS = tuple(f.name for f in dataclasses.fields(Checkpoint))
+
+
 def checkpoint_to_pb(cp: Checkpoint) -> pb.CheckpointMeta:
-    fields = {f.name: getattr(cp, f.name) for f in dataclasses.fields(cp)}
+    fields = {name: getattr(cp, name) for name in _CHECKPOINT_FIELDS}
     fields["kind"] = KIND_TO_PB[cp.kind]
     return pb.CheckpointMeta(**fields)
 

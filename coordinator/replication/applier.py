@@ -48,7 +48,7 @@ def apply_proposal(records: RecordCache, proposal: Proposal) -> Answer:
         if isinstance(entry, Failure):
             answers.append(encode_result(entry))
             continue
-        answer, clock = _apply_one(records, entry, clock, proposal.dedupe_window_s)
+        answer, clock = _apply_one(records, entry, clock, proposal)
         answers.append(answer)
     clock = _forget(records, clock, dedupe.prune_budget(clock.tail - recorded))
     if clock != before:
@@ -56,7 +56,8 @@ def apply_proposal(records: RecordCache, proposal: Proposal) -> Answer:
     return answers if proposal.batch else answers[0]
 
 
-def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, window_s: float) -> tuple[bytes, DedupeClock]:
+def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock,
+               proposal: Proposal) -> tuple[bytes, DedupeClock]:
     state = KvState(records)
     if isinstance(entry.command, ReadBarrier):
         return encode_result(apply(state, entry)), clock
@@ -65,10 +66,10 @@ def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, window_s:
     if prior is not None:
         return prior, clock
     issued_ms = dedupe.to_ms(entry.issued_at or entry.proposed_at)
-    refusal = dedupe.admit(clock, issued_ms, window_s)
+    refusal = dedupe.admit(clock, issued_ms, proposal.dedupe_window_s)
     if refusal is not None:  # not recorded: refused again on every retry
         return encode_result(Failure.of(refusal)), clock
-    result = apply(state, entry)
+    result = apply(state, entry, validated=proposal.validated)
     if not isinstance(result, Failure):
         records.pending.update(state.writes)
     encoded = encode_result(result)

@@ -118,17 +118,10 @@ class Proposer:
         if not self._flush_scheduled and self._in_flight < MAX_BATCHES_IN_FLIGHT:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        remaining = context.time_remaining() if context is not None else None
-        client_deadline = remaining is not None and remaining < DEFAULT_TIMEOUT
         try:
-            async with asyncio.timeout(remaining if client_deadline else DEFAULT_TIMEOUT):
-                raw = await future  # cancelled with the handler: its answer is then dropped
-        except TimeoutError as exc:
-            if context is None:
-                raise TimeoutError("no result in time") from exc
-            # The caller's own deadline ran out: say so, rather than blame the cluster.
-            code = grpc.StatusCode.DEADLINE_EXCEEDED if client_deadline else grpc.StatusCode.UNAVAILABLE
-            await context.abort(code, "outcome unknown (no result in time); retry with the same request_id")
+            # gRPC cancels the handler (and so this future) at the caller's deadline;
+            # without one, the batch gives up after DEFAULT_TIMEOUT.
+            raw = await future
         except NotLeader as exc:
             if context is None:
                 raise
@@ -165,21 +158,19 @@ class Proposer:
         else:
             message = log_pb2.LogEntry(proposed_at=proposed_at, dedupe_window_s=self.dedupe_window_s)
             message.batch.entries.extend(q.entry for q in batch)
-        decoded = Proposal(proposed_at, self.dedupe_window_s, entries, batch=len(batch) > 1)
+        decoded = Proposal(proposed_at, self.dedupe_window_s, entries, batch=len(batch) > 1, validated=True)
         loop = asyncio.get_running_loop()
         futures = [q.future for q in batch]
         released = False
 
-        def release() -> None:  # on the answer, or at the latest when every caller has given up
+        def settle(result: bytes | list[bytes] | None, error: str | None) -> None:
+            """On the answer, or after DEFAULT_TIMEOUT without one: never both."""
             nonlocal released
             if not released:
                 released = True
                 guard.cancel()
+                _settle(futures, result, error)
                 self._released()
-
-        def settle(result: bytes | list[bytes] | None, error: str | None) -> None:
-            _settle(futures, result, error)
-            release()
 
         def on_done(result: bytes | list[bytes] | None, error: str | None) -> None:  # on the Raft thread
             loop.call_soon_threadsafe(settle, result, error)
@@ -192,7 +183,7 @@ class Proposer:
                     future.set_exception(exc)
             return
         self._in_flight += 1
-        guard = loop.call_later(DEFAULT_TIMEOUT, release)
+        guard = loop.call_later(DEFAULT_TIMEOUT, settle, None, "no result in time")
 
 
 class _ProposalFailed(Exception):
