@@ -177,10 +177,11 @@ class Proposer:
 
         try:
             self.node.propose(message.SerializeToString(), on_done, decoded)
-        except (NotLeader, Overloaded) as exc:
+        except Exception as exc:  # NotLeader, Overloaded, or a bug: never leave a caller waiting
+            failure = exc if isinstance(exc, (NotLeader, Overloaded)) else _ProposalFailed(f"not proposed: {exc!r}")
             for future in futures:
                 if not future.done():
-                    future.set_exception(exc)
+                    future.set_exception(failure)
             return
         self._in_flight += 1
         guard = loop.call_later(DEFAULT_TIMEOUT, settle, None, "no result in time")
