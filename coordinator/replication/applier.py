@@ -43,39 +43,43 @@ def apply_proposal(records: RecordCache, proposal: Proposal) -> Answer:
     before = records.get(DEDUPE_CLOCK_KEY, DedupeClock) or DedupeClock()
     clock = dedupe.advance(before, proposal.proposed_at, proposal.dedupe_window_s)
     answers = []
-    recorded = clock.tail
+    tail = clock.tail
     for entry in proposal.entries:
         if isinstance(entry, Failure):
             answers.append(encode_result(entry))
             continue
-        answer, clock = _apply_one(records, entry, clock, proposal)
+        answer, recorded = _apply_one(records, entry, clock, proposal, tail)
         answers.append(answer)
-    clock = _forget(records, clock, dedupe.prune_budget(clock.tail - recorded))
+        tail += recorded
+    if tail != clock.tail:
+        clock = dataclasses.replace(clock, tail=tail)
+    clock = _forget(records, clock, dedupe.prune_budget(tail - before.tail))
     if clock != before:
         records.pending[DEDUPE_CLOCK_KEY] = clock
     return answers if proposal.batch else answers[0]
 
 
-def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock,
-               proposal: Proposal) -> tuple[bytes, DedupeClock]:
+def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, proposal: Proposal,
+               tail: int) -> tuple[bytes, int]:
+    """The answer, and how many answers were recorded (0 or 1, under sequence `tail`)."""
     state = KvState(records)
     if isinstance(entry.command, ReadBarrier):
-        return encode_result(apply(state, entry)), clock
+        return encode_result(apply(state, entry)), 0
     key = result_key(entry.request_id)
     prior = state.raw(key)
     if prior is not None:
-        return prior, clock
+        return prior, 0
     issued_ms = dedupe.to_ms(entry.issued_at or entry.proposed_at)
     refusal = dedupe.admit(clock, issued_ms, proposal.dedupe_window_s)
     if refusal is not None:  # not recorded: refused again on every retry
-        return encode_result(Failure.of(refusal)), clock
+        return encode_result(Failure.of(refusal)), 0
     result = apply(state, entry, validated=proposal.validated)
     if not isinstance(result, Failure):
         records.pending.update(state.writes)
     encoded = encode_result(result)
     records.pending[key] = encoded
-    records.pending[remembered_key(clock.tail)] = b"%d %s" % (issued_ms, entry.request_id.encode())
-    return encoded, dataclasses.replace(clock, tail=clock.tail + 1)
+    records.pending[remembered_key(tail)] = b"%d %s" % (issued_ms, entry.request_id.encode())
+    return encoded, 1
 
 
 def _forget(records: RecordCache, clock: DedupeClock, budget: int) -> DedupeClock:
