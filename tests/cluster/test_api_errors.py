@@ -125,16 +125,6 @@ CASES = [
          C.INVALID_ARGUMENT, "group"),
     case("register-unknown-group", "Register", pb.RegisterRequest(request_id="e-r3", group="e-nope", agent_id="x"),
          C.NOT_FOUND, "group 'e-nope'"),
-    # ---- Heartbeat
-    case("heartbeat-bad-agent-id", "Heartbeat", pb.HeartbeatRequest(group="e-cic", agent_id="", token=tok()),
-         C.INVALID_ARGUMENT, "agent_id"),
-    case("heartbeat-unknown-agent", "Heartbeat", pb.HeartbeatRequest(group="e-cic", agent_id="e-zz", token=tok()),
-         C.NOT_FOUND, "e-zz"),
-    case("heartbeat-unknown-group", "Heartbeat", pb.HeartbeatRequest(group="e-nope", agent_id="e-a", token=tok()),
-         C.NOT_FOUND, "e-nope"),
-    case("heartbeat-stale-incarnation", "Heartbeat", pb.HeartbeatRequest(group="e-rb", agent_id="e-rb-a",
-                                                                         token=tok(1)),
-         C.FAILED_PRECONDITION, "token.incarnation"),
     # ---- CommitCheckpoint: input checked before proposing
     case("commit-no-request-id", "CommitCheckpoint", commit_req("", "e-cic", "e-a", 5), C.INVALID_ARGUMENT,
          "request_id"),
@@ -237,16 +227,14 @@ CASES = [
     case("deregister-stale-incarnation", "Deregister", pb.DeregisterRequest(request_id="e-x3", group="e-cic",
                                                                            agent_id="e-b", token=tok(9)),
          C.FAILED_PRECONDITION, "token.incarnation"),
-    # ---- WatchOrders
-    case("watch-bad-agent-id", "WatchOrders", pb.WatchOrdersRequest(group="e-cic", agent_id="a b", token=tok()),
-         C.INVALID_ARGUMENT, "agent_id"),
-    case("watch-unknown-group", "WatchOrders", pb.WatchOrdersRequest(group="e-nope", agent_id="e-a", token=tok()),
-         C.NOT_FOUND, "e-nope"),
-    case("watch-unknown-agent", "WatchOrders", pb.WatchOrdersRequest(group="e-cic", agent_id="e-zz", token=tok()),
-         C.NOT_FOUND, "e-zz"),
-    case("watch-stale-incarnation", "WatchOrders", pb.WatchOrdersRequest(group="e-rb", agent_id="e-rb-a",
-                                                                         token=tok(1)),
-         C.FAILED_PRECONDITION, "token.incarnation"),
+    # ---- Heartbeat and WatchOrders: the same agent and token checks
+    *(case(f"{method.lower()}-{what}", method, request_type(group=group, agent_id=agent, token=tok(inc)), code, says)
+      for method, request_type in (("Heartbeat", pb.HeartbeatRequest), ("WatchOrders", pb.WatchOrdersRequest))
+      for what, group, agent, inc, code, says in (
+          ("bad-agent-id", "e-cic", "a b", 1, C.INVALID_ARGUMENT, "agent_id"),
+          ("unknown-group", "e-nope", "e-a", 1, C.NOT_FOUND, "e-nope"),
+          ("unknown-agent", "e-cic", "e-zz", 1, C.NOT_FOUND, "e-zz"),
+          ("stale-incarnation", "e-rb", "e-rb-a", 1, C.FAILED_PRECONDITION, "token.incarnation"))),
     # ---- CreateGroup
     case("create-no-request-id", "CreateGroup", pb.CreateGroupRequest(spec=pb.GroupSpec(group="e-new")),
          C.INVALID_ARGUMENT, "request_id"),
@@ -264,12 +252,13 @@ CASES = [
         "spec.checkpoint_interval_s"),
     case("create-exists-with-other-spec", "CreateGroup", pb.CreateGroupRequest(
         request_id="e-g6", spec=pb.GroupSpec(group="e-cic", mode=pb.COORDINATED)), C.ALREADY_EXISTS, "spec.group"),
-    # ---- StartEpoch
-    case("epoch-no-request-id", "StartEpoch", pb.StartEpochRequest(group="e-co"), C.INVALID_ARGUMENT, "request_id"),
-    case("epoch-bad-group", "StartEpoch", pb.StartEpochRequest(request_id="e-s1", group="é"), C.INVALID_ARGUMENT,
-         "group"),
-    case("epoch-unknown-group", "StartEpoch", pb.StartEpochRequest(request_id="e-s2", group="e-nope"), C.NOT_FOUND,
-         "e-nope"),
+    # ---- StartEpoch and GarbageCollect: writes naming a group
+    *(case(f"{method.lower()}-{what}", method, request_type(request_id=rid, group=group), code, says)
+      for method, request_type in (("StartEpoch", pb.StartEpochRequest), ("GarbageCollect", pb.GarbageCollectRequest))
+      for what, rid, group, code, says in (
+          ("no-request-id", "", "e-co", C.INVALID_ARGUMENT, "request_id"),
+          ("bad-group", f"e-{method}-1", "é", C.INVALID_ARGUMENT, "group"),
+          ("unknown-group", f"e-{method}-2", "e-nope", C.NOT_FOUND, "e-nope"))),
     case("epoch-not-coordinated", "StartEpoch", pb.StartEpochRequest(request_id="e-s3", group="e-cic"),
          C.FAILED_PRECONDITION, "not coordinated"),
     case("epoch-still-open", "StartEpoch", pb.StartEpochRequest(request_id="e-s4", group="e-co2"),
@@ -291,12 +280,6 @@ CASES = [
     case("whatif-unknown-group", "WhatIf", pb.WhatIfRequest(group="e-nope", failed=["e-a"]), C.NOT_FOUND, "e-nope"),
     case("whatif-unknown-agent", "WhatIf", pb.WhatIfRequest(group="e-cic", failed=["e-zz"]), C.NOT_FOUND, "e-zz"),
     # ---- GarbageCollect
-    case("gc-no-request-id", "GarbageCollect", pb.GarbageCollectRequest(group="e-cic"), C.INVALID_ARGUMENT,
-         "request_id"),
-    case("gc-bad-group", "GarbageCollect", pb.GarbageCollectRequest(request_id="e-gc1", group="-"),
-         C.INVALID_ARGUMENT, "group"),
-    case("gc-unknown-group", "GarbageCollect", pb.GarbageCollectRequest(request_id="e-gc2", group="e-nope"),
-         C.NOT_FOUND, "e-nope"),
     case("gc-while-recovering", "GarbageCollect", pb.GarbageCollectRequest(request_id="e-gc3", group="e-rb"),
          C.FAILED_PRECONDITION, "recovering"),
     # ---- membership
