@@ -10,6 +10,7 @@ policy is one declaration instead of a hand-written loop.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Awaitable, Callable, Iterator, Sequence, TypeVar
 
 import grpc
@@ -20,6 +21,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 LEADER_METADATA_KEY = "raftpoint-leader"
+ISSUED_AT_METADATA_KEY = "raftpoint-issued-at"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 BACKOFF = dict(multiplier=0.02, max=0.25)  # a leader election takes ~1 s: poll it finely
 
@@ -37,6 +39,13 @@ class Rejected(Exception):
         super().__init__(f"{code.name}: {reason}")
         self.code = code
         self.reason = reason
+
+
+def issued_now() -> tuple[tuple[str, str], ...]:
+    """Metadata stamping a write with the time it was first sent, repeated on every
+    retry: the coordinator deduplicates by request id for a window measured from it,
+    and refuses a retry older than that rather than risk applying it twice."""
+    return ((ISSUED_AT_METADATA_KEY, repr(time.time())),)
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -111,9 +120,12 @@ class Connection(_Targets):
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
+        metadata = issued_now()
+
         def attempt() -> Any:
             try:
-                return getattr(self._stub(service, self.target), method)(request, timeout=self.rpc_timeout)
+                return getattr(self._stub(service, self.target), method)(request, timeout=self.rpc_timeout,
+                                                                         metadata=metadata)
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
                     self.redirect(err)
@@ -179,9 +191,12 @@ class AsyncConnection(_Targets):
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     async def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
+        metadata = issued_now()
+
         async def attempt() -> Any:
             try:
-                return await getattr(self._stub(service, self.target), method)(request, timeout=self.rpc_timeout)
+                return await getattr(self._stub(service, self.target), method)(
+                    request, timeout=self.rpc_timeout, metadata=metadata)
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
                     self.redirect(err)

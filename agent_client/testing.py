@@ -13,6 +13,7 @@ import asyncio
 import threading
 
 from coordinator.cli.local_cluster import free_ports, node_status, wait_for
+from coordinator.core.commands import Proposal
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.replica import Callback
 from coordinator.storage.memory import MemoryStore
@@ -40,10 +41,10 @@ class LocalReplica:
         self._lock = threading.Lock()
         self._index = 0
 
-    def propose(self, data: bytes, callback: Callback) -> None:
+    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
         with self._lock:
             self._index += 1
-            result = apply_entry_bytes(self._records, data)
+            result = apply_entry_bytes(self._records, data, decoded)
             self._records.commit(self._index)
         callback(result, None)
 

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from coordinator.core import ids
+from coordinator.core.errors import Rejection
+
 ENV_PREFIX = "RAFTPOINT_"
 
 
@@ -45,9 +48,10 @@ class Peer:
 
 
 def _check_address(address: str, what: str) -> None:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{what} must be host:port, got {address!r}")
+    try:
+        ids.check_address(address, what)
+    except Rejection as r:
+        raise ConfigError(f"{what} {r.reason}") from None
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,9 @@ class NodeConfig:
     compaction_min_entries: int = 20000
     compaction_min_time: float = 60.0
     dynamic_membership: bool = True
+    # Answers to requests first sent longer ago than this are forgotten, and such
+    # requests refused as too old to deduplicate (clients retry for 30 s by default).
+    dedupe_window_s: float = 600.0
     log_level: str = "info"
     # Kubernetes: when set, derive raft/grpc addresses and peers from the pod name.
     statefulset_replicas: int = 0
@@ -124,6 +131,8 @@ class NodeConfig:
             raise ConfigError("need append_entries_period*3 < raft_min_timeout < raft_max_timeout")
         if self.leader_fallback_timeout <= self.append_entries_period:
             raise ConfigError("leader_fallback_timeout must exceed append_entries_period")
+        if not 60 <= self.dedupe_window_s <= 7 * 86400:
+            raise ConfigError("dedupe_window_s must be between 60 s and 7 days")
         if self.compaction_min_entries < 2:
             raise ConfigError("compaction_min_entries must be >= 2")
         return self

@@ -97,9 +97,27 @@ def command_from_pb(entry: log_pb2.LogEntry) -> c.Command:
     raise Rejection.invalid("command", "log entry carries no command")
 
 
-def entry_from_bytes(data: bytes) -> c.Entry:
+def entry_from_pb(msg: log_pb2.LogEntry, proposed_at: float) -> c.Entry:
+    """Raises Rejection for a malformed command."""
+    return c.Entry(msg.request_id, proposed_at, command_from_pb(msg), msg.issued_at)
+
+
+def proposal_from_bytes(data: bytes) -> c.Proposal:
+    """Decode a Raft entry; raises for bytes that are no LogEntry at all."""
     msg = log_pb2.LogEntry.FromString(data)
-    return c.Entry(msg.request_id, msg.proposed_at, command_from_pb(msg))
+    if msg.WhichOneof("command") != "batch":
+        return c.Proposal(msg.proposed_at, msg.dedupe_window_s, (_entry_or_failure(msg, msg.proposed_at),))
+    return c.Proposal(msg.proposed_at, msg.dedupe_window_s,
+                      tuple(_entry_or_failure(m, msg.proposed_at) for m in msg.batch.entries), batch=True)
+
+
+def _entry_or_failure(msg: log_pb2.LogEntry, proposed_at: float) -> c.Entry | c.Failure:
+    if msg.WhichOneof("command") == "batch":
+        return c.Failure.of(Rejection.invalid("command", "batches do not nest"))
+    try:
+        return entry_from_pb(msg, proposed_at)
+    except Rejection as rejection:
+        return c.Failure.of(rejection)
 
 
 # ---- core -> protobuf ------------------------------------------------------------
@@ -122,8 +140,11 @@ def agent_to_pb(agent: Agent) -> pb.Agent:
                     last_checkpoint_index=agent.last_checkpoint_index, generation=agent.generation)
 
 
+_CHECKPOINT_FIELDS = tuple(f.name for f in dataclasses.fields(Checkpoint))
+
+
 def checkpoint_to_pb(cp: Checkpoint) -> pb.CheckpointMeta:
-    fields = {f.name: getattr(cp, f.name) for f in dataclasses.fields(cp)}
+    fields = {name: getattr(cp, name) for name in _CHECKPOINT_FIELDS}
     fields["kind"] = KIND_TO_PB[cp.kind]
     return pb.CheckpointMeta(**fields)
 

@@ -43,7 +43,7 @@ async def _main(cfg: NodeConfig) -> None:
     try:
         metrics.start_metrics_server(cfg.metrics_address)
         log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address, cfg.metrics_address)
-        await serve(node, cfg.grpc_address, stop)
+        await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s)
     finally:
         node.close()
         log.info("node stopped")

@@ -101,6 +101,23 @@ class Entry:
     request_id: str
     proposed_at: float
     command: Command
+    # When the client first sent the request, repeated on retries (0: proposed_at).
+    issued_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One Raft log entry as the applier sees it: one command, or a batch of them.
+
+    A sub-entry that could not be decoded is its Failure: answered, never recorded.
+    """
+
+    proposed_at: float
+    dedupe_window_s: float
+    entries: tuple["Entry | Failure", ...]
+    batch: bool = False
+    # Every entry passed validate() already (the proposer's own decoding).
+    validated: bool = False
 
 
 # ---- results -----------------------------------------------------------------
@@ -183,14 +200,26 @@ RESULT_TYPES: dict[str, type] = {t.__name__: t for t in (
     AckResult, GcResult, EmptyResult, Failure)}
 
 
+class EncodedResult(bytes):
+    """Encoded result bytes that still carry the object they encode, so the process
+    that applied an entry (the leader, answering its client) need not decode it."""
+
+    result: Result
+
+
 def encode_result(result: Result) -> bytes:
     """Tagged so the dedupe table can hand back the same typed result on a retry."""
     from coordinator.core import codec
 
-    return type(result).__name__.encode() + b"\n" + codec.encode(result)
+    encoded = EncodedResult(type(result).__name__.encode() + b"\n" + codec.encode(result))
+    encoded.result = result  # results are frozen: sharing the object is safe
+    return encoded
 
 
 def decode_result(data: bytes) -> Result:
+    carried = getattr(data, "result", None)
+    if carried is not None:
+        return carried
     from coordinator.core import codec
 
     name, _, body = data.partition(b"\n")

@@ -13,6 +13,7 @@ from coordinator.core.errors import Rejection
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f]")
 MAX_URI_LEN = 2048
 
 
@@ -37,5 +38,13 @@ def check_uri(value: str, field: str, *, required: bool) -> None:
         if required:
             raise Rejection.invalid(field, "is required")
         return
-    if len(value) > MAX_URI_LEN or any(ord(c) < 32 for c in value):
+    if len(value) > MAX_URI_LEN or _CONTROL_RE.search(value):
         raise Rejection.invalid(field, f"must be at most {MAX_URI_LEN} printable characters")
+
+
+def check_address(value: str, field: str) -> None:
+    """host:port, as node addresses are written everywhere (config, membership changes)."""
+    host, sep, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(
+            c.isspace() or ord(c) < 32 for c in host):
+        raise Rejection.invalid(field, f"must be host:port, got {value!r}")

@@ -27,13 +27,17 @@ from coordinator.core.validation import validate
 
 
 
-def apply(state: State, entry: Entry) -> Result:
-    """Apply one committed entry. Writes made before a rejection are discarded by the caller."""
+def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
+    """Apply one committed entry. Writes made before a rejection are discarded by the caller.
+
+    `validated`: the caller has just run validate() on this very command (the leader,
+    applying what its proposer checked), so it is not run twice."""
     handler = _HANDLERS.get(type(entry.command))
     if handler is None:
         return Failure(Code.INVALID_ARGUMENT, f"unknown command {type(entry.command).__name__}")
     try:
-        validate(entry.command)
+        if not validated:
+            validate(entry.command)
         return handler(state, entry.command, entry.proposed_at)
     except Rejection as rejection:
         return Failure.of(rejection)
@@ -221,7 +225,7 @@ def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> R
                 f"orphan message {rec.message_id!r}: {rec.sender!r} sent it in interval {rec.send_interval} of "
                 f"generation {rec.send_generation}, which its rollback to checkpoint {fence.index} (generation "
                 f"{fence.generation}) undid", f"records[{i}]")
-        state.put_dependency(group.spec.name, rec)
+    state.put_dependencies(group.spec.name, cmd.agent_id, cmd.records)
     return DependenciesResult(accepted=len(cmd.records))
 
 
@@ -314,10 +318,9 @@ def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Gro
                                             rollback_order=group.next_order_id))
         group = _new_order(state, group, fence.agent_id, OrderKind.ROLL_BACK, checkpoint_index=fence.index,
                            recovery_id=group.recovery_id, generation=fence.generation, line=line)
-    for dep in state.dependencies(name):
-        if ((dep.receiver in rolled_back and dep.receive_interval > rolled_back[dep.receiver])
-                or (dep.sender in rolled_back and dep.send_interval > rolled_back[dep.sender])):
-            state.delete_dependency(name, dep)
+    state.drop_dependencies(name, lambda dep: (
+        (dep.receiver in rolled_back and dep.receive_interval > rolled_back[dep.receiver])
+        or (dep.sender in rolled_back and dep.send_interval > rolled_back[dep.sender])))
     if not rolled_back:
         group = dataclasses.replace(group, state=GroupState.RUNNING)
     state.put_group(group)

@@ -1,35 +1,97 @@
-"""Apply one encoded log entry to the record cache, answering retries from the dedupe table.
+"""Apply one Raft entry -- one command or a batch -- to the record cache.
 
 Shared by the Raft replica and the in-process test replica, so both answer a
-retried request id, a rejected command and a read barrier the same way.
+retried request id, a rejected command and a read barrier the same way, and
+forget old answers the same way (coordinator/core/dedupe.py): every answer is
+queued when recorded, and each applied entry forgets a bounded number of the
+oldest ones once their requests fall behind the watermark.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from coordinator import wire
-from coordinator.core.commands import Failure, ReadBarrier, encode_result
-from coordinator.core.errors import Code, Rejection
+from coordinator.core import dedupe
+from coordinator.core.commands import Entry, Failure, Proposal, ReadBarrier, encode_result
+from coordinator.core.dedupe import DedupeClock
+from coordinator.core.errors import Code
 from coordinator.core.state_machine import apply
-from coordinator.storage.state import KvState, RecordCache, result_key
+from coordinator.storage.state import DEDUPE_CLOCK_KEY, KvState, RecordCache, remembered_key, result_key
+
+Answer = bytes | list[bytes]
 
 
-def apply_entry_bytes(records: RecordCache, data: bytes) -> bytes:
-    """The encoded result; successful writes and the dedupe record go to records.pending."""
-    try:
-        entry = wire.entry_from_bytes(data)
-    except Rejection as rejection:
-        return encode_result(Failure.of(rejection))
-    except Exception as exc:  # undecodable bytes never come from our own proposers
-        return encode_result(Failure(Code.INVALID_ARGUMENT, f"undecodable log entry: {exc}"))
-    if isinstance(entry.command, ReadBarrier):
-        return encode_result(apply(KvState(records), entry))
-    key = result_key(entry.request_id)
+def apply_entry_bytes(records: RecordCache, data: bytes, decoded: Proposal | None = None) -> Answer:
+    """The encoded result (a list of them for a batch); writes go to records.pending.
+
+    `decoded`: the proposer's own decoding of exactly these bytes, which spares the
+    leader decoding an entry it has just built."""
+    if decoded is None:
+        try:
+            decoded = wire.proposal_from_bytes(data)
+        except Exception as exc:  # undecodable bytes never come from our own proposers
+            return encode_result(Failure(Code.INVALID_ARGUMENT, f"undecodable log entry: {exc}"))
+    return apply_proposal(records, decoded)
+
+
+def apply_proposal(records: RecordCache, proposal: Proposal) -> Answer:
+    if all(isinstance(e, Failure) or isinstance(e.command, ReadBarrier) for e in proposal.entries):
+        # Nothing to remember: reads leave the store (and its digest) untouched.
+        answers = [encode_result(e if isinstance(e, Failure) else apply(KvState(records), e))
+                   for e in proposal.entries]
+        return answers if proposal.batch else answers[0]
+    before = records.get(DEDUPE_CLOCK_KEY, DedupeClock) or DedupeClock()
+    clock = dedupe.advance(before, proposal.proposed_at, proposal.dedupe_window_s)
+    answers = []
+    tail = clock.tail
+    for entry in proposal.entries:
+        if isinstance(entry, Failure):
+            answers.append(encode_result(entry))
+            continue
+        answer, recorded = _apply_one(records, entry, clock, proposal, tail)
+        answers.append(answer)
+        tail += recorded
+    if tail != clock.tail:
+        clock = dataclasses.replace(clock, tail=tail)
+    clock = _forget(records, clock, dedupe.prune_budget(tail - before.tail))
+    if clock != before:
+        records.pending[DEDUPE_CLOCK_KEY] = clock
+    return answers if proposal.batch else answers[0]
+
+
+def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, proposal: Proposal,
+               tail: int) -> tuple[bytes, int]:
+    """The answer, and how many answers were recorded (0 or 1, under sequence `tail`)."""
     state = KvState(records)
+    if isinstance(entry.command, ReadBarrier):
+        return encode_result(apply(state, entry)), 0
+    key = result_key(entry.request_id)
     prior = state.raw(key)
     if prior is not None:
-        return prior
-    result = apply(state, entry)
+        return prior, 0
+    issued_ms = dedupe.to_ms(entry.issued_at or entry.proposed_at)
+    refusal = dedupe.admit(clock, issued_ms, proposal.dedupe_window_s)
+    if refusal is not None:  # not recorded: refused again on every retry
+        return encode_result(Failure.of(refusal)), 0
+    result = apply(state, entry, validated=proposal.validated)
     if not isinstance(result, Failure):
         records.pending.update(state.writes)
     encoded = encode_result(result)
     records.pending[key] = encoded
-    return encoded
+    records.pending[remembered_key(tail)] = b"%d %s" % (issued_ms, entry.request_id.encode())
+    return encoded, 1
+
+
+def _forget(records: RecordCache, clock: DedupeClock, budget: int) -> DedupeClock:
+    head = clock.head
+    while head < clock.tail and budget > 0:
+        item = records.get(remembered_key(head), bytes)
+        if item is not None:
+            issued, _, request_id = item.partition(b" ")
+            if not dedupe.forgettable(clock, int(issued)):
+                break
+            records.pending[result_key(request_id.decode())] = None
+            records.pending[remembered_key(head)] = None
+        head += 1
+        budget -= 1
+    return clock if head == clock.head else dataclasses.replace(clock, head=head)

@@ -21,7 +21,7 @@ from pysyncobj.node import TCPNode
 
 from coordinator import fsutil
 from coordinator.config import NodeConfig
-from coordinator.core.commands import decode_result
+from coordinator.core.commands import Proposal, decode_result
 from coordinator.replication import journal, snapshot_file
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
@@ -39,6 +39,7 @@ ADMISSION_LIMIT = 0.9
 CAPACITY_CHECK_PERIOD_S = 0.1
 FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
+DECODED_LIMIT = 10_000
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class CoordinatorNode(SyncObj):
         self._after_commit: list[Callable[[], None]] = []
         self._snapshot_to_sync = False
         self._on_apply = on_apply
+        # The proposer's decoding of entries this leader proposed, by their bytes.
+        self._decoded: dict[bytes, Proposal] = {}
         self._capacity_checked_at = float("-inf")
         self._last_commit = float("-inf")
         self._full = False
@@ -108,12 +111,13 @@ class CoordinatorNode(SyncObj):
 
     # ---- the one replicated method ------------------------------------------------
     @replicated
-    def apply_entry(self, data: bytes) -> bytes | None:
+    def apply_entry(self, data: bytes) -> bytes | list[bytes] | None:
         index = self._SyncObj__raftLastApplied + 1  # the entry being applied (pysyncobj increments after)
+        decoded = self._decoded.pop(data, None) if self._decoded else None
         if index <= self._batch_index:
             return None  # already in the store: replayed journal after a restart
         started = time.perf_counter()
-        result = apply_entry_bytes(self._records, data)
+        result = apply_entry_bytes(self._records, data, decoded)
         self._batch_index = index
         if self._on_apply is not None:
             self._on_apply(time.perf_counter() - started)
@@ -184,16 +188,21 @@ class CoordinatorNode(SyncObj):
     def is_leader(self) -> bool:
         return self._isLeader()
 
-    def propose(self, data: bytes, callback: Callback) -> None:
+    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
         """Propose an encoded LogEntry; callback(result, None) after durable apply, or (None, reason)."""
         if not self._isLeader():
             raise NotLeader(self.leader_raft_address())
         self._check_capacity()
+        if decoded is not None:
+            if len(self._decoded) >= DECODED_LIMIT:  # entries lost to a leader change
+                self._decoded.clear()
+            self._decoded[data] = decoded
 
-        def on_result(result: bytes | None, error: int) -> None:
+        def on_result(result: bytes | list[bytes] | None, error: int) -> None:
             if error == FAIL_REASON.SUCCESS:
                 self._after_commit.append(lambda: callback(result, None))
             else:
+                self._decoded.pop(data, None)
                 callback(None, _FAIL_NAMES.get(error, str(error)))
 
         self.apply_entry(data, callback=on_result)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
+from coordinator.core.commands import Proposal
 from coordinator.storage.state import KvState
 
-Callback = Callable[[bytes | None, str | None], None]
+Callback = Callable[[bytes | list[bytes] | None, str | None], None]
 
 
 class NotLeader(Exception):
@@ -29,7 +30,9 @@ class AddressBook(Protocol):
 class Replica(Protocol):
     config: AddressBook
 
-    def propose(self, data: bytes, callback: Callback) -> None: ...
+    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
+        """callback(result, None) after durable apply -- a list of results for a batch --
+        or (None, reason). `decoded`: the proposer's decoding of `data`, if it has one."""
     def read_state(self) -> KvState: ...
     def status(self) -> dict: ...
     def digest(self) -> str: ...

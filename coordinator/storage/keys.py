@@ -42,7 +42,7 @@ def prefix(table: str, *parts: Part) -> bytes:
     """The byte prefix shared by every key whose table and first parts are these."""
     if not isinstance(table, str):
         raise TypeError(f"the table name is a str, got {type(table).__name__}")
-    return _part(table) + b"".join(_part(p) for p in parts)
+    return _part(table) + b"".join(map(_part, parts))
 
 
 def key(table: str, *parts: Part) -> bytes:

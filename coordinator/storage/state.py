@@ -6,7 +6,8 @@ overlay is dropped, which is how a failed command leaves the store untouched.
 """
 from __future__ import annotations
 
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence, TypeVar
 
 from coordinator.core import codec
 from coordinator.core.history import Dependency
@@ -28,6 +29,27 @@ def _decode(cls: type, raw: bytes) -> object:
 
 def encode_writes(writes: Writes) -> dict[bytes, bytes | None]:
     return {k: v if v is None or isinstance(v, bytes) else codec.encode(v) for k, v in writes.items()}
+
+
+@dataclass(frozen=True)
+class DependencyBatch:
+    """The dependencies one receiver reported in one request, stored as one record:
+    a report of a hundred messages costs one key and one encoding, not a hundred.
+
+    Records are (sender, send_interval, receive_interval, message_id), sorted by
+    (receive_interval, message_id), each of those at most once."""
+
+    receiver: str
+    records: tuple[tuple[str, int, int, str], ...]
+
+    @classmethod
+    def of(cls, receiver: str, deps: Iterable[Dependency]) -> "DependencyBatch":
+        unique = {(d.receive_interval, d.message_id): (d.sender, d.send_interval, d.receive_interval, d.message_id)
+                  for d in deps}
+        return cls(receiver, tuple(unique[k] for k in sorted(unique)))
+
+    def dependencies(self) -> list[Dependency]:
+        return [Dependency(s, si, self.receiver, ri, m) for s, si, ri, m in self.records]
 
 
 class RecordCache:
@@ -147,19 +169,36 @@ class KvState:
     def put_epoch(self, epoch: Epoch) -> None:
         self._put(keys.key(EPOCH, epoch.group, epoch.epoch), epoch)
 
-    # -- dependencies, orders
-    @staticmethod
-    def _dependency_key(group: str, dep: Dependency) -> bytes:
-        return keys.key(DEPENDENCY, group, dep.receiver, dep.receive_interval, dep.message_id)
-
+    # -- dependencies (one record per report: see DependencyBatch), orders
     def dependencies(self, group: str) -> list[Dependency]:
-        return self._scan(Dependency, keys.prefix(DEPENDENCY, group))
+        unique: dict[tuple[str, int, str], Dependency] = {}
+        for batch in self._scan(DependencyBatch, keys.prefix(DEPENDENCY, group)):
+            for dep in batch.dependencies():
+                unique[(dep.receiver, dep.receive_interval, dep.message_id)] = dep
+        return [unique[k] for k in sorted(unique)]
 
-    def put_dependency(self, group: str, dependency: Dependency) -> None:
-        self._put(self._dependency_key(group, dependency), dependency)
+    def put_dependencies(self, group: str, receiver: str, records: Sequence[Dependency]) -> None:
+        """Keyed by the report's first record, so the same report twice is one record;
+        a different report that happens to start with the same record is merged in."""
+        if not records:
+            return
+        batch = DependencyBatch.of(receiver, records)
+        first = batch.records[0]
+        key = keys.key(DEPENDENCY, group, receiver, first[2], first[3])
+        existing = self._get(DependencyBatch, key)
+        if existing is not None and existing != batch:
+            batch = DependencyBatch.of(receiver, [*existing.dependencies(), *batch.dependencies()])
+        self._put(key, batch)
 
-    def delete_dependency(self, group: str, dependency: Dependency) -> None:
-        self.writes[self._dependency_key(group, dependency)] = None
+    def drop_dependencies(self, group: str, doomed: Callable[[Dependency], bool]) -> None:
+        found = self._source.scan(keys.prefix(DEPENDENCY, group), DependencyBatch)
+        found.update((k, v) for k, v in self.writes.items() if k.startswith(keys.prefix(DEPENDENCY, group)))
+        for key, batch in sorted(found.items()):
+            if batch is None:
+                continue
+            kept = [d for d in batch.dependencies() if not doomed(d)]  # type: ignore[union-attr]
+            if len(kept) < len(batch.records):  # type: ignore[union-attr]
+                self.writes[key] = DependencyBatch.of(batch.receiver, kept) if kept else None  # type: ignore[union-attr]
 
     def orders(self, group: str) -> list[Order]:
         return self._scan(Order, keys.prefix(ORDER, group))
@@ -171,6 +210,17 @@ class KvState:
         self.writes[keys.key(ORDER, group, order_id)] = None
 
 
+# The dedupe table lives under RESULT, so the domain state digest skips all of it:
+# answers by request id (a str part), their forgetting queue by sequence number (an
+# int part, which never collides with a str part), and the table's clock (a str
+# part no request id can have, since "#" is not allowed in request ids).
+DEDUPE_CLOCK_KEY = keys.key(RESULT, "#clock")
+
+
 def result_key(request_id: str) -> bytes:
     return keys.key(RESULT, request_id)
+
+
+def remembered_key(sequence: int) -> bytes:
+    return keys.key(RESULT, sequence)
 

@@ -14,7 +14,7 @@ from coordinator.replication.replica import Replica
 from coordinator.service import leader_loop
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import LeaseTable
-from coordinator.transport.proposer import Proposer
+from coordinator.transport.proposer import DEFAULT_DEDUPE_WINDOW_S, Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -40,12 +40,13 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
             pass
 
 
-async def serve(node: Replica, address: str, stop: asyncio.Event) -> None:
+async def serve(node: Replica, address: str, stop: asyncio.Event,
+                dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S) -> None:
     server = grpc.aio.server(interceptors=[RequestInterceptor()], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ])
-    proposer, leases = Proposer(node), LeaseTable()
+    proposer, leases = Proposer(node, dedupe_window_s), LeaseTable()
     pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
     pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer), server)
     health_servicer = health.aio.HealthServicer()

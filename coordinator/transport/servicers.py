@@ -10,14 +10,16 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.core import ids
 from coordinator.core.errors import Rejection
-from coordinator.core.model import AgentState
+from coordinator.core.model import Agent, AgentState, Group
 from coordinator.core.recovery_plan import plan_recovery
 from coordinator.observability import metrics
+from coordinator.storage.state import KvState
 from coordinator.transport.leases import LeaseTable
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import details
 
 ORDER_POLL_S = 0.2
+MEMBERSHIP_TIMEOUT_S = 30.0
 
 
 async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) -> None:
@@ -26,6 +28,19 @@ async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) ->
             ids.check_id(value, field)
     except Rejection as r:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(r.field, r.reason))
+
+
+async def _live_agent(context: grpc.aio.ServicerContext, state: KvState, request) -> tuple[Group, Agent]:
+    """The group and agent a read-only agent RPC names, if its token is current."""
+    group, agent = state.group(request.group), state.agent(request.group, request.agent_id)
+    if group is None or agent is None:
+        await context.abort(grpc.StatusCode.NOT_FOUND,
+                            f"agent {request.agent_id!r} in group {request.group!r} is not registered")
+    if agent.incarnation != request.token.incarnation or agent.state is not AgentState.ALIVE:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"token.incarnation: stale incarnation {request.token.incarnation}; agent is at "
+                            f"{agent.incarnation} ({agent.state.value})")
+    return group, agent
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
@@ -47,14 +62,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         node = self.p.node
         if not node.is_leader():
             await self.p.abort_not_leader(context, node.leader_raft_address())
-        state = node.read_state()
-        group, agent = state.group(request.group), state.agent(request.group, request.agent_id)
-        if group is None or agent is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"agent {request.agent_id!r} in group {request.group!r} is not registered")
-        if agent.incarnation != request.token.incarnation or agent.state is not AgentState.ALIVE:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"token.incarnation: stale incarnation {request.token.incarnation}; agent is at "
-                                f"{agent.incarnation} ({agent.state.value})")
+        # Not linearizable on purpose: a heartbeat must stay cheap, and a stale read
+        # can only renew the lease of an incarnation the log has just replaced.
+        group, agent = await _live_agent(context, node.read_state(), request)
         self.leases.renew(group, agent.agent_id, agent.incarnation)
         return pb.HeartbeatResponse(current_epoch=group.current_epoch, state=wire.GROUP_STATE_TO_PB[group.state],
                                     lease_ttl_s=group.spec.lease_ttl_s, rollback_floor=agent.rollback_floor)
@@ -86,6 +96,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         # batch linearizable without adding a log entry every ORDER_POLL_S per watcher;
         # later polls read the leader's applied state, which only moves forward.
         await self.p.barrier(context)
+        await _live_agent(context, self.p.node.read_state(), request)
         sent: set[int] = set()
         while not context.cancelled():
             node = self.p.node
@@ -133,17 +144,24 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
                                    recent_epochs=[wire.epoch_to_pb(e) for e in epochs])
 
     async def ListCheckpoints(self, request, context):
+        if request.agent_id:
+            await _check(context, (request.agent_id, "agent_id"))
         state, group = await self._group_state(context, request.group)
+        if request.agent_id and state.agent(request.group, request.agent_id) is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                f"agent {request.agent_id!r} in group {request.group!r} does not exist")
         agents = [request.agent_id] if request.agent_id else list(group.members)
         cps = [cp for a in agents for cp in state.checkpoints(request.group, a)]
         return pb.ListCheckpointsResponse(checkpoints=[wire.checkpoint_to_pb(cp) for cp in cps])
 
     async def WhatIf(self, request, context):
+        await _check(context, *((agent_id, f"failed[{i}]") for i, agent_id in enumerate(request.failed)))
         state, group = await self._group_state(context, request.group)
         agents = [a for a in state.agents(request.group) if a.state is not AgentState.DEREGISTERED]
         unknown = set(request.failed) - {a.agent_id for a in agents}
         if unknown:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"failed: unknown agents {sorted(unknown)}")
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                f"failed: agents {sorted(unknown)} are not members of group {request.group!r}")
         usable = {a.agent_id: [c.index for c in state.checkpoints(request.group, a.agent_id) if c.stable] for a in agents}
         current = {a.agent_id: a.last_checkpoint_index for a in agents}
         targets = plan_recovery(usable, current, state.dependencies(request.group), set(request.failed))
@@ -166,6 +184,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return await self._membership(context, request.node, add=False)
 
     async def _membership(self, context, node_address: str, *, add: bool):
+        try:
+            ids.check_address(node_address, "node")
+        except Rejection as r:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(r.field, r.reason))
         node = self.p.node
         if not node.is_leader():
             await self.p.abort_not_leader(context, node.leader_raft_address())
@@ -177,7 +199,12 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 
         change = node.addNodeToCluster if add else node.removeNodeFromCluster
         change(node_address, callback=callback)
-        error = await asyncio.wait_for(done, 30)
+        remaining = context.time_remaining()
+        try:
+            error = await asyncio.wait_for(done, MEMBERSHIP_TIMEOUT_S if remaining is None
+                                           else min(MEMBERSHIP_TIMEOUT_S, remaining))
+        except asyncio.TimeoutError:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "membership change outcome unknown; check ClusterStatus")
         if error != 0:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"membership change refused (reason {error}); one change at a time")

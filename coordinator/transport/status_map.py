@@ -14,6 +14,7 @@ GRPC_CODE = {
     Code.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 LEADER_METADATA_KEY = "raftpoint-leader"
+ISSUED_AT_METADATA_KEY = "raftpoint-issued-at"
 
 
 def details(field: str, reason: str) -> str:

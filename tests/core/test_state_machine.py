@@ -341,3 +341,24 @@ def test_garbage_collection_raises_each_agents_rollback_floor(m: Machine) -> Non
     assert m.state.agent("g", "a").rollback_floor == 4  # what GC kept: no line goes below it
     m.ok(c.GarbageCollect("g"))
     assert m.state.agent("g", "a").rollback_floor == 4
+
+
+def test_dependency_reports_are_stored_per_report_and_read_back_once_each(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED)))
+    for agent in ("a", "b", "x"):
+        m.register("g", agent)
+    report = (Dependency("a", 2, "b", 3, "m2"), Dependency("a", 1, "b", 1, "m1"), Dependency("x", 4, "b", 2, "m3"))
+    m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), report))
+    m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), report[1:]))  # overlaps: each message once
+    m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 1, "b", 1, "m1"),
+                                                         Dependency("a", 5, "b", 7, "m4"))))  # same first record
+    m.ok(c.ReportDependencies("g", "a", c.Token(1, 0), (Dependency("b", 1, "a", 6, "m5"),)))
+    assert m.state.dependencies("g") == [
+        Dependency("b", 1, "a", 6, "m5"), Dependency("a", 1, "b", 1, "m1"), Dependency("x", 4, "b", 2, "m3"),
+        Dependency("a", 2, "b", 3, "m2"), Dependency("a", 5, "b", 7, "m4")]
+    # x fails with no checkpoint, so m3 was never sent; b goes back to its checkpoint 1,
+    # so what it received later is undone too -- part of its first report stays.
+    m.commit("g", "b", 1)
+    recovery = m.ok(c.DeclareAgentFailed("g", "x", 1))
+    assert {(t.agent_id, t.checkpoint_index) for t in recovery.targets} == {("x", 0), ("b", 1)}
+    assert m.state.dependencies("g") == [Dependency("b", 1, "a", 6, "m5"), Dependency("a", 1, "b", 1, "m1")]

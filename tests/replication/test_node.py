@@ -16,6 +16,7 @@ from coordinator.core.commands import CheckpointResult, Failure, decode_result
 from coordinator.replication import snapshot_file
 from coordinator.replication.node import CoordinatorNode, NotLeader
 from coordinator.storage import open_store
+from coordinator.storage.state import result_key
 
 DEADLINE = 20.0
 
@@ -187,3 +188,21 @@ def test_restart_skips_entries_already_in_the_store(tmp_path: Path) -> None:
         assert node.store.applied_index == applied and node.digest() == digest
     finally:
         cluster.close()
+
+
+def test_replicas_forget_old_answers_identically(cluster: Cluster) -> None:
+    cluster.propose(create_group())
+    cluster.propose(register("r-1", "a"))
+    for i in range(1, 60):  # one write a second under a 10 s dedupe window
+        entry = commit(f"c-{i}", "a", i)
+        entry.proposed_at, entry.issued_at, entry.dedupe_window_s = 100.0 + i, 100.0 + i, 10.0
+        cluster.propose(entry)
+    wait_for(cluster.converged, "replicas to converge")  # content digests include the dedupe table
+    for node in cluster.nodes.values():
+        assert node.read_state().raw(result_key("c-1")) is None
+        assert node.read_state().raw(result_key("c-59")) is not None
+    late = commit("c-1", "a", 1)
+    late.proposed_at, late.issued_at, late.dedupe_window_s = 160.0, 101.0, 10.0
+    result = cluster.propose(late)
+    assert isinstance(result, Failure) and "too old to deduplicate" in result.reason
+    wait_for(cluster.converged, "replicas to converge")

@@ -8,6 +8,7 @@ from typing import Iterator
 import grpc
 import pytest
 
+from agent_client.connection import issued_now
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.cli.local_cluster import LocalCluster
@@ -25,11 +26,12 @@ class Client:
 
     def call(self, service: str, method: str, request, *, retry: bool = True):
         end = time.monotonic() + self.deadline
+        metadata = issued_now()  # the same on every retry of this call
         while True:
             try:
                 with grpc.insecure_channel(self.target) as channel:
                     stub = getattr(pb_grpc, f"{service}Stub")(channel)
-                    return getattr(stub, method)(request, timeout=5)
+                    return getattr(stub, method)(request, timeout=5, metadata=metadata)
             except grpc.RpcError as err:
                 if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or not retry:
                     raise

@@ -1,7 +1,8 @@
 from coordinator.api.v1 import coordinator_pb2 as _coordinator_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -30,10 +31,18 @@ class ReadBarrier(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class Batch(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[LogEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ...) -> None: ...
+
 class LogEntry(_message.Message):
-    __slots__ = ("request_id", "proposed_at", "create_group", "register", "commit_checkpoint", "report_dependencies", "start_epoch", "declare_agent_failed", "ack_order", "deregister", "abort_epoch", "garbage_collect", "read_barrier")
+    __slots__ = ("request_id", "proposed_at", "issued_at", "dedupe_window_s", "create_group", "register", "commit_checkpoint", "report_dependencies", "start_epoch", "declare_agent_failed", "ack_order", "deregister", "abort_epoch", "garbage_collect", "read_barrier", "batch")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_AT_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEDUPE_WINDOW_S_FIELD_NUMBER: _ClassVar[int]
     CREATE_GROUP_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     COMMIT_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -45,8 +54,11 @@ class LogEntry(_message.Message):
     ABORT_EPOCH_FIELD_NUMBER: _ClassVar[int]
     GARBAGE_COLLECT_FIELD_NUMBER: _ClassVar[int]
     READ_BARRIER_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     proposed_at: float
+    issued_at: float
+    dedupe_window_s: float
     create_group: _coordinator_pb2.CreateGroupRequest
     register: _coordinator_pb2.RegisterRequest
     commit_checkpoint: _coordinator_pb2.CommitCheckpointRequest
@@ -58,4 +70,5 @@ class LogEntry(_message.Message):
     abort_epoch: AbortEpoch
     garbage_collect: _coordinator_pb2.GarbageCollectRequest
     read_barrier: ReadBarrier
-    def __init__(self, request_id: _Optional[str] = ..., proposed_at: _Optional[float] = ..., create_group: _Optional[_Union[_coordinator_pb2.CreateGroupRequest, _Mapping]] = ..., register: _Optional[_Union[_coordinator_pb2.RegisterRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[_coordinator_pb2.CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[_coordinator_pb2.ReportDependenciesRequest, _Mapping]] = ..., start_epoch: _Optional[_Union[_coordinator_pb2.StartEpochRequest, _Mapping]] = ..., declare_agent_failed: _Optional[_Union[DeclareAgentFailed, _Mapping]] = ..., ack_order: _Optional[_Union[_coordinator_pb2.AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[_coordinator_pb2.DeregisterRequest, _Mapping]] = ..., abort_epoch: _Optional[_Union[AbortEpoch, _Mapping]] = ..., garbage_collect: _Optional[_Union[_coordinator_pb2.GarbageCollectRequest, _Mapping]] = ..., read_barrier: _Optional[_Union[ReadBarrier, _Mapping]] = ...) -> None: ...
+    batch: Batch
+    def __init__(self, request_id: _Optional[str] = ..., proposed_at: _Optional[float] = ..., issued_at: _Optional[float] = ..., dedupe_window_s: _Optional[float] = ..., create_group: _Optional[_Union[_coordinator_pb2.CreateGroupRequest, _Mapping]] = ..., register: _Optional[_Union[_coordinator_pb2.RegisterRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[_coordinator_pb2.CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[_coordinator_pb2.ReportDependenciesRequest, _Mapping]] = ..., start_epoch: _Optional[_Union[_coordinator_pb2.StartEpochRequest, _Mapping]] = ..., declare_agent_failed: _Optional[_Union[DeclareAgentFailed, _Mapping]] = ..., ack_order: _Optional[_Union[_coordinator_pb2.AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[_coordinator_pb2.DeregisterRequest, _Mapping]] = ..., abort_epoch: _Optional[_Union[AbortEpoch, _Mapping]] = ..., garbage_collect: _Optional[_Union[_coordinator_pb2.GarbageCollectRequest, _Mapping]] = ..., read_barrier: _Optional[_Union[ReadBarrier, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,89 @@
+"""How long the request-id -> result table remembers, decided from the log alone.
+
+Every answer is kept under its request id so a retry is answered, not applied
+again. Keeping them for ever grows without bound, so answers are forgotten once
+their request is older than a window -- and a request that old is then refused
+("too old to deduplicate") instead of applied, so forgetting can never let a
+retry apply twice:
+
+- A request's age is measured from `issued_at`, the time its client first sent it
+  and repeats unchanged on every retry (entries without one use the time they were
+  proposed, which protects retries only within the window of the first attempt).
+- `clock_ms` is the largest `proposed_at` applied so far: it never goes back, even
+  when a new leader's wall clock is behind the old one's.
+- `watermark_ms` only rises, to `clock_ms - window`. An answer is forgotten only
+  when its request was issued before the watermark, and a request issued before
+  the watermark is refused. Both compare the same integer to the same monotone
+  watermark, so a forgotten request can only ever be refused -- whatever the
+  clocks, and even if the window setting changes between leaders.
+
+Answers are queued in the order they were recorded (sequence numbers `head` to
+`tail`), and each applied entry forgets at most a bounded number from the head, so
+an apply never does unbounded work. Pure and deterministic: every replica forgets
+the same answers at the same log index.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from coordinator.core.errors import Code, Rejection
+
+# Answers forgotten per applied log entry at most, plus PRUNE_PER_RECORD per answer
+# the entry recorded: pruning always outpaces recording, yet stays bounded.
+PRUNE_PER_ENTRY = 16
+PRUNE_PER_RECORD = 2
+
+
+@dataclass(frozen=True)
+class DedupeClock:
+    clock_ms: int = 0
+    watermark_ms: int = 0
+    head: int = 0  # sequence number of the oldest remembered answer
+    tail: int = 0  # sequence number the next answer gets
+
+
+def to_ms(seconds: float) -> int:
+    """Whole milliseconds; the same float gives the same integer on every replica."""
+    return int(seconds * 1000) if math.isfinite(seconds) and seconds > 0 else 0
+
+
+def advance(clock: DedupeClock, proposed_at: float, window_s: float) -> DedupeClock:
+    """The clock after an entry proposed at `proposed_at` under a window of `window_s`
+    (0: the proposer set no window, the watermark stays where it is)."""
+    now = max(clock.clock_ms, to_ms(proposed_at))
+    watermark = clock.watermark_ms
+    if window_s > 0 and math.isfinite(window_s):
+        watermark = max(watermark, now - to_ms(window_s))
+    if (now, watermark) == (clock.clock_ms, clock.watermark_ms):
+        return clock
+    return dataclasses.replace(clock, clock_ms=now, watermark_ms=watermark)
+
+
+def admit(clock: DedupeClock, issued_ms: int, window_s: float) -> Rejection | None:
+    """Why a request that has no remembered answer must not be applied, if it must not.
+
+    Too old: its answer may already be forgotten. Too far ahead of the clock: its
+    answer would have to be kept for longer than the window (a client clock far
+    ahead); refused rather than clamped, since a clamped time would differ between
+    the first attempt and a retry."""
+    if issued_ms < clock.watermark_ms:
+        return Rejection(Code.FAILED_PRECONDITION,
+                         f"request too old to deduplicate: issued {(clock.clock_ms - issued_ms) / 1000:.3f}s before the "
+                         f"coordinator's clock, answers older than {(clock.clock_ms - clock.watermark_ms) / 1000:.0f}s "
+                         f"are forgotten; its outcome is unknown -- check the state, then use a new request_id",
+                         "issued_at")
+    if window_s > 0 and issued_ms > clock.clock_ms + to_ms(window_s):
+        return Rejection.invalid("issued_at", f"{(issued_ms - clock.clock_ms) / 1000:.3f}s ahead of the coordinator's "
+                                 f"clock (more than the {window_s:.0f}s dedupe window); check the client's clock")
+    return None
+
+
+def forgettable(clock: DedupeClock, issued_ms: int) -> bool:
+    """Whether the oldest remembered answer, issued at `issued_ms`, may go."""
+    return issued_ms < clock.watermark_ms
+
+
+def prune_budget(records: int) -> int:
+    return PRUNE_PER_ENTRY + PRUNE_PER_RECORD * records
