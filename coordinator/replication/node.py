@@ -8,6 +8,7 @@ durable apply, while the store sees one fsync per tick instead of one per entry.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -61,6 +62,11 @@ class CoordinatorNode(SyncObj):
         self._on_apply = on_apply
         # The proposer's decoding of entries this leader proposed, by their bytes.
         self._decoded: dict[bytes, Proposal] = {}
+        # Callbacks of this node's proposals still waiting for their entry to apply.
+        self._waiting: dict[int, Callable[[str], None]] = {}  # guarded by _waiting_lock (two threads)
+        self._waiting_lock = threading.Lock()
+        self._proposals = itertools.count()
+        self._was_leader = False
         self._capacity_checked_at = float("-inf")
         self._last_commit = float("-inf")
         self._full = False
@@ -176,6 +182,7 @@ class CoordinatorNode(SyncObj):
         if self._snapshot_to_sync:
             fsutil.fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
             self._snapshot_to_sync = False
+        self._give_up_if_deposed()
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:
             callback()
@@ -198,14 +205,42 @@ class CoordinatorNode(SyncObj):
                 self._decoded.clear()
             self._decoded[data] = decoded
 
+        number = next(self._proposals)
+
         def on_result(result: bytes | list[bytes] | None, error: int) -> None:
+            with self._waiting_lock:
+                if self._waiting.pop(number, None) is None:
+                    return  # already answered "outcome unknown" when this node lost the lead
             if error == FAIL_REASON.SUCCESS:
                 self._after_commit.append(lambda: callback(result, None))
             else:
                 self._decoded.pop(data, None)
                 callback(None, _FAIL_NAMES.get(error, str(error)))
 
+        with self._waiting_lock:
+            self._waiting[number] = lambda reason: callback(None, reason)
         self.apply_entry(data, callback=on_result)
+
+    def _give_up_if_deposed(self) -> None:
+        """When this node stops leading, answer its waiting proposals at once.
+
+        pysyncobj keeps them until an entry at their index applies here, which for a
+        leader cut off from the majority is only after the partition heals; its
+        clients would wait for their deadline. Their outcome is unknown (a majority
+        may hold an entry and the next leader commit it), which is exactly what the
+        proposer tells a client: retry with the same request id, which the dedupe
+        table answers whether or not the first attempt applied.
+        """
+        leading = self._isLeader()
+        if self._was_leader and not leading:
+            with self._waiting_lock:
+                waiting, self._waiting = self._waiting, {}
+            self._decoded.clear()
+            if waiting:
+                log.info("lost the lead with %d proposals waiting: their outcome is unknown", len(waiting))
+            for give_up in waiting.values():
+                give_up("LEADER_CHANGED")
+        self._was_leader = leading
 
     def _check_capacity(self) -> None:
         now = time.monotonic()

@@ -68,6 +68,32 @@ def test_partitioned_leader_is_replaced_and_acknowledges_nothing(chaos: ChaosClu
     assert [op.f for op in chaos.history.ops if op.process == NEMESIS] == ["start-all", "partition", "heal"]
 
 
+def test_a_write_waiting_on_a_deposed_leader_is_answered_when_it_steps_down(chaos: ChaosCluster,
+                                                                         proxied: ProxiedClient) -> None:
+    """Without an answer on step-down, pysyncobj holds the proposal until an entry at its
+    index applies there -- after the partition heals -- and the caller waits out its deadline."""
+    proxied.create_group()
+    proxied.register("a")
+    proxied.commit("a", 1)
+    old = chaos.leader()
+    chaos.partition([[old]], Partition.BLACKHOLE)
+    started = time.monotonic()
+    request = pb.CommitCheckpointRequest(
+        request_id="cp-unknown", token=pb.FencingToken(incarnation=1),
+        checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=2, kind=pb.BASIC,
+                                     blob_uri="file:///blobs/a/2", sha256="c" * 64, size=200))
+    with grpc.insecure_channel(chaos.nodes[old].grpc) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.AgentServiceStub(channel).CommitCheckpoint(request, timeout=8)
+    waited = time.monotonic() - started
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "outcome unknown" in err.value.details(), err.value
+    assert waited < FAST["leader_fallback_timeout"] + 2.5, waited
+    chaos.heal()
+    proxied.commit("a", 2, rid="cp-unknown")  # the retry, same request id: applied once, whichever way it went
+    chaos.converged(15)
+    assert proxied.checkpoints() == [1, 2]
+
+
 def test_paused_leader_is_replaced_and_catches_up_when_resumed(chaos: ChaosCluster, proxied: ProxiedClient) -> None:
     proxied.create_group()
     proxied.register("a")
