@@ -12,7 +12,7 @@ from chaos.invariants import fencing, recovery_lines, retries
 from chaos.report import Report
 from chaos.workloads.metadata import MetadataConfig, MetadataWorkload
 from coordinator.cli.local_cluster import LocalCluster, wait_for
-from tests.chaos_suite.clusters import PlantedCluster
+from tests.chaos_suite.clusters import planted_cluster
 from tests.support.cluster import FAST
 
 pytestmark = pytest.mark.cluster
@@ -67,7 +67,7 @@ def test_metadata_workload_survives_a_leader_kill(tmp_path: Path) -> None:
     ("accept-stale-epoch", fencing.NAME),
 ])
 def test_a_planted_bug_is_caught_by_its_invariant(tmp_path: Path, bug: str | None, caught_by: str | None) -> None:
-    with PlantedCluster(tmp_path / "cluster", bug) as cluster:
+    with planted_cluster(tmp_path / "cluster", bug) as cluster:
         cluster.start_all()
         report = run(cluster, tmp_path / "history.jsonl")
     assert not report.summary["crashed_processes"], report.table()

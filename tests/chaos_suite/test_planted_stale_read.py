@@ -16,7 +16,7 @@ from chaos.sampler import await_convergence
 from chaos.workloads import metadata_ops as ops
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.cli.local_cluster import node_status, wait_for
-from tests.chaos_suite.clusters import PlantedCluster
+from tests.chaos_suite.clusters import planted_cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.cluster
 @pytest.mark.parametrize("bug", [None, "stale-read"])
 def test_a_read_served_without_the_barrier_goes_back_in_time(tmp_path: Path, bug: str | None) -> None:
     spec = pb.GroupSpec(group="g", mode=pb.COORDINATED, lease_ttl_s=3600, epoch_timeout_s=600)
-    with PlantedCluster(tmp_path / "cluster", bug) as cluster, History(tmp_path / "history.jsonl") as history:
+    with planted_cluster(tmp_path / "cluster", bug) as cluster, History(tmp_path / "history.jsonl") as history:
         cluster.start_all()
         leader = cluster.leader()
         admin = RecordingClient(history, "admin", cluster.endpoints(), deadline=10.0, rpc_timeout=2.0)
