@@ -123,6 +123,21 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = print) -> RunRes
     return result
 
 
+def check_cluster(endpoints: list[str], duration_s: float, seed: int, out_dir: Path) -> Report:
+    """The metadata workload against a cluster someone else runs and breaks (Chaos Mesh on
+    Kubernetes), checked the same way; faults are not in the history, so availability
+    is reported as the longest gap rather than measured after each heal."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    history_path = out / HISTORY_FILE
+    history_path.unlink(missing_ok=True)
+    with History(history_path) as history:
+        MetadataWorkload(history, endpoints, MetadataConfig(duration_s=duration_s, seed=seed)).run()
+    report = check(load(history_path))
+    (out / REPORT_FILE).write_text(report.to_json())
+    return report
+
+
 def _agent_workload(scenario: Scenario, history: History, cluster: ChaosCluster, config: RunConfig, out: Path):
     """The token-passing agents, for scenarios that crash agents."""
     if not scenario.agents:

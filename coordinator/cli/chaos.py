@@ -35,6 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--keep-data", action="store_true", help="keep node data dirs even when the run passed")
     run.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     run.set_defaults(func=_run)
+    check = verbs.add_parser("check", help="load a running cluster (faults injected by others, e.g. Chaos Mesh) "
+                                           "and check the history")
+    check.add_argument("--endpoints", required=True,
+                       help="comma-separated gRPC addresses of every node (each one's own, not a load balancer)")
+    check.add_argument("--duration", type=float, default=300.0)
+    check.add_argument("--seed", type=int, default=1)
+    check.add_argument("--out", type=Path, default=Path("chaos-check"))
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(func=_check)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -83,6 +92,19 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{name}: {'PASS' if result.ok else 'FAIL'} in {result.seconds:.1f}s; history {result.history}")
         worst = max(worst, 0 if result.ok else 1)
     return worst
+
+
+def _check(args: argparse.Namespace) -> int:
+    from chaos import runner
+
+    endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
+    if not endpoints or not 0 < args.duration <= 24 * 3600:
+        print("raftpoint chaos check: give --endpoints and a --duration in (0, 86400]", file=sys.stderr)
+        return 2
+    report = runner.check_cluster(endpoints, args.duration, args.seed, args.out)
+    print(report.to_json() if args.json else report.table())
+    print(f"{'PASS' if report.ok else 'FAIL'}; history {args.out / runner.HISTORY_FILE}")
+    return 0 if report.ok else 1
 
 
 def _reexec_in_mount_namespace(argv: list[str]) -> int:

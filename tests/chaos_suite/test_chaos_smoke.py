@@ -19,6 +19,8 @@ import pytest
 from chaos.runner import REPORT_FILE
 from chaos.scenarios import SCENARIOS
 from coordinator.cli.chaos import CANNOT_RUN
+from coordinator.cli.local_cluster import LocalCluster
+from tests.support.cluster import FAST
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +59,25 @@ def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, ca
     code, report = chaos_run(tmp_path, scenario, "--bug", bug)
     assert code == 1 and not report["ok"]
     assert caught_by in [i["name"] for i in report["invariants"] if not i["ok"]], report["summary"]
+
+
+def test_check_loads_and_checks_a_cluster_someone_else_runs(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "cluster", 3, settings=FAST).start_all() as cluster:
+        cluster.leader()
+        done = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "chaos", "check", "--endpoints",
+                               ",".join(cluster.endpoints()), "--duration", "4", "--out", str(tmp_path / "out")],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+    report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
+    assert done.returncode == 0 and report["ok"] and report["summary"]["ok"] > 50, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--scenario", "nope"], "unknown scenario 'nope'"),
+    (["run", "--scenario", "leader-kill-loop", "--bug", "nope"], "unknown bug 'nope'"),
+    (["run", "--scenario", "leader-kill-loop", "--duration", "-1"], "--duration"),
+    (["check", "--endpoints", " , "], "--endpoints"),
+])
+def test_bad_arguments_are_refused_with_a_reason(args: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "chaos", *args], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
