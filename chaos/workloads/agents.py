@@ -46,7 +46,7 @@ from typing import Sequence
 
 from agent_client.demo_ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Finding, Verdict
 from agent_client.demo_traffic import MODES, Traffic
-from chaos.history import History
+from chaos.history import History, Op
 from chaos.report import InvariantResult
 from chaos.workloads.agent_group import CRASH_KINDS, PLANTS, GroupConfig, GroupDriver
 
@@ -287,6 +287,7 @@ class AgentWorkload:
         return result
 
 
-def _ops(g: GroupDriver, f: Finding) -> list:
+def _ops(g: GroupDriver, f: Finding) -> list[Op]:
+    """The op that sent the message a finding is about, as its counter-example."""
     op = g.sent_ops.get(f.message) if f.message else None
     return [op] if op is not None else []
