@@ -47,7 +47,8 @@ CRASH_ENV = "RAFTPOINT_DEMO_CRASH_AFTER_BLOB"
 CRASH_AFTER_COMMIT_ENV = "RAFTPOINT_DEMO_CRASH_AFTER_COMMIT"
 DROP_REDELIVERIES_ENV = "RAFTPOINT_DEMO_DROP_REDELIVERIES"  # planted: lose this many re-deliveries
 # What `arm` can set up, for the chaos workload's agent faults.
-AFTER_BLOB, AFTER_COMMIT, MID_ROLLBACK, DROP_REDELIVERY = "after-blob", "after-commit", "mid-rollback", "drop-redelivery"
+AFTER_BLOB, AFTER_COMMIT = "after-blob", "after-commit"
+MID_ROLLBACK, DROP_REDELIVERY = "mid-rollback", "drop-redelivery"
 ARMABLE = (AFTER_BLOB, AFTER_COMMIT, MID_ROLLBACK, DROP_REDELIVERY)
 
 

@@ -94,9 +94,9 @@ class GroupDriver:
         ids = [f"a{i}" for i in range(config.agents)]
         self.blob_dir = root / group / "blobs"
         env = {DROP_REDELIVERIES_ENV: "1"} if config.plant == PLANT_DROP else {}
-        procs = {a: AgentProcess(a, group=group, endpoints=endpoints, blob_dir=self.blob_dir, log_dir=root / group / "logs",
-                                 members=ids, tokens=config.tokens, env=env, deadline=config.agent_deadline_s)
-                 for a in ids}
+        procs = {a: AgentProcess(a, group=group, endpoints=endpoints, blob_dir=self.blob_dir,
+                                 log_dir=root / group / "logs", members=ids, tokens=config.tokens, env=env,
+                                 deadline=config.agent_deadline_s) for a in ids}
         self.world = TokenGroup(group, MODES[mode], procs, config.tokens, random.Random(f"{config.seed}-{mode}"),
                                 config.traffic, call=self._call, tolerant=True, on_event=self._event)
         self.admin = RecordingClient(history, f"{self.process}-admin", endpoints, deadline=config.admin_deadline_s,
