@@ -74,7 +74,7 @@ class AgentClient(ClientBase):
         if self._threads:
             return
         self._threads = [Heartbeater(self.heartbeat, self.heartbeat_every(), self._fence),
-                         OrderWatcher(self._open_watch, self.conn.redirect, self._handle_order)]
+                         OrderWatcher(self._open_watch, self.conn.redirect, self._handle_order, self._fence)]
         for thread in self._threads:
             thread.start()
 

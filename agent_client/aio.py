@@ -125,11 +125,15 @@ class AsyncAgentClient(ClientBase):
             except (Rejected, CoordinatorUnavailable) as exc:
                 reason = fenced_reason(exc)
                 if reason is not None:
-                    self.core.fence(reason)  # stop acting on orders too
-                    for task in self._tasks:
-                        if task is not asyncio.current_task():
-                            task.cancel()
+                    self._fence(reason)
                     return
+
+    def _fence(self, reason: str) -> None:
+        """A newer incarnation exists (or we were declared failed): stop the background tasks."""
+        self.core.fence(reason)
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
 
     async def _watch_orders(self) -> None:
         """Keep a WatchOrders stream open; the server re-sends unacknowledged orders on
@@ -143,7 +147,10 @@ class AsyncAgentClient(ClientBase):
                     if order.order_id not in self.core.handled_orders and not self.core.fenced:
                         await self.obey(order)
             except grpc.RpcError as err:
-                stream_failed(err, self.conn.redirect)
+                reason = stream_failed(err, self.conn.redirect)
+                if reason is not None:
+                    self._fence(reason)
+                    return
             except (Rejected, CoordinatorUnavailable) as exc:
                 log.warning("order not carried out, will retry: %s", exc)
             except asyncio.CancelledError:

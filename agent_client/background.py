@@ -2,7 +2,8 @@
 
 Both are bounded (every wait has a timeout, every loop checks the stop event) and
 stop on close() or when the coordinator says this incarnation is fenced off: a
-zombie that kept heartbeating would keep a dead agent's lease alive. The asyncio
+zombie that kept heartbeating would keep a dead agent's lease alive, and one that
+kept watching would carry out its replacement's rollback orders. The asyncio
 client runs the same loops as tasks (aio.py) and shares how errors are judged here.
 """
 from __future__ import annotations
@@ -29,12 +30,17 @@ def fenced_reason(exc: Rejected | CoordinatorUnavailable) -> str | None:
     return None
 
 
-def stream_failed(err: grpc.RpcError, redirect: Callable[[grpc.RpcError], None]) -> None:
-    """An order stream ended with an error: follow the leader if it moved, else log it."""
+def stream_failed(err: grpc.RpcError, redirect: Callable[[grpc.RpcError], None]) -> str | None:
+    """An order stream ended with an error: follow the leader if it moved, else log it.
+    Returns why this incarnation is fenced off, if that is what the error says (a newer
+    incarnation registered, or this one was declared failed): stop watching then."""
     if err.code() in RETRYABLE:
         redirect(err)
+    elif err.code() in FENCED:
+        return err.details() or err.code().name
     elif err.code() != grpc.StatusCode.CANCELLED:
         log.warning("order stream: %s %s", err.code().name, err.details())
+    return None
 
 
 class Heartbeater:
@@ -67,8 +73,8 @@ class OrderWatcher:
     id (the server re-sends unacknowledged orders on every new stream)."""
 
     def __init__(self, open_stream: Callable[[float], tuple[Any, Any]], redirect: Callable[[grpc.RpcError], None],
-                 handle: Callable[[Any], None]) -> None:
-        self._open, self._redirect, self._handle = open_stream, redirect, handle
+                 handle: Callable[[Any], None], on_fenced: Callable[[str], None]) -> None:
+        self._open, self._redirect, self._handle, self._on_fenced = open_stream, redirect, handle, on_fenced
         self._stop = threading.Event()
         self._call: Any = None
         self._lock = threading.Lock()
@@ -89,7 +95,10 @@ class OrderWatcher:
                 for order in items:
                     self._handle(order)
             except grpc.RpcError as err:
-                stream_failed(err, self._redirect)
+                reason = stream_failed(err, self._redirect)
+                if reason is not None:
+                    self._on_fenced(reason)
+                    return
             except (Rejected, CoordinatorUnavailable) as exc:
                 log.warning("order not carried out, will retry: %s", exc)
             except Exception:  # e.g. the agent's on_rollback raised: keep watching, retry the order

@@ -38,7 +38,8 @@ class ClientBase:
                  aead_key: bytes | None = None, state_dir: str | Path | None = None, dependency_batch: int = 1,
                  fsync_deliveries: bool = False, background: bool = True, heartbeat_interval: float | None = None,
                  deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
-                 after_commit: Callable[[pb.CheckpointMeta], Any] | None = None) -> None:
+                 after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
+                 before_ack: Callable[[pb.Order], Any] | None = None) -> None:
         """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
         replaces the agent's live state after a rollback order; `on_redeliver(payload,
         sender)` then applies each message the rollback took out of the state and its
@@ -49,7 +50,8 @@ class ClientBase:
         that crashed cannot re-deliver). `fsync_deliveries` makes each delivery survive a
         power loss, not only a crash of the process. `heartbeat_interval` defaults to a
         third of the group's lease. `after_blob_write` and `after_commit` are test hooks
-        around the metadata commit."""
+        around the metadata commit; `before_ack(order)` runs once an order is carried out
+        (a rollback restored and handed to on_rollback) and before it is acknowledged."""
         self.endpoints = list(endpoints)
         self.deadline, self.background, self.heartbeat_interval = deadline, background, heartbeat_interval
         if isinstance(blob_store, (str, Path)):
@@ -64,7 +66,7 @@ class ClientBase:
                                   on_rollback=on_rollback, on_redeliver=on_redeliver, members=members,
                                   schema_version=schema_version, config_hash=config_hash(config or {}),
                                   dependency_batch=dependency_batch, after_blob_write=after_blob_write,
-                                  after_commit=after_commit)
+                                  after_commit=after_commit, before_ack=before_ack)
         self._effects: SideEffectLog | None = None
 
     def heartbeat_every(self) -> float:

@@ -8,10 +8,20 @@ which messages are in flight when it audits the token total.
 Crash hooks: with RAFTPOINT_DEMO_CRASH_AFTER_BLOB=N the process SIGKILLs itself right
 after writing the blob of its N-th checkpoint, before committing the metadata; with
 RAFTPOINT_DEMO_CRASH_AFTER_COMMIT=N, right after the coordinator applied the commit of
-its N-th checkpoint, before the agent has seen the answer.
+its N-th checkpoint, before the agent has seen the answer. The `arm` command sets the
+same crashes on a running process (at its next checkpoint), a crash in the middle of
+its next rollback (restored, not yet acknowledged), or the loss of its next
+re-delivery (a planted fault; RAFTPOINT_DEMO_DROP_REDELIVERIES=N loses the first N
+from the start, including those the restart itself makes). `apply` is another
+planted fault: a payload applied without unwrap() and its checks.
 
 After a rollback the client re-delivers the messages the rollback took out of the
 state whose sends the recovery line kept (on_redeliver): the driver never re-sends.
+
+With --events the process appends what the driver cannot see in its replies to a
+JSON Lines journal, each record written before its consequences can happen, so a
+SIGKILL never hides one: acknowledged checkpoints, the recovery lines of the rollback
+orders it carries out, and the messages it re-delivers.
 """
 from __future__ import annotations
 
@@ -24,15 +34,40 @@ import os
 import random
 import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from agent_client.agent import AgentClient, RestoreKind
 from agent_client.blobstore import PutResult
 from agent_client.envelope import Envelope
+from coordinator.api.v1 import coordinator_pb2 as pb
 
 CRASH_ENV = "RAFTPOINT_DEMO_CRASH_AFTER_BLOB"
 CRASH_AFTER_COMMIT_ENV = "RAFTPOINT_DEMO_CRASH_AFTER_COMMIT"
+DROP_REDELIVERIES_ENV = "RAFTPOINT_DEMO_DROP_REDELIVERIES"  # planted: lose this many re-deliveries
+# What `arm` can set up, for the chaos workload's agent faults.
+AFTER_BLOB, AFTER_COMMIT = "after-blob", "after-commit"
+MID_ROLLBACK, DROP_REDELIVERY = "mid-rollback", "drop-redelivery"
+ARMABLE = (AFTER_BLOB, AFTER_COMMIT, MID_ROLLBACK, DROP_REDELIVERY)
+
+
+class Journal:
+    """The --events file: one JSON object per line, flushed at once (a SIGKILL keeps what
+    the kernel has); without a path, nothing is written."""
+
+    def __init__(self, path: str | None) -> None:
+        self._file: TextIO | None = open(path, "a", encoding="utf-8") if path else None
+        self._lock = threading.Lock()
+        if self._file is not None and self._file.tell() and not Path(path).read_bytes().endswith(b"\n"):
+            self._file.write("\n")  # end a record torn by the previous incarnation's SIGKILL
+
+    def write(self, event: str, **fields: Any) -> None:
+        if self._file is None:
+            return
+        with self._lock:
+            self._file.write(json.dumps({"ev": event, "pid": os.getpid(), **fields}) + "\n")
+            self._file.flush()
 
 
 class TokenAgent:
@@ -43,22 +78,55 @@ class TokenAgent:
         self._blobs_written = self._commits = 0
         self._crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
         self._crash_after_commit = int(os.environ.get(CRASH_AFTER_COMMIT_ENV, "0") or 0)
+        self._crash_mid_rollback = False
+        self._drop_redeliveries = int(os.environ.get(DROP_REDELIVERIES_ENV, "0") or 0)
+        self.journal = Journal(args.events)
         self.client = AgentClient(args.group, args.agent, args.endpoints.split(","), Path(args.blob_dir),
                                   snapshot=lambda: dict(self.state), on_rollback=self._rolled_back,
                                   on_redeliver=self._redelivered,
                                   members=args.members.split(",") if args.members else (),
-                                  after_blob_write=self._maybe_crash, after_commit=self._maybe_crash_committed,
-                                  deadline=20.0)
+                                  after_blob_write=self._maybe_crash, after_commit=self._committed,
+                                  before_ack=self._before_ack, deadline=args.deadline)
 
     def _maybe_crash(self, blob: PutResult) -> None:
         self._blobs_written += 1
         if self._crash_after and self._blobs_written >= self._crash_after:
             self._die({"crashing": "after blob write", "blob": blob.uri})
 
-    def _maybe_crash_committed(self, meta: Any) -> None:
+    def _committed(self, meta: pb.CheckpointMeta) -> None:
+        """The coordinator answered the commit: journal it, then maybe die before using the answer."""
+        c = self.client
+        self.journal.write("commit", index=meta.index, epoch=meta.epoch, kind=pb.CheckpointKind.Name(meta.kind),
+                           uri=meta.blob_uri, sha256=meta.sha256, incarnation=c.incarnation, generation=c.generation)
         self._commits += 1
         if self._crash_after_commit and self._commits >= self._crash_after_commit:
             self._die({"crashing": "after commit, before the answer", "index": meta.index, "blob": meta.blob_uri})
+
+    def _before_ack(self, order: pb.Order) -> None:
+        if order.WhichOneof("kind") != "roll_back":
+            return
+        rb = order.roll_back
+        self.journal.write("line", recovery_id=rb.recovery_id, order=order.order_id, index=rb.checkpoint_index,
+                           line=[[t.agent_id, t.checkpoint_index, t.generation] for t in rb.line])
+        if self._crash_mid_rollback:
+            self._die({"crashing": "mid-rollback, restored but not acknowledged", "order": order.order_id})
+
+    def arm(self, fault: str) -> dict[str, Any]:
+        """Set up a fault in this process: a crash at its next checkpoint (after the blob
+        write or after the commit), a crash in its next rollback, or losing its next
+        re-delivery."""
+        with self.client.atomic():
+            if fault == AFTER_BLOB:
+                self._crash_after = self._blobs_written + 1
+            elif fault == AFTER_COMMIT:
+                self._crash_after_commit = self._commits + 1
+            elif fault == MID_ROLLBACK:
+                self._crash_mid_rollback = True
+            elif fault == DROP_REDELIVERY:
+                self._drop_redeliveries += 1
+            else:
+                raise ValueError(f"cannot arm {fault!r}; known: {', '.join(ARMABLE)}")
+            return {"armed": fault}
 
     @staticmethod
     def _die(why: dict[str, Any]) -> None:
@@ -72,6 +140,12 @@ class TokenAgent:
         self._load(state)
 
     def _redelivered(self, payload: bytes, sender: str) -> None:
+        if self._drop_redeliveries:  # planted: the message is lost for good (the client counts it delivered)
+            self._drop_redeliveries -= 1
+            return
+        message_id, interval = self.client.redelivered[-1]
+        self.journal.write("redelivered", id=message_id, sender=sender, interval=interval,
+                           generation=self.client.generation)
         self._apply(payload)
 
     def _apply(self, payload: bytes) -> None:
@@ -86,6 +160,8 @@ class TokenAgent:
                 raise RuntimeError(f"cannot resume: {restored.reason}")
             self._load(restored.state)
             self.client.sync_orders()
+            self.journal.write("ready", incarnation=self.client.incarnation, generation=self.client.generation,
+                               index=restored.index)
             return {"ready": True, "incarnation": self.client.incarnation, "index": restored.index,
                     "restore": restored.reason, "restore_kind": restored.kind.value,
                     "generation": self.client.generation,
@@ -102,16 +178,28 @@ class TokenAgent:
             self.state["work"] += 1
             env = Envelope.decode(envelope)
         return {"envelope": base64.b64encode(envelope).decode(), "amount": amount, "id": env.message_id,
-                "interval": env.send_interval}
+                "interval": env.send_interval, "generation": env.generation}
 
     def deliver(self, envelope: str) -> dict[str, Any]:
+        """`generation` and `interval` place the delivery (or the refusal) in this agent's
+        history, so the driver can tell which rollbacks undid it."""
         with self.client.atomic():
             forced, orphans = self.client.forced, self.client.orphans
             payload = self.client.unwrap(base64.b64decode(envelope))
+            c = self.client
             if payload is None:
-                return {"delivered": False, "orphan": self.client.orphans > orphans}
+                return {"delivered": False, "orphan": c.orphans > orphans, "generation": c.generation}
             self._apply(payload)
-            return {"delivered": True, "interval": self.client.last_index + 1, "forced": self.client.forced - forced}
+            return {"delivered": True, "interval": c.last_index + 1, "generation": c.generation,
+                    "forced": c.forced - forced}
+
+    def apply(self, envelope: str) -> dict[str, Any]:
+        """A planted fault: the payload applied without unwrap(), so with no duplicate or
+        orphan check and no dependency reported."""
+        with self.client.atomic():
+            self._apply(Envelope.decode(base64.b64decode(envelope)).payload)
+            c = self.client
+            return {"delivered": True, "interval": c.last_index + 1, "generation": c.generation, "forced": 0}
 
     def checkpoint(self) -> dict[str, Any]:
         with self.client.atomic():
@@ -137,6 +225,10 @@ class TokenAgent:
             return self.checkpoint()
         if op == "status":
             return self.status()
+        if op == "arm":
+            return self.arm(cmd["fault"])
+        if op == "apply":
+            return self.apply(cmd["envelope"])
         raise ValueError(f"unknown op {op!r}")
 
 
@@ -146,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--members", default="")
     parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--events", default="", help="append a JSON Lines journal of events here")
+    parser.add_argument("--deadline", type=float, default=20.0, help="seconds per coordinator call, retries included")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=f"{args.agent} %(levelname)s %(message)s")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the driver asks for stacks when we seem stuck

@@ -1,10 +1,13 @@
 """Driver side of a demo agent process: spawn, one command -> one JSON reply, kill.
 
 Replies are read by a thread into a queue so every wait has a deadline: a wedged or
-killed agent shows up as a clear error instead of a hung demo.
+killed agent shows up as a clear error instead of a hung demo. Each agent also keeps
+a journal of events (demo_agent's --events; one file for all its incarnations) that
+`events()` reads incrementally.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import queue
@@ -24,15 +27,26 @@ class AgentDied(RuntimeError):
 
 class AgentProcess:
     def __init__(self, agent_id: str, *, group: str, endpoints: Sequence[str], blob_dir: Path, log_dir: Path,
-                 members: Sequence[str] = (), tokens: int = 100, env: dict[str, str] | None = None) -> None:
+                 members: Sequence[str] = (), tokens: int = 100, env: dict[str, str] | None = None,
+                 deadline: float = 20.0) -> None:
         self.agent_id = agent_id
+        self._log_path = Path(log_dir) / f"{group}-{agent_id}.log"
+        self.events_path = Path(log_dir) / f"{group}-{agent_id}.events.jsonl"
         self._argv = [sys.executable, "-m", "agent_client.demo_agent", "--group", group, "--agent", agent_id,
                       "--endpoints", ",".join(endpoints), "--blob-dir", str(blob_dir),
-                      "--members", ",".join(members), "--tokens", str(tokens)]
-        self._log_path = Path(log_dir) / f"{group}-{agent_id}.log"
+                      "--members", ",".join(members), "--tokens", str(tokens), "--events", str(self.events_path),
+                      "--deadline", str(deadline)]
         self._env = env or {}
         self.proc: subprocess.Popen | None = None
         self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._events_read = 0  # bytes of the journal already returned by events()
+
+    def successor(self) -> "AgentProcess":
+        """Another process for the same agent (same journal, read on from here), while this
+        one may keep running: a zombie and its replacement."""
+        other = copy.copy(self)
+        other.proc, other._replies = None, queue.Queue()
+        return other
 
     def spawn(self, env: dict[str, str] | None = None) -> "AgentProcess":
         self._replies = queue.Queue()
@@ -100,3 +114,28 @@ class AgentProcess:
     @property
     def log_path(self) -> Path:
         return self._log_path
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def events(self) -> list[dict[str, Any]]:
+        """Journal records written since the last call (complete lines only: a record
+        being written, or torn by a SIGKILL, is left for later or for good)."""
+        try:
+            with open(self.events_path, "rb") as f:
+                f.seek(self._events_read)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._events_read += end
+        return [doc for line in data[:end].splitlines() if (doc := _record(line)) is not None]
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(line)
+    except ValueError:  # torn by a SIGKILL mid-write: the next incarnation ended it with a newline
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -157,14 +157,15 @@ class AgentProtocol:
                  on_redeliver: Callable[[bytes, str], Any] | None = None, members: Sequence[str] = (),
                  schema_version: int = 1, config_hash: str = "", dependency_batch: int = 1,
                  after_blob_write: Callable[[Any], Any] | None = None,
-                 after_commit: Callable[[pb.CheckpointMeta], Any] | None = None) -> None:
+                 after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
+                 before_ack: Callable[[pb.Order], Any] | None = None) -> None:
         self.group, self.agent_id = group, agent_id
         self.blobs, self.deliveries = blobs, deliveries
         self.snapshot, self.on_rollback, self.on_redeliver = snapshot, on_rollback, on_redeliver
         self.members = list(members)
         self.schema_version, self.config_hash = schema_version, config_hash
         self.dependency_batch = max(1, dependency_batch)
-        self.after_blob_write, self.after_commit = after_blob_write, after_commit
+        self.after_blob_write, self.after_commit, self.before_ack = after_blob_write, after_commit, before_ack
         self.incarnation = self.generation = self.epoch = self.cut_epoch = self.stable_epoch = 0
         self.lease_ttl_s = 0.0
         self.mode = pb.GROUP_MODE_UNSPECIFIED
@@ -500,6 +501,8 @@ class AgentProtocol:
                 yield Callback(partial(self.on_rollback, restored.state, restored.reason))
         elif kind == "checkpoint_now":
             yield from self.checkpoint_now(order.checkpoint_now.epoch)
+        if self.before_ack is not None:
+            yield Callback(partial(self.before_ack, order))
         yield Rpc("AgentService", "AckOrder", pb.AckOrderRequest(
             request_id=self.rid("ack", order.order_id), group=self.group, agent_id=self.agent_id,
             token=self.token(), order_id=order.order_id))

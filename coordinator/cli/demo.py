@@ -8,10 +8,11 @@ agents it names roll back (through their order streams) and re-deliver, from the
 own logs, the messages the line took out of their state but not out of their
 senders'. The network does nothing special: it keeps delivering what is in flight,
 including messages whose sends the line undid, which the receivers must refuse. The
-demo checks all of it against its own record of every message: the line matches the
-what-if answer, exactly the right messages are re-delivered and refused, and the
-total number of tokens (in agents' states + in transit) is conserved. Between phases
-the Raft leader is killed -9.
+demo checks all of it against its own record of every message (the driver and the
+record are agent_client.demo_traffic and demo_ledger, shared with the chaos agent
+workload): the line matches the what-if answer, exactly the right messages are
+re-delivered and refused, and the total number of tokens (in agents' states + in
+transit) is conserved. Between phases the Raft leader is killed -9.
 """
 from __future__ import annotations
 
@@ -22,19 +23,16 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from agent_client.demo_process import AgentDied, AgentProcess
+from agent_client.demo_traffic import MODES, TokenGroup
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.cli.local_cluster import LocalCluster, wait_for
 
-MODES = {"coordinated": pb.COORDINATED, "bcs": pb.CIC_BCS, "hmnr": pb.CIC_HMNR}
-PHASES = {"all": ("coordinated", "bcs"), **{m: (m,) for m in MODES}}
+PHASES = {"all": ("coordinated", "bcs"), **{m: (m,) for m in ("coordinated", "bcs", "hmnr")}}
 LEASE_TTL_S = 5.0
-EPOCH_EVERY = 4  # rounds between coordinated epochs
 RECOVERY_TIMEOUT_S = 30.0
 
 
@@ -59,54 +57,6 @@ class DemoFailed(RuntimeError):
     pass
 
 
-@dataclass
-class Msg:
-    message_id: str
-    sender: str
-    send_interval: int
-    receiver: str
-    amount: int
-    envelope: str
-    receive_interval: int = 0
-    undone: bool = False  # a recovery undid its send: the receiver must refuse it
-
-
-class Network:
-    """Messages in flight and delivered, as the demo (the network) knows them."""
-
-    def __init__(self) -> None:
-        self.in_flight: list[Msg] = []
-        self.delivered: list[Msg] = []
-
-    def in_transit(self) -> int:
-        """Tokens on their way: undone sends carry none (their sender has them back)."""
-        return sum(m.amount for m in self.in_flight if not m.undone)
-
-    def apply_line(self, line: dict[str, int]) -> dict[str, list[Msg]]:
-        """What the recovery line must do to the messages: sends after the sender's
-        checkpoint are undone (in flight: the receiver must refuse them), receives after
-        the receiver's checkpoint are undone, and each message whose receive is undone
-        but whose send is not must be re-delivered by its receiver. Returns the expected
-        re-deliveries by receiver; an orphan fails the demo."""
-        def undone_send(m: Msg) -> bool:
-            return m.sender in line and m.send_interval > line[m.sender]
-
-        def undone_receive(m: Msg) -> bool:
-            return m.receiver in line and m.receive_interval > line[m.receiver]
-
-        orphans = [m.message_id for m in self.delivered if undone_send(m) and not undone_receive(m)]
-        if orphans:
-            raise DemoFailed(f"inconsistent recovery line {line}: orphan messages {orphans}")
-        redeliver: dict[str, list[Msg]] = {}
-        for m in self.delivered:
-            if undone_receive(m) and not undone_send(m):
-                redeliver.setdefault(m.receiver, []).append(m)
-        for m in self.in_flight:
-            m.undone = m.undone or undone_send(m)
-        self.delivered = [m for m in self.delivered if not undone_receive(m) or not undone_send(m)]
-        return redeliver
-
-
 class Phase:
     def __init__(self, conn: Connection, endpoints: list[str], name: str, args: argparse.Namespace,
                  root: Path, seconds: float) -> None:
@@ -114,13 +64,12 @@ class Phase:
         self.mode = MODES[name]
         self.group = f"demo-{name}"
         self.rng = random.Random(f"{args.seed}-{name}")
-        self.ids = [f"agent-{i}" for i in range(args.agents)]
-        self.total = args.tokens * args.agents
-        self.net = Network()
-        self.procs = {a: AgentProcess(a, group=self.group, endpoints=endpoints, blob_dir=root / "blobs",
-                                      log_dir=root / "logs", members=self.ids, tokens=args.tokens) for a in self.ids}
-        self.stats = {"sent": 0, "delivered": 0, "duplicates_dropped": 0, "orphans_refused": 0, "forced": 0,
-                      "basic": 0, "epochs": 0}
+        ids = [f"agent-{i}" for i in range(args.agents)]
+        procs = {a: AgentProcess(a, group=self.group, endpoints=endpoints, blob_dir=root / "blobs",
+                                 log_dir=root / "logs", members=ids, tokens=args.tokens) for a in ids}
+        self.world = TokenGroup(self.group, self.mode, procs, args.tokens, self.rng)
+        self.ids, self.procs, self.total = ids, procs, self.world.ledger.total
+        self.epochs = 0
 
     # ---- coordinator --------------------------------------------------------------
     def group_info(self) -> pb.GetGroupResponse:
@@ -130,7 +79,7 @@ class Phase:
         try:
             self.conn.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id=f"{self.group}-e{r}",
                                                                              group=self.group))
-            self.stats["epochs"] += 1
+            self.epochs += 1
         except Rejected as exc:
             if "still open" not in exc.reason:
                 raise
@@ -141,68 +90,23 @@ class Phase:
         return not open_
 
     # ---- traffic ------------------------------------------------------------------
-    def send(self, a: str, b: str) -> None:
-        reply = self.procs[a].request("send", to=b)
-        if reply["envelope"]:
-            self.net.in_flight.append(Msg(reply["id"], a, reply["interval"], b, reply["amount"], reply["envelope"]))
-            self.stats["sent"] += 1
-
-    def deliver(self, m: Msg) -> None:
-        reply = self.procs[m.receiver].request("deliver", envelope=m.envelope)
-        if m.undone:
-            if reply["delivered"] or not reply["orphan"]:
-                raise DemoFailed(f"{m.receiver} did not refuse {m.message_id}, whose send a rollback undid: {reply}")
-            self.stats["orphans_refused"] += 1
-            return
-        if not reply["delivered"]:
-            raise DemoFailed(f"{m.receiver} refused first delivery of {m.message_id}: {reply}")
-        m.receive_interval = reply["interval"]
-        self.stats["forced"] += reply["forced"]
-        self.stats["delivered"] += 1
-        self.net.delivered.append(m)
-
-    def duplicate(self) -> None:
-        m = self.rng.choice(self.net.delivered)
-        if self.procs[m.receiver].request("deliver", envelope=m.envelope)["delivered"]:
-            raise DemoFailed(f"duplicate of {m.message_id} was delivered twice to {m.receiver}")
-        self.stats["duplicates_dropped"] += 1
-
     def step(self, r: int, *, epochs: bool = True) -> None:
-        for a in self.ids:
-            if self.rng.random() < 0.6:
-                self.send(a, self.rng.choice([b for b in self.ids if b != a]))
-        self.rng.shuffle(self.net.in_flight)
-        for _ in range(len(self.net.in_flight) // 2 + 1):
-            if self.net.in_flight:
-                self.deliver(self.net.in_flight.pop())
-        if self.net.delivered and self.rng.random() < 0.3:
-            self.duplicate()
-        if self.mode == pb.COORDINATED:
-            if epochs and r % EPOCH_EVERY == 0:
-                self.start_epoch(r)
-        else:
-            for a in self.ids:
-                if self.rng.random() < 0.1:
-                    self.procs[a].request("checkpoint")
-                    self.stats["basic"] += 1
+        self.world.step(r, time.monotonic(), start_epoch=self.start_epoch if epochs else None)
 
-    def drain(self) -> None:
-        for _ in range(10 * len(self.net.in_flight) + 1):
-            if not self.net.in_flight:
-                return
-            self.deliver(self.net.in_flight.pop())
-
-    def statuses(self) -> dict[str, dict[str, Any]]:
-        return {a: self.procs[a].request("status") for a in self.ids}
+    def check(self, when: str, *, final: bool = False) -> None:
+        """The ledger's verdict on everything so far (the journals read first)."""
+        self.world.ingest()
+        verdict = self.world.ledger.verdict(final=final, network=self.world.network.carrying())
+        if not verdict.ok:
+            raise DemoFailed(f"{when}: " + "; ".join(f"{f.invariant}: {f.why}" for f in verdict.findings[:5]))
 
     def audit(self, when: str) -> None:
-        st = self.statuses()
-        in_states, in_transit = sum(s["tokens"] for s in st.values()), self.net.in_transit()
-        have = in_states + in_transit
-        say(f"  tokens {when}: {in_states} in agents + {in_transit} in transit = {have} of {self.total} "
-            f"({'conserved' if have == self.total else 'NOT CONSERVED'})")
-        if have != self.total:
-            raise DemoFailed(f"tokens not conserved {when}: {have} != {self.total}")
+        tally = self.world.audit(when)
+        say(f"  tokens {when}: {tally.in_agents} in agents + {tally.in_transit} in transit = "
+            f"{tally.in_agents + tally.in_transit} of {self.total} "
+            f"({'conserved' if tally.conserved else 'NOT CONSERVED'})")
+        if not tally.conserved:
+            raise DemoFailed(f"tokens not conserved {when}")
 
     # ---- the crash ----------------------------------------------------------------
     def crash(self, r: int, victim: str) -> None:
@@ -214,7 +118,7 @@ class Phase:
                 self.step(r + extra, epochs=False)
         whatif = self.conn.call("AdminService", "WhatIf", pb.WhatIfRequest(group=self.group, failed=[victim]))
         predicted = {t.agent_id: t.checkpoint_index for t in whatif.targets}
-        before = self.statuses()
+        before = self.world.statuses()
         say(f"  round {r:3}: what if {victim} fails? -> roll back {dict(sorted(predicted.items())) or 'nobody'}")
         say(f"  round {r:3}: CRASH: SIGKILL {victim} (pid {self.procs[victim].proc.pid}); restarting it")
         self.procs[victim].kill()
@@ -229,37 +133,27 @@ class Phase:
                 proc.dump_stacks()
             time.sleep(0.5)  # let them write the stacks before the demo stops them
             raise
-        after = self.statuses()
-        line = {a: after[a]["rollbacks"][-1]["index"] for a in self.ids
-                if a != victim and len(after[a]["rollbacks"]) > len(before[a]["rollbacks"])}
-        line[victim] = ready["index"]
+        after = self.world.statuses()  # waits for re-deliveries still running in the order threads
+        recoveries = self.world.ingest()
+        if len(recoveries) != 1:
+            raise DemoFailed(f"one crash, but the agents carried out recoveries {recoveries}")
+        rid = recoveries[0]
+        line = {f.agent_id: f.index for f in self.world.ledger.lines[rid]}
         lost = {a: before[a]["work"] - after[a]["work"] for a in line}
         if line != predicted:
             raise DemoFailed(f"recovery line {line} differs from the what-if answer {predicted}")
-        expected = self.net.apply_line(line)
-        redelivered = {a: after[a]["redelivered"] for a in line if a != victim}
-        redelivered[victim] = ready["redelivered"]
-        self.check_redeliveries(expected, redelivered)
-        undone = [m for m in self.net.in_flight if m.undone]
+        self.check("after the recovery")
+        redelivered = len(self.world.ledger.redelivered_for(rid))
+        undone = sum(1 for e in self.world.network.entries
+                     if not e.copy and self.world.ledger.send_undone(e.message) is not None)
         say(f"  recovered in {time.monotonic() - t0:.2f}s; recovery line {dict(sorted(line.items()))}")
         say(f"  rolled back: {', '.join(sorted(line))}; kept running: "
             f"{', '.join(a for a in self.ids if a not in line) or 'nobody'}")
         say(f"  work lost (operations): {dict(sorted(lost.items()))}; matches what-if: {line == predicted}")
-        say(f"  re-delivered by the receivers from their logs: {sum(map(len, expected.values()))} messages "
+        say(f"  re-delivered by the receivers from their logs: {redelivered} messages "
             f"(exactly those the line took from them and kept at their senders); in flight from undone sends: "
-            f"{len(undone)} (their receivers must refuse them)")
+            f"{undone} (their receivers must refuse them)")
         self.audit("after recovery")
-
-    def check_redeliveries(self, expected: dict[str, list[Msg]], redelivered: dict[str, list[list[Any]]]) -> None:
-        """Each receiver must have re-delivered exactly the messages the line took out of
-        its state and kept at their senders; the new receive intervals are recorded."""
-        for agent in sorted(set(expected) | set(redelivered)):
-            want = {m.message_id: m for m in expected.get(agent, [])}
-            got = {message_id: interval for message_id, interval in redelivered.get(agent, [])}
-            if set(want) != set(got):
-                raise DemoFailed(f"{agent} re-delivered {sorted(got)}, the line requires {sorted(want)}")
-            for message_id, m in want.items():
-                m.receive_interval = got[message_id]
 
     # ---- the phase ----------------------------------------------------------------
     def run(self) -> None:
@@ -283,25 +177,27 @@ class Phase:
                 self.crash(r, victim)
             if r % 25 == 0:
                 info = self.group_info().group
+                s = self.world.stats
                 epochs = (f"; epoch {info.current_epoch}, stable {info.stable_epoch}" if self.mode == pb.COORDINATED
-                          else f"; {self.stats['basic']} basic + {self.stats['forced']} forced checkpoints")
-                say(f"  round {r:3}: {self.stats['sent']} sent, {self.stats['delivered']} delivered, "
-                    f"{len(self.net.in_flight)} in flight{epochs}")
+                          else f"; {s['basic']} basic + {s['forced']} forced checkpoints")
+                say(f"  round {r:3}: {s['sent']} sent, {s['delivered']} delivered, "
+                    f"{len(self.world.network)} in flight{epochs}")
         if not crashed:
             self.crash(r, victim)
-        self.drain()
+        self.world.drain(time.monotonic())
         self.audit("at the end (all messages delivered)")
+        self.check("at the end", final=True)
         self.summary(r)
 
     def summary(self, rounds: int) -> None:
         info = self.group_info().group
         gc = self.conn.call("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id=f"gc-{self.group}",
                                                                                     group=self.group))
-        s = self.stats
+        s = self.world.stats
         say(f"  {rounds} rounds: {s['sent']} messages, {s['delivered']} deliveries, {s['duplicates_dropped']} "
             f"duplicates dropped by the client; {s['orphans_refused']} messages from undone sends refused")
         if self.mode == pb.COORDINATED:
-            say(f"  epochs started {s['epochs']}, stable epoch {info.stable_epoch}; cuts forced by a later-epoch "
+            say(f"  epochs started {self.epochs}, stable epoch {info.stable_epoch}; cuts forced by a later-epoch "
                 f"message: {s['forced']}")
         else:
             say(f"  checkpoints: {s['basic']} basic, {s['forced']} forced by {self.name.upper()}")

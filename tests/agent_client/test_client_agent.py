@@ -144,6 +144,32 @@ def test_rollback_order_reaches_a_running_agent(coordinator, admin, tmp_path: Pa
              "the group to finish recovering", 10)
 
 
+def test_before_ack_sees_the_rollback_carried_out_and_not_yet_acknowledged(coordinator, admin, tmp_path) -> None:
+    make_group(admin, pb.CIC_BCS)
+    seen: list[tuple[int, list[tuple[str, int]], int, str]] = []
+
+    def before_ack(order: pb.Order) -> None:
+        group = admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group
+        seen.append((order.roll_back.recovery_id, [(t.agent_id, t.checkpoint_index) for t in order.roll_back.line],
+                     len(b.rollbacks), pb.GroupState.Name(group.state)))
+        if len(seen) == 1:
+            raise RuntimeError("the agent dies here, its rollback not acknowledged")
+
+    a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b", before_ack=before_ack)
+    b.client.checkpoint()
+    a.client.checkpoint()
+    b.client.unwrap(a.client.wrap(b"x", to="b"))
+    restarted = Agent(coordinator, tmp_path, "a")
+    restarted.client.restore()
+    restarted.client.sync_orders()
+    wait_for(lambda: len(seen) >= 2, "b's order watcher to try the rollback again", 10)
+    # Restored and handed to on_rollback, then the hook, with the group still waiting for b's acknowledgement;
+    # a hook that raises leaves the order unacknowledged, and the watcher carries it out again.
+    assert seen[0] == (1, [("a", 1), ("b", 1)], 1, "RECOVERING")
+    wait_for(lambda: admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.state == pb.RUNNING,
+             "b's acknowledgement", 10)
+
+
 def test_coordinated_epoch_cut_by_orders_and_by_messages(coordinator, admin, tmp_path: Path) -> None:
     make_group(admin, pb.COORDINATED)
     a = Agent(coordinator, tmp_path, "a")
