@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 # enough that snapshots are written and installed while faults are in force.
 NODE_SETTINGS: dict[str, object] = {"compaction_min_entries": 2000, "compaction_min_time": 5.0}
 DISK_MB = 96
+# The workloads go on this long after the plan's last heal, so the history shows
+# whether (and how soon) the cluster served again.
+TAIL_S = 4.0
 LEADER_TIMEOUT_S = 30.0
 HISTORY_FILE, REPORT_FILE = "history.jsonl", "report.json"
 
@@ -97,20 +100,31 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = print) -> RunRes
         cluster.start_all()
         cluster.leader(LEADER_TIMEOUT_S)
         metadata = MetadataWorkload(history, cluster.endpoints(),
-                                    MetadataConfig(duration_s=config.duration_s, seed=config.seed))
-        metadata.setup()
+                                    MetadataConfig(duration_s=config.duration_s + TAIL_S, seed=config.seed))
         agents = _agent_workload(scenario, history, cluster, config, out)
-        metadata.start()
-        if agents is not None:
-            agents.start()
-        nemesis = Nemesis(cluster, history, plan, seed=config.seed, agents=agents).start()
-        metadata.wait()
-        injected = nemesis.stop()
-        if nemesis.error is not None:
-            notes.append(f"the nemesis failed: {type(nemesis.error).__name__}: {nemesis.error}")
-        on_progress(f"faults injected: {injected.by_kind or 'none'}; healed; settling and reading the final state")
-        extra = agents.finish() if agents is not None else []
-        metadata.finish()
+        extra = None
+        try:
+            metadata.setup()
+            if agents is not None:
+                agents.setup()
+            metadata.start()
+            if agents is not None:
+                agents.start()
+            nemesis = Nemesis(cluster, history, plan, seed=config.seed, agents=agents).start()
+            try:
+                if agents is not None:
+                    agents.wait()
+                metadata.wait()
+            finally:
+                injected = nemesis.stop()
+            if nemesis.error is not None:
+                notes.append(f"the nemesis failed: {type(nemesis.error).__name__}: {nemesis.error}")
+            on_progress(f"faults injected: {injected.by_kind or 'none'}; healed; settling and reading the final state")
+            metadata.finish()
+            extra = agents.finish() if agents is not None else []  # its harness problems are in there
+        finally:
+            if agents is not None and extra is None:  # an aborted run: stop the agent processes
+                agents.close()
     report = check(load(history_path), extra=extra, serve_bound_s=config.serve_bound_s)
     report.summary.update(scenario=scenario.name, seed=config.seed, faults_by_kind=injected.by_kind,
                           faults_skipped=len(injected.skipped), bug=config.bug or "")
@@ -144,7 +158,5 @@ def _agent_workload(scenario: Scenario, history: History, cluster: ChaosCluster,
         return None
     from chaos.workloads.agents import AgentConfig, AgentWorkload
 
-    workload = AgentWorkload(history, cluster.endpoints(), out / "agents",
-                             AgentConfig(duration_s=config.duration_s, seed=config.seed))
-    workload.setup()
-    return workload
+    return AgentWorkload(history, cluster.endpoints(), out / "agents",
+                         AgentConfig(duration_s=config.duration_s + TAIL_S, seed=config.seed))

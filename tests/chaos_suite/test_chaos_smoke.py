@@ -48,6 +48,11 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
     injected = sum(report["summary"]["faults_by_kind"].values())
     assert injected >= len(planned) - len(report["skipped_faults"]) > 0, report["summary"]
     assert report["summary"]["ok"] > 100, "the workload kept making progress"
+    agent_checks = {i["name"] for i in report["invariants"] if i["name"].startswith("agent-")}
+    if SCENARIOS[scenario].agents:  # the token-passing agents ran, were crashed and were judged
+        assert {"agent-tokens-conserved", "agent-no-orphans", "agent-workload"} <= agent_checks, agent_checks
+        crashes = next(i for i in report["invariants"] if i["name"] == "agent-workload")["counts"].get("crashes", {})
+        assert sum(crashes.values()) == report["summary"]["faults_by_kind"].get("agent-crash", 0), crashes
 
 
 @pytest.mark.parametrize("scenario, bug, caught_by", [
