@@ -21,7 +21,7 @@ from chaos.workloads.agents import CHECKPOINTS, NAMES, WORKLOAD, ZOMBIES, AgentC
 from agent_client.demo_ledger import DUPLICATES, LOST, ORPHANS, TOKENS
 from agent_client.demo_traffic import Traffic
 from coordinator.cli.local_cluster import LocalCluster, wait_for
-from tests.chaos_suite.clusters import PlantedCluster
+from tests.chaos_suite.clusters import planted_cluster
 
 pytestmark = pytest.mark.cluster
 LONG = 120.0  # the workload's own bound; the tests stop it as soon as they are done
@@ -124,7 +124,7 @@ def test_a_planted_driver_fault_is_caught_by_its_invariant(shared_cluster: Local
 @pytest.mark.parametrize("bug", [None, "accept-stale-epoch"])
 def test_a_zombie_write_accepted_by_the_coordinator_is_caught(tmp_path: Path, bug: str | None) -> None:
     config = AgentConfig(modes=("hmnr",), duration_s=LONG, crash_kinds=(ZOMBIE,), seed=4)
-    with PlantedCluster(tmp_path / "cluster", bug) as cluster:
+    with planted_cluster(tmp_path / "cluster", bug) as cluster:
         cluster.start_all()
         cluster.leader()
         wl = AgentWorkload(History(), cluster.endpoints(), tmp_path / "agents", config)
