@@ -35,6 +35,10 @@ DISK_MB = 96
 # The workloads go on this long after the plan's last heal, so the history shows
 # whether (and how soon) the cluster served again.
 TAIL_S = 4.0
+# Budgets that bound the load in count as well as time, sized well above what 2 cores
+# reach (about 130 metadata operations and 20 agent rounds a second), so that the
+# duration is what ends a run.
+OPS_PER_S, ROUNDS_PER_S = 500, 40
 LEADER_TIMEOUT_S = 30.0
 HISTORY_FILE, REPORT_FILE = "history.jsonl", "report.json"
 
@@ -80,7 +84,11 @@ def disk_factory(root: Path) -> Callable[[int], object]:
     return lambda i: LoopDisk(root / f"node{i}.img", root / f"node{i}", DISK_MB)
 
 
-def run(config: RunConfig, on_progress: Callable[[str], None] = print) -> RunResult:
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResult:
     scenario: Scenario = SCENARIOS[config.scenario]
     plan = scenario.faults(config.seed, config.duration_s, config.nodes)
     out = Path(config.out_dir)
@@ -100,7 +108,8 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = print) -> RunRes
         cluster.start_all()
         cluster.leader(LEADER_TIMEOUT_S)
         metadata = MetadataWorkload(history, cluster.endpoints(),
-                                    MetadataConfig(duration_s=config.duration_s + TAIL_S, seed=config.seed))
+                                    MetadataConfig(duration_s=config.duration_s + TAIL_S, seed=config.seed,
+                                                   max_ops=int(OPS_PER_S * (config.duration_s + TAIL_S))))
         agents = _agent_workload(scenario, history, cluster, config, out)
         extra = None
         try:
@@ -111,12 +120,16 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = print) -> RunRes
             if agents is not None:
                 agents.start()
             nemesis = Nemesis(cluster, history, plan, seed=config.seed, agents=agents).start()
+            loaded_from = time.monotonic()
             try:
                 if agents is not None:
                     agents.wait()
                 metadata.wait()
             finally:
                 injected = nemesis.stop()
+            if plan and time.monotonic() - loaded_from < plan[-1].heal_at:
+                notes.append(f"the load stopped {time.monotonic() - loaded_from:.1f}s in, before the plan's last "
+                             f"heal at {plan[-1].heal_at:.1f}s: its budget is too small for this duration")
             if nemesis.error is not None:
                 notes.append(f"the nemesis failed: {type(nemesis.error).__name__}: {nemesis.error}")
             on_progress(f"faults injected: {injected.by_kind or 'none'}; healed; settling and reading the final state")
@@ -146,7 +159,8 @@ def check_cluster(endpoints: list[str], duration_s: float, seed: int, out_dir: P
     history_path = out / HISTORY_FILE
     history_path.unlink(missing_ok=True)
     with History(history_path) as history:
-        MetadataWorkload(history, endpoints, MetadataConfig(duration_s=duration_s, seed=seed)).run()
+        MetadataWorkload(history, endpoints, MetadataConfig(duration_s=duration_s, seed=seed,
+                                                            max_ops=int(OPS_PER_S * duration_s))).run()
     report = check(load(history_path))
     (out / REPORT_FILE).write_text(report.to_json())
     return report
@@ -159,4 +173,5 @@ def _agent_workload(scenario: Scenario, history: History, cluster: ChaosCluster,
     from chaos.workloads.agents import AgentConfig, AgentWorkload
 
     return AgentWorkload(history, cluster.endpoints(), out / "agents",
-                         AgentConfig(duration_s=config.duration_s + TAIL_S, seed=config.seed))
+                         AgentConfig(duration_s=config.duration_s + TAIL_S, seed=config.seed,
+                                     max_rounds=int(ROUNDS_PER_S * (config.duration_s + TAIL_S))))

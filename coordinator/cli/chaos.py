@@ -89,7 +89,8 @@ def _run(args: argparse.Namespace) -> int:
         print(result.report.to_json() if args.json else result.report.table())
         for note in result.notes:
             print(f"NOTE: {note}")
-        print(f"{name}: {'PASS' if result.ok else 'FAIL'} in {result.seconds:.1f}s; history {result.history}")
+        print(f"{name}: {'PASS' if result.ok else 'FAIL'} in {result.seconds:.1f}s; history {result.history}",
+              flush=True)
         worst = max(worst, 0 if result.ok else 1)
     return worst
 
