@@ -18,6 +18,7 @@ uncertainty the bounds meet and the line must equal the naive one.
 """
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
@@ -81,10 +82,21 @@ class _GroupState:
     def __init__(self, facts: Facts, group: str, recoveries: dict[int, Recovery]) -> None:
         self.recoveries = recoveries
         self.registers = facts.of(group, "register")
-        self.cps = [(r.value["agent"], r.value["index"], (r.answer or r.value)["epoch"], r.value["blob_uri"], r)
-                    for r in facts.of(group, "commit") if r.may_apply]
-        self.deps = [(tuple(d), r) for r in facts.of(group, "report_deps") if r.may_apply for d in r.value["deps"]]
+        # Sorted by first send: what was first sent after a line was computed cannot have
+        # shaped it, so each line looks at a prefix only.
+        self.cps = sorted(((r.value["agent"], r.value["index"], (r.answer or r.value)["epoch"], r.value["blob_uri"], r)
+                           for r in facts.of(group, "commit") if r.may_apply), key=lambda c: c[4].start)
+        self.cp_starts = [c[4].start for c in self.cps]
+        self.deps = sorted(((tuple(d), r) for r in facts.of(group, "report_deps") if r.may_apply
+                            for d in r.value["deps"]), key=lambda d: d[1].start)
+        self.dep_starts = [d[1].start for d in self.deps]
         self.gcs = [g for g in facts.of(group, "gc") if g.may_apply]
+        # A blob is removed only by a GC that listed it or whose answer is unknown.
+        self.gcs_listing: dict[str, list[Req]] = defaultdict(list)
+        for gc in self.gcs:
+            for uri in gc.answer["uris"] if gc.ok else ():
+                self.gcs_listing[uri].append(gc)
+        self.gcs_unknown = [g for g in self.gcs if not g.ok]
         self.coordinated = facts.spec(group).get("mode") == "COORDINATED"
         self.stable_at: dict[int, float] = {}
         self.aborted: set[int] = set()
@@ -119,14 +131,15 @@ class _GroupState:
         agents = {r.value["agent"] for r in self.registers if r.may_apply and r.start < t1}
         sure: dict[str, set[int]] = {a: set() for a in agents}
         maybe: dict[str, set[int]] = {a: set() for a in agents}
-        for agent, index, epoch, uri, req in self.cps:
+        for agent, index, epoch, uri, req in self.cps[:bisect.bisect_left(self.cp_starts, t1)]:
             if agent not in agents:
                 continue
             gone, may_be_gone = self._removed(req, lambda r: _cp_hit(r, agent, index), issued)
-            for gc in self.gcs:
-                listed = gc.ok and uri in gc.answer["uris"]
-                gone |= listed and gc.applied_by < t0 and req.applied_by < gc.start
-                may_be_gone |= (listed or not gc.ok) and gc.start < t1 and req.start < gc.applied_by
+            for gc in self.gcs_listing.get(uri, ()):
+                gone |= gc.applied_by < t0 and req.applied_by < gc.start
+                may_be_gone |= gc.start < t1 and req.start < gc.applied_by
+            for gc in self.gcs_unknown:
+                may_be_gone |= gc.start < t1 and req.start < gc.applied_by
             stable_sure = not self.coordinated or self.stable_at.get(epoch, INF) < t0
             stable_maybe = not self.coordinated or (epoch not in self.aborted and self.open_seen[epoch] <= t1)
             if req.applied_by < t0 and stable_sure and not may_be_gone:
@@ -134,7 +147,7 @@ class _GroupState:
             if req.start < t1 and stable_maybe and not gone:
                 maybe[agent].add(index)
         sure_deps, maybe_deps = [], []
-        for dep, req in self.deps:
+        for dep, req in self.deps[:bisect.bisect_left(self.dep_starts, t1)]:
             gone, may_be_gone = self._removed(req, lambda r: _dep_hit(r, dep), issued)
             if req.applied_by < t0 and not may_be_gone:
                 sure_deps.append(dep)
