@@ -1,12 +1,13 @@
 """A coordinator cluster whose every link runs through a fault proxy.
 
-`ChaosCluster` runs N `raftpoint coordinator` processes (a `LocalCluster`) with
-node i bound to 127.0.1.(i+1) and every proxy on 127.0.0.1. The proxy addresses
-therefore sort below every node address, which is what pysyncobj's dialling rule
-needs (chaos.topology): each Raft pair's dialer is given the proxy's address for
-its peer, and a node's peers are advertised to clients by their proxied gRPC
-addresses, so a client that follows a `raftpoint-leader` redirect stays behind the
-proxies. Observation (`statuses`, `leader`, `converged`) talks to the nodes'
+`ChaosCluster` runs N `raftpoint coordinator` processes (a `LocalCluster`, each
+through `python -m chaos.node`) with node i bound to 127.0.1.(i+1) and every proxy
+on 127.0.0.1. Nodes know each other by their real Raft addresses, as pysyncobj
+needs (it names nodes by address in handshakes, the log and snapshots); each Raft
+pair's dialer (chaos.topology) has its TCP connections to the peer routed to the
+pair's proxy (chaos.node). A node's peers are advertised to clients by their
+proxied gRPC addresses, so a client that follows a `raftpoint-leader` redirect
+stays behind the proxies. Observation (`statuses`, `leader`, `converged`) talks to the nodes'
 real gRPC addresses, so it sees through client-side faults.
 
 Every fault method returns once the fault is in force and, given a History,
@@ -19,6 +20,7 @@ import signal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
+from chaos import node as chaos_node
 from chaos.history import History
 from chaos.linkfaults import DROP, LinkFaults, Partition, delay as delayed
 from chaos.netproxy import LinkStats, NetProxy
@@ -30,7 +32,7 @@ PROXY_HOST = "127.0.0.1"
 
 
 def node_host(index: int) -> str:
-    """Node i's loopback address: above PROXY_HOST as a string, as pysyncobj needs."""
+    """Node i's loopback address, apart from the proxies' PROXY_HOST."""
     if not 0 <= index < 254:
         raise ValueError("at most 254 nodes")
     return f"127.0.1.{index + 1}"
@@ -59,29 +61,25 @@ class NoDisks(RuntimeError):
 
 class ChaosCluster:
     def __init__(self, root: Path, size: int = 3, *, settings: dict[str, object] | None = None, seed: int = 0,
-                 history: History | None = None, node_command: Callable[[int], list[str]] | None = None,
+                 history: History | None = None, bug: str | None = None,
                  disks: Callable[[int], Disk] | None = None, password: str | None = None) -> None:
-        """`node_command(i)`: the program that runs node i, before `coordinator <flags>`
-        (default `python -m coordinator.cli.main`; e.g. `python -m chaos.planted --bug X`).
+        """`bug`: a chaos.planted bug every node runs with (chaos.node plants it).
         `disks(i)`: node i's data directory goes on that disk (needs root and a private
         mount namespace); without it, plain directories under `root`."""
+        chaos_node.program({}, bug)  # an unknown bug fails here, not at the first start
         self.history = history
         self.proxy = NetProxy(seed)
         try:
             self.local = LocalCluster(root, size, settings=settings, password=password,
                                       hosts=[node_host(i) for i in range(size)], peer_spec=self._peer_spec,
-                                      program=node_command)
+                                      program=lambda i: chaos_node.program(self._routes(i), bug))
             self.raft_links = raft_links([n.raft for n in self.local.nodes])
             self.addresses: dict[str, int] = {}
             for n in self.local.nodes:
                 self.addresses[n.raft] = self.addresses[n.grpc] = n.index
                 self.addresses[self.proxy.add_link(grpc_link_name(n.index), n.grpc)] = n.index
             for link in self.raft_links.values():
-                listener = self.local.nodes[link.listener]
-                address = self.proxy.add_link(link.name, listener.raft)
-                if not self.local.nodes[link.dialer].raft > address:  # pysyncobj would not dial it
-                    raise RuntimeError(f"proxy {address} does not sort below {self.local.nodes[link.dialer].raft}")
-                self.addresses[address] = link.listener
+                self.addresses[self.proxy.add_link(link.name, self.local.nodes[link.listener].raft)] = link.listener
         except BaseException:
             self.proxy.close()
             raise
@@ -91,9 +89,14 @@ class ChaosCluster:
 
     # ---- wiring -----------------------------------------------------------------------
     def _peer_spec(self, node: NodeProcess, peer: NodeProcess) -> str:
-        link = self.raft_links[frozenset((node.index, peer.index))]
-        raft = self.proxy.address(link.name) if link.dialer == node.index else peer.raft
-        return f"{raft}={self.proxy.address(grpc_link_name(peer.index))}"
+        """Peers by their real Raft addresses (pysyncobj's node identities) and by
+        their proxied gRPC addresses (what redirects send clients to)."""
+        return f"{peer.raft}={self.proxy.address(grpc_link_name(peer.index))}"
+
+    def _routes(self, i: int) -> dict[str, str]:
+        """Where node i's Raft dials really go: each link it dials, to that link's proxy."""
+        return {self.local.nodes[link.listener].raft: self.proxy.address(link.name)
+                for link in self.raft_links.values() if link.dialer == i}
 
     @property
     def nodes(self) -> list[NodeProcess]:

@@ -1,9 +1,8 @@
-"""Run a coordinator node with a deliberate bug, to prove the chaos checker catches it.
+"""Deliberate bugs for coordinator nodes, to prove the chaos checker catches each.
 
-    python -m chaos.planted --bug NAME coordinator <the usual coordinator flags>
-
-The bug is monkeypatched in before `coordinator.cli.main` runs; nothing in
-coordinator/ knows about it. Bugs:
+A node runs with one through `python -m chaos.node --bug NAME coordinator ...`: the
+bug is monkeypatched in before `coordinator.cli.main` runs; nothing in coordinator/
+knows about it. Bugs:
 
 - `no-dedupe`: the applier ignores the request-id table, so a retried request is
   applied again (a retried Register bumps the incarnation and starts a recovery).
@@ -16,12 +15,8 @@ coordinator/ knows about it. Bugs:
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 from typing import Any, Callable
-
-PROGRAM = [sys.executable, "-m", "chaos.planted"]
 
 
 def _no_dedupe() -> None:
@@ -97,26 +92,3 @@ BUGS: dict[str, Callable[[], None]] = {
     "skip-fsync": _skip_fsync,
     "stale-read": _stale_read,
 }
-
-
-def program(bug: str) -> list[str]:
-    """The command line that runs `raftpoint <subcommand ...>` with `bug` planted."""
-    if bug not in BUGS:
-        raise ValueError(f"unknown bug {bug!r}; known: {', '.join(BUGS)}")
-    return [*PROGRAM, "--bug", bug]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos.planted",
-                                     description="run a raftpoint subcommand with a deliberate bug")
-    parser.add_argument("--bug", required=True, choices=sorted(BUGS))
-    args, rest = parser.parse_known_args(argv)
-    BUGS[args.bug]()
-    print(f"chaos.planted: running with bug {args.bug!r}", file=sys.stderr, flush=True)
-    from coordinator.cli import main as cli
-
-    return cli.main(rest)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

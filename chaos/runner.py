@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from chaos import planted
 from chaos.checker import check
 from chaos.controller import ChaosCluster
 from chaos.history import History, load
@@ -104,7 +103,7 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
                 f"{len(plan)} faults planned" + (f"; planted bug: {config.bug}" if config.bug else ""))
     with History(history_path) as history, ChaosCluster(
             out / "cluster", config.nodes, settings=NODE_SETTINGS, seed=config.seed, history=history,
-            node_command=(lambda i: planted.program(config.bug)) if config.bug else None, disks=disks) as cluster:
+            bug=config.bug, disks=disks) as cluster:
         cluster.start_all()
         cluster.leader(LEADER_TIMEOUT_S)
         metadata = MetadataWorkload(history, cluster.endpoints(),

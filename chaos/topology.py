@@ -2,9 +2,9 @@
 
 pysyncobj opens one TCP connection per pair of nodes, dialled by the node whose
 address string is greater (it sends its address as its identity; the other looks
-it up among its peers). So each pair has exactly one Raft link: the dialer is
-told the proxy's address instead of the listener's, the listener keeps the
-dialer's real address (it never dials). Bytes dialer→listener are the link's `up`
+it up among its peers). So each pair has exactly one Raft link: the dialer's
+connections to the listener are routed to the link's proxy (chaos.node), while
+both keep naming each other by their real addresses. Bytes dialer→listener are the link's `up`
 direction, listener→dialer its `down`: a one-way fault is one direction of it.
 """
 from __future__ import annotations

@@ -292,6 +292,13 @@ class CoordinatorNode(SyncObj):
             header = snapshot_file.read_header(f)
             raft_data = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
             self._journal.align_to_snapshot(raft_data[1], raft_data[0])
+            members = sorted(str(node) for node in raft_data[2])
+            if self.config.raft_address not in members:
+                # pysyncobj adopts this list as the membership: if the peers know this
+                # node by another address, it now counts itself twice and loses a peer.
+                log.warning("snapshot member list %s does not name this node %s: every node must name "
+                            "each node by the address that node binds, or it was removed", members,
+                            self.config.raft_address)
             if header.applied_index > self._store.applied_index:
                 log.info("restoring store from snapshot at index %d (local %d)",
                          header.applied_index, self._store.applied_index)

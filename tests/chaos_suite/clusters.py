@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaos import planted
+from chaos import node as chaos_node
 from coordinator.cli.local_cluster import LocalCluster
 from tests.support.cluster import FAST
 
 
 def planted_cluster(root: Path, bug: str | None, size: int = 3) -> LocalCluster:
-    """Nodes started through `python -m chaos.planted --bug BUG` (no bug: as usual)."""
-    return LocalCluster(root, size, settings=FAST, program=(lambda i: planted.program(bug)) if bug else None)
+    """Nodes started through `python -m chaos.node --bug BUG` (no bug: as usual)."""
+    return LocalCluster(root, size, settings=FAST, program=(lambda i: chaos_node.program({}, bug)) if bug else None)

@@ -27,7 +27,7 @@ from typing import Iterator
 
 import grpc
 
-from chaos import planted
+from chaos import node as chaos_node
 from chaos.disk import BLKIO_ROOT, LoopDisk, private_mount_namespace_argv
 from coordinator.cli.local_cluster import LocalCluster, NodeProcess, wait_for
 from tests.cluster.test_observability import scrape
@@ -61,7 +61,7 @@ def run_in_namespace(root: Path, scenario: str, *args: str) -> dict:
 def cluster_on_disks(root: Path, *, skip_fsync: bool = False,
                      settings: dict[str, object] = FAST) -> Iterator[tuple[LocalCluster, list[LoopDisk]]]:
     """Three nodes, node i's data dir being the mount point of its own LoopDisk."""
-    program = (lambda i: planted.program("skip-fsync")) if skip_fsync else None
+    program = (lambda i: chaos_node.program({}, "skip-fsync")) if skip_fsync else None
     with ExitStack() as stack:
         disks = []
         for i in range(3):

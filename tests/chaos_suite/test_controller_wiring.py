@@ -14,8 +14,7 @@ from chaos.topology import grpc_link_name
 
 @pytest.fixture
 def unstarted(tmp_path: Path) -> Iterator[ChaosCluster]:
-    planted = [sys.executable, "-m", "chaos.planted", "--bug", "skip-dedupe"]
-    with ChaosCluster(tmp_path, 4, node_command=lambda i: planted if i == 2 else [sys.executable, "-m", "x"]) as c:
+    with ChaosCluster(tmp_path, 4, bug="no-dedupe") as c:
         yield c
 
 
@@ -24,33 +23,40 @@ def peers_of(chaos: ChaosCluster, i: int) -> list[tuple[str, str]]:
     return [tuple(p.split("=")) for p in args[args.index("--peers") + 1].split(",")]
 
 
-def test_dialers_get_proxy_addresses_listeners_real_ones_and_clients_proxied_grpc(unstarted: ChaosCluster) -> None:
+def routes_of(chaos: ChaosCluster, i: int) -> dict[str, str]:
+    args = chaos.local.command(chaos.nodes[i])
+    return dict(args[k + 1].split("=") for k, a in enumerate(args) if a == "--route")
+
+
+def test_nodes_name_peers_by_real_raft_addresses_dials_go_through_proxies_clients_proxied_grpc(
+        unstarted: ChaosCluster) -> None:
     chaos = unstarted
     for node in chaos.nodes:
         peers = peers_of(chaos, node.index)
         assert len(peers) == chaos.size - 1
+        assert {raft for raft, _ in peers} == {n.raft for n in chaos.nodes if n is not node}
         for raft, grpc in peers:
-            peer = chaos.node_of(raft)
-            assert grpc == chaos.endpoints()[peer]
-            if node.raft > chaos.nodes[peer].raft:  # pysyncobj: this node dials the peer
-                assert raft == chaos.proxy.address(chaos.raft_links[frozenset((node.index, peer))].name)
-                assert node.raft > raft  # and still dials the proxy
-            else:
-                assert raft == chaos.nodes[peer].raft
-    proxies = [chaos.proxy.address(name) for name in chaos.proxy.links()]
-    assert all(node.raft > p for node in chaos.nodes for p in proxies)
+            assert grpc == chaos.endpoints()[chaos.node_of(raft)]
+        dialled = {peer.raft for peer in chaos.nodes if node.raft > peer.raft}  # pysyncobj: the greater dials
+        routes = routes_of(chaos, node.index)
+        assert set(routes) == dialled
+        for raft, via in routes.items():
+            link = chaos.raft_links[frozenset((node.index, chaos.node_of(raft)))]
+            assert (link.dialer, via) == (node.index, chaos.proxy.address(link.name))
     assert set(chaos.endpoints()) == {chaos.proxy.address(grpc_link_name(i)) for i in range(4)}
 
 
-def test_node_command_hook_and_address_map(unstarted: ChaosCluster) -> None:
+def test_node_program_plants_the_bug_and_address_map(unstarted: ChaosCluster) -> None:
     chaos = unstarted
-    args = chaos.local.command(chaos.nodes[2])
-    assert args[:6] == [sys.executable, "-m", "chaos.planted", "--bug", "skip-dedupe", "coordinator"]
-    assert chaos.local.command(chaos.nodes[0])[:4] == [sys.executable, "-m", "x", "coordinator"]
     for node in chaos.nodes:
+        args = chaos.local.command(node)
+        assert args[:3] == [sys.executable, "-m", "chaos.node"]
+        assert args[args.index("--bug") + 1] == "no-dedupe" and args.index("--bug") < args.index("coordinator")
         assert chaos.node_of(node.raft) == chaos.node_of(node.grpc) == node.index
         assert chaos.node_of(chaos.endpoints()[node.index]) == node.index
     assert chaos.node_of("127.0.0.1:1") is None
+    with pytest.raises(ValueError, match="unknown bug"):
+        ChaosCluster(chaos.local.root / "other", 3, bug="nonsense")
 
 
 def test_fault_arguments_are_checked_and_disk_faults_need_disks(unstarted: ChaosCluster) -> None:

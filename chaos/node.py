@@ -1,0 +1,85 @@
+"""Run a coordinator node for the chaos suite: Raft dials go through the fault proxies.
+
+    python -m chaos.node [--route ADDRESS=VIA ...] [--bug NAME] coordinator <the usual flags>
+
+Every node is told its peers' real Raft addresses, because pysyncobj names a node by
+its address string everywhere: in the handshake, in membership changes in the log,
+and in the member list each snapshot carries (a node installing the leader's snapshot
+takes that list as its own). A per-node alias for a peer (such as the proxy's
+address) makes one node count as two there. So the proxy is applied below the
+naming: `--route ADDRESS=VIA` makes this process open its TCP connections for
+ADDRESS to VIA instead, and nothing else changes. `--bug` plants one of
+chaos.planted's bugs. Both are monkeypatched in before `coordinator.cli.main` runs;
+nothing in coordinator/ knows about them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Mapping
+
+from chaos import planted
+
+PROGRAM = [sys.executable, "-m", "chaos.node"]
+
+
+def program(routes: Mapping[str, str], bug: str | None = None) -> list[str]:
+    """The command line that runs `raftpoint <subcommand ...>` with these routes and bug."""
+    if bug is not None and bug not in planted.BUGS:
+        raise ValueError(f"unknown bug {bug!r}; known: {', '.join(planted.BUGS)}")
+    args = [*PROGRAM]
+    for address, via in sorted(routes.items()):
+        args += ["--route", f"{address}={via}"]
+    return args + (["--bug", bug] if bug else [])
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
+def route_dials(routes: Mapping[str, str]) -> None:
+    """Send pysyncobj's outgoing connections for each ADDRESS to its VIA address.
+
+    Patched at TcpConnection.connect, the one place pysyncobj opens a socket, so
+    node identities (TCPNode ids, handshakes, snapshots) keep the real address."""
+    from pysyncobj import tcp_connection
+
+    table = {_split(address): _split(via) for address, via in routes.items()}
+    connect = tcp_connection.TcpConnection.connect
+
+    def routed(self: tcp_connection.TcpConnection, host: str, port: int) -> bool:
+        host, port = table.get((host, port), (host, port))
+        return connect(self, host, port)
+
+    tcp_connection.TcpConnection.connect = routed  # type: ignore[method-assign]
+
+
+def _route(text: str) -> tuple[str, str]:
+    address, sep, via = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError(text)
+        _split(address), _split(via)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT=HOST:PORT, got {text!r}") from None
+    return address, via
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos.node",
+                                     description="run a raftpoint subcommand as a chaos-suite node")
+    parser.add_argument("--route", type=_route, action="append", default=[],
+                        help="open connections for ADDRESS to VIA instead (repeatable)")
+    parser.add_argument("--bug", choices=sorted(planted.BUGS), help="plant a known bug (chaos/planted.py)")
+    args, rest = parser.parse_known_args(argv)
+    route_dials(dict(args.route))
+    if args.bug:
+        planted.BUGS[args.bug]()
+        print(f"chaos.node: running with bug {args.bug!r}", file=sys.stderr, flush=True)
+    from coordinator.cli import main as cli
+    return cli.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
