@@ -20,7 +20,7 @@ import signal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
-from chaos import node as chaos_node
+from chaos import node as chaos_node, planted
 from chaos.history import History
 from chaos.linkfaults import DROP, LinkFaults, Partition, delay as delayed
 from chaos.netproxy import LinkStats, NetProxy
@@ -28,11 +28,8 @@ from chaos.topology import RaftLink, cut_pairs, grpc_link_name, partition_groups
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.cli.local_cluster import LocalCluster, NodeProcess, wait_for
 
-PROXY_HOST = "127.0.0.1"
-
-
 def node_host(index: int) -> str:
-    """Node i's loopback address, apart from the proxies' PROXY_HOST."""
+    """Node i's loopback address, apart from the proxies (NetProxy listens on 127.0.0.1)."""
     if not 0 <= index < 254:
         raise ValueError("at most 254 nodes")
     return f"127.0.1.{index + 1}"
@@ -66,7 +63,7 @@ class ChaosCluster:
         """`bug`: a chaos.planted bug every node runs with (chaos.node plants it).
         `disks(i)`: node i's data directory goes on that disk (needs root and a private
         mount namespace); without it, plain directories under `root`."""
-        chaos_node.program({}, bug)  # an unknown bug fails here, not at the first start
+        planted.require(bug)  # an unknown bug fails here, not at the first start
         self.history = history
         self.proxy = NetProxy(seed)
         try:

@@ -19,33 +19,29 @@ import sys
 from typing import Mapping
 
 from chaos import planted
+from chaos.linkfaults import loopback_address
 
 PROGRAM = [sys.executable, "-m", "chaos.node"]
+Address = tuple[str, int]
 
 
 def program(routes: Mapping[str, str], bug: str | None = None) -> list[str]:
     """The command line that runs `raftpoint <subcommand ...>` with these routes and bug."""
-    if bug is not None and bug not in planted.BUGS:
-        raise ValueError(f"unknown bug {bug!r}; known: {', '.join(planted.BUGS)}")
+    planted.require(bug)
     args = [*PROGRAM]
     for address, via in sorted(routes.items()):
         args += ["--route", f"{address}={via}"]
     return args + (["--bug", bug] if bug else [])
 
 
-def _split(address: str) -> tuple[str, int]:
-    host, port = address.rsplit(":", 1)
-    return host, int(port)
-
-
-def route_dials(routes: Mapping[str, str]) -> None:
-    """Send pysyncobj's outgoing connections for each ADDRESS to its VIA address.
+def route_dials(routes: Mapping[Address, Address]) -> None:
+    """Send pysyncobj's outgoing connections for each address to its `via` address.
 
     Patched at TcpConnection.connect, the one place pysyncobj opens a socket, so
     node identities (TCPNode ids, handshakes, snapshots) keep the real address."""
     from pysyncobj import tcp_connection
 
-    table = {_split(address): _split(via) for address, via in routes.items()}
+    table = dict(routes)
     connect = tcp_connection.TcpConnection.connect
 
     def routed(self: tcp_connection.TcpConnection, host: str, port: int) -> bool:
@@ -55,15 +51,14 @@ def route_dials(routes: Mapping[str, str]) -> None:
     tcp_connection.TcpConnection.connect = routed  # type: ignore[method-assign]
 
 
-def _route(text: str) -> tuple[str, str]:
+def _route(text: str) -> tuple[Address, Address]:
     address, sep, via = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected ADDRESS=VIA, got {text!r}")
     try:
-        if not sep:
-            raise ValueError(text)
-        _split(address), _split(via)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT=HOST:PORT, got {text!r}") from None
-    return address, via
+        return loopback_address(address, "--route ADDRESS"), loopback_address(via, "--route VIA")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

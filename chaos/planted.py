@@ -92,3 +92,9 @@ BUGS: dict[str, Callable[[], None]] = {
     "skip-fsync": _skip_fsync,
     "stale-read": _stale_read,
 }
+
+
+def require(bug: str | None) -> None:
+    """Refuse a name that is not one of BUGS (None: no bug)."""
+    if bug is not None and bug not in BUGS:
+        raise ValueError(f"unknown bug {bug!r}; known: {', '.join(BUGS)}")

@@ -56,9 +56,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from chaos import runner
+    from chaos import planted, runner
     from chaos.disk import in_private_mount_namespace
-    from chaos.planted import BUGS
     from chaos.scenarios import SCENARIOS
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
@@ -66,8 +65,10 @@ def _run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"raftpoint chaos: unknown scenario {unknown[0]!r}; known: {', '.join(SCENARIOS)}, all", file=sys.stderr)
         return 2
-    if args.bug and args.bug not in BUGS:
-        print(f"raftpoint chaos: unknown bug {args.bug!r}; known: {', '.join(BUGS)}", file=sys.stderr)
+    try:
+        planted.require(args.bug or None)
+    except ValueError as exc:
+        print(f"raftpoint chaos: {exc}", file=sys.stderr)
         return 2
     if args.duration <= 0 or args.duration > 24 * 3600:
         print("raftpoint chaos: --duration must be in (0, 86400] seconds", file=sys.stderr)
