@@ -40,7 +40,7 @@ def _summary(facts: Facts) -> dict[str, object]:
     outcomes = Counter(c.type for c in calls(facts.ops) if c.invoke.process != NEMESIS)
     return {"ops": len(facts.ops), "operations": sum(outcomes.values()), "ok": outcomes["ok"],
             "fail": outcomes["fail"], "info": outcomes["info"],
-            "faults": sum(1 for op in facts.nemesis if isinstance(op.value, dict) and op.value.get("phase") == FAULT),
+            "faults": len(facts.nemesis_phase(FAULT)),
             "crashed_processes": sorted({op.process for op in facts.notes(CRASHED)})}
 
 

@@ -40,10 +40,6 @@ class Injected:
     by_kind: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
-    @property
-    def total(self) -> int:
-        return sum(self.by_kind.values())
-
 
 class Nemesis:
     def __init__(self, cluster: ChaosCluster, history: History, plan: list[s.Fault], *, seed: int,
@@ -51,7 +47,6 @@ class Nemesis:
         self.cluster, self.history, self.plan, self.agents = cluster, history, plan, agents
         self.rng = random.Random(f"nemesis-{seed}")
         self.injected = Injected()
-        self.last_heal_at: float | None = None  # history time of the last heal
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._heal: tuple[str, Callable[[], None]] | None = None  # the fault in force and how to end it
@@ -171,7 +166,6 @@ class Nemesis:
             return
         kind, heal = current
         heal()
-        self.last_heal_at = self.history.now()
         self.history.heal(kind)
 
     def _restart_if_down(self, indexes: list[int]) -> None:

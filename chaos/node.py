@@ -41,11 +41,10 @@ def route_dials(routes: Mapping[Address, Address]) -> None:
     node identities (TCPNode ids, handshakes, snapshots) keep the real address."""
     from pysyncobj import tcp_connection
 
-    table = dict(routes)
     connect = tcp_connection.TcpConnection.connect
 
     def routed(self: tcp_connection.TcpConnection, host: str, port: int) -> bool:
-        host, port = table.get((host, port), (host, port))
+        host, port = routes.get((host, port), (host, port))
         return connect(self, host, port)
 
     tcp_connection.TcpConnection.connect = routed  # type: ignore[method-assign]

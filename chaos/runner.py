@@ -23,7 +23,7 @@ from chaos.history import History, load
 from chaos.invariants import availability
 from chaos.nemesis import Injected, Nemesis
 from chaos.report import Report
-from chaos.scenarios import SCENARIOS, Scenario
+from chaos.scenarios import SCENARIOS, Scenario, uses_disks
 from chaos.workloads.metadata import MetadataConfig, MetadataWorkload
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
     out.mkdir(parents=True, exist_ok=True)
     history_path = out / HISTORY_FILE
     history_path.unlink(missing_ok=True)
-    disks = disk_factory(out / "disks") if scenario.needs_disks(config.seed, config.duration_s, config.nodes) else None
+    disks = disk_factory(out / "disks") if uses_disks(plan) else None
     started = time.monotonic()
     notes: list[str] = []
     on_progress(f"scenario {scenario.name} (seed {config.seed}, {config.duration_s:.0f}s): {scenario.description}; "

@@ -55,7 +55,12 @@ class Scenario:
         return [f for f in plan if f.heal_at <= duration]  # every fault heals inside the run
 
     def needs_disks(self, seed: int, duration: float, nodes: int = 3) -> bool:
-        return any(f.kind in DISK_FAULTS for f in self.faults(seed, duration, nodes))
+        return uses_disks(self.faults(seed, duration, nodes))
+
+
+def uses_disks(plan: list[Fault]) -> bool:
+    """Whether a plan has disk faults (which need loop-device disks under the nodes)."""
+    return any(f.kind in DISK_FAULTS for f in plan)
 
 
 def _every(rng: random.Random, duration: float, gap: tuple[float, float], start: float = 2.0) -> list[float]:

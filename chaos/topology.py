@@ -25,10 +25,6 @@ class RaftLink:
     def name(self) -> str:
         return f"raft:{self.dialer}->{self.listener}"
 
-    @property
-    def pair(self) -> frozenset[int]:
-        return frozenset((self.dialer, self.listener))
-
     def direction(self, src: int, dst: int) -> str:
         """The link direction carrying what `src` sends to `dst`."""
         if (src, dst) == (self.dialer, self.listener):

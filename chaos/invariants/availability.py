@@ -27,8 +27,8 @@ def check(facts: Facts, bound_s: float = DEFAULT_BOUND_S) -> InvariantResult:
     if len(ends) > 1:
         gap, at = max((b - a, a) for a, b in zip(ends, ends[1:]))
         counts.update(longest_gap_s=gap, longest_gap_at_s=at)
-    faults = [op for op in facts.nemesis if isinstance(op.value, dict) and op.value.get("phase") == FAULT]
-    heals = [op for op in facts.nemesis if isinstance(op.value, dict) and op.value.get("phase") == HEAL]
+    faults = facts.nemesis_phase(FAULT)
+    heals = facts.nemesis_phase(HEAL)
     counts.update(faults=len(faults), heals=len(heals))
     for fault in faults:
         i = bisect.bisect_left(ends, fault.time)

@@ -187,6 +187,10 @@ class Facts:
     def nemesis(self) -> list[Op]:
         return [op for op in self.ops if op.process == NEMESIS]
 
+    def nemesis_phase(self, phase: str) -> list[Op]:
+        """The nemesis ops that mark where a fault came into force (FAULT) or ended (HEAL)."""
+        return [op for op in self.nemesis if isinstance(op.value, dict) and op.value.get("phase") == phase]
+
 
 class EarliestAtLeast:
     """Per scope: the earliest time some value >= k had been seen, and the op that showed it."""
