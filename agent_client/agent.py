@@ -96,9 +96,7 @@ class AgentClient(ClientBase):
         except (Rejected, CoordinatorUnavailable) as exc:
             log.warning("close: %s", exc)
         finally:
-            if self._effects is not None:
-                self._effects.close()
-            self.core.deliveries.close()
+            self._close_stores()
             self.conn.close()
 
     def __enter__(self) -> "AgentClient":
@@ -161,9 +159,8 @@ class AgentClient(ClientBase):
         return self.conn.stream("AgentService", "WatchOrders", self.core.watch_request(), timeout=timeout)
 
     def _handle_order(self, order: pb.Order) -> None:
-        if order.order_id in self.core.handled_orders or self.core.fenced:
-            return
-        self.obey(order)
+        if self.core.wants(order):
+            self.obey(order)
 
 
 __all__ = ["AgentClient", "CoordinatorUnavailable", "Rejected", "RestoreKind", "Restored", "config_hash"]

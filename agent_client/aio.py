@@ -93,7 +93,7 @@ class AsyncAgentClient(ClientBase):
             try:
                 return await drive_async(op, self._perform)
             finally:
-                if self._effects is not None:
+                if self._effects is not None and self._mark() != mark:  # the thread hop only when there is work
                     await asyncio.to_thread(self._settle_effects, mark)
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -144,7 +144,7 @@ class AsyncAgentClient(ClientBase):
                 call = self.conn.stream("AgentService", "WatchOrders", self.core.watch_request(),
                                         timeout=WATCH_STREAM_S)
                 async for order in call:
-                    if order.order_id not in self.core.handled_orders and not self.core.fenced:
+                    if self.core.wants(order):
                         await self.obey(order)
             except grpc.RpcError as err:
                 reason = stream_failed(err, self.conn.redirect)
@@ -172,9 +172,7 @@ class AsyncAgentClient(ClientBase):
         except (Rejected, CoordinatorUnavailable) as exc:
             log.warning("close: %s", exc)
         finally:
-            if self._effects is not None:
-                self._effects.close()
-            self.core.deliveries.close()
+            self._close_stores()
             await self.conn.close()
 
     async def __aenter__(self) -> "AsyncAgentClient":

@@ -109,6 +109,12 @@ class ClientBase:
     def _mark(self) -> tuple[int, int]:
         return len(self.core.rollbacks), self.core.last_index
 
+    def _close_stores(self) -> None:
+        """The side-effect journal and the delivery log, once the client is done."""
+        if self._effects is not None:
+            self._effects.close()
+        self.core.deliveries.close()
+
     def _settle_effects(self, mark: tuple[int, int]) -> None:
         """After an operation: a rollback drops held effects; a new checkpoint may release some."""
         if self._effects is None:

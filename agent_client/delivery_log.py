@@ -22,7 +22,6 @@ crashes are not.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Iterable
 
 from agent_client.blobs.durable import atomic_write, ensure_dir
 from agent_client.envelope import Envelope
-from coordinator.fsutil import fsync_dir
+from coordinator.fsutil import fsync_dir, fsync_file
 
 
 class DeliveryLogCorrupted(Exception):
@@ -101,7 +100,7 @@ class DeliveryLog:
             if f is not None:
                 f.write(entry.to_line())
                 if self.fsync:
-                    os.fsync(f.fileno())
+                    fsync_file(f.fileno())
             self._entries.append(entry)
 
     def since(self, checkpoint: int) -> list[LoggedDelivery]:
@@ -138,7 +137,7 @@ class DeliveryLog:
     def sync(self) -> None:
         with self._lock:
             if self._file is not None:
-                os.fsync(self._file.fileno())
+                fsync_file(self._file.fileno())
 
     def close(self) -> None:
         with self._lock:

@@ -52,6 +52,12 @@ MID_ROLLBACK, DROP_REDELIVERY = "mid-rollback", "drop-redelivery"
 ARMABLE = (AFTER_BLOB, AFTER_COMMIT, MID_ROLLBACK, DROP_REDELIVERY)
 
 
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 class Journal:
     """The --events file: one JSON object per line, flushed at once (a SIGKILL keeps what
     the kernel has); without a path, nothing is written."""
@@ -59,7 +65,7 @@ class Journal:
     def __init__(self, path: str | None) -> None:
         self._file: TextIO | None = open(path, "a", encoding="utf-8") if path else None
         self._lock = threading.Lock()
-        if self._file is not None and self._file.tell() and not Path(path).read_bytes().endswith(b"\n"):
+        if self._file is not None and self._file.tell() and not _ends_with_newline(path):
             self._file.write("\n")  # end a record torn by the previous incarnation's SIGKILL
 
     def write(self, event: str, **fields: Any) -> None:

@@ -33,10 +33,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
 
+from coordinator.core.fences import undoing
 from coordinator.core.model import Fence
 
 ORPHANS, DUPLICATES, LOST, TOKENS = "no-orphans", "duplicates-delivered-once", "lost-messages-redelivered", "tokens"
-INVARIANTS = (ORPHANS, DUPLICATES, LOST, TOKENS)
 NEVER = float("inf")  # the generation at which a live delivery is undone
 
 
@@ -204,7 +204,7 @@ class Ledger:
         """The first line whose fence of `agent` undoes what it did in (generation,
         interval); with `upto`, only fences the agent had reached by that generation."""
         for recovery_id, f in self._fences.get(agent, ()):
-            if generation < f.generation and interval > f.index and (upto is None or f.generation <= upto):
+            if (upto is None or f.generation <= upto) and undoing((f,), generation, interval):
                 return Undone(recovery_id, f)
         return None
 

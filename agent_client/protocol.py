@@ -49,7 +49,8 @@ from agent_client.envelope import Envelope
 from agent_client.restore_check import CheckpointRejected, RejectReason, load_verified
 from agent_client.rules import Rule, rule_for
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.core import cic
+from coordinator.core import cic, fences
+from coordinator.core.model import Fence
 
 log = logging.getLogger("agent_client")
 T = TypeVar("T")
@@ -143,10 +144,10 @@ def owes_rollback(exc: Rejected) -> bool:
     return exc.code == grpc.StatusCode.FAILED_PRECONDITION and "rollback order" in exc.reason and "pending" in exc.reason
 
 
-def undone_by(line: Mapping[str, tuple[int, int]], envelope: Envelope) -> bool:
-    """Whether the recovery line (agent -> (checkpoint, generation)) undid this send."""
+def undone_by(line: Mapping[str, Fence], envelope: Envelope) -> bool:
+    """Whether the recovery line (each agent's rollback as a fence) undid this send."""
     fence = line.get(envelope.sender)
-    return fence is not None and envelope.generation < fence[1] and envelope.send_interval > fence[0]
+    return fence is not None and fences.undoing((fence,), envelope.generation, envelope.send_interval) is not None
 
 
 # ---- the protocol ---------------------------------------------------------------------
@@ -195,7 +196,7 @@ class AgentProtocol:
         self._pending_rid: tuple[str, int] | None = None
         self._refused_epoch = 0
         self._progress = self._progress_at_restore = 0  # messages and checkpoints since the last restore
-        self._backlog: tuple[list[LoggedDelivery], dict[str, tuple[int, int]]] | None = None  # re-deliveries to do
+        self._backlog: tuple[list[LoggedDelivery], Mapping[str, Fence]] | None = None  # re-deliveries to do
         self._floor = 0  # no rollback goes below this checkpoint (garbage collection kept it)
 
     # ---- small pure helpers --------------------------------------------------------------
@@ -480,6 +481,10 @@ class AgentProtocol:
             yield from self.obey(order)
         return orders
 
+    def wants(self, order: pb.Order) -> bool:
+        """Whether a watched order is still to be carried out by this process."""
+        return order.order_id not in self.handled_orders and not self.fenced
+
     def obey(self, order: pb.Order) -> Op[Restored | None]:
         """Carry out an order and acknowledge it; a rollback returns what was restored
         (None if the agent was there already), then re-delivers what it forgot. A
@@ -508,7 +513,7 @@ class AgentProtocol:
             token=self.token(), order_id=order.order_id))
         self.handled_orders.add(order.order_id)
         if kind == "roll_back":
-            line = {t.agent_id: (t.checkpoint_index, t.generation) for t in order.roll_back.line}
+            line = {t.agent_id: Fence(t.agent_id, t.generation, t.checkpoint_index) for t in order.roll_back.line}
             yield from self._redeliver(order.roll_back.checkpoint_index, line)
         return restored
 
@@ -539,7 +544,7 @@ class AgentProtocol:
         return (last is not None and last.kind is not RestoreKind.REJECTED and last.index == index
                 and self._progress == self._progress_at_restore)
 
-    def _redeliver(self, index: int, line: Mapping[str, tuple[int, int]]) -> Op[None]:
+    def _redeliver(self, index: int, line: Mapping[str, Fence]) -> Op[None]:
         """Deliver again what the rollback to `index` took out of the agent's state,
         unless the line undid its send as well."""
         entries = yield Blocking(partial(self.deliveries.since, index))
@@ -547,7 +552,7 @@ class AgentProtocol:
         if entries and self.on_redeliver is None:
             log.warning("%s: %d message(s) delivered after checkpoint %d are lost: no on_redeliver callback",
                         self.agent_id, len(entries), index)
-        self._backlog = (entries, dict(line))
+        self._backlog = (entries, line)
         yield from self.finish_redelivery()
 
     def finish_redelivery(self) -> Op[None]:

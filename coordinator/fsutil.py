@@ -32,6 +32,16 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+def ensure_dir(path: Path) -> None:
+    """mkdir -p whose new entries are durable too: a renamed-and-fsynced file is lost
+    after a power cut if the directory holding it was never recorded in its parent."""
+    if path.is_dir():
+        return
+    ensure_dir(path.parent)
+    path.mkdir(exist_ok=True)  # a concurrent writer may win the race: sync the entry anyway
+    fsync_dir(path.parent)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write temp + fsync + rename + fsync(dir): readers see the old file or the whole
     new one, and after it returns the new one survives a power loss."""

@@ -74,9 +74,7 @@ class CoordinatorNode(SyncObj):
         self.last_snapshot: SnapshotInfo | None = None
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         data = Path(config.data_dir)
-        if not data.is_dir():
-            data.mkdir(parents=True)
-            fsutil.fsync_dir(data.parent)  # the journal and term file in it survive a power loss
+        fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / "raft.snapshot")
         conf = SyncObjConf(
             password=config.password(),

@@ -60,9 +60,7 @@ class LmdbStore:
 
     # ---- lifecycle ------------------------------------------------------------------
     def _open(self) -> None:
-        if not self.path.exists():
-            self.path.mkdir(parents=True)
-            fsutil.fsync_dir(self.path.parent)  # a new store's directory entry survives a crash
+        fsutil.ensure_dir(self.path)  # a new store's directory entry survives a crash
         self._env = _open_env(self.path, map_size=self._map_size, sync=True, metasync=True, lock=True)
         self._map_size = self._env.info()["map_size"]  # LMDB raises it to fit a larger file
         self._data = self._env.open_db(b"data")
