@@ -85,7 +85,7 @@ class ChaosCluster:
         self.paused: set[int] = set()
 
     # ---- wiring -----------------------------------------------------------------------
-    def _peer_spec(self, node: NodeProcess, peer: NodeProcess) -> str:
+    def _peer_spec(self, peer: NodeProcess) -> str:
         """Peers by their real Raft addresses (pysyncobj's node identities) and by
         their proxied gRPC addresses (what redirects send clients to)."""
         return f"{peer.raft}={self.proxy.address(grpc_link_name(peer.index))}"

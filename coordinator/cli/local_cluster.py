@@ -70,11 +70,11 @@ def node_status(grpc_address: str, timeout: float = 1.0) -> pb.NodeStatus | None
 
 
 DEFAULT_PROGRAM = [sys.executable, "-m", "coordinator.cli.main"]
-PeerSpec = Callable[[NodeProcess, NodeProcess], str]
+PeerSpec = Callable[[NodeProcess], str]
 
 
-def direct_peer(node: NodeProcess, peer: NodeProcess) -> str:
-    """`node`'s --peers entry for `peer`: the peer's own addresses."""
+def direct_peer(peer: NodeProcess) -> str:
+    """The --peers entry every node gets for `peer`: the peer's own addresses."""
     return f"{peer.raft}={peer.grpc}"
 
 
@@ -88,8 +88,9 @@ class LocalCluster:
 
         The hooks let a harness put something between the nodes (the chaos suite's
         proxies): `hosts[i]` is the loopback address node i binds (default 127.0.0.1),
-        `peer_spec(node, peer)` what `node` is told about `peer`, and `program(i)` the
-        command before `coordinator <flags>` that runs node i (e.g. a bug-planting wrapper)."""
+        `peer_spec(peer)` what every node is told about `peer` (pysyncobj needs one name
+        per node everywhere), and `program(i)` the command before `coordinator <flags>`
+        that runs node i (e.g. a bug-planting wrapper)."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
@@ -110,7 +111,7 @@ class LocalCluster:
     def command(self, node: NodeProcess, members: list[int] | None = None) -> list[str]:
         """`members`: the node indexes forming the cluster this node starts with (default: all)."""
         chosen = [n for n in self.nodes if members is None or n.index in members]
-        peers = ",".join(self.peer_spec(node, n) for n in chosen if n is not node)
+        peers = ",".join(self.peer_spec(n) for n in chosen if n is not node)
         program = DEFAULT_PROGRAM if self.program is None else self.program(node.index)
         args = [*program, "coordinator", "--raft-address", node.raft,
                 "--grpc-address", node.grpc, "--metrics-address", node.metrics, "--peers", peers,

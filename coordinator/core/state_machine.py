@@ -106,6 +106,7 @@ def _create_group(state: State, cmd: CreateGroup, now: float) -> Result:
 def _register(state: State, cmd: Register, now: float) -> Result:
     group = _group(state, cmd.group)
     agent = state.agent(cmd.group, cmd.agent_id)
+    left = False
     if agent is None:
         agent = Agent(cmd.group, cmd.agent_id, incarnation=1, registered_at=now, generation=1)
     else:
@@ -120,15 +121,15 @@ def _register(state: State, cmd: Register, now: float) -> Result:
         # after that point is undone the same way.
         agent = dataclasses.replace(agent, incarnation=agent.incarnation + 1, state=AgentState.ALIVE,
                                     registered_at=now, generation=agent.generation + 1)
-        if left:
-            resume = _resume_point(state, group, agent)
-            agent = dataclasses.replace(agent, fences=fences.add(
-                agent.fences, Fence(agent.agent_id, agent.generation, resume.index if resume else 0)))
+    resume = _resume_point(state, group, agent)
+    if left:
+        agent = dataclasses.replace(agent, fences=fences.add(
+            agent.fences, Fence(agent.agent_id, agent.generation, resume.index if resume else 0)))
     if cmd.agent_id not in group.members:
         group = dataclasses.replace(group, members=tuple(sorted(group.members + (cmd.agent_id,))))
     state.put_agent(agent)
     state.put_group(group)
-    return RegisterResult(agent=agent, group=group, resume_from=_resume_point(state, group, agent))
+    return RegisterResult(agent=agent, group=group, resume_from=resume)
 
 
 def _resume_point(state: State, group: Group, agent: Agent) -> Checkpoint | None:

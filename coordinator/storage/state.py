@@ -121,9 +121,13 @@ class KvState:
         return self._source.get(key, cls)  # type: ignore[return-value]
 
     def _scan(self, cls: type[T], prefix: bytes) -> list[T]:
+        return [v for _, v in self._scan_items(cls, prefix)]
+
+    def _scan_items(self, cls: type[T], prefix: bytes) -> list[tuple[bytes, T]]:
+        """(key, value) under `prefix`, the source overlaid with this batch's writes, by key."""
         found = self._source.scan(prefix, cls)
         found.update((k, v) for k, v in self.writes.items() if k.startswith(prefix))
-        return [v for _, v in sorted(found.items()) if v is not None]  # type: ignore[misc]
+        return [(k, v) for k, v in sorted(found.items()) if v is not None]  # type: ignore[misc]
 
     def _put(self, key: bytes, value: object) -> None:
         self.writes[key] = value
@@ -191,14 +195,10 @@ class KvState:
         self._put(key, batch)
 
     def drop_dependencies(self, group: str, doomed: Callable[[Dependency], bool]) -> None:
-        found = self._source.scan(keys.prefix(DEPENDENCY, group), DependencyBatch)
-        found.update((k, v) for k, v in self.writes.items() if k.startswith(keys.prefix(DEPENDENCY, group)))
-        for key, batch in sorted(found.items()):
-            if batch is None:
-                continue
-            kept = [d for d in batch.dependencies() if not doomed(d)]  # type: ignore[union-attr]
-            if len(kept) < len(batch.records):  # type: ignore[union-attr]
-                self.writes[key] = DependencyBatch.of(batch.receiver, kept) if kept else None  # type: ignore[union-attr]
+        for key, batch in self._scan_items(DependencyBatch, keys.prefix(DEPENDENCY, group)):
+            kept = [d for d in batch.dependencies() if not doomed(d)]
+            if len(kept) < len(batch.records):
+                self.writes[key] = DependencyBatch.of(batch.receiver, kept) if kept else None
 
     def orders(self, group: str) -> list[Order]:
         return self._scan(Order, keys.prefix(ORDER, group))

@@ -26,6 +26,7 @@ from google.protobuf.message import Message
 
 from coordinator import wire
 from coordinator.api.v1 import log_pb2
+from coordinator.config import NodeConfig
 from coordinator.core import ids
 from coordinator.core.commands import Entry, Failure, Proposal, Result, decode_result
 from coordinator.core.errors import Rejection
@@ -34,7 +35,7 @@ from coordinator.replication.replica import NotLeader, Overloaded, Replica
 from coordinator.transport.status_map import GRPC_CODE, ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, details
 
 DEFAULT_TIMEOUT = 10.0
-DEFAULT_DEDUPE_WINDOW_S = 600.0
+DEFAULT_DEDUPE_WINDOW_S = NodeConfig.dedupe_window_s  # one default, the config's
 # Entries per Raft entry at most: bounds one apply's work and one message's size.
 MAX_BATCH = 256
 MAX_BATCHES_IN_FLIGHT = 2

@@ -92,8 +92,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         """Stream this agent's pending orders; an order is re-sent on every new stream
         until acknowledged, so agents must treat order ids idempotently.
 
-        A watcher that presents a token (incarnation > 0) must hold the agent's live
-        incarnation, checked at every poll: a replaced (zombie) or failed incarnation
+        The watcher's token must hold the agent's live incarnation, checked at every
+        poll: a replaced (zombie) or failed incarnation
         that carried out the new incarnation's rollback order would take the order's
         generation, and the sends it makes afterwards would escape the rollback's fence."""
         await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))
@@ -101,22 +101,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         # batch linearizable without adding a log entry every ORDER_POLL_S per watcher;
         # later polls read the leader's applied state, which only moves forward.
         await self.p.barrier(context)
-        await _live_agent(context, self.p.node.read_state(), request)
         sent: set[int] = set()
         while not context.cancelled():
             node = self.p.node
             if not node.is_leader():
                 await self.p.abort_not_leader(context, node.leader_raft_address())
             state = node.read_state()
-            if request.token.incarnation:
-                agent = state.agent(request.group, request.agent_id)
-                if agent is None:
-                    await context.abort(grpc.StatusCode.NOT_FOUND, f"agent {request.agent_id!r} in group "
-                                                                   f"{request.group!r} is not registered")
-                if agent.incarnation != request.token.incarnation or agent.state is not AgentState.ALIVE:
-                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                        f"token.incarnation: stale incarnation {request.token.incarnation}; agent "
-                                        f"is at {agent.incarnation} ({agent.state.value})")
+            await _live_agent(context, state, request)
             for order in state.orders(request.group):
                 if order.agent_id == request.agent_id and order.order_id not in sent:
                     sent.add(order.order_id)
