@@ -36,6 +36,10 @@ def admin(coordinator: InProcessCoordinator) -> Iterator[Connection]:
         yield conn
 
 
+def group_running(admin: Connection) -> bool:
+    return admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.state == pb.RUNNING
+
+
 def make_group(admin: Connection, mode: int, group: str = "g") -> None:
     admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id=f"cg-{group}", spec=pb.GroupSpec(
         group=group, mode=mode, lease_ttl_s=30, checkpoint_interval_s=3600)))
@@ -140,8 +144,7 @@ def test_rollback_order_reaches_a_running_agent(coordinator, admin, tmp_path: Pa
     wait_for(lambda: b.rollbacks, "b's order watcher to roll it back", 10)
     state, reason = b.rollbacks[0]
     assert state == {"name": "b", "got": []} and reason.startswith("rollback order") and b.state["got"] == []
-    wait_for(lambda: admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.state == pb.RUNNING,
-             "the group to finish recovering", 10)
+    wait_for(lambda: group_running(admin), "the group to finish recovering", 10)
 
 
 def test_before_ack_sees_the_rollback_carried_out_and_not_yet_acknowledged(coordinator, admin, tmp_path) -> None:
@@ -166,8 +169,7 @@ def test_before_ack_sees_the_rollback_carried_out_and_not_yet_acknowledged(coord
     # Restored and handed to on_rollback, then the hook, with the group still waiting for b's acknowledgement;
     # a hook that raises leaves the order unacknowledged, and the watcher carries it out again.
     assert seen[0] == (1, [("a", 1), ("b", 1)], 1, "RECOVERING")
-    wait_for(lambda: admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.state == pb.RUNNING,
-             "b's acknowledgement", 10)
+    wait_for(lambda: group_running(admin), "b's acknowledgement", 10)
 
 
 def test_coordinated_epoch_cut_by_orders_and_by_messages(coordinator, admin, tmp_path: Path) -> None:
@@ -266,10 +268,6 @@ class Holder:
         return again
 
 
-def group_running(admin: Connection) -> bool:
-    return admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.state == pb.RUNNING
-
-
 def test_an_in_flight_message_from_a_rolled_back_sender_is_not_delivered(coordinator, admin, tmp_path) -> None:
     make_group(admin, pb.CIC_BCS)
     a, b = Holder(coordinator, tmp_path, "a"), Holder(coordinator, tmp_path, "b")
@@ -290,6 +288,7 @@ def test_a_restarted_receiver_redelivers_what_its_sender_will_not_send_again(coo
     assert all(b.receive(e) for e in envelopes) and b.tokens == 16
     b = b.restart(coordinator, tmp_path)  # b lost the three receives; a keeps running
     assert b.tokens == 16 and a.tokens + b.tokens == 20 and len(b.client.redelivered) == 3
+    wait_for(lambda: group_running(admin), "b's recovery to finish", 10)  # an order for a would be done by now
     assert not a.client.rollbacks
     assert not any(b.receive(e) for e in envelopes)  # the network's copies are duplicates now
 

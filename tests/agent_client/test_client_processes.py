@@ -144,6 +144,7 @@ def test_lost_messages_are_redelivered_and_orphans_refused(agents, mode: str) ->
     group.crash("b")  # b loses the receive; a keeps running and will not send m1 again
     ready = group.start("b")
     assert [m for m, _ in ready["redelivered"]] == [m1["id"]]
+    wait_for(group.running, "b's recovery to finish", 20, 0.1)  # any order for a would be carried out by now
     assert ready["tokens"] == TOKENS + m1["amount"] and group.status("a")["rollbacks"] == []
     assert group.tokens() == 2 * TOKENS
     duplicate = group.procs["b"].request("deliver", envelope=m1["envelope"])

@@ -14,7 +14,7 @@ import pytest
 
 from chaos.controller import ChaosCluster
 from chaos.history import History
-from chaos.report import InvariantResult
+from chaos.report import Report
 from chaos.workloads.agent_group import (CRASH_KINDS, PLANT_COUNT_TWICE, PLANT_DROP, PLANT_DUPLICATE,
                                          PLANT_LOSE_BLOB, PLANT_ORPHAN, ZOMBIE)
 from chaos.workloads.agents import CHECKPOINTS, NAMES, WORKLOAD, ZOMBIES, AgentConfig, AgentWorkload
@@ -25,15 +25,6 @@ from tests.chaos_suite.clusters import planted_cluster
 
 pytestmark = pytest.mark.cluster
 LONG = 120.0  # the workload's own bound; the tests stop it as soon as they are done
-
-
-def failed(results: list[InvariantResult]) -> set[str]:
-    return {r.name for r in results if not r.ok}
-
-
-def table(results: list[InvariantResult]) -> str:
-    return "\n".join(f"{r.name}: {'ok' if r.ok else 'VIOLATED'} {r.counts} {[e['why'] for e in r.examples]}"
-                     for r in results)
 
 
 def traffic(wl: AgentWorkload, deliveries: int = 15) -> None:
@@ -68,16 +59,15 @@ def test_every_crash_kind_and_a_leader_kill_keep_the_agent_invariants(chaos: Cha
                 break
             crash_cycle(wl, rng)
     finally:
-        results = wl.finish()
-    assert not failed(results), table(results)
+        report = Report(wl.finish())
+    assert report.ok, report.table()
     counts = wl.counts
     assert set(counts["crashes"]) == set(CRASH_KINDS), counts
     assert counts["recoveries"] >= len(CRASH_KINDS) and counts["messages"] > 100
-    by_name = {r.name: r for r in results}
-    assert by_name[ZOMBIES].counts["refused"] >= 1
-    assert by_name[NAMES[TOKENS]].counts["audits"] >= len(wl.groups)
-    assert by_name[NAMES[DUPLICATES]].counts["duplicates_refused"] >= 1
-    assert by_name[CHECKPOINTS].counts["listed_and_readable"] >= 1
+    assert report.result(ZOMBIES).counts["refused"] >= 1
+    assert report.result(NAMES[TOKENS]).counts["audits"] >= len(wl.groups)
+    assert report.result(NAMES[DUPLICATES]).counts["duplicates_refused"] >= 1
+    assert report.result(CHECKPOINTS).counts["listed_and_readable"] >= 1
     assert chaos.history.ops and any(op.process == "agents-bcs-faults" for op in chaos.history.ops)
 
 
@@ -113,12 +103,12 @@ def test_a_planted_driver_fault_is_caught_by_its_invariant(shared_cluster: Local
         wl.start()
         until(wl, chance, random.Random(4))
     finally:
-        results = wl.finish()
+        report = Report(wl.finish())
     if caught_by is None:
-        assert not failed(results), table(results)
+        assert report.ok, report.table()
     else:
-        assert caught_by in failed(results), table(results)
-        assert WORKLOAD not in failed(results), table(results)  # the run itself went fine
+        assert caught_by in report.failed(), report.table()
+        assert WORKLOAD not in report.failed(), report.table()  # the run itself went fine
 
 
 @pytest.mark.parametrize("bug", [None, "accept-stale-epoch"])
@@ -132,12 +122,12 @@ def test_a_zombie_write_accepted_by_the_coordinator_is_caught(tmp_path: Path, bu
             wl.start()
             crashed = crash_cycle(wl, random.Random(1))
         finally:
-            results = wl.finish()
+            report = Report(wl.finish())
     assert [name.rsplit(":", 1)[1] for name in crashed] == [ZOMBIE]
-    zombie = next(r for r in results if r.name == ZOMBIES)
+    zombie = report.result(ZOMBIES)
     assert zombie.counts["writes"] == 1
     if bug is None:
-        assert not failed(results), table(results)
+        assert report.ok, report.table()
         assert zombie.counts["refused"] == 1
     else:
-        assert ZOMBIES in failed(results) and zombie.counts.get("accepted") == 1, table(results)
+        assert ZOMBIES in report.failed() and zombie.counts.get("accepted") == 1, report.table()

@@ -9,17 +9,18 @@ state machine.
 from __future__ import annotations
 
 import time
-import urllib.request
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import grpc
 import pytest
 
+from agent_client.connection import Connection
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.cli.local_cluster import LocalCluster, node_status, wait_for
 from tests.support.cluster import Client
+from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.cluster
 
@@ -61,19 +62,6 @@ class World:
     order_for_co2_a: int
 
 
-def collect_orders(address: str, group: str, agent: str, incarnation: int, window: float = 0.6) -> list[pb.Order]:
-    orders: list[pb.Order] = []
-    with grpc.insecure_channel(address) as channel:
-        try:
-            for order in pb_grpc.AgentServiceStub(channel).WatchOrders(
-                    pb.WatchOrdersRequest(group=group, agent_id=agent, token=tok(incarnation)), timeout=window):
-                orders.append(order)
-        except grpc.RpcError as err:
-            if err.code() != C.DEADLINE_EXCEEDED:
-                raise
-    return orders
-
-
 @pytest.fixture(scope="module")
 def world(shared_cluster: LocalCluster) -> World:
     """Groups in the states the table needs. Every agent's lease is an hour, so the
@@ -94,8 +82,10 @@ def world(shared_cluster: LocalCluster) -> World:
     # recovers, and the new incarnation owes a rollback acknowledgement.
     client.call("AgentService", "CommitCheckpoint", commit_req("e-setup-cp-rb-1", "e-rb", "e-rb-a", 1))
     assert client.register("e-rb-a", group="e-rb", rid="e-setup-reg-rb-2").incarnation == 2
-    leader = shared_cluster.leader()
-    [order] = wait_for(lambda: collect_orders(leader.grpc, "e-co2", "e-co2-a", 1), "e-co2-a's checkpoint order")
+    watch = pb.WatchOrdersRequest(group="e-co2", agent_id="e-co2-a", token=tok(1))
+    with Connection(shared_cluster.endpoints()) as conn:
+        [order] = wait_for(lambda: conn.collect("AgentService", "WatchOrders", watch, window=0.6),
+                           "e-co2-a's checkpoint order")
     return World(order_for_co2_a=order.order_id)
 
 
@@ -364,10 +354,8 @@ def test_a_follower_redirects_every_rpc_to_the_leader(shared_cluster: LocalClust
 
 
 def scrape_count(metrics_address: str, method: str) -> float:
-    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5).read().decode()
-    prefix = "raftpoint_rpc_seconds_count{"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(prefix) and f'method="{method}"' in line)
+    return sum(v for k, v in scrape(metrics_address).items()
+               if k.startswith("raftpoint_rpc_seconds_count{") and f'method="{method}"' in k)
 
 
 def test_deadlines_are_honoured_and_the_server_moves_on(shared_cluster: LocalCluster, world: World) -> None:

@@ -2,21 +2,15 @@
 from __future__ import annotations
 
 import json
-import re
-import urllib.request
 
 import grpc
 import pytest
 
 from coordinator.cli.local_cluster import LocalCluster, wait_for
 from tests.support.cluster import Client
+from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.cluster
-
-
-def scrape(address: str) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(raftpoint_\S+) (\S+)$", text, re.MULTILINE)}
 
 
 def test_metrics_move_with_writes(cluster: LocalCluster, client: Client) -> None:

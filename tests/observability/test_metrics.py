@@ -1,13 +1,12 @@
 """The metrics endpoint serves the node gauges and they follow update_node_gauges."""
 from __future__ import annotations
 
-import re
-import urllib.request
 from typing import Iterator
 
 import pytest
 
 from coordinator.observability import metrics
+from tests.support.metrics import scrape
 
 
 @pytest.fixture(scope="module")
@@ -17,11 +16,6 @@ def endpoint() -> Iterator[str]:
     yield f"{host}:{port}"
     server.shutdown()
     server.server_close()
-
-
-def scrape(address: str) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(raftpoint_\S+) (\S+)$", text, re.MULTILINE)}
 
 
 def status(**changes: object) -> dict:
