@@ -1,111 +1,57 @@
-"""An in-process coordinator for unit-testing agents without a cluster.
+"""A real coordinator API inside the test process, for unit-testing agents without a cluster.
 
-It serves the real gRPC API (the same servicers, validation, state machine, leases
-and epoch timer) on 127.0.0.1, from a single in-memory replica that applies each
-proposal at once: no Raft, no LMDB, nothing to install. Use it as a context manager:
+The in-process coordinator is server code (the same gRPC servicers, validation,
+state machine, leases and epoch timer as a real node, over one in-memory replica),
+so it lives with the server (`coordinator.harness.in_process`). This module only
+finds it through the documented `raftpoint.testing` entry point: an agent's own
+code never imports the server, and an agent installed without it gets a message
+that says what to install instead of an ImportError from deep inside.
 
-    with InProcessCoordinator() as coordinator:
-        client = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=...)
+    from agent_client import testing
+
+    with testing.coordinator() as coordinator:
+        client = AgentClient("g", "a", [coordinator.address], state_dir, snapshot=...)
 """
 from __future__ import annotations
 
-import asyncio
-import threading
+from importlib.metadata import entry_points
+from typing import Any, Protocol
 
-from coordinator.cli.local_cluster import free_ports, node_status, wait_for
-from coordinator.core.commands import Proposal
-from coordinator.replication.applier import apply_entry_bytes
-from coordinator.replication.replica import Callback
-from coordinator.storage.memory import MemoryStore
-from coordinator.storage.state import RESULT, KvState, RecordCache
-from coordinator.storage import keys
-
-LOCAL = "in-process"
+ENTRY_POINT_GROUP = "raftpoint.testing"
+ENTRY_POINT_NAME = "coordinator"
 
 
-class _Addresses:
-    def __init__(self, grpc_address: str) -> None:
-        self.grpc_address = grpc_address
+class TestCoordinator(Protocol):
+    """What a test may rely on: an address to connect to, and a start/stop lifecycle."""
 
-    def grpc_of(self, raft_address: str | None) -> str | None:
-        return self.grpc_address if raft_address == LOCAL else None
+    address: str
 
-
-class LocalReplica:
-    """A replica of one: always the leader, every proposal applied and 'durable' at once."""
-
-    def __init__(self, grpc_address: str) -> None:
-        self.config = _Addresses(grpc_address)
-        self._store = MemoryStore()
-        self._records = RecordCache(self._store)
-        self._lock = threading.Lock()
-        self._index = 0
-
-    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
-        with self._lock:
-            self._index += 1
-            result = apply_entry_bytes(self._records, data, decoded)
-            self._records.commit(self._index)
-        callback(result, None)
-
-    def read_state(self) -> KvState:
-        return KvState(self._store)
-
-    def status(self) -> dict:
-        return {"node": LOCAL, "role": "leader", "term": 1, "commit_index": self._index,
-                "applied_index": self._index, "raft_applied_index": self._index, "log_entries": 0,
-                "leader": LOCAL, "has_quorum": True, "last_snapshot_index": 0, "last_snapshot_age_s": -1.0,
-                "last_snapshot_bytes": 0}
-
-    def digest(self) -> str:
-        return self._store.digest()
-
-    def digest_with_index(self) -> tuple[int, str]:
-        return self._store.digest_with_index()
-
-    def state_digest(self) -> str:
-        return self._store.digest(skip=keys.prefix(RESULT))
-
-    def is_leader(self) -> bool:
-        return True
-
-    def leader_raft_address(self) -> str | None:
-        return LOCAL
+    def start(self) -> "TestCoordinator": ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> "TestCoordinator": ...
+    def __exit__(self, *exc: object) -> None: ...
 
 
-class InProcessCoordinator:
-    def __init__(self, startup_timeout: float = 10.0) -> None:
-        self.address = f"127.0.0.1:{free_ports(1)[0]}"
-        self.replica = LocalReplica(self.address)
-        self._startup_timeout = startup_timeout
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name="raftpoint-testing", daemon=True)
-
-    def _run(self) -> None:
-        from coordinator.transport.server import serve  # grpc.aio server, imported where it runs
-
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            await serve(self.replica, self.address, self._stop)
-
-        asyncio.run(main())
-
-    def start(self) -> "InProcessCoordinator":
-        self._thread.start()
-        wait_for(lambda: node_status(self.address) is not None, "the in-process coordinator", self._startup_timeout)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def __enter__(self) -> "InProcessCoordinator":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+class ServerNotInstalled(ImportError):
+    """The coordinator package (the server side) is not installed in this environment."""
 
 
+def coordinator_class() -> type:
+    """The in-process coordinator's class, found through the entry point."""
+    found = entry_points(group=ENTRY_POINT_GROUP, name=ENTRY_POINT_NAME)
+    for entry in found:
+        return entry.load()
+    raise ServerNotInstalled(f"no {ENTRY_POINT_GROUP!r} entry point named {ENTRY_POINT_NAME!r}: "
+                             "install the coordinator (pip install raftpoint) to test agents in-process")
+
+
+def coordinator(**options: Any) -> TestCoordinator:
+    """A new, not yet started in-process coordinator (a context manager starts and stops it)."""
+    return coordinator_class()(**options)
+
+
+def __getattr__(name: str) -> Any:
+    # `from agent_client.testing import InProcessCoordinator` keeps working, resolved lazily.
+    if name == "InProcessCoordinator":
+        return coordinator_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

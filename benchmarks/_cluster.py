@@ -4,7 +4,7 @@ Why a separate harness: the load must run *inside* the leader process (in-proces
 proposals, no RPC hop), and which process wins the election is only known at run
 time. So every process runs the same script with `--serve`; the one that becomes
 leader runs the work and writes a JSON result, the others serve Raft until it is
-done. `coordinator.cli.local_cluster` starts gRPC coordinator processes, which
+done. `coordinator.harness.local_cluster` starts gRPC coordinator processes, which
 host no load generator, so only its port and wait helpers are reused here.
 Every wait has a deadline and every process is killed on the way out.
 """
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from coordinator.cli.local_cluster import free_ports, wait_for  # noqa: E402
+from coordinator.harness.local_cluster import free_ports, wait_for  # noqa: E402
 
 ELECTION_TIMEOUT_S = 30.0
 SETTLE_S = 0.5  # let every follower connect before measuring

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_client.connection import Connection  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
-from coordinator.cli.local_cluster import LocalCluster, free_ports, wait_for  # noqa: E402
+from coordinator.harness.local_cluster import LocalCluster, free_ports, wait_for  # noqa: E402
 
 CONCURRENCY = (1, 32, 128)
 # Dependency reports are latency-bound at low concurrency (each waits for the journal

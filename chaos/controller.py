@@ -26,7 +26,7 @@ from chaos.linkfaults import DROP, LinkFaults, Partition, delay as delayed
 from chaos.netproxy import LinkStats, NetProxy
 from chaos.topology import RaftLink, cut_pairs, grpc_link_name, partition_groups, raft_links
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import LocalCluster, NodeProcess, wait_for
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess, wait_for
 
 def node_host(index: int) -> str:
     """Node i's loopback address, apart from the proxies (NetProxy listens on 127.0.0.1)."""

@@ -1,6 +1,6 @@
 """Run a coordinator node for the chaos suite: Raft dials go through the fault proxies.
 
-    python -m chaos.node [--route ADDRESS=VIA ...] [--bug NAME] coordinator <the usual flags>
+    python -m chaos.node [--route ADDRESS=VIA ...] [--bug NAME] <the usual node flags>
 
 Every node is told its peers' real Raft addresses, because pysyncobj names a node by
 its address string everywhere: in the handshake, in membership changes in the log,
@@ -9,7 +9,7 @@ takes that list as its own). A per-node alias for a peer (such as the proxy's
 address) makes one node count as two there. So the proxy is applied below the
 naming: `--route ADDRESS=VIA` makes this process open its TCP connections for
 ADDRESS to VIA instead, and nothing else changes. `--bug` plants one of
-chaos.planted's bugs. Both are monkeypatched in before `coordinator.cli.main` runs;
+chaos.planted's bugs. Both are monkeypatched in before `coordinator.main` runs;
 nothing in coordinator/ knows about them.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ Address = tuple[str, int]
 
 
 def program(routes: Mapping[str, str], bug: str | None = None) -> list[str]:
-    """The command line that runs `raftpoint <subcommand ...>` with these routes and bug."""
+    """The command line that runs one node (`coordinator.main`) with these routes and bug."""
     planted.require(bug)
     args = [*PROGRAM]
     for address, via in sorted(routes.items()):
@@ -62,7 +62,7 @@ def _route(text: str) -> tuple[Address, Address]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.node",
-                                     description="run a raftpoint subcommand as a chaos-suite node")
+                                     description="run a coordinator node as a chaos-suite node")
     parser.add_argument("--route", type=_route, action="append", default=[],
                         help="open connections for ADDRESS to VIA instead (repeatable)")
     parser.add_argument("--bug", choices=sorted(planted.BUGS), help="plant a known bug (chaos/planted.py)")
@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.bug:
         planted.BUGS[args.bug]()
         print(f"chaos.node: running with bug {args.bug!r}", file=sys.stderr, flush=True)
-    from coordinator.cli import main as cli
-    return cli.main(rest)
+    from coordinator import main as node_main
+    return node_main.main(rest)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Deliberate bugs for coordinator nodes, to prove the chaos checker catches each.
 
 A node runs with one through `python -m chaos.node --bug NAME coordinator ...`: the
-bug is monkeypatched in before `coordinator.cli.main` runs; nothing in coordinator/
+bug is monkeypatched in before `raftpoint.cli.main` runs; nothing in coordinator/
 knows about it. Bugs:
 
 - `no-dedupe`: the applier ignores the request-id table, so a retried request is

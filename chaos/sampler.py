@@ -11,7 +11,7 @@ import threading
 from typing import Sequence
 
 from chaos.history import History, Op
-from coordinator.cli.local_cluster import node_status, wait_for
+from coordinator.harness.local_cluster import node_status, wait_for
 
 SAMPLER = "sampler"
 SAMPLE, FINAL = "node_status", "final_status"

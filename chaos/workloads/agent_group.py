@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from agent_client.blobstore import BlobError, LocalBlobStore
-from agent_client.demo_agent import AFTER_BLOB, AFTER_COMMIT, DROP_REDELIVERIES_ENV, MID_ROLLBACK
-from agent_client.demo_ledger import Finding, Ledger
-from agent_client.demo_process import AgentDied, AgentProcess
-from agent_client.demo_traffic import MODES, InFlight, TokenGroup, Traffic
+from chaos.tokens.agent import AFTER_BLOB, AFTER_COMMIT, DROP_REDELIVERIES_ENV, MID_ROLLBACK
+from chaos.tokens.ledger import Finding, Ledger
+from chaos.tokens.process import AgentDied, AgentProcess
+from chaos.tokens.traffic import MODES, InFlight, TokenGroup, Traffic
 from chaos.client import Outcome, RecordingClient, Request
 from chaos.history import FAIL, INFO, OK, History, Op
 from coordinator.api.v1 import coordinator_pb2 as pb

@@ -1,10 +1,10 @@
 """The agent workload: token-passing agent processes under chaos, checked against the truth.
 
 One group per mode it is given (coordinated with epochs; CIC: BCS, HMNR, FDAS), a
-few real agent processes each (agent_client.demo_agent, linked to the real
+few real agent processes each (chaos.tokens.agent, linked to the real
 AgentClient) talking to the cluster's endpoints -- the proxied ones under a
 ChaosCluster, so partitions and leader kills reach them. Per group a driver thread
-(chaos.workloads.agent_group) plays the network with agent_client.demo_traffic, the
+(chaos.workloads.agent_group) plays the network with chaos.tokens.traffic, the
 driver `raftpoint demo` uses too: messages are duplicated, held in flight a while and
 delivered out of order.
 
@@ -23,7 +23,7 @@ agents' journals say (recovery lines, re-deliveries, acknowledged checkpoints). 
 carries a request id, so the metadata invariants leave these groups alone.
 
 finish() returns the workload's invariants as InvariantResults for chaos.checker's
-`extra`, judged by each group's ledger (agent_client.demo_ledger): tokens conserved
+`extra`, judged by each group's ledger (chaos.tokens.ledger): tokens conserved
 at every audit (after each recovery, once the group is RUNNING, and at the end), no
 orphan, every lost message re-delivered exactly once, no duplicate delivered twice,
 zombie writes refused, every acknowledged checkpoint still listed and readable with
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from agent_client.demo_ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Finding, Verdict
-from agent_client.demo_traffic import MODES, Traffic
+from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Finding, Verdict
+from chaos.tokens.traffic import MODES, Traffic
 from chaos.history import History, Op
 from chaos.report import InvariantResult
 from chaos.workloads.agent_group import CRASH_KINDS, PLANTS, GroupConfig, GroupDriver
@@ -60,7 +60,7 @@ CHAOS_TRAFFIC = Traffic(hold_probability=0.2, hold_s=(0.2, 1.5))
 
 @dataclass(frozen=True)
 class AgentConfig:
-    modes: tuple[str, ...] = ("coordinated", "bcs")  # of agent_client.demo_traffic.MODES
+    modes: tuple[str, ...] = ("coordinated", "bcs")  # of chaos.tokens.traffic.MODES
     agents: int = 3  # per group
     tokens: int = 100  # each agent's at the start
     duration_s: float = 20.0

@@ -16,7 +16,7 @@ from agent_client.delivery_log import DeliveryLog
 from agent_client.restore_check import RejectReason
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import wait_for
+from coordinator.harness.local_cluster import wait_for
 
 
 OPEN: list[AgentClient] = []

@@ -11,7 +11,7 @@ from agent_client.agent import AgentClient
 from agent_client.aio import AsyncAgentClient
 from agent_client.connection import Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import LocalCluster
+from coordinator.harness.local_cluster import LocalCluster
 from tests.support.cluster import Client
 
 pytestmark = pytest.mark.cluster

@@ -18,7 +18,7 @@ from agent_client.connection import AsyncConnection, Connection, CoordinatorUnav
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.cli.local_cluster import free_ports
+from coordinator.harness.local_cluster import free_ports
 
 
 class FakeFollower(pb_grpc.AdminServiceServicer, pb_grpc.AgentServiceServicer):

@@ -12,8 +12,8 @@ import pytest
 
 from agent_client.blobs.store import MANIFESTS
 from agent_client.connection import Connection
-from agent_client.demo_agent import CRASH_ENV
-from agent_client.demo_process import AgentDied, AgentProcess
+from chaos.tokens.agent import CRASH_ENV
+from chaos.tokens.process import AgentDied, AgentProcess
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
 

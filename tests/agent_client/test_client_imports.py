@@ -5,10 +5,10 @@ import subprocess
 import sys
 
 MODULES = ("agent_client", "agent_client.agent", "agent_client.aio", "agent_client.connection",
-           "agent_client.testing", "agent_client.demo_agent", "agent_client.demo_process", "agent_client.blobstore",
+           "agent_client.testing", "agent_client.blobstore",
            "agent_client.side_effects", "agent_client.delivery_log", "agent_client.restore_check",
            "agent_client.protocol", "agent_client.delivered", "agent_client.envelope", "agent_client.client_base",
-           "agent_client.demo_ledger", "agent_client.demo_traffic")
+           )
 
 
 def test_agent_client_imports_neither_pysyncobj_nor_lmdb() -> None:

@@ -1,4 +1,4 @@
-"""End to end with real agent processes (agent_client.demo_agent) on a real 3-node cluster.
+"""End to end with real agent processes (chaos.tokens.agent) on a real 3-node cluster.
 
 Each agent is an OS process linked to AgentClient, killed with SIGKILL where a test
 says crash, so nothing volatile survives. For every mode: a crash between the blob
@@ -18,10 +18,10 @@ import pytest
 
 from agent_client.blobs.store import MANIFESTS
 from agent_client.connection import Connection
-from agent_client.demo_agent import CRASH_AFTER_COMMIT_ENV, CRASH_ENV
-from agent_client.demo_process import AgentDied, AgentProcess
+from chaos.tokens.agent import CRASH_AFTER_COMMIT_ENV, CRASH_ENV
+from chaos.tokens.process import AgentDied, AgentProcess
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import LocalCluster, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 MODES = {"coordinated": pb.COORDINATED, "bcs": pb.CIC_BCS, "hmnr": pb.CIC_HMNR, "fdas": pb.CIC_FDAS,

@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.cluster
 @pytest.mark.parametrize("mode", ["all", "hmnr"])
 def test_demo_exits_0_and_conserves_tokens(tmp_path: Path, mode: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "demo", "--agents", "3", "--mode", mode,
+    proc = subprocess.run([sys.executable, "-m", "raftpoint.cli.main", "demo", "--agents", "3", "--mode", mode,
                            "--seconds", "4", "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     phases = 2 if mode == "all" else 1
@@ -22,6 +22,6 @@ def test_demo_exits_0_and_conserves_tokens(tmp_path: Path, mode: str) -> None:
 
 
 def test_demo_rejects_bad_arguments() -> None:
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "demo", "--agents", "1"],
+    proc = subprocess.run([sys.executable, "-m", "raftpoint.cli.main", "demo", "--agents", "1"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--agents" in proc.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chaos import node as chaos_node
-from coordinator.cli.local_cluster import LocalCluster
+from coordinator.harness.local_cluster import LocalCluster
 from tests.support.cluster import FAST
 
 

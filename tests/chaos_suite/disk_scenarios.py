@@ -29,7 +29,7 @@ import grpc
 
 from chaos import node as chaos_node
 from chaos.disk import BLKIO_ROOT, LoopDisk, private_mount_namespace_argv
-from coordinator.cli.local_cluster import LocalCluster, NodeProcess, wait_for
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess, wait_for
 from tests.support.metrics import scrape
 from tests.support.cluster import FAST, Client
 

@@ -2,7 +2,7 @@
 fails on the fault it exists for and passes on the correct history next to it."""
 from __future__ import annotations
 
-from agent_client.demo_ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Ledger
+from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Ledger
 from coordinator.core.model import Fence
 
 

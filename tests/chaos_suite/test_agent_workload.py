@@ -18,9 +18,9 @@ from chaos.report import Report
 from chaos.workloads.agent_group import (CRASH_KINDS, PLANT_COUNT_TWICE, PLANT_DROP, PLANT_DUPLICATE,
                                          PLANT_LOSE_BLOB, PLANT_ORPHAN, ZOMBIE)
 from chaos.workloads.agents import CHECKPOINTS, NAMES, WORKLOAD, ZOMBIES, AgentConfig, AgentWorkload
-from agent_client.demo_ledger import DUPLICATES, LOST, ORPHANS, TOKENS
-from agent_client.demo_traffic import Traffic
-from coordinator.cli.local_cluster import LocalCluster, wait_for
+from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS
+from chaos.tokens.traffic import Traffic
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.chaos_suite.clusters import planted_cluster
 
 pytestmark = pytest.mark.cluster

@@ -18,8 +18,8 @@ import pytest
 
 from chaos.runner import REPORT_FILE
 from chaos.scenarios import SCENARIOS
-from coordinator.cli.chaos import CANNOT_RUN
-from coordinator.cli.local_cluster import LocalCluster
+from raftpoint.cli.chaos import CANNOT_RUN
+from coordinator.harness.local_cluster import LocalCluster
 from tests.support.cluster import FAST
 
 pytestmark = pytest.mark.cluster
@@ -29,7 +29,7 @@ TIMEOUT_S = 240
 
 
 def chaos_run(out: Path, scenario: str, *extra: str) -> tuple[int, dict]:
-    argv = [sys.executable, "-m", "coordinator.cli.main", "chaos", "run", "--scenario", scenario,
+    argv = [sys.executable, "-m", "raftpoint.cli.main", "chaos", "run", "--scenario", scenario,
             "--duration", str(SMOKE_S), "--seed", "1", "--out", str(out), *extra]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT)
     if done.returncode == CANNOT_RUN:
@@ -69,7 +69,7 @@ def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, ca
 def test_check_loads_and_checks_a_cluster_someone_else_runs(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "cluster", 3, settings=FAST).start_all() as cluster:
         cluster.leader()
-        done = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "chaos", "check", "--endpoints",
+        done = subprocess.run([sys.executable, "-m", "raftpoint.cli.main", "chaos", "check", "--endpoints",
                                ",".join(cluster.endpoints()), "--duration", "4", "--out", str(tmp_path / "out")],
                               capture_output=True, text=True, timeout=120, cwd=ROOT)
     report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
@@ -83,6 +83,6 @@ def test_check_loads_and_checks_a_cluster_someone_else_runs(tmp_path: Path) -> N
     (["check", "--endpoints", " , "], "--endpoints"),
 ])
 def test_bad_arguments_are_refused_with_a_reason(args: list[str], message: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "chaos", *args], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "raftpoint.cli.main", "chaos", *args], capture_output=True,
                           text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -18,7 +18,7 @@ from chaos.history import NEMESIS
 from chaos.linkfaults import Partition
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.cli.local_cluster import wait_for
+from coordinator.harness.local_cluster import wait_for
 from tests.chaos_suite.conftest import ProxiedClient
 from tests.support.cluster import FAST
 

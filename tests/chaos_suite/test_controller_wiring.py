@@ -51,7 +51,7 @@ def test_node_program_plants_the_bug_and_address_map(unstarted: ChaosCluster) ->
     for node in chaos.nodes:
         args = chaos.local.command(node)
         assert args[:3] == [sys.executable, "-m", "chaos.node"]
-        assert args[args.index("--bug") + 1] == "no-dedupe" and args.index("--bug") < args.index("coordinator")
+        assert args[args.index("--bug") + 1] == "no-dedupe" and args.index("--bug") < args.index("--raft-address")
         assert chaos.node_of(node.raft) == chaos.node_of(node.grpc) == node.index
         assert chaos.node_of(chaos.endpoints()[node.index]) == node.index
     assert chaos.node_of("127.0.0.1:1") is None

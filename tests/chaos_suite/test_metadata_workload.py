@@ -11,7 +11,7 @@ from chaos.history import OK, History
 from chaos.invariants import fencing, recovery_lines, retries
 from chaos.report import Report
 from chaos.workloads.metadata import MetadataConfig, MetadataWorkload
-from coordinator.cli.local_cluster import LocalCluster, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.chaos_suite.clusters import planted_cluster
 from tests.support.cluster import FAST
 

@@ -9,7 +9,7 @@ import pytest
 
 from chaos.linkfaults import DROP, LinkFaults, Partition, delay
 from chaos.netproxy import NetProxy
-from coordinator.cli.local_cluster import wait_for
+from coordinator.harness.local_cluster import wait_for
 
 
 class Wire:

@@ -18,7 +18,7 @@ import pytest
 from pysyncobj.utility import TcpUtility
 
 from chaos.controller import ChaosCluster
-from coordinator.cli.local_cluster import wait_for
+from coordinator.harness.local_cluster import wait_for
 from tests.chaos_suite.conftest import ProxiedClient
 from tests.support.cluster import FAST
 

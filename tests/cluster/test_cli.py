@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli.local_cluster import read_endpoints
+from coordinator.harness.local_cluster import read_endpoints
 
 pytestmark = pytest.mark.cluster
-RAFTPOINT = [sys.executable, "-m", "coordinator.cli.main"]
+RAFTPOINT = [sys.executable, "-m", "raftpoint.cli.main"]
 
 
 def _lines(stream) -> queue.Queue:

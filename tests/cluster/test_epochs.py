@@ -5,7 +5,7 @@ import grpc
 import pytest
 
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import LocalCluster, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.support.cluster import Client
 
 pytestmark = pytest.mark.cluster

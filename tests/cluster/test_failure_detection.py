@@ -7,7 +7,7 @@ import pytest
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import LocalCluster, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 

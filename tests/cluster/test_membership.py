@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli.local_cluster import LocalCluster, node_status, wait_for
-from coordinator.cli.main import main
+from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from raftpoint.cli.main import main
 from tests.support.cluster import FAST, Client
 
 pytestmark = pytest.mark.cluster

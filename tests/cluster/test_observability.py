@@ -6,7 +6,7 @@ import json
 import grpc
 import pytest
 
-from coordinator.cli.local_cluster import LocalCluster, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.support.cluster import Client
 from tests.support.metrics import scrape
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.cli.main import main
+from raftpoint.cli.main import main
 from coordinator.sim.engine import PROTOCOLS, simulate
 
 

@@ -502,7 +502,7 @@ def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
 
 
 def test_entrypoint_subcommand_exists() -> None:
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "coordinator", "--help"],
+    proc = subprocess.run([sys.executable, "-m", "coordinator", "--help"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 0 and "--statefulset-replicas" in proc.stdout, proc.stderr
 
@@ -524,8 +524,8 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_the_rest() -> None:
                 if l.strip() and not l.startswith("#")]
     assert not any(p.startswith("!") for p in patterns)  # _ignored does not model exceptions
     copied = [src for op, arg in dockerfile_instructions() if op == "COPY" for src in arg.split()[:-1]]
-    assert sorted(copied) == ["README.md", "agent_client", "coordinator", "pyproject.toml"]
-    for src in copied + ["coordinator/cli/node.py", "coordinator/api/v1/coordinator_pb2.py"]:
+    assert sorted(copied) == ["README.md", "agent_client", "chaos", "coordinator", "pyproject.toml", "raftpoint"]
+    for src in copied + ["raftpoint/cli/node.py", "coordinator/api/v1/coordinator_pb2.py"]:
         assert not _ignored(src, patterns), f".dockerignore drops {src}, which the image needs"
     for junk in [".git/HEAD", ".venv/bin/python", "coordinator/__pycache__/x.pyc", ".pytest_cache/v",
                  ".hypothesis/examples", "raftpoint-data/raft.snapshot", "tests/deploy/test_manifests.py",

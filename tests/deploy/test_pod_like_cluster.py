@@ -20,7 +20,7 @@ import pytest
 
 from agent_client.connection import Connection
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import node_status, wait_for
+from coordinator.harness.local_cluster import node_status, wait_for
 from tests.deploy.test_manifests import one, render
 
 pytestmark = pytest.mark.cluster
@@ -50,7 +50,7 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
         env = {**os.environ, **env_from_configmap, "RAFTPOINT_POD_NAME": f"raftpoint-{i}",
                "RAFTPOINT_DATA_DIR": str(tmp_path / f"pvc-{i}"), "RAFTPOINT_RAFT_PASSWORD_FILE": str(secret),
                "RAFTPOINT_RAFT_MIN_TIMEOUT": env_from_configmap["RAFTPOINT_RAFT_MIN_TIMEOUT"]}
-        command = f'mount --bind "{hosts}" /etc/hosts && exec "{sys.executable}" -m coordinator.cli.main coordinator'
+        command = f'mount --bind "{hosts}" /etc/hosts && exec "{sys.executable}" -m raftpoint.cli.main coordinator'
         log = open(tmp_path / f"pod-{i}.log", "ab")
         procs[i] = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", command],
                                     env=env, stdout=log, stderr=log, start_new_session=True)

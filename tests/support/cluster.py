@@ -11,7 +11,7 @@ import pytest
 from agent_client.connection import issued_now
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.cli.local_cluster import LocalCluster
+from coordinator.harness.local_cluster import LocalCluster
 
 FAST = {"raft_min_timeout": 0.4, "raft_max_timeout": 0.8, "leader_fallback_timeout": 1.0}
 

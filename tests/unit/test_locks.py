@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from coordinator.cli.local_cluster import wait_for
+from coordinator.harness.local_cluster import wait_for
 from coordinator.locks import SharedExclusiveLock
 
 

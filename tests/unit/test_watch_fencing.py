@@ -15,7 +15,7 @@ from agent_client.agent import AgentClient
 from agent_client.connection import Connection
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import wait_for
+from coordinator.harness.local_cluster import wait_for
 
 
 def _group(conn: Connection, group: str) -> None:

@@ -4,7 +4,7 @@ Shared by `raftpoint demo` and the chaos agent workload. The driver plays the
 network: it asks agents to send (a message moves tokens from sender to receiver),
 holds what is in flight, delivers it out of order, sometimes late and sometimes
 twice, and writes everything it sees -- and what the agents' journals add: recovery
-lines, re-deliveries, acknowledged checkpoints -- into a demo_ledger.Ledger, whose
+lines, re-deliveries, acknowledged checkpoints -- into a ledger.Ledger, whose
 verdict says whether the agents stayed consistent. Callers decide when to crash,
 recover and audit.
 
@@ -20,8 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Mapping
 
-from agent_client.demo_ledger import Ledger, Message, Tally, fences_of
-from agent_client.demo_process import AgentDied, AgentProcess
+from chaos.tokens.ledger import Ledger, Message, Tally, fences_of
+from chaos.tokens.process import AgentDied, AgentProcess
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 MODES = {"coordinated": pb.COORDINATED, "bcs": pb.CIC_BCS, "hmnr": pb.CIC_HMNR, "fdas": pb.CIC_FDAS}

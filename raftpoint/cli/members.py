@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import read_endpoints
+from coordinator.harness.local_cluster import read_endpoints
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -117,4 +117,4 @@ def _reexec_in_mount_namespace(argv: list[str]) -> int:
     if reason:
         print(f"SKIPPED: disk faults unavailable here: {reason}")
         return CANNOT_RUN
-    return subprocess.run(private_mount_namespace_argv([sys.executable, "-m", "coordinator.cli.main", *argv])).returncode
+    return subprocess.run(private_mount_namespace_argv([sys.executable, "-m", "raftpoint.cli.main", *argv])).returncode

@@ -2,7 +2,7 @@
 
 Replies are read by a thread into a queue so every wait has a deadline: a wedged or
 killed agent shows up as a clear error instead of a hung demo. Each agent also keeps
-a journal of events (demo_agent's --events; one file for all its incarnations) that
+a journal of events (the agent's --events; one file for all its incarnations) that
 `events()` reads incrementally.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class AgentProcess:
         self.agent_id = agent_id
         self._log_path = Path(log_dir) / f"{group}-{agent_id}.log"
         self.events_path = Path(log_dir) / f"{group}-{agent_id}.events.jsonl"
-        self._argv = [sys.executable, "-m", "agent_client.demo_agent", "--group", group, "--agent", agent_id,
+        self._argv = [sys.executable, "-m", "chaos.tokens.agent", "--group", group, "--agent", agent_id,
                       "--endpoints", ",".join(endpoints), "--blob-dir", str(blob_dir),
                       "--members", ",".join(members), "--tokens", str(tokens), "--events", str(self.events_path),
                       "--deadline", str(deadline)]

@@ -1,6 +1,6 @@
 """`raftpoint demo`: a local 3-node cluster, token-passing agent processes, a real crash.
 
-Each agent is a process (agent_client.demo_agent) linked to AgentClient. The demo
+Each agent is a process (chaos.tokens.agent) linked to AgentClient. The demo
 plays the network: it asks agents to send (a message moves tokens), delivers
 envelopes out of order and sometimes twice, and starts coordinated epochs. Mid-run it
 SIGKILLs one agent and restarts it: the coordinator computes the recovery line, the
@@ -9,7 +9,7 @@ own logs, the messages the line took out of their state but not out of their
 senders'. The network does nothing special: it keeps delivering what is in flight,
 including messages whose sends the line undid, which the receivers must refuse. The
 demo checks all of it against its own record of every message (the driver and the
-record are agent_client.demo_traffic and demo_ledger, shared with the chaos agent
+record are chaos.tokens.traffic and chaos.tokens.ledger, shared with the chaos agent
 workload): the line matches the what-if answer, exactly the right messages are
 re-delivered and refused, and the total number of tokens (in agents' states + in
 transit) is conserved. Between phases the Raft leader is killed -9.
@@ -26,10 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from agent_client.demo_process import AgentDied, AgentProcess
-from agent_client.demo_traffic import MODES, TokenGroup
+from chaos.tokens.process import AgentDied, AgentProcess
+from chaos.tokens.traffic import MODES, TokenGroup
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.cli.local_cluster import LocalCluster, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 
 PHASES = {"all": ("coordinated", "bcs"), **{m: (m,) for m in ("coordinated", "bcs", "hmnr")}}
 LEASE_TTL_S = 5.0

@@ -239,7 +239,7 @@ class TokenAgent:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent_client.demo_agent")
+    parser = argparse.ArgumentParser(prog="python -m chaos.tokens.agent")
     for name in ("group", "agent", "endpoints", "blob-dir"):
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--members", default="")

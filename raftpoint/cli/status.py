@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from coordinator.cli.local_cluster import node_status, read_endpoints
+from coordinator.harness.local_cluster import node_status, read_endpoints
 
 
 def register(sub: argparse._SubParsersAction) -> None:

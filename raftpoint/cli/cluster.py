@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from coordinator.cli.local_cluster import LocalCluster, NodeProcess
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess
 
 
 def register(sub: argparse._SubParsersAction) -> None:

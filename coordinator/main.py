@@ -1,4 +1,10 @@
-"""`raftpoint coordinator`: run one coordinator node until SIGTERM/SIGINT."""
+"""Run one coordinator node: the composition root that wires storage, Raft and gRPC.
+
+`python -m coordinator <flags>` and `raftpoint coordinator <flags>` both end here.
+It lives in the server package (not in the console application) so that anything
+that must start a node process, such as the chaos suite's bug-planting wrapper,
+can do so without importing the application layer above it.
+"""
 from __future__ import annotations
 
 import argparse
@@ -18,12 +24,7 @@ from coordinator.storage import open_store
 from coordinator.transport.server import serve
 
 log = logging.getLogger("raftpoint.node")
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("coordinator", help="run one coordinator node")
-    config.add_flags(parser)
-    parser.set_defaults(func=run)
+PROG = "raftpoint coordinator"
 
 
 def open_node(cfg: NodeConfig) -> CoordinatorNode:
@@ -50,15 +51,33 @@ async def _main(cfg: NodeConfig) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the node the parsed flags describe; the exit code says how it ended."""
     try:
         cfg = config.from_args(args)
     except ConfigError as exc:
-        print(f"raftpoint coordinator: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     configure_logging(cfg.log_level)
     try:
         asyncio.run(_main(cfg))
     except (OSError, JournalFormatError) as exc:
-        print(f"raftpoint coordinator: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="run one coordinator node")
+    config.add_flags(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(build_parser().parse_args(argv))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,13 +8,13 @@ import sys
 # Each module defines register(subparsers); the subcommand's handler is stored as
 # the parser default `func` and returns the process exit code.
 SUBCOMMAND_MODULES = (
-    "coordinator.cli.node",
-    "coordinator.cli.cluster",
-    "coordinator.cli.status",
-    "coordinator.cli.demo",
-    "coordinator.cli.simulate",
-    "coordinator.cli.members",
-    "coordinator.cli.chaos",
+    "raftpoint.cli.node",
+    "raftpoint.cli.cluster",
+    "raftpoint.cli.status",
+    "raftpoint.cli.demo",
+    "raftpoint.cli.simulate",
+    "raftpoint.cli.members",
+    "raftpoint.cli.chaos",
 )
 
 

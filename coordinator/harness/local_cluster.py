@@ -69,7 +69,7 @@ def node_status(grpc_address: str, timeout: float = 1.0) -> pb.NodeStatus | None
         return None
 
 
-DEFAULT_PROGRAM = [sys.executable, "-m", "coordinator.cli.main"]
+DEFAULT_PROGRAM = [sys.executable, "-m", "coordinator"]
 PeerSpec = Callable[[NodeProcess], str]
 
 
@@ -89,8 +89,8 @@ class LocalCluster:
         The hooks let a harness put something between the nodes (the chaos suite's
         proxies): `hosts[i]` is the loopback address node i binds (default 127.0.0.1),
         `peer_spec(peer)` what every node is told about `peer` (pysyncobj needs one name
-        per node everywhere), and `program(i)` the command before `coordinator <flags>`
-        that runs node i (e.g. a bug-planting wrapper)."""
+        per node everywhere), and `program(i)` the command before the node's flags
+        that runs node i with the node's flags after it (e.g. a bug-planting wrapper)."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
@@ -113,7 +113,7 @@ class LocalCluster:
         chosen = [n for n in self.nodes if members is None or n.index in members]
         peers = ",".join(self.peer_spec(n) for n in chosen if n is not node)
         program = DEFAULT_PROGRAM if self.program is None else self.program(node.index)
-        args = [*program, "coordinator", "--raft-address", node.raft,
+        args = [*program, "--raft-address", node.raft,
                 "--grpc-address", node.grpc, "--metrics-address", node.metrics, "--peers", peers,
                 "--data-dir", str(node.data_dir)]
         for key, value in self.settings.items():

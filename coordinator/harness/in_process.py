@@ -1,0 +1,112 @@
+"""An in-process coordinator for unit-testing agents without a cluster.
+
+Agents reach it through `agent_client.testing` (the `raftpoint.testing` entry point),
+never by importing this module. It serves the real gRPC API (the same servicers, validation, state machine, leases
+and epoch timer) on 127.0.0.1, from a single in-memory replica that applies each
+proposal at once: no Raft, no LMDB, nothing to install. Use it as a context manager:
+
+    with InProcessCoordinator() as coordinator:
+        client = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=...)
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from coordinator.harness.local_cluster import free_ports, node_status, wait_for
+from coordinator.core.commands import Proposal
+from coordinator.replication.applier import apply_entry_bytes
+from coordinator.replication.replica import Callback
+from coordinator.storage.memory import MemoryStore
+from coordinator.storage.state import RESULT, KvState, RecordCache
+from coordinator.storage import keys
+
+LOCAL = "in-process"
+
+
+class _Addresses:
+    def __init__(self, grpc_address: str) -> None:
+        self.grpc_address = grpc_address
+
+    def grpc_of(self, raft_address: str | None) -> str | None:
+        return self.grpc_address if raft_address == LOCAL else None
+
+
+class LocalReplica:
+    """A replica of one: always the leader, every proposal applied and 'durable' at once."""
+
+    def __init__(self, grpc_address: str) -> None:
+        self.config = _Addresses(grpc_address)
+        self._store = MemoryStore()
+        self._records = RecordCache(self._store)
+        self._lock = threading.Lock()
+        self._index = 0
+
+    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
+        with self._lock:
+            self._index += 1
+            result = apply_entry_bytes(self._records, data, decoded)
+            self._records.commit(self._index)
+        callback(result, None)
+
+    def read_state(self) -> KvState:
+        return KvState(self._store)
+
+    def status(self) -> dict:
+        return {"node": LOCAL, "role": "leader", "term": 1, "commit_index": self._index,
+                "applied_index": self._index, "raft_applied_index": self._index, "log_entries": 0,
+                "leader": LOCAL, "has_quorum": True, "last_snapshot_index": 0, "last_snapshot_age_s": -1.0,
+                "last_snapshot_bytes": 0}
+
+    def digest(self) -> str:
+        return self._store.digest()
+
+    def digest_with_index(self) -> tuple[int, str]:
+        return self._store.digest_with_index()
+
+    def state_digest(self) -> str:
+        return self._store.digest(skip=keys.prefix(RESULT))
+
+    def is_leader(self) -> bool:
+        return True
+
+    def leader_raft_address(self) -> str | None:
+        return LOCAL
+
+
+class InProcessCoordinator:
+    def __init__(self, startup_timeout: float = 10.0) -> None:
+        self.address = f"127.0.0.1:{free_ports(1)[0]}"
+        self.replica = LocalReplica(self.address)
+        self._startup_timeout = startup_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="raftpoint-testing", daemon=True)
+
+    def _run(self) -> None:
+        from coordinator.transport.server import serve  # grpc.aio server, imported where it runs
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            await serve(self.replica, self.address, self._stop)
+
+        asyncio.run(main())
+
+    def start(self) -> "InProcessCoordinator":
+        self._thread.start()
+        wait_for(lambda: node_status(self.address) is not None, "the in-process coordinator", self._startup_timeout)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def __enter__(self) -> "InProcessCoordinator":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
