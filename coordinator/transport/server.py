@@ -61,7 +61,11 @@ async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterat
     names = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]
     reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME], server)
-    if server.add_insecure_port(address) == 0:
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:  # newer grpc raises where older returned 0
+        port = 0
+    if port == 0:
         raise OSError(f"cannot bind gRPC address {address}")
     await server.start()
     stop = asyncio.Event()
