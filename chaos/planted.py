@@ -78,12 +78,12 @@ def _skip_fsync() -> None:
 
 
 def _stale_read() -> None:
-    from coordinator.transport.proposer import Proposer
+    from coordinator.replication.batcher import Batcher
 
-    async def no_barrier(self: Proposer, context: Any) -> None:
+    async def no_barrier(self: Batcher) -> None:
         return None
 
-    Proposer.barrier = no_barrier  # type: ignore[method-assign]
+    Batcher.barrier = no_barrier  # type: ignore[method-assign]
 
 
 BUGS: dict[str, Callable[[], None]] = {

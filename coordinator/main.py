@@ -21,7 +21,7 @@ from coordinator.observability.logging import configure_logging
 from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.storage import open_store
-from coordinator.transport.server import serve
+from coordinator.service.node_server import serve
 
 log = logging.getLogger("raftpoint.node")
 PROG = "raftpoint coordinator"

@@ -5,6 +5,7 @@ The core stays stdlib-only; this is the single place that knows both shapes.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import log_pb2
@@ -66,35 +67,64 @@ def dependency_from_pb(msg: pb.DependencyRecord) -> Dependency:
                       msg.send_generation)
 
 
+# One decoder per command message: the servicers call them on requests, and
+# command_from_pb on the log entries that embed those requests.
+
+def create_group_from_pb(m: pb.CreateGroupRequest) -> c.CreateGroup:
+    return c.CreateGroup(spec_from_pb(m.spec))
+
+
+def register_from_pb(m: pb.RegisterRequest) -> c.Register:
+    return c.Register(m.group, m.agent_id)
+
+
+def commit_checkpoint_from_pb(m: pb.CommitCheckpointRequest) -> c.CommitCheckpoint:
+    return c.CommitCheckpoint(token_from_pb(m.token), checkpoint_from_pb(m.checkpoint))
+
+
+def report_dependencies_from_pb(m: pb.ReportDependenciesRequest) -> c.ReportDependencies:
+    return c.ReportDependencies(m.group, m.agent_id, token_from_pb(m.token),
+                                tuple(dependency_from_pb(r) for r in m.records))
+
+
+def start_epoch_from_pb(m: pb.StartEpochRequest) -> c.StartEpoch:
+    return c.StartEpoch(m.group)
+
+
+def ack_order_from_pb(m: pb.AckOrderRequest) -> c.AckOrder:
+    return c.AckOrder(m.group, m.agent_id, token_from_pb(m.token), m.order_id)
+
+
+def deregister_from_pb(m: pb.DeregisterRequest) -> c.Deregister:
+    return c.Deregister(m.group, m.agent_id, token_from_pb(m.token))
+
+
+def garbage_collect_from_pb(m: pb.GarbageCollectRequest) -> c.GarbageCollect:
+    return c.GarbageCollect(m.group)
+
+
+_COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
+    "create_group": create_group_from_pb,
+    "register": register_from_pb,
+    "commit_checkpoint": commit_checkpoint_from_pb,
+    "report_dependencies": report_dependencies_from_pb,
+    "start_epoch": start_epoch_from_pb,
+    "declare_agent_failed": lambda m: c.DeclareAgentFailed(m.group, m.agent_id, m.incarnation),
+    "ack_order": ack_order_from_pb,
+    "deregister": deregister_from_pb,
+    "abort_epoch": lambda m: c.AbortEpoch(m.group, m.epoch, m.reason),
+    "garbage_collect": garbage_collect_from_pb,
+    "read_barrier": lambda m: c.ReadBarrier(),
+}
+
+
 def command_from_pb(entry: log_pb2.LogEntry) -> c.Command:
     """Decode the command of a log entry; raises Rejection for a malformed one."""
     kind = entry.WhichOneof("command")
-    m = getattr(entry, kind) if kind else None
-    match kind:
-        case "create_group":
-            return c.CreateGroup(spec_from_pb(m.spec))
-        case "register":
-            return c.Register(m.group, m.agent_id)
-        case "commit_checkpoint":
-            return c.CommitCheckpoint(token_from_pb(m.token), checkpoint_from_pb(m.checkpoint))
-        case "report_dependencies":
-            return c.ReportDependencies(m.group, m.agent_id, token_from_pb(m.token),
-                                        tuple(dependency_from_pb(r) for r in m.records))
-        case "start_epoch":
-            return c.StartEpoch(m.group)
-        case "declare_agent_failed":
-            return c.DeclareAgentFailed(m.group, m.agent_id, m.incarnation)
-        case "ack_order":
-            return c.AckOrder(m.group, m.agent_id, token_from_pb(m.token), m.order_id)
-        case "deregister":
-            return c.Deregister(m.group, m.agent_id, token_from_pb(m.token))
-        case "abort_epoch":
-            return c.AbortEpoch(m.group, m.epoch, m.reason)
-        case "garbage_collect":
-            return c.GarbageCollect(m.group)
-        case "read_barrier":
-            return c.ReadBarrier()
-    raise Rejection.invalid("command", "log entry carries no command")
+    decode = _COMMAND_FROM_PB.get(kind) if kind else None
+    if decode is None:
+        raise Rejection.invalid("command", "log entry carries no command")
+    return decode(getattr(entry, kind))
 
 
 def entry_from_pb(msg: log_pb2.LogEntry, proposed_at: float) -> c.Entry:
@@ -173,3 +203,64 @@ def dependency_to_pb(dep: Dependency) -> pb.DependencyRecord:
     return pb.DependencyRecord(sender=dep.sender, send_interval=dep.send_interval, receiver=dep.receiver,
                                receive_interval=dep.receive_interval, message_id=dep.message_id,
                                send_generation=dep.send_generation)
+
+
+def token_to_pb(token: c.Token) -> pb.FencingToken:
+    return pb.FencingToken(incarnation=token.incarnation, epoch=token.epoch)
+
+
+def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
+    """The log entry of a command, without the proposal's time and window (proposal_to_pb).
+
+    The inverse of entry_from_pb for every command the *_from_pb decoders produce:
+    the leader applies the Entry it holds and followers apply the decoded bytes, so
+    a field lost on the way would split their states. Embedded requests repeat the
+    entry's request id, as the requests that carried them did.
+    """
+    msg = log_pb2.LogEntry(request_id=entry.request_id, issued_at=entry.issued_at)
+    rid = entry.request_id
+    match entry.command:
+        case c.CreateGroup(spec=spec):
+            msg.create_group.CopyFrom(pb.CreateGroupRequest(request_id=rid, spec=spec_to_pb(spec)))
+        case c.Register(group=group, agent_id=agent_id):
+            msg.register.CopyFrom(pb.RegisterRequest(request_id=rid, group=group, agent_id=agent_id))
+        case c.CommitCheckpoint(token=token, checkpoint=cp):
+            msg.commit_checkpoint.CopyFrom(pb.CommitCheckpointRequest(
+                request_id=rid, token=token_to_pb(token), checkpoint=checkpoint_to_pb(cp)))
+        case c.ReportDependencies(group=group, agent_id=agent_id, token=token, records=records):
+            msg.report_dependencies.CopyFrom(pb.ReportDependenciesRequest(
+                request_id=rid, group=group, agent_id=agent_id, token=token_to_pb(token),
+                records=[dependency_to_pb(r) for r in records]))
+        case c.StartEpoch(group=group):
+            msg.start_epoch.CopyFrom(pb.StartEpochRequest(request_id=rid, group=group))
+        case c.DeclareAgentFailed(group=group, agent_id=agent_id, incarnation=incarnation):
+            msg.declare_agent_failed.CopyFrom(log_pb2.DeclareAgentFailed(
+                group=group, agent_id=agent_id, incarnation=incarnation))
+        case c.AckOrder(group=group, agent_id=agent_id, token=token, order_id=order_id):
+            msg.ack_order.CopyFrom(pb.AckOrderRequest(request_id=rid, group=group, agent_id=agent_id,
+                                                      token=token_to_pb(token), order_id=order_id))
+        case c.Deregister(group=group, agent_id=agent_id, token=token):
+            msg.deregister.CopyFrom(pb.DeregisterRequest(request_id=rid, group=group, agent_id=agent_id,
+                                                         token=token_to_pb(token)))
+        case c.AbortEpoch(group=group, epoch=epoch, reason=reason):
+            msg.abort_epoch.CopyFrom(log_pb2.AbortEpoch(group=group, epoch=epoch, reason=reason))
+        case c.GarbageCollect(group=group):
+            msg.garbage_collect.CopyFrom(pb.GarbageCollectRequest(request_id=rid, group=group))
+        case c.ReadBarrier():
+            msg.read_barrier.SetInParent()
+        case other:
+            raise TypeError(f"not a command: {other!r}")
+    return msg
+
+
+def proposal_to_pb(proposed_at: float, dedupe_window_s: float, entries: list[log_pb2.LogEntry]) -> log_pb2.LogEntry:
+    """One Raft entry for entry_to_pb's entries, as proposal_from_bytes reads it back:
+    a lone entry carries the proposal's time and window itself (so it is modified), a
+    batch wraps them."""
+    if len(entries) == 1:
+        msg = entries[0]
+        msg.proposed_at, msg.dedupe_window_s = proposed_at, dedupe_window_s
+        return msg
+    msg = log_pb2.LogEntry(proposed_at=proposed_at, dedupe_window_s=dedupe_window_s)
+    msg.batch.entries.extend(entries)
+    return msg

@@ -84,7 +84,7 @@ class InProcessCoordinator:
         self._thread = threading.Thread(target=self._run, name="raftpoint-testing", daemon=True)
 
     def _run(self) -> None:
-        from coordinator.transport.server import serve  # grpc.aio server, imported where it runs
+        from coordinator.service.node_server import serve  # grpc.aio server, imported where it runs
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()

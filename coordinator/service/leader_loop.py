@@ -10,32 +10,22 @@ import logging
 import time
 import uuid
 
-from coordinator.api.v1 import log_pb2
-from coordinator.core.commands import AbortEpoch, Command, DeclareAgentFailed, RecoveryResult, StartEpoch
+from coordinator.core.commands import AbortEpoch, Command, DeclareAgentFailed, Entry, RecoveryResult, StartEpoch
 from coordinator.core.decisions import epoch_commands
 from coordinator.observability import metrics
-from coordinator.transport.leases import LeaseTable
-from coordinator.transport.proposer import Proposer
+from coordinator.replication.batcher import Batcher
+from coordinator.service.leases import LeaseTable
 
 log = logging.getLogger(__name__)
 PERIOD_S = 0.25
 
 
-def _entry(command: Command) -> log_pb2.LogEntry:
-    entry = log_pb2.LogEntry(request_id=f"leader-{uuid.uuid4().hex}", proposed_at=time.time())
-    if isinstance(command, DeclareAgentFailed):
-        entry.declare_agent_failed.CopyFrom(log_pb2.DeclareAgentFailed(
-            group=command.group, agent_id=command.agent_id, incarnation=command.incarnation))
-    elif isinstance(command, AbortEpoch):
-        entry.abort_epoch.CopyFrom(log_pb2.AbortEpoch(group=command.group, epoch=command.epoch, reason=command.reason))
-    elif isinstance(command, StartEpoch):
-        entry.start_epoch.group = command.group
-        entry.start_epoch.request_id = entry.request_id
-    return entry
+def _entry(command: Command) -> Entry:
+    return Entry(f"leader-{uuid.uuid4().hex}", 0.0, command)
 
 
-async def run(proposer: Proposer, leases: LeaseTable, stop: asyncio.Event) -> None:
-    node = proposer.node
+async def run(batcher: Batcher, leases: LeaseTable, stop: asyncio.Event) -> None:
+    node = batcher.replica
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), PERIOD_S)
@@ -46,16 +36,16 @@ async def run(proposer: Proposer, leases: LeaseTable, stop: asyncio.Event) -> No
             leases.term_granted = None
             continue
         try:
-            await _tick(proposer, leases)
+            await _tick(batcher, leases)
         except Exception:  # a failed proposal is retried on the next tick
             log.warning("leader loop tick failed", exc_info=True)
 
 
-async def _tick(proposer: Proposer, leases: LeaseTable) -> None:
-    node = proposer.node
+async def _tick(batcher: Batcher, leases: LeaseTable) -> None:
+    node = batcher.replica
     term = node.status()["term"]
     if leases.term_granted != term:
-        await proposer.barrier(None)  # see everything the previous leader committed
+        await batcher.barrier()  # see everything the previous leader committed
         state = node.read_state()
         leases.grant_all(term, state.groups(), state.agents)
         return
@@ -66,7 +56,7 @@ async def _tick(proposer: Proposer, leases: LeaseTable) -> None:
         current = state.epoch(group.spec.name, group.current_epoch) if group.current_epoch else None
         due += epoch_commands(group, current, now)
     for command in due:
-        result = await proposer.propose(None, _entry(command))
+        result = await batcher.propose(_entry(command))
         if isinstance(command, DeclareAgentFailed) and isinstance(result, RecoveryResult) and result.targets:
             metrics.RECOVERIES.inc()
             for target in result.targets:

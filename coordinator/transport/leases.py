@@ -1,35 +1,16 @@
-"""Agent leases, kept in the leader's memory only (never in the log).
-
-Heartbeats are frequent and their loss is harmless: a new leader grants every
-live agent a fresh lease on takeover, then expiries are proposed as failures.
-"""
+"""What the servicers need from the leader's lease table, so that the transport
+does not depend on the service layer that keeps it (coordinator.service.leases)."""
 from __future__ import annotations
 
-import time
+from typing import Protocol
 
-from coordinator.core.decisions import Lease, expired_leases, forget, renew
-from coordinator.core.model import AgentState, Group
+from coordinator.core.decisions import Lease
+from coordinator.core.model import Group
 
 
-class LeaseTable:
-    def __init__(self) -> None:
-        self.leases: dict[tuple[str, str], Lease] = {}
-        self.term_granted: int | None = None
-
+class Leases(Protocol):
     def renew(self, group: Group, agent_id: str, incarnation: int) -> Lease:
-        return renew(self.leases, group, agent_id, incarnation, time.time())
+        """A fresh lease for this incarnation: it registered, or it heartbeats."""
 
-    def grant_all(self, term: int, groups: list[Group], agents_of) -> None:
-        """On becoming leader: a fresh lease for every live agent, so none is declared
-        failed merely because the previous leader held its heartbeats."""
-        self.leases.clear()
-        for group in groups:
-            for agent in agents_of(group.spec.name):
-                if agent.state is AgentState.ALIVE:
-                    self.renew(group, agent.agent_id, agent.incarnation)
-        self.term_granted = term
-
-    def expired(self):
-        due = expired_leases(self.leases, time.time())
-        forget(self.leases, [(d.group, d.agent_id) for d in due])
-        return due
+    def forget(self, group: str, agent_id: str) -> None:
+        """No lease any more: the agent left, so its silence is no failure."""

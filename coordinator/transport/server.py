@@ -1,7 +1,9 @@
-"""The node's gRPC server: services, health, reflection, leader-only loops."""
+"""The node's gRPC server: services, health, reflection."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import AsyncIterator
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -10,11 +12,11 @@ from grpc_reflection.v1alpha import reflection
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.observability import metrics
+from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
-from coordinator.service import leader_loop
 from coordinator.transport.interceptors import RequestInterceptor
-from coordinator.transport.leases import LeaseTable
-from coordinator.transport.proposer import DEFAULT_DEDUPE_WINDOW_S, Proposer
+from coordinator.transport.leases import Leases
+from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -40,13 +42,18 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
             pass
 
 
-async def serve(node: Replica, address: str, stop: asyncio.Event,
-                dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S) -> None:
+@contextlib.asynccontextmanager
+async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterator[None]:
+    """The gRPC server (and its health reports) on `address` while the block runs.
+
+    Raises OSError before the block when the address cannot be bound.
+    """
+    node = batcher.replica
     server = grpc.aio.server(interceptors=[RequestInterceptor()], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ])
-    proposer, leases = Proposer(node, dedupe_window_s), LeaseTable()
+    proposer = Proposer(batcher)
     pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
     pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer), server)
     health_servicer = health.aio.HealthServicer()
@@ -54,11 +61,18 @@ async def serve(node: Replica, address: str, stop: asyncio.Event,
     names = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]
     reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME], server)
-    if server.add_insecure_port(address) == 0:
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:  # newer grpc raises where older returned 0
+        port = 0
+    if port == 0:
         raise OSError(f"cannot bind gRPC address {address}")
     await server.start()
-    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop)),
-             asyncio.create_task(leader_loop.run(proposer, leases, stop))]
-    await stop.wait()
-    await server.stop(grace=2)
-    await asyncio.gather(*tasks, return_exceptions=True)
+    stop = asyncio.Event()
+    health_task = asyncio.create_task(_health_loop(node, health_servicer, stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await server.stop(grace=2)
+        await asyncio.gather(health_task, return_exceptions=True)

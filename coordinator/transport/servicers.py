@@ -14,7 +14,7 @@ from coordinator.core.model import Agent, AgentState, Group
 from coordinator.core.recovery_plan import plan_recovery
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
-from coordinator.transport.leases import LeaseTable
+from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import details
 
@@ -44,12 +44,12 @@ async def _live_agent(context: grpc.aio.ServicerContext, state: KvState, request
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
-    def __init__(self, proposer: Proposer, leases: LeaseTable) -> None:
+    def __init__(self, proposer: Proposer, leases: Leases) -> None:
         self.p = proposer
         self.leases = leases
 
     async def Register(self, request, context):
-        result = await self.p.submit(context, "register", request)
+        result = await self.p.submit(context, request, wire.register_from_pb)
         self.leases.renew(result.group, result.agent.agent_id, result.agent.incarnation)
         resume = wire.checkpoint_to_pb(result.resume_from) if result.resume_from else None
         return pb.RegisterResponse(incarnation=result.agent.incarnation, mode=wire.MODE_TO_PB[result.group.spec.mode],
@@ -70,22 +70,22 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                                     lease_ttl_s=group.spec.lease_ttl_s, rollback_floor=agent.rollback_floor)
 
     async def CommitCheckpoint(self, request, context):
-        result = await self.p.submit(context, "commit_checkpoint", request)
+        result = await self.p.submit(context, request, wire.commit_checkpoint_from_pb)
         metrics.CHECKPOINTS.labels(result.checkpoint.kind.value).inc()
         return pb.CommitCheckpointResponse(checkpoint=wire.checkpoint_to_pb(result.checkpoint),
                                            stable_epoch=result.stable_epoch)
 
     async def ReportDependencies(self, request, context):
-        result = await self.p.submit(context, "report_dependencies", request)
+        result = await self.p.submit(context, request, wire.report_dependencies_from_pb)
         return pb.ReportDependenciesResponse(accepted=result.accepted)
 
     async def AckOrder(self, request, context):
-        result = await self.p.submit(context, "ack_order", request)
+        result = await self.p.submit(context, request, wire.ack_order_from_pb)
         return pb.AckOrderResponse(group_state=wire.GROUP_STATE_TO_PB[result.group_state])
 
     async def Deregister(self, request, context):
-        await self.p.submit(context, "deregister", request)
-        self.leases.leases.pop((request.group, request.agent_id), None)
+        await self.p.submit(context, request, wire.deregister_from_pb)
+        self.leases.forget(request.group, request.agent_id)
         return pb.DeregisterResponse()
 
     async def WatchOrders(self, request, context):
@@ -120,16 +120,16 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         self.p = proposer
 
     async def CreateGroup(self, request, context):
-        result = await self.p.submit(context, "create_group", request)
+        result = await self.p.submit(context, request, wire.create_group_from_pb)
         return pb.CreateGroupResponse(group=wire.group_to_pb(result.group))
 
     async def StartEpoch(self, request, context):
-        result = await self.p.submit(context, "start_epoch", request)
+        result = await self.p.submit(context, request, wire.start_epoch_from_pb)
         metrics.EPOCHS.labels("started").inc()
         return pb.StartEpochResponse(epoch=wire.epoch_to_pb(result.epoch))
 
     async def GarbageCollect(self, request, context):
-        result = await self.p.submit(context, "garbage_collect", request)
+        result = await self.p.submit(context, request, wire.garbage_collect_from_pb)
         metrics.GC_BYTES.inc(result.bytes)
         return pb.GarbageCollectResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import grpc
 
-from coordinator.core.errors import Code
+from coordinator.core.commands import Failure
+from coordinator.core.errors import Code, Rejection
 
 GRPC_CODE = {
     Code.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -19,3 +20,9 @@ ISSUED_AT_METADATA_KEY = "raftpoint-issued-at"
 
 def details(field: str, reason: str) -> str:
     return f"{field}: {reason}" if field else reason
+
+
+async def abort_refused(context: grpc.aio.ServicerContext, refusal: Rejection | Failure) -> None:
+    """End the call with a refused command's status: the one mapping of a core
+    refusal, raised before proposing or answered by the state machine, to gRPC."""
+    await context.abort(GRPC_CODE[refusal.code], details(refusal.field, refusal.reason))

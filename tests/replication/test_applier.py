@@ -31,14 +31,8 @@ def commit_entry(rid: str, index: int, issued_at: float = 0.0) -> log_pb2.LogEnt
 
 def raft_entry(at: float, *entries: log_pb2.LogEntry, window: float = WINDOW) -> bytes:
     """One Raft entry: a single command, or a batch when given several."""
-    if len(entries) == 1:
-        single = log_pb2.LogEntry()
-        single.CopyFrom(entries[0])
-        single.proposed_at, single.dedupe_window_s = at, window
-        return single.SerializeToString()
-    batch = log_pb2.LogEntry(proposed_at=at, dedupe_window_s=window)
-    batch.batch.entries.extend(entries)
-    return batch.SerializeToString()
+    copies = [log_pb2.LogEntry.FromString(e.SerializeToString()) for e in entries]  # a lone one is stamped
+    return wire.proposal_to_pb(at, window, copies).SerializeToString()
 
 
 class Replica:

@@ -1,0 +1,132 @@
+"""Group commit on the leader: propose commands, await their durable results.
+
+Proposals are batched: at most MAX_BATCHES_IN_FLIGHT Raft entries are
+outstanding, and whatever is queued meanwhile goes into the next one (one
+pickle, one journal record, one AppendEntries item, one apply callback), each
+command keeping its own request id and result. Under load a batch forms during
+one Raft round trip; a lone proposal is sent alone and at once, so batching
+costs no latency when there is none to hide.
+
+Every way a proposal can end is a result or one of four exceptions (Rejection,
+NotLeader, Overloaded, OutcomeUnknown), so the RPC layer and the leader's own
+loops tell the same outcomes apart without knowing how proposals travel.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from dataclasses import dataclass
+
+from coordinator import wire
+from coordinator.api.v1 import log_pb2
+from coordinator.config import NodeConfig
+from coordinator.core.commands import Entry, Proposal, ReadBarrier, Result, decode_result
+from coordinator.core.validation import validate
+from coordinator.replication.replica import NotLeader, Overloaded, Replica
+
+DEFAULT_DEDUPE_WINDOW_S = NodeConfig.dedupe_window_s  # one default, the config's
+# A batch without an answer this long is given up: its outcome is unknown.
+ANSWER_TIMEOUT_S = 10.0
+# Entries per Raft entry at most: bounds one apply's work and one message's size.
+MAX_BATCH = 256
+MAX_BATCHES_IN_FLIGHT = 2
+
+
+class OutcomeUnknown(Exception):
+    """The command may or may not have been applied: retrying it with the same request
+    id is safe, because the state machine answers a retried id from its dedupe table."""
+
+
+@dataclass
+class _Queued:
+    message: log_pb2.LogEntry
+    entry: Entry
+    future: asyncio.Future
+
+
+class Batcher:
+    def __init__(self, replica: Replica, dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S) -> None:
+        self.replica = replica
+        self.dedupe_window_s = dedupe_window_s
+        self._queue: list[_Queued] = []
+        self._flush_scheduled = False
+        self._in_flight = 0
+
+    async def propose(self, entry: Entry) -> Result:
+        """Propose one command (its proposed_at is set when it is sent) and await its result.
+
+        Raises Rejection for an invalid command, which never reaches the log;
+        NotLeader, Overloaded or OutcomeUnknown when there is no result. A caller
+        that is cancelled while waiting leaves its command out of any batch not yet sent.
+        """
+        validate(entry.command)
+        message = wire.entry_to_pb(entry)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        self._queue.append(_Queued(message, entry, future))
+        if not self._flush_scheduled and self._in_flight < MAX_BATCHES_IN_FLIGHT:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return decode_result(await future)
+
+    async def barrier(self) -> None:
+        """A linearizable read point: a no-op entry through the log on the current leader."""
+        await self.propose(Entry(f"read-{uuid.uuid4().hex}", 0.0, ReadBarrier()))
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        while self._queue and self._in_flight < MAX_BATCHES_IN_FLIGHT:
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            batch = [q for q in batch if not q.future.done()]  # callers that gave up
+            if batch:
+                self._send(batch)
+
+    def _released(self) -> None:
+        self._in_flight -= 1
+        if self._queue and not self._flush_scheduled:
+            self._flush()
+
+    def _send(self, batch: list[_Queued]) -> None:
+        proposed_at = time.time()
+        entries = tuple(dataclasses.replace(q.entry, proposed_at=proposed_at) for q in batch)
+        message = wire.proposal_to_pb(proposed_at, self.dedupe_window_s, [q.message for q in batch])
+        decoded = Proposal(proposed_at, self.dedupe_window_s, entries, batch=len(batch) > 1, validated=True)
+        loop = asyncio.get_running_loop()
+        futures = [q.future for q in batch]
+        released = False
+
+        def settle(result: bytes | list[bytes] | None, error: str | None) -> None:
+            """On the answer, or after ANSWER_TIMEOUT_S without one: never both."""
+            nonlocal released
+            if not released:
+                released = True
+                guard.cancel()
+                _settle(futures, result, error)
+                self._released()
+
+        def on_done(result: bytes | list[bytes] | None, error: str | None) -> None:  # on the Raft thread
+            loop.call_soon_threadsafe(settle, result, error)
+
+        try:
+            self.replica.propose(message.SerializeToString(), on_done, decoded)
+        except Exception as exc:  # NotLeader, Overloaded, or a bug: never leave a caller waiting
+            failure = exc if isinstance(exc, (NotLeader, Overloaded)) else OutcomeUnknown(f"not proposed: {exc!r}")
+            for future in futures:
+                if not future.done():
+                    future.set_exception(failure)
+            return
+        self._in_flight += 1
+        guard = loop.call_later(ANSWER_TIMEOUT_S, settle, None, "no result in time")
+
+
+def _settle(futures: list[asyncio.Future], result: bytes | list[bytes] | None, error: str | None) -> None:
+    answers = result if isinstance(result, list) else [result] * len(futures)
+    for future, answer in zip(futures, answers):
+        if future.done():
+            continue
+        if error is not None or answer is None:
+            future.set_exception(OutcomeUnknown(error or "no result"))
+        else:
+            future.set_result(answer)

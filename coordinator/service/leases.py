@@ -1,0 +1,42 @@
+"""Agent leases, kept in the leader's memory only (never in the log).
+
+Heartbeats are frequent and their loss is harmless: a new leader grants every
+live agent a fresh lease on takeover, then expiries are proposed as failures.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+from coordinator.core.commands import DeclareAgentFailed
+from coordinator.core.decisions import Lease, expired_leases, forget, renew
+from coordinator.core.model import Agent, AgentState, Group
+
+
+class LeaseTable:
+    """Satisfies coordinator.transport.leases.Leases, through which the servicers renew and forget."""
+
+    def __init__(self) -> None:
+        self.leases: dict[tuple[str, str], Lease] = {}
+        self.term_granted: int | None = None
+
+    def renew(self, group: Group, agent_id: str, incarnation: int) -> Lease:
+        return renew(self.leases, group, agent_id, incarnation, time.time())
+
+    def grant_all(self, term: int, groups: list[Group], agents_of: Callable[[str], Iterable[Agent]]) -> None:
+        """On becoming leader: a fresh lease for every live agent, so none is declared
+        failed merely because the previous leader held its heartbeats."""
+        self.leases.clear()
+        for group in groups:
+            for agent in agents_of(group.spec.name):
+                if agent.state is AgentState.ALIVE:
+                    self.renew(group, agent.agent_id, agent.incarnation)
+        self.term_granted = term
+
+    def forget(self, group: str, agent_id: str) -> None:
+        forget(self.leases, [(group, agent_id)])
+
+    def expired(self) -> list[DeclareAgentFailed]:
+        due = expired_leases(self.leases, time.time())
+        forget(self.leases, [(d.group, d.agent_id) for d in due])
+        return due

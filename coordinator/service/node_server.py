@@ -1,0 +1,28 @@
+"""A node's serving half: the gRPC server and the leader-only loop over one replica.
+
+Both propose through one Batcher, so the leader's own commands share batches
+with its clients', and both see one lease table: the servicers renew leases, the
+loop proposes their expiries.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from coordinator.replication.batcher import DEFAULT_DEDUPE_WINDOW_S, Batcher
+from coordinator.replication.replica import Replica
+from coordinator.service import leader_loop
+from coordinator.service.leases import LeaseTable
+from coordinator.transport import server
+
+
+async def serve(replica: Replica, address: str, stop: asyncio.Event,
+                dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S) -> None:
+    """Serve until `stop` is set; raises OSError at once if `address` cannot be bound.
+
+    The server stops as soon as `stop` is set, without waiting for a leader-loop
+    tick that may be waiting for an answer; the loop ends after its tick."""
+    batcher, leases = Batcher(replica, dedupe_window_s), LeaseTable()
+    async with server.running(batcher, leases, address):
+        loop = asyncio.create_task(leader_loop.run(batcher, leases, stop))
+        await stop.wait()
+    await loop
