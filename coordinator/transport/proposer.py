@@ -25,14 +25,15 @@ import grpc
 from google.protobuf.message import Message
 
 from coordinator import wire
+from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
 from coordinator.api.v1 import log_pb2
 from coordinator.config import NodeConfig
 from coordinator.core import ids
 from coordinator.core.commands import Entry, Failure, Proposal, Result, decode_result
-from coordinator.core.errors import Rejection
+from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.validation import validate
 from coordinator.replication.replica import NotLeader, Overloaded, Replica
-from coordinator.transport.status_map import GRPC_CODE, ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, details
+from coordinator.transport.status_map import abort_with
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_DEDUPE_WINDOW_S = NodeConfig.dedupe_window_s  # one default, the config's
@@ -70,12 +71,12 @@ class Proposer:
             try:
                 ids.check_request_id(request_id)
             except Rejection as r:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(r.field, r.reason))
+                await abort_with(context, r)
         entry = log_pb2.LogEntry(request_id=request_id, issued_at=await self._issued_at(context))
         getattr(entry, field).CopyFrom(message)
         result = await self.propose(context, entry)
         if isinstance(result, Failure):
-            await context.abort(GRPC_CODE[result.code], details(result.field, result.reason))
+            await abort_with(context, result)
         return result
 
     async def _issued_at(self, context: grpc.aio.ServicerContext) -> float:
@@ -88,12 +89,12 @@ class Proposer:
         except ValueError:
             issued_at = math.nan
         if not (math.isfinite(issued_at) and issued_at > 0):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"{ISSUED_AT_METADATA_KEY}: must be seconds since the epoch, got {raw!r}")
+            await abort_with(context, Rejection.invalid(ISSUED_AT_METADATA_KEY,
+                                                        f"must be seconds since the epoch, got {raw!r}"))
         if issued_at > time.time() + self.dedupe_window_s:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"{ISSUED_AT_METADATA_KEY}: more than {self.dedupe_window_s:.0f}s ahead of the "
-                                f"coordinator's clock; check the client's clock")
+            await abort_with(context, Rejection.because(
+                ReasonCode.CLOCK_AHEAD, f"more than {self.dedupe_window_s:.0f}s ahead of the coordinator's clock; "
+                "check the client's clock", ISSUED_AT_METADATA_KEY))
         return issued_at
 
     async def barrier(self, context: grpc.aio.ServicerContext | None) -> None:
@@ -112,7 +113,7 @@ class Proposer:
         except Rejection as r:
             if context is None:
                 raise
-            await context.abort(GRPC_CODE[r.code], details(r.field, r.reason))
+            await abort_with(context, r)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._queue.append(_Queued(entry, decoded, future))
