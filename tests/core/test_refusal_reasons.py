@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 
 from coordinator.core import commands as c
+from coordinator.core import dedupe
+from coordinator.core.dedupe import DedupeClock
 from coordinator.core.errors import Code, ReasonCode, Rejection
 from coordinator.core.history import Dependency
-from coordinator.core.model import CheckpointKind, GroupSpec, Mode
-from tests.core.test_state_machine import Machine
+from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode
+from tests.core.test_state_machine import SHA, Machine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +61,37 @@ def _cic_after_a_failed(m: Machine) -> None:
     m.ok(c.DeclareAgentFailed("g", "a", 1))
 
 
+def _cic_with_checkpoint(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS)))
+    m.register("g", "a")
+    m.commit("g", "a", 2)
+
+
+def _checkpoint(index: int, kind: CheckpointKind = CheckpointKind.BASIC, *, uri: str = "file:///x",
+                parent: int = 0, inc: int = 1) -> c.CommitCheckpoint:
+    return c.CommitCheckpoint(c.Token(inc, 0), Checkpoint("g", "a", index, 0, kind, uri, SHA, 1, parent_index=parent))
+
+
+def _left(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS)))
+    m.register("g", "a")
+    m.ok(c.Deregister("g", "a", c.Token(1, 0)))
+
+
 CASES = {
+    ReasonCode.INVALID_FIELD: (lambda m: None, c.CreateGroup(GroupSpec("bad name"))),
     ReasonCode.GROUP_NOT_FOUND: (lambda m: None, c.StartEpoch("nope")),
+    ReasonCode.GROUP_SPEC_CONFLICT: (_cic_with_checkpoint, c.CreateGroup(GroupSpec("g", Mode.COORDINATED))),
+    ReasonCode.AGENT_NOT_FOUND: (_cic_with_checkpoint, c.Deregister("g", "zz", c.Token(1, 0))),
+    ReasonCode.WRONG_CHECKPOINT_KIND: (_cic_with_checkpoint, _checkpoint(3, CheckpointKind.COORDINATED)),
+    ReasonCode.CHECKPOINT_CONFLICT: (_cic_with_checkpoint, _checkpoint(2, uri="file:///other")),
+    ReasonCode.INDEX_NOT_ABOVE_LAST: (_cic_with_checkpoint, _checkpoint(1)),
+    ReasonCode.PARENT_MISSING: (_cic_with_checkpoint, _checkpoint(4, parent=3)),
+    ReasonCode.AGENT_NOT_ALIVE: (_left, c.Deregister("g", "a", c.Token(1, 0))),
+    ReasonCode.NO_LIVE_MEMBERS: (lambda m: m.ok(c.CreateGroup(GroupSpec("g", Mode.COORDINATED))),
+                                 c.StartEpoch("g")),
+    # Order 1 is a rollback order for a or b.
+    ReasonCode.ORDER_NOT_ADDRESSED: (_cic_after_a_failed, c.AckOrder("g", "c", c.Token(1, 0), 1)),
     ReasonCode.NOT_COORDINATED: (lambda m: m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS))), c.StartEpoch("g")),
     ReasonCode.EPOCH_STILL_OPEN: (_coordinated_with_open_epoch, c.StartEpoch("g")),
     ReasonCode.EPOCH_NOT_FOUND: (_coordinated_with_open_epoch, c.AbortEpoch("g", 9, "")),
@@ -91,6 +122,29 @@ def test_epoch_refusals_of_a_coordinated_checkpoint_are_told_apart() -> None:
     m.ok(c.AbortEpoch("g", 1, "deadline"))
     closed = m.commit("g", "b", 1, epoch=1, kind=CheckpointKind.COORDINATED)
     assert isinstance(closed, c.Failure) and closed.reason_code is ReasonCode.NOT_OPEN_EPOCH
+
+
+def test_the_dedupe_window_names_its_two_refusals() -> None:
+    clock = dedupe.advance(DedupeClock(), 1000.0, 60.0)
+    assert dedupe.admit(clock, 1, 60.0).reason_code is ReasonCode.REQUEST_TOO_OLD
+    assert dedupe.admit(clock, 2_000_000, 60.0).reason_code is ReasonCode.CLOCK_AHEAD
+
+
+def _reasons_named(tree: ast.AST) -> set[str]:
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "ReasonCode"}
+
+
+def test_every_reason_is_given_somewhere() -> None:
+    """A reason no refusal uses is a promise to clients that nothing keeps. (errors.py
+    counts only for what Rejection's own constructors give, not for the tables.)"""
+    named: set[str] = set()
+    for path in (ROOT / "coordinator").rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        if path.name == "errors.py":
+            tree = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Rejection")
+        named |= _reasons_named(tree)
+    assert {r.name for r in ReasonCode} - named == set()
 
 
 def _direct_constructions(path: Path) -> list[str]:
