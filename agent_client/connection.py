@@ -17,11 +17,11 @@ import grpc
 from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_delay,
                       wait_random_exponential)
 
+from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
+from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
-LEADER_METADATA_KEY = "raftpoint-leader"
-ISSUED_AT_METADATA_KEY = "raftpoint-issued-at"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 BACKOFF = dict(multiplier=0.02, max=0.25)  # a leader election takes ~1 s: poll it finely
 
@@ -32,13 +32,19 @@ class CoordinatorUnavailable(Exception):
 
 
 class Rejected(Exception):
-    """The coordinator refused the request; `code` and `reason` say why. Not retried:
-    the same request would be refused again."""
+    """The coordinator refused the request. Not retried: the same request would be
+    refused again. Decide on `reason_code` (a ReasonCode of the proto; UNSPECIFIED
+    when the status carried none); `reason` is the human-readable text, for people."""
 
-    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+    def __init__(self, code: grpc.StatusCode, reason: str, reason_code: int = pb.REASON_UNSPECIFIED) -> None:
         super().__init__(f"{code.name}: {reason}")
         self.code = code
         self.reason = reason
+        self.reason_code = reason_code
+
+    @property
+    def reason_name(self) -> str:
+        return pb.ReasonCode.Name(self.reason_code)
 
 
 def issued_now() -> tuple[tuple[str, str], ...]:
@@ -61,7 +67,14 @@ def _translate(exc: BaseException, what: str) -> Exception:
     if isinstance(exc, RetryError):
         return CoordinatorUnavailable(f"{what}: no leader answered: {exc.last_attempt.exception()}")
     assert isinstance(exc, grpc.RpcError)
-    return Rejected(exc.code(), exc.details() or "")
+    return Rejected(exc.code(), exc.details() or "", parse_reason(_trailer(exc, REASON_METADATA_KEY)))
+
+
+def _trailer(err: grpc.RpcError, key: str) -> str | None:
+    try:
+        return dict(err.trailing_metadata() or ()).get(key)
+    except Exception:  # some aio errors carry no metadata object
+        return None
 
 
 class _Targets:
@@ -75,10 +88,7 @@ class _Targets:
         self._lock = threading.Lock()
 
     def redirect(self, err: grpc.RpcError) -> None:
-        try:
-            leader = dict(err.trailing_metadata() or ()).get(LEADER_METADATA_KEY)
-        except Exception:  # some aio errors carry no metadata object
-            leader = None
+        leader = _trailer(err, LEADER_METADATA_KEY)
         with self._lock:
             if leader:
                 if leader not in self.endpoints:

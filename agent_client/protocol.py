@@ -37,8 +37,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Generator, Mapping, Sequence, TypeVar
 
-import grpc
-
 from agent_client import checkpoint_blob
 from agent_client.blobs.manifest import Manifest
 from agent_client.blobs.store import BlobStore
@@ -137,11 +135,15 @@ class Restored:
 
 
 def is_orphan_refusal(exc: Rejected) -> bool:
-    return exc.code == grpc.StatusCode.FAILED_PRECONDITION and "orphan message" in exc.reason
+    return exc.reason_code == pb.REASON_ORPHAN_MESSAGE
 
 
 def owes_rollback(exc: Rejected) -> bool:
-    return exc.code == grpc.StatusCode.FAILED_PRECONDITION and "rollback order" in exc.reason and "pending" in exc.reason
+    return exc.reason_code == pb.REASON_ORDER_PENDING
+
+
+# A checkpoint_now for an epoch this agent already cut, or one that closed meanwhile.
+_EPOCH_CUT_NOT_NEEDED = frozenset({pb.REASON_ALREADY_COMMITTED, pb.REASON_NOT_OPEN_EPOCH})
 
 
 def undone_by(line: Mapping[str, Fence], envelope: Envelope) -> bool:
@@ -349,7 +351,7 @@ class AgentProtocol:
         try:
             yield from self._checkpoint(epoch=epoch)
         except Rejected as exc:
-            if "already committed" not in exc.reason and "not the open epoch" not in exc.reason:
+            if exc.reason_code not in _EPOCH_CUT_NOT_NEEDED:
                 raise
             log.info("checkpoint for epoch %d not needed: %s", epoch, exc.reason)
 

@@ -15,6 +15,7 @@ import grpc
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from chaos.history import FAIL, INFO, OK, History, Op
+from coordinator.api.v1 import coordinator_pb2 as pb
 
 # Codes only the coordinator's own checks answer with. INTERNAL is not here: a
 # transport can produce it too, so it proves nothing about the request.
@@ -48,14 +49,17 @@ class Outcome:
     response: Any
     invoke: Op
     error: str | None = None
+    reason_code: int = pb.REASON_UNSPECIFIED  # of a refusal: what the coordinator said was wrong
 
     @property
     def ok(self) -> bool:
         return self.type == OK
 
-    def refused(self, code: str, text: str = "") -> bool:
-        """A definite refusal with this code whose reason mentions `text`."""
-        return self.type == FAIL and self.error is not None and self.error.startswith(code + ":") and text in self.error
+    def refused(self, code: str, *reasons: int) -> bool:
+        """A definite refusal with this status code and, when `reasons` are given, one of
+        these reason codes."""
+        return (self.type == FAIL and self.error is not None and self.error.startswith(code + ":")
+                and (not reasons or self.reason_code in reasons))
 
 
 class RecordingClient:
@@ -80,7 +84,7 @@ class RecordingClient:
                 response = self.conn.collect(request.service, request.method, request.message, window=request.window)
         except Rejected as exc:
             kind = FAIL if exc.code in DEFINITE else INFO
-            return self._complete(invoked, kind, None, f"{exc.code.name}: {exc.reason}")
+            return self._complete(invoked, kind, None, f"{exc.code.name}: {exc.reason}", reason_code=exc.reason_code)
         except CoordinatorUnavailable as exc:
             return self._complete(invoked, INFO, None, f"UNAVAILABLE: {exc}")
         except Exception as exc:  # an unknown outcome, never a reason to stop the process
@@ -91,9 +95,10 @@ class RecordingClient:
             return self._complete(invoked, INFO, None, f"unreadable answer: {type(exc).__name__}: {exc}")
         return self._complete(invoked, OK, response, None, extracted)
 
-    def _complete(self, invoked: Op, kind: str, response: Any, error: str | None, extracted: Any = None) -> Outcome:
+    def _complete(self, invoked: Op, kind: str, response: Any, error: str | None, extracted: Any = None, *,
+                  reason_code: int = pb.REASON_UNSPECIFIED) -> Outcome:
         self.history.complete(self.process, kind, extracted, node=self.conn.target, error=error)
-        return Outcome(kind, response, invoked, error)
+        return Outcome(kind, response, invoked, error, reason_code)
 
     def close(self) -> None:
         self.conn.close()

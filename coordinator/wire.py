@@ -10,7 +10,7 @@ from typing import Any, Callable
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import log_pb2
 from coordinator.core import commands as c
-from coordinator.core.errors import Rejection
+from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.history import Dependency
 from coordinator.core.model import (
     Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Group, GroupSpec, GroupState, Mode, Order,
@@ -123,7 +123,7 @@ def command_from_pb(entry: log_pb2.LogEntry) -> c.Command:
     kind = entry.WhichOneof("command")
     decode = _COMMAND_FROM_PB.get(kind) if kind else None
     if decode is None:
-        raise Rejection.invalid("command", "log entry carries no command")
+        raise Rejection.because(ReasonCode.MALFORMED_ENTRY, "log entry carries no command", "command")
     return decode(getattr(entry, kind))
 
 
@@ -143,7 +143,7 @@ def proposal_from_bytes(data: bytes) -> c.Proposal:
 
 def _entry_or_failure(msg: log_pb2.LogEntry, proposed_at: float) -> c.Entry | c.Failure:
     if msg.WhichOneof("command") == "batch":
-        return c.Failure.of(Rejection.invalid("command", "batches do not nest"))
+        return c.Failure.of(Rejection.because(ReasonCode.MALFORMED_ENTRY, "batches do not nest", "command"))
     try:
         return entry_from_pb(msg, proposed_at)
     except Rejection as rejection:

@@ -46,6 +46,9 @@ from coordinator.locks import SharedExclusiveLock
 MODES = {"COORDINATED": pb.COORDINATED, "CIC_BCS": pb.CIC_BCS, "UNCOORDINATED": pb.UNCOORDINATED}
 MAX_TRIES = 4  # sends of one request that ended `info`, the first included
 LOCK_WAIT_S = 0.5
+# A coordinated checkpoint refused because its epoch is no longer (or not yet, or not
+# for this agent) the open one: nothing to cut, wait for the next epoch.
+EPOCH_CLOSED = (pb.REASON_NOT_OPEN_EPOCH, pb.REASON_JOINED_AFTER_EPOCH, pb.REASON_EPOCH_NOT_STARTED)
 
 
 @dataclass(frozen=True)
@@ -329,7 +332,7 @@ class MetadataWorkload:
 
     def _resync(self, proc: _Process, g: GroupModel, a: AgentModel, outcome: Outcome) -> None:
         """A write was refused: catch up with the coordinator (rollback to obey, newer incarnation)."""
-        if outcome.refused("FAILED_PRECONDITION", "rollback order"):
+        if outcome.refused("FAILED_PRECONDITION", pb.REASON_ORDER_PENDING):
             self._settle_orders(proc, g, [a])
         elif outcome.refused("FAILED_PRECONDITION"):
             self._read_group(proc, g)
@@ -431,7 +434,7 @@ class MetadataWorkload:
                 if o.response.stable_epoch >= epoch:
                     with self._mutex:
                         g.open_epoch, g.closed_epoch = 0, max(g.closed_epoch, epoch)
-            elif o.refused("ALREADY_EXISTS") or o.refused("FAILED_PRECONDITION", "epoch"):
+            elif o.refused("ALREADY_EXISTS") or o.refused("FAILED_PRECONDITION", *EPOCH_CLOSED):
                 a.epochs_done.add(epoch)  # committed already, or the epoch closed: wait for the next
             else:
                 self._resync(proc, g, a, o)

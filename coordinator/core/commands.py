@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.core.errors import Code, Rejection
+from coordinator.core.errors import Code, ReasonCode, Rejection
 from coordinator.core.history import Dependency
 from coordinator.core.model import Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState
 
@@ -187,10 +187,12 @@ class Failure:
     code: Code
     reason: str
     field: str = ""
+    # Absent from answers stored before reasons existed: those decode as UNSPECIFIED.
+    reason_code: ReasonCode = ReasonCode.UNSPECIFIED
 
     @classmethod
     def of(cls, rejection: Rejection) -> "Failure":
-        return cls(rejection.code, rejection.reason, rejection.field)
+        return cls(rejection.code, rejection.reason, rejection.field, rejection.reason_code)
 
 
 Result = (GroupResult | RegisterResult | CheckpointResult | DependenciesResult | EpochResult | RecoveryResult

@@ -28,7 +28,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from coordinator.core.errors import Code, Rejection
+from coordinator.core.errors import ReasonCode, Rejection
 
 # Answers forgotten per applied log entry at most, plus PRUNE_PER_RECORD per answer
 # the entry recorded: pruning always outpaces recording, yet stays bounded.
@@ -69,14 +69,15 @@ def admit(clock: DedupeClock, issued_ms: int, window_s: float) -> Rejection | No
     ahead); refused rather than clamped, since a clamped time would differ between
     the first attempt and a retry."""
     if issued_ms < clock.watermark_ms:
-        return Rejection(Code.FAILED_PRECONDITION,
-                         f"request too old to deduplicate: issued {(clock.clock_ms - issued_ms) / 1000:.3f}s before the "
-                         f"coordinator's clock, answers older than {(clock.clock_ms - clock.watermark_ms) / 1000:.0f}s "
-                         f"are forgotten; its outcome is unknown -- check the state, then use a new request_id",
-                         "issued_at")
+        return Rejection.because(
+            ReasonCode.REQUEST_TOO_OLD,
+            f"request too old to deduplicate: issued {(clock.clock_ms - issued_ms) / 1000:.3f}s before the "
+            f"coordinator's clock, answers older than {(clock.clock_ms - clock.watermark_ms) / 1000:.0f}s "
+            f"are forgotten; its outcome is unknown -- check the state, then use a new request_id", "issued_at")
     if window_s > 0 and issued_ms > clock.clock_ms + to_ms(window_s):
-        return Rejection.invalid("issued_at", f"{(issued_ms - clock.clock_ms) / 1000:.3f}s ahead of the coordinator's "
-                                 f"clock (more than the {window_s:.0f}s dedupe window); check the client's clock")
+        return Rejection.because(
+            ReasonCode.CLOCK_AHEAD, f"{(issued_ms - clock.clock_ms) / 1000:.3f}s ahead of the coordinator's "
+            f"clock (more than the {window_s:.0f}s dedupe window); check the client's clock", "issued_at")
     return None
 
 

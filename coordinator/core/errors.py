@@ -3,6 +3,10 @@
 A command that fails validation must be answered, recorded under its request id
 and leave the state untouched; the same rejection therefore has to be a value that
 can be encoded in the dedupe table and mapped to a gRPC status by the transport.
+
+Every rejection names its kind (`ReasonCode`) besides the human-readable text, so
+a client decides what to do from the code and never has to parse the text, which
+stays free to change. Each kind belongs to exactly one status `Code`.
 """
 from __future__ import annotations
 
@@ -19,25 +23,98 @@ class Code(StrEnum):
     INTERNAL = "INTERNAL"
 
 
+class ReasonCode(StrEnum):
+    """Why a request was refused; mirrored one-to-one by proto/v1's ReasonCode
+    (REASON_<name>), which is what clients see. Values are stored in the dedupe
+    table, so a member's value must never change once released."""
+
+    UNSPECIFIED = "UNSPECIFIED"  # stored before reasons existed, or not the coordinator's own refusal
+    # INVALID_ARGUMENT
+    INVALID_FIELD = "INVALID_FIELD"  # a field breaks a format or range rule; `field` names it
+    MALFORMED_ENTRY = "MALFORMED_ENTRY"  # a log entry that carries no (or an unknown, or a nested) command
+    WRONG_CHECKPOINT_KIND = "WRONG_CHECKPOINT_KIND"  # the group's mode takes other checkpoint kinds
+    ORDER_NOT_ADDRESSED = "ORDER_NOT_ADDRESSED"  # acknowledging another agent's order
+    CLOCK_AHEAD = "CLOCK_AHEAD"  # issued further ahead of the coordinator's clock than the dedupe window
+    # NOT_FOUND
+    GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
+    AGENT_NOT_FOUND = "AGENT_NOT_FOUND"
+    EPOCH_NOT_FOUND = "EPOCH_NOT_FOUND"
+    # ALREADY_EXISTS
+    GROUP_SPEC_CONFLICT = "GROUP_SPEC_CONFLICT"  # the group exists with a different spec
+    CHECKPOINT_CONFLICT = "CHECKPOINT_CONFLICT"  # the checkpoint index exists with other metadata
+    ALREADY_COMMITTED = "ALREADY_COMMITTED"  # the agent already committed this epoch
+    # FAILED_PRECONDITION
+    STALE_INCARNATION = "STALE_INCARNATION"  # the token's incarnation is not the agent's live one
+    AGENT_NOT_ALIVE = "AGENT_NOT_ALIVE"  # the agent failed or left: register again
+    EPOCH_NOT_STARTED = "EPOCH_NOT_STARTED"  # the token names an epoch the group has not started
+    ORDER_PENDING = "ORDER_PENDING"  # a rollback order must be obeyed and acknowledged first
+    INDEX_NOT_ABOVE_LAST = "INDEX_NOT_ABOVE_LAST"  # checkpoint indexes only grow
+    PARENT_MISSING = "PARENT_MISSING"  # an incremental checkpoint's parent does not exist
+    NOT_OPEN_EPOCH = "NOT_OPEN_EPOCH"  # a coordinated checkpoint for an epoch that is not open
+    JOINED_AFTER_EPOCH = "JOINED_AFTER_EPOCH"  # the agent is not a member of that epoch
+    ORPHAN_MESSAGE = "ORPHAN_MESSAGE"  # a dependency on a send that a rollback undid
+    NOT_COORDINATED = "NOT_COORDINATED"  # epochs exist only in coordinated groups
+    GROUP_RECOVERING = "GROUP_RECOVERING"  # not while a recovery is in progress
+    EPOCH_STILL_OPEN = "EPOCH_STILL_OPEN"  # one epoch at a time
+    NO_LIVE_MEMBERS = "NO_LIVE_MEMBERS"  # an epoch needs members
+    REQUEST_TOO_OLD = "REQUEST_TOO_OLD"  # its answer may be forgotten: the outcome is unknown
+    MEMBERSHIP_CHANGE_REFUSED = "MEMBERSHIP_CHANGE_REFUSED"  # Raft refused it (one change at a time)
+    # INTERNAL
+    INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in the state machine; nothing was written
+
+    @property
+    def code(self) -> Code:
+        """The status every refusal of this kind gets (UNSPECIFIED has none)."""
+        try:
+            return _STATUS[self]
+        except KeyError:
+            raise ValueError(f"{self} names no kind of refusal") from None
+
+
+_STATUS: dict[ReasonCode, Code] = {
+    **dict.fromkeys((ReasonCode.INVALID_FIELD, ReasonCode.MALFORMED_ENTRY, ReasonCode.WRONG_CHECKPOINT_KIND,
+                     ReasonCode.ORDER_NOT_ADDRESSED, ReasonCode.CLOCK_AHEAD), Code.INVALID_ARGUMENT),
+    **dict.fromkeys((ReasonCode.GROUP_NOT_FOUND, ReasonCode.AGENT_NOT_FOUND, ReasonCode.EPOCH_NOT_FOUND),
+                    Code.NOT_FOUND),
+    **dict.fromkeys((ReasonCode.GROUP_SPEC_CONFLICT, ReasonCode.CHECKPOINT_CONFLICT, ReasonCode.ALREADY_COMMITTED),
+                    Code.ALREADY_EXISTS),
+    **dict.fromkeys((ReasonCode.STALE_INCARNATION, ReasonCode.AGENT_NOT_ALIVE, ReasonCode.EPOCH_NOT_STARTED,
+                     ReasonCode.ORDER_PENDING, ReasonCode.INDEX_NOT_ABOVE_LAST, ReasonCode.PARENT_MISSING,
+                     ReasonCode.NOT_OPEN_EPOCH, ReasonCode.JOINED_AFTER_EPOCH, ReasonCode.ORPHAN_MESSAGE,
+                     ReasonCode.NOT_COORDINATED, ReasonCode.GROUP_RECOVERING, ReasonCode.EPOCH_STILL_OPEN,
+                     ReasonCode.NO_LIVE_MEMBERS, ReasonCode.REQUEST_TOO_OLD, ReasonCode.MEMBERSHIP_CHANGE_REFUSED),
+                    Code.FAILED_PRECONDITION),
+    ReasonCode.INTERNAL_ERROR: Code.INTERNAL,
+}
+
+
 @dataclass(frozen=True)
 class Rejection(Exception):
-    """Raised inside the core, caught by apply() and turned into a result."""
+    """Raised inside the core, caught by apply() and turned into a result.
+
+    Build one with because() (or invalid()/not_found()), which derives `code` from
+    the reason code, so the two cannot disagree."""
 
     code: Code
     reason: str
     field: str = ""
+    reason_code: ReasonCode = ReasonCode.UNSPECIFIED
+
+    def __post_init__(self) -> None:
+        if self.reason_code is not ReasonCode.UNSPECIFIED and self.reason_code.code is not self.code:
+            raise ValueError(f"reason {self.reason_code} is a {self.reason_code.code} refusal, not {self.code}")
 
     def __str__(self) -> str:
         return f"{self.code}: {self.field + ': ' if self.field else ''}{self.reason}"
 
     @classmethod
+    def because(cls, reason_code: ReasonCode, reason: str, field: str = "") -> "Rejection":
+        return cls(reason_code.code, reason, field, reason_code)
+
+    @classmethod
     def invalid(cls, field: str, reason: str) -> "Rejection":
-        return cls(Code.INVALID_ARGUMENT, reason, field)
+        return cls.because(ReasonCode.INVALID_FIELD, reason, field)
 
     @classmethod
-    def not_found(cls, what: str) -> "Rejection":
-        return cls(Code.NOT_FOUND, f"{what} does not exist")
-
-    @classmethod
-    def precondition(cls, reason: str, field: str = "") -> "Rejection":
-        return cls(Code.FAILED_PRECONDITION, reason, field)
+    def not_found(cls, what: str, reason_code: ReasonCode) -> "Rejection":
+        return cls.because(reason_code, f"{what} does not exist")

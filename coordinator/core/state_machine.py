@@ -16,7 +16,7 @@ from coordinator.core.commands import (
     StartEpoch, Token,
 )
 from coordinator.core import fences
-from coordinator.core.errors import Code, Rejection
+from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
     Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode, Order,
     OrderKind,
@@ -34,7 +34,8 @@ def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
     applying what its proposer checked), so it is not run twice."""
     handler = _HANDLERS.get(type(entry.command))
     if handler is None:
-        return Failure(Code.INVALID_ARGUMENT, f"unknown command {type(entry.command).__name__}")
+        return Failure.of(Rejection.because(ReasonCode.MALFORMED_ENTRY,
+                                            f"unknown command {type(entry.command).__name__}"))
     try:
         if not validated:
             validate(entry.command)
@@ -42,7 +43,7 @@ def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
     except Rejection as rejection:
         return Failure.of(rejection)
     except Exception as exc:  # a bug must not wedge the cluster; the caller drops the writes
-        return Failure(Code.INTERNAL, f"{type(exc).__name__}: {exc}")
+        return Failure.of(Rejection.because(ReasonCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
 
 
 # ---- lookups -------------------------------------------------------------------
@@ -50,14 +51,14 @@ def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
 def _group(state: State, name: str) -> Group:
     group = state.group(name)
     if group is None:
-        raise Rejection.not_found(f"group {name!r}")
+        raise Rejection.not_found(f"group {name!r}", ReasonCode.GROUP_NOT_FOUND)
     return group
 
 
 def _agent(state: State, group: str, agent_id: str) -> Agent:
     agent = state.agent(group, agent_id)
     if agent is None:
-        raise Rejection.not_found(f"agent {agent_id!r} in group {group!r}")
+        raise Rejection.not_found(f"agent {agent_id!r} in group {group!r}", ReasonCode.AGENT_NOT_FOUND)
     return agent
 
 
@@ -70,16 +71,20 @@ def _fenced_agent(state: State, group: Group, agent_id: str, token: Token) -> Ag
     """
     agent = _agent(state, group.spec.name, agent_id)
     if token.incarnation != agent.incarnation:
-        raise Rejection.precondition(
+        raise Rejection.because(
+            ReasonCode.STALE_INCARNATION,
             f"stale incarnation {token.incarnation}: agent {agent_id!r} is at incarnation {agent.incarnation}",
             "token.incarnation")
     if agent.state is not AgentState.ALIVE:
-        raise Rejection.precondition(f"agent {agent_id!r} is {agent.state.value}; register again", "agent_id")
+        raise Rejection.because(ReasonCode.AGENT_NOT_ALIVE,
+                                f"agent {agent_id!r} is {agent.state.value}; register again", "agent_id")
     if token.epoch > group.current_epoch:
-        raise Rejection.precondition(
-            f"epoch {token.epoch} has not started (current epoch {group.current_epoch})", "token.epoch")
+        raise Rejection.because(
+            ReasonCode.EPOCH_NOT_STARTED, f"epoch {token.epoch} has not started (current epoch {group.current_epoch})",
+            "token.epoch")
     if agent.rollback_order:
-        raise Rejection.precondition(
+        raise Rejection.because(
+            ReasonCode.ORDER_PENDING,
             f"rollback order {agent.rollback_order} is pending; restore and acknowledge it first", "agent_id")
     return agent
 
@@ -97,7 +102,8 @@ def _create_group(state: State, cmd: CreateGroup, now: float) -> Result:
     if existing is not None:
         if existing.spec == spec:
             return GroupResult(existing)
-        raise Rejection(Code.ALREADY_EXISTS, f"group {spec.name!r} exists with a different spec", "spec.group")
+        raise Rejection.because(ReasonCode.GROUP_SPEC_CONFLICT, f"group {spec.name!r} exists with a different spec",
+                                "spec.group")
     group = Group(spec=spec, created_at=now)
     state.put_group(group)
     return GroupResult(group)
@@ -147,8 +153,8 @@ def _check_kind(group: Group, cp: Checkpoint) -> None:
         Mode.UNCOORDINATED: {CheckpointKind.BASIC},
     }.get(group.spec.mode, {CheckpointKind.BASIC, CheckpointKind.FORCED})
     if cp.kind not in allowed:
-        raise Rejection.invalid("checkpoint.kind", f"{group.spec.mode.value} groups take "
-                                + " or ".join(sorted(k.value for k in allowed)) + " checkpoints")
+        raise Rejection.because(ReasonCode.WRONG_CHECKPOINT_KIND, f"{group.spec.mode.value} groups take "
+                                + " or ".join(sorted(k.value for k in allowed)) + " checkpoints", "checkpoint.kind")
 
 
 def _commit_checkpoint(state: State, cmd: CommitCheckpoint, now: float) -> Result:
@@ -161,26 +167,32 @@ def _commit_checkpoint(state: State, cmd: CommitCheckpoint, now: float) -> Resul
         same = dataclasses.replace(existing, created_at=cp.created_at, stable=cp.stable, incarnation=cp.incarnation)
         if same == cp:
             return CheckpointResult(existing, group.stable_epoch)
-        raise Rejection(Code.ALREADY_EXISTS, f"checkpoint {cp.index} of {agent.agent_id!r} exists with other metadata",
-                        "checkpoint.index")
+        raise Rejection.because(ReasonCode.CHECKPOINT_CONFLICT,
+                                f"checkpoint {cp.index} of {agent.agent_id!r} exists with other metadata",
+                                "checkpoint.index")
     if cp.index <= agent.last_checkpoint_index:
-        raise Rejection.precondition(
-            f"index {cp.index} is not above the agent's last checkpoint {agent.last_checkpoint_index}", "checkpoint.index")
+        raise Rejection.because(
+            ReasonCode.INDEX_NOT_ABOVE_LAST,
+            f"index {cp.index} is not above the agent's last checkpoint {agent.last_checkpoint_index}",
+            "checkpoint.index")
     if cp.parent_index and state.checkpoint(group.spec.name, agent.agent_id, cp.parent_index) is None:
-        raise Rejection.precondition(f"parent checkpoint {cp.parent_index} does not exist", "checkpoint.parent_index")
+        raise Rejection.because(ReasonCode.PARENT_MISSING, f"parent checkpoint {cp.parent_index} does not exist",
+                                "checkpoint.parent_index")
 
     epoch = None
     if group.spec.mode is Mode.COORDINATED:
         epoch = state.epoch(group.spec.name, cp.epoch)
         if cp.epoch != group.current_epoch or epoch is None or epoch.state is not EpochState.STARTED:
-            raise Rejection.precondition(
-                f"epoch {cp.epoch} is not the open epoch (current {group.current_epoch}, "
+            raise Rejection.because(
+                ReasonCode.NOT_OPEN_EPOCH, f"epoch {cp.epoch} is not the open epoch (current {group.current_epoch}, "
                 f"{epoch.state.value if epoch else 'none'})", "checkpoint.epoch")
         if agent.agent_id not in epoch.members:
-            raise Rejection.precondition(f"agent {agent.agent_id!r} joined after epoch {cp.epoch} started",
-                                         "checkpoint.epoch")
+            raise Rejection.because(ReasonCode.JOINED_AFTER_EPOCH,
+                                    f"agent {agent.agent_id!r} joined after epoch {cp.epoch} started",
+                                    "checkpoint.epoch")
         if agent.agent_id in epoch.committed:
-            raise Rejection(Code.ALREADY_EXISTS, f"agent already committed epoch {cp.epoch}", "checkpoint.epoch")
+            raise Rejection.because(ReasonCode.ALREADY_COMMITTED, f"agent already committed epoch {cp.epoch}",
+                                    "checkpoint.epoch")
     stable = group.spec.mode is not Mode.COORDINATED  # independent checkpoints are usable once committed
     stored = dataclasses.replace(cp, created_at=now, stable=stable, incarnation=agent.incarnation)
     state.put_checkpoint(stored)
@@ -222,7 +234,8 @@ def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> R
         sender = senders[rec.sender]
         fence = sender and fences.undoing(sender.fences, rec.send_generation, rec.send_interval)
         if fence:
-            raise Rejection.precondition(
+            raise Rejection.because(
+                ReasonCode.ORPHAN_MESSAGE,
                 f"orphan message {rec.message_id!r}: {rec.sender!r} sent it in interval {rec.send_interval} of "
                 f"generation {rec.send_generation}, which its rollback to checkpoint {fence.index} (generation "
                 f"{fence.generation}) undid", f"records[{i}]")
@@ -233,15 +246,16 @@ def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> R
 def _start_epoch(state: State, cmd: StartEpoch, now: float) -> Result:
     group = _group(state, cmd.group)
     if group.spec.mode is not Mode.COORDINATED:
-        raise Rejection.precondition(f"group {group.spec.name!r} is {group.spec.mode.value}, not coordinated")
+        raise Rejection.because(ReasonCode.NOT_COORDINATED,
+                                f"group {group.spec.name!r} is {group.spec.mode.value}, not coordinated")
     if group.state is not GroupState.RUNNING:
-        raise Rejection.precondition(f"group {group.spec.name!r} is {group.state.value}")
+        raise Rejection.because(ReasonCode.GROUP_RECOVERING, f"group {group.spec.name!r} is {group.state.value}")
     current = state.epoch(group.spec.name, group.current_epoch)
     if current is not None and current.state is EpochState.STARTED:
-        raise Rejection.precondition(f"epoch {current.epoch} is still open")
+        raise Rejection.because(ReasonCode.EPOCH_STILL_OPEN, f"epoch {current.epoch} is still open")
     members = tuple(a.agent_id for a in state.agents(group.spec.name) if a.state is AgentState.ALIVE)
     if not members:
-        raise Rejection.precondition(f"group {group.spec.name!r} has no live members")
+        raise Rejection.because(ReasonCode.NO_LIVE_MEMBERS, f"group {group.spec.name!r} has no live members")
     number = group.current_epoch + 1
     epoch = Epoch(group.spec.name, number, EpochState.STARTED, members, started_at=now,
                   deadline=now + group.spec.epoch_timeout_s)
@@ -257,7 +271,7 @@ def _abort_epoch(state: State, cmd: AbortEpoch, now: float) -> Result:
     group = _group(state, cmd.group)
     epoch = state.epoch(group.spec.name, cmd.epoch)
     if epoch is None:
-        raise Rejection.not_found(f"epoch {cmd.epoch} of group {cmd.group!r}")
+        raise Rejection.not_found(f"epoch {cmd.epoch} of group {cmd.group!r}", ReasonCode.EPOCH_NOT_FOUND)
     if epoch.state is EpochState.STARTED:
         epoch = _abort(state, group, epoch, cmd.reason or "aborted")
     return EpochResult(epoch)
@@ -332,14 +346,16 @@ def _ack_order(state: State, cmd: AckOrder, now: float) -> Result:
     group = _group(state, cmd.group)
     agent = _agent(state, cmd.group, cmd.agent_id)
     if cmd.token.incarnation != agent.incarnation or agent.state is not AgentState.ALIVE:
-        raise Rejection.precondition(
+        raise Rejection.because(
+            ReasonCode.STALE_INCARNATION,
             f"stale incarnation {cmd.token.incarnation}: agent is at {agent.incarnation} ({agent.state.value})",
             "token.incarnation")
     order = next((o for o in state.orders(cmd.group) if o.order_id == cmd.order_id), None)
     if order is None:
         return AckResult(group.state)  # already acknowledged and removed, or superseded
     if order.agent_id != cmd.agent_id:
-        raise Rejection.invalid("order_id", f"order {cmd.order_id} is not addressed to {cmd.agent_id!r}")
+        raise Rejection.because(ReasonCode.ORDER_NOT_ADDRESSED,
+                                f"order {cmd.order_id} is not addressed to {cmd.agent_id!r}", "order_id")
     state.delete_order(cmd.group, order.order_id)
     if agent.rollback_order == order.order_id:
         state.put_agent(dataclasses.replace(agent, rollback_order=0))
@@ -361,7 +377,8 @@ def _deregister(state: State, cmd: Deregister, now: float) -> Result:
 def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     group = _group(state, cmd.group)
     if group.state is not GroupState.RUNNING:
-        raise Rejection.precondition(f"group {group.spec.name!r} is {group.state.value}; collect after recovery")
+        raise Rejection.because(ReasonCode.GROUP_RECOVERING,
+                                f"group {group.spec.name!r} is {group.state.value}; collect after recovery")
     name = group.spec.name
     agents = [a for a in state.agents(name) if a.state is not AgentState.DEREGISTERED]
     all_cps = {a.agent_id: state.checkpoints(name, a.agent_id) for a in agents}

@@ -14,7 +14,7 @@ from coordinator import wire
 from coordinator.core import dedupe
 from coordinator.core.commands import Entry, Failure, Proposal, ReadBarrier, encode_result
 from coordinator.core.dedupe import DedupeClock
-from coordinator.core.errors import Code
+from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.state_machine import apply
 from coordinator.storage.state import DEDUPE_CLOCK_KEY, KvState, RecordCache, remembered_key, result_key
 
@@ -30,7 +30,8 @@ def apply_entry_bytes(records: RecordCache, data: bytes, decoded: Proposal | Non
         try:
             decoded = wire.proposal_from_bytes(data)
         except Exception as exc:  # undecodable bytes never come from our own proposers
-            return encode_result(Failure(Code.INVALID_ARGUMENT, f"undecodable log entry: {exc}"))
+            return encode_result(Failure.of(Rejection.because(ReasonCode.MALFORMED_ENTRY,
+                                                              f"undecodable log entry: {exc}")))
     return apply_proposal(records, decoded)
 
 

@@ -11,6 +11,7 @@ import time
 import grpc
 import structlog
 
+from coordinator.api.metadata import REASON_METADATA_KEY
 from coordinator.observability import metrics
 
 log = structlog.get_logger("raftpoint.rpc")
@@ -18,7 +19,7 @@ log = structlog.get_logger("raftpoint.rpc")
 
 class RequestInterceptor(grpc.aio.ServerInterceptor):
     """RPC latency by method and status code; the request id bound to every log line
-    the handler emits, and refused requests logged with their reason."""
+    the handler emits, and refused requests logged with their reason code and text."""
 
     def __init__(self) -> None:
         # Wrapped once per method: building handlers on every call was a measurable
@@ -64,7 +65,8 @@ class _Observed:
         elif exc is not None:
             self.code = (self.context.code() or grpc.StatusCode.UNKNOWN).name
             if self.code != "UNAVAILABLE":
-                log.info("rpc refused", code=self.code, details=self.context.details())
+                reason = dict(self.context.trailing_metadata() or ()).get(REASON_METADATA_KEY)
+                log.info("rpc refused", code=self.code, reason=reason, details=self.context.details())
         metrics.RPC_SECONDS.labels(self.method, self.code).observe(time.perf_counter() - self.started)
         structlog.contextvars.clear_contextvars()
 

@@ -17,10 +17,11 @@ import grpc
 
 from coordinator.core import ids
 from coordinator.core.commands import Command, Entry, Failure, Result
-from coordinator.core.errors import Rejection
+from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.replication.batcher import Batcher, OutcomeUnknown
 from coordinator.replication.replica import NotLeader, Overloaded
-from coordinator.transport.status_map import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, abort_refused
+from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
+from coordinator.transport.status_map import abort_with
 
 
 class WriteRequest(Protocol):
@@ -54,7 +55,7 @@ class Proposer:
 
         result = await self._outcome(context, propose())
         if isinstance(result, Failure):
-            await abort_refused(context, result)
+            await abort_with(context, result)
         return result
 
     async def barrier(self, context: grpc.aio.ServicerContext) -> None:
@@ -66,7 +67,7 @@ class Proposer:
         try:
             return await proposal
         except Rejection as r:
-            await abort_refused(context, r)
+            await abort_with(context, r)
         except NotLeader as exc:
             await self.abort_not_leader(context, exc.leader_raft)
         except Overloaded as exc:
@@ -91,6 +92,6 @@ class Proposer:
             raise Rejection.invalid(ISSUED_AT_METADATA_KEY, f"must be seconds since the epoch, got {raw!r}")
         window = self.batcher.dedupe_window_s
         if issued_at > time.time() + window:
-            raise Rejection.invalid(ISSUED_AT_METADATA_KEY, f"more than {window:.0f}s ahead of the "
-                                                            f"coordinator's clock; check the client's clock")
+            raise Rejection.because(ReasonCode.CLOCK_AHEAD, f"more than {window:.0f}s ahead of the coordinator's "
+                                    "clock; check the client's clock", ISSUED_AT_METADATA_KEY)
         return issued_at

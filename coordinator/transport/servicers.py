@@ -9,14 +9,14 @@ from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.core import ids
-from coordinator.core.errors import Rejection
+from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import Agent, AgentState, Group
 from coordinator.core.recovery_plan import plan_recovery
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
 from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
-from coordinator.transport.status_map import details
+from coordinator.transport.status_map import abort_with
 
 ORDER_POLL_S = 0.2
 MEMBERSHIP_TIMEOUT_S = 30.0
@@ -27,19 +27,19 @@ async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) ->
         for value, field in checks:
             ids.check_id(value, field)
     except Rejection as r:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(r.field, r.reason))
+        await abort_with(context, r)
 
 
 async def _live_agent(context: grpc.aio.ServicerContext, state: KvState, request) -> tuple[Group, Agent]:
     """The group and agent a read-only agent RPC names, if its token is current."""
     group, agent = state.group(request.group), state.agent(request.group, request.agent_id)
     if group is None or agent is None:
-        await context.abort(grpc.StatusCode.NOT_FOUND,
-                            f"agent {request.agent_id!r} in group {request.group!r} is not registered")
+        await abort_with(context, Rejection.because(
+            ReasonCode.AGENT_NOT_FOUND, f"agent {request.agent_id!r} in group {request.group!r} is not registered"))
     if agent.incarnation != request.token.incarnation or agent.state is not AgentState.ALIVE:
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"token.incarnation: stale incarnation {request.token.incarnation}; agent is at "
-                            f"{agent.incarnation} ({agent.state.value})")
+        await abort_with(context, Rejection.because(
+            ReasonCode.STALE_INCARNATION, f"stale incarnation {request.token.incarnation}; agent is at "
+            f"{agent.incarnation} ({agent.state.value})", "token.incarnation"))
     return group, agent
 
 
@@ -139,7 +139,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         state = self.p.node.read_state()
         group = state.group(group_name)
         if group is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"group {group_name!r} does not exist")
+            await abort_with(context, Rejection.not_found(f"group {group_name!r}", ReasonCode.GROUP_NOT_FOUND))
         return state, group
 
     async def GetGroup(self, request, context):
@@ -154,8 +154,8 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             await _check(context, (request.agent_id, "agent_id"))
         state, group = await self._group_state(context, request.group)
         if request.agent_id and state.agent(request.group, request.agent_id) is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"agent {request.agent_id!r} in group {request.group!r} does not exist")
+            await abort_with(context, Rejection.not_found(f"agent {request.agent_id!r} in group {request.group!r}",
+                                                          ReasonCode.AGENT_NOT_FOUND))
         agents = [request.agent_id] if request.agent_id else list(group.members)
         cps = [cp for a in agents for cp in state.checkpoints(request.group, a)]
         return pb.ListCheckpointsResponse(checkpoints=[wire.checkpoint_to_pb(cp) for cp in cps])
@@ -166,8 +166,9 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         agents = [a for a in state.agents(request.group) if a.state is not AgentState.DEREGISTERED]
         unknown = set(request.failed) - {a.agent_id for a in agents}
         if unknown:
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"failed: agents {sorted(unknown)} are not members of group {request.group!r}")
+            await abort_with(context, Rejection.because(
+                ReasonCode.AGENT_NOT_FOUND,
+                f"agents {sorted(unknown)} are not members of group {request.group!r}", "failed"))
         usable = {a.agent_id: [c.index for c in state.checkpoints(request.group, a.agent_id) if c.stable] for a in agents}
         current = {a.agent_id: a.last_checkpoint_index for a in agents}
         targets = plan_recovery(usable, current, state.dependencies(request.group), set(request.failed))
@@ -193,7 +194,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         try:
             ids.check_address(node_address, "node")
         except Rejection as r:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(r.field, r.reason))
+            await abort_with(context, r)
         node = self.p.node
         if not node.is_leader():
             await self.p.abort_not_leader(context, node.leader_raft_address())
@@ -212,8 +213,9 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         except asyncio.TimeoutError:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "membership change outcome unknown; check ClusterStatus")
         if error != 0:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"membership change refused (reason {error}); one change at a time")
+            await abort_with(context, Rejection.because(
+                ReasonCode.MEMBERSHIP_CHANGE_REFUSED,
+                f"membership change refused (reason {error}); one change at a time"))
         return pb.MembershipResponse(result="ok")
 
 

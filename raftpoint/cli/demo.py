@@ -81,7 +81,7 @@ class Phase:
                                                                              group=self.group))
             self.epochs += 1
         except Rejected as exc:
-            if "still open" not in exc.reason:
+            if exc.reason_code != pb.REASON_EPOCH_STILL_OPEN:
                 raise
 
     def epoch_settled(self) -> bool:

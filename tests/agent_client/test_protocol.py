@@ -27,7 +27,8 @@ class Coordinator:
         self.mode = mode
         self.generation: dict[str, int] = {}
         self.reports: list[pb.DependencyRecord] = []
-        self.refuse: Callable[[pb.DependencyRecord], str | None] = lambda rec: None
+        # A refusal of one record, as (reason code, text), or None to accept it.
+        self.refuse: Callable[[pb.DependencyRecord], tuple[int, str] | None] = lambda rec: None
         self.checkpoints: dict[str, list[pb.CheckpointMeta]] = {}
         self.orders: dict[str, list[pb.Order]] = {}
         self.acks: list[int] = []
@@ -48,9 +49,10 @@ class Coordinator:
             return pb.RegisterResponse(incarnation=1, generation=self.generation[agent], mode=self.mode)
         if effect.method == "ReportDependencies":
             for i, rec in enumerate(req.records):
-                why = self.refuse(rec)
-                if why:
-                    raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, f"records[{i}]: {why}")
+                refusal = self.refuse(rec)
+                if refusal:
+                    reason_code, why = refusal
+                    raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, f"records[{i}]: {why}", reason_code)
             self.reports.extend(req.records)
             return pb.ReportDependenciesResponse(accepted=len(req.records))
         if effect.method == "CommitCheckpoint":
@@ -128,7 +130,7 @@ def test_the_dependency_is_reported_and_logged_before_the_payload_is_handed_over
 def test_an_orphan_is_refused_before_delivery_and_leaves_no_trace(coordinator, tmp_path) -> None:
     a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b")
     envelope = a.send(b, 3)
-    coordinator.refuse = lambda rec: f"orphan message {rec.message_id!r}: undone" if rec.sender == "a" else None
+    coordinator.refuse = lambda rec: (pb.REASON_ORPHAN_MESSAGE, "undone") if rec.sender == "a" else None
     coordinator.trace.clear()
     assert not b.receive(envelope)
     assert b.tokens == 10 and b.core.orphans == 1 and b.core.duplicates == 0
@@ -140,7 +142,8 @@ def test_an_orphan_is_refused_before_delivery_and_leaves_no_trace(coordinator, t
 
 def test_other_refusals_propagate_and_are_not_taken_for_orphans(coordinator, tmp_path) -> None:
     a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b")
-    coordinator.refuse = lambda rec: "stale incarnation 1: agent 'b' is at incarnation 2"
+    # The text mentions orphans, the code does not: the code decides.
+    coordinator.refuse = lambda rec: (pb.REASON_STALE_INCARNATION, "stale incarnation 1, not an orphan message")
     with pytest.raises(Rejected, match="stale incarnation"):
         b.receive(a.send(b, 1))
     assert b.core.orphans == 0 and b.tokens == 10
@@ -150,7 +153,7 @@ def test_with_batched_reports_a_late_refusal_is_counted_as_a_delivered_orphan(co
     a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b", dependency_batch=3)
     envelopes = [a.send(b, 1) for _ in range(3)]
     undone = Envelope.decode(envelopes[1]).message_id
-    coordinator.refuse = lambda rec: f"orphan message {rec.message_id!r}" if rec.message_id == undone else None
+    coordinator.refuse = lambda rec: (pb.REASON_ORPHAN_MESSAGE, "undone") if rec.message_id == undone else None
     assert all(b.receive(e) for e in envelopes[:2])  # the window: delivered before the report
     coordinator.trace.clear()
     assert b.receive(envelopes[2])  # the third fills the batch; the refusal names the second
@@ -198,7 +201,7 @@ def test_a_delivery_refused_because_a_rollback_is_owed_obeys_it_first(coordinato
     a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b")
     b.run(b.core.checkpoint())
     order = coordinator.rollback("b", 3, 1, {"b": (1, 2)})
-    pending = iter([f"rollback order {order.order_id} is pending; restore and acknowledge it first"])
+    pending = iter([(pb.REASON_ORDER_PENDING, f"rollback order {order.order_id} owed")])
     coordinator.refuse = lambda rec: next(pending, None)
     assert b.receive(a.send(b, 4))
     assert coordinator.acks == [3] and b.core.generation == 2 and b.tokens == 14

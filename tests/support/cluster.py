@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from agent_client.connection import issued_now
+from coordinator.api.metadata import LEADER_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import LocalCluster
@@ -37,7 +38,7 @@ class Client:
                     raise
                 if time.monotonic() > end:
                     raise
-                leader = dict(err.trailing_metadata() or ()).get("raftpoint-leader")
+                leader = dict(err.trailing_metadata() or ()).get(LEADER_METADATA_KEY)
                 live = [n.grpc for n in self.cluster.nodes if n.alive]
                 self.target = leader if leader in live else live[(live.index(self.target) + 1) % len(live)
                                                                    if self.target in live else 0]

@@ -10,11 +10,12 @@ import pytest
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core.commands import EmptyResult, Entry, Failure, Register, Result
-from coordinator.core.errors import Code, Rejection
+from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.replication.batcher import OutcomeUnknown
 from coordinator.replication.replica import NotLeader, Overloaded
 from coordinator.transport.proposer import Proposer
-from coordinator.transport.status_map import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
+from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, reason_value
+from coordinator.transport.status_map import REASON_TO_PB
 
 WINDOW = 600.0
 
@@ -107,9 +108,10 @@ async def test_a_request_that_is_not_admitted_is_never_proposed(metadata, field:
 
 @pytest.mark.parametrize("outcome, code, details", [
     (Rejection.invalid("group", "bad"), grpc.StatusCode.INVALID_ARGUMENT, "group: bad"),
-    (Failure(Code.FAILED_PRECONDITION, "stale incarnation", "token.incarnation"),
+    (Failure.of(Rejection.because(ReasonCode.STALE_INCARNATION, "stale incarnation", "token.incarnation")),
      grpc.StatusCode.FAILED_PRECONDITION, "token.incarnation: stale incarnation"),
-    (Failure(Code.NOT_FOUND, "group 'g' does not exist"), grpc.StatusCode.NOT_FOUND, "group 'g' does not exist"),
+    (Failure.of(Rejection.because(ReasonCode.GROUP_NOT_FOUND, "group 'g' does not exist")),
+     grpc.StatusCode.NOT_FOUND, "group 'g' does not exist"),
     (Overloaded("the log is full"), grpc.StatusCode.RESOURCE_EXHAUSTED, "the log is full"),
     (OutcomeUnknown("no result in time"), grpc.StatusCode.UNAVAILABLE,
      "outcome unknown (no result in time); retry with the same request_id"),
@@ -122,7 +124,10 @@ async def test_each_outcome_ends_the_call_with_its_status(outcome, code: grpc.St
         await submit(Batcher(outcome), context)
     assert (context.code, context.details) == (code, details)
     leader = "10.0.0.2:50051" in details
-    assert context.trailing == (((LEADER_METADATA_KEY, "10.0.0.2:50051"),) if leader else ())
+    refused = isinstance(outcome, (Rejection, Failure))
+    expected = (((LEADER_METADATA_KEY, "10.0.0.2:50051"),) if leader else
+                ((REASON_METADATA_KEY, reason_value(REASON_TO_PB[outcome.reason_code])),) if refused else ())
+    assert context.trailing == expected
 
 
 async def test_a_read_barrier_without_a_leader_redirects_the_caller() -> None:

@@ -43,6 +43,37 @@ class AgentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AGENT_ALIVE: _ClassVar[AgentState]
     AGENT_FAILED: _ClassVar[AgentState]
     AGENT_DEREGISTERED: _ClassVar[AgentState]
+
+class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REASON_UNSPECIFIED: _ClassVar[ReasonCode]
+    REASON_INVALID_FIELD: _ClassVar[ReasonCode]
+    REASON_MALFORMED_ENTRY: _ClassVar[ReasonCode]
+    REASON_WRONG_CHECKPOINT_KIND: _ClassVar[ReasonCode]
+    REASON_ORDER_NOT_ADDRESSED: _ClassVar[ReasonCode]
+    REASON_CLOCK_AHEAD: _ClassVar[ReasonCode]
+    REASON_GROUP_NOT_FOUND: _ClassVar[ReasonCode]
+    REASON_AGENT_NOT_FOUND: _ClassVar[ReasonCode]
+    REASON_EPOCH_NOT_FOUND: _ClassVar[ReasonCode]
+    REASON_GROUP_SPEC_CONFLICT: _ClassVar[ReasonCode]
+    REASON_CHECKPOINT_CONFLICT: _ClassVar[ReasonCode]
+    REASON_ALREADY_COMMITTED: _ClassVar[ReasonCode]
+    REASON_STALE_INCARNATION: _ClassVar[ReasonCode]
+    REASON_AGENT_NOT_ALIVE: _ClassVar[ReasonCode]
+    REASON_EPOCH_NOT_STARTED: _ClassVar[ReasonCode]
+    REASON_ORDER_PENDING: _ClassVar[ReasonCode]
+    REASON_INDEX_NOT_ABOVE_LAST: _ClassVar[ReasonCode]
+    REASON_PARENT_MISSING: _ClassVar[ReasonCode]
+    REASON_NOT_OPEN_EPOCH: _ClassVar[ReasonCode]
+    REASON_JOINED_AFTER_EPOCH: _ClassVar[ReasonCode]
+    REASON_ORPHAN_MESSAGE: _ClassVar[ReasonCode]
+    REASON_NOT_COORDINATED: _ClassVar[ReasonCode]
+    REASON_GROUP_RECOVERING: _ClassVar[ReasonCode]
+    REASON_EPOCH_STILL_OPEN: _ClassVar[ReasonCode]
+    REASON_NO_LIVE_MEMBERS: _ClassVar[ReasonCode]
+    REASON_REQUEST_TOO_OLD: _ClassVar[ReasonCode]
+    REASON_MEMBERSHIP_CHANGE_REFUSED: _ClassVar[ReasonCode]
+    REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
 GROUP_MODE_UNSPECIFIED: GroupMode
 COORDINATED: GroupMode
 CIC_BCS: GroupMode
@@ -65,6 +96,34 @@ AGENT_STATE_UNSPECIFIED: AgentState
 AGENT_ALIVE: AgentState
 AGENT_FAILED: AgentState
 AGENT_DEREGISTERED: AgentState
+REASON_UNSPECIFIED: ReasonCode
+REASON_INVALID_FIELD: ReasonCode
+REASON_MALFORMED_ENTRY: ReasonCode
+REASON_WRONG_CHECKPOINT_KIND: ReasonCode
+REASON_ORDER_NOT_ADDRESSED: ReasonCode
+REASON_CLOCK_AHEAD: ReasonCode
+REASON_GROUP_NOT_FOUND: ReasonCode
+REASON_AGENT_NOT_FOUND: ReasonCode
+REASON_EPOCH_NOT_FOUND: ReasonCode
+REASON_GROUP_SPEC_CONFLICT: ReasonCode
+REASON_CHECKPOINT_CONFLICT: ReasonCode
+REASON_ALREADY_COMMITTED: ReasonCode
+REASON_STALE_INCARNATION: ReasonCode
+REASON_AGENT_NOT_ALIVE: ReasonCode
+REASON_EPOCH_NOT_STARTED: ReasonCode
+REASON_ORDER_PENDING: ReasonCode
+REASON_INDEX_NOT_ABOVE_LAST: ReasonCode
+REASON_PARENT_MISSING: ReasonCode
+REASON_NOT_OPEN_EPOCH: ReasonCode
+REASON_JOINED_AFTER_EPOCH: ReasonCode
+REASON_ORPHAN_MESSAGE: ReasonCode
+REASON_NOT_COORDINATED: ReasonCode
+REASON_GROUP_RECOVERING: ReasonCode
+REASON_EPOCH_STILL_OPEN: ReasonCode
+REASON_NO_LIVE_MEMBERS: ReasonCode
+REASON_REQUEST_TOO_OLD: ReasonCode
+REASON_MEMBERSHIP_CHANGE_REFUSED: ReasonCode
+REASON_INTERNAL_ERROR: ReasonCode
 
 class FencingToken(_message.Message):
     __slots__ = ("incarnation", "epoch")

@@ -1,0 +1,32 @@
+"""gRPC metadata keys of the raftpoint API, and how the reason code is spelled in one.
+
+The server sets them and the client reads them, so both import them from here
+(proto/v1/coordinator.proto documents them for clients in other languages).
+"""
+from __future__ import annotations
+
+from coordinator.api.v1 import coordinator_pb2 as pb
+
+# Trailing, on UNAVAILABLE from a follower: the gRPC address of the leader it knows.
+LEADER_METADATA_KEY = "raftpoint-leader"
+# Request, on writes: when the client first sent it (seconds since the epoch, float
+# repr), the same on every retry; the dedupe window is measured from it.
+ISSUED_AT_METADATA_KEY = "raftpoint-issued-at"
+# Trailing, on a refusal the coordinator decided: the ReasonCode value's name.
+REASON_METADATA_KEY = "raftpoint-reason"
+
+
+def reason_value(reason_code: int) -> str:
+    """A ReasonCode as the metadata carries it: its name, readable in any language."""
+    return pb.ReasonCode.Name(reason_code)
+
+
+def parse_reason(value: str | bytes | None) -> int:
+    """The ReasonCode a metadata value names; REASON_UNSPECIFIED when absent or unknown
+    (a newer coordinator may name reasons this client does not know yet)."""
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    try:
+        return pb.ReasonCode.Value(value) if value else pb.REASON_UNSPECIFIED
+    except ValueError:
+        return pb.REASON_UNSPECIFIED
