@@ -23,7 +23,8 @@ from pysyncobj.node import TCPNode
 from coordinator import fsutil
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Proposal, decode_result
-from coordinator.replication import journal, snapshot_file
+from coordinator.replication import pysyncobj_adapter, snapshot_file
+from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.replica import Callback, NotLeader, Overloaded
@@ -32,7 +33,6 @@ from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
 
 log = logging.getLogger(__name__)
-journal.install()
 
 # Refuse new proposals when the store is this full: a committed entry that cannot
 # be stored would force the node down, so the space is reserved for the log's tail.
@@ -53,6 +53,7 @@ class SnapshotInfo:
 class CoordinatorNode(SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
                  on_journal_flush: Callable[[float], None] | None = None) -> None:
+        pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched
         self.config = config
         self._store = store
         self._records = RecordCache(store)
@@ -105,18 +106,18 @@ class CoordinatorNode(SyncObj):
         )
         self._record_existing_snapshot()
         super().__init__(config.raft_address, [p.raft for p in config.peer_list()], conf,
-                         transportClass=journal.FlushingTransport)
+                         transportClass=pysyncobj_adapter.FlushingTransport)
         self._journal.on_flush = on_journal_flush
         self.addOnTickCallback(self._end_of_tick)
 
     @property
-    def _journal(self) -> journal.ConflictAwareJournal:
-        return self._SyncObj__raftLog
+    def _journal(self) -> ConflictAwareJournal:
+        return pysyncobj_adapter.raft_log(self)  # type: ignore[no-any-return]
 
     # ---- the one replicated method ------------------------------------------------
     @replicated
     def apply_entry(self, data: bytes) -> bytes | list[bytes] | None:
-        index = self._SyncObj__raftLastApplied + 1  # the entry being applied (pysyncobj increments after)
+        index = pysyncobj_adapter.applying_index(self)
         decoded = self._decoded.pop(data, None) if self._decoded else None
         if index <= self._batch_index:
             return None  # already in the store: replayed journal after a restart
@@ -133,23 +134,15 @@ class CoordinatorNode(SyncObj):
 
         With appendEntriesUseBatch=False, pysyncobj sends a (pickled, encrypted)
         AppendEntries to every follower for *each* queued command; under load that
-        was the leader's largest CPU cost. Shadowing the name-mangled sender with a
-        no-op while the queue drains, then sending once, keeps the low latency of
-        unbatched mode (nothing waits for appendEntriesPeriod) with one message per
-        follower per tick. Only the Raft thread calls the sender, so the shadowing is
-        not seen by other threads.
+        was the leader's largest CPU cost. Holding them back while the queue drains,
+        then sending once, keeps the low latency of unbatched mode (nothing waits for
+        appendEntriesPeriod) with one message per follower per tick.
         """
         if self.conf.appendEntriesUseBatch:
             super()._checkCommandsToApply()
             return
-        before = self._SyncObj__getCurrentLogIndex()
-        self._SyncObj__sendAppendEntries = _no_op
-        try:
+        with pysyncobj_adapter.one_append_entries(self):
             super()._checkCommandsToApply()
-        finally:
-            del self._SyncObj__sendAppendEntries
-        if self._isLeader() and self._SyncObj__getCurrentLogIndex() > before:
-            self._SyncObj__sendAppendEntries()
 
     # ---- group commit -------------------------------------------------------------
     def _commit_batch(self) -> None:
@@ -338,10 +331,6 @@ class CoordinatorNode(SyncObj):
     def close(self) -> None:
         self.destroy_synchronous()
         self._store.close()
-
-
-def _no_op() -> None:
-    pass
 
 
 _FAIL_NAMES = {
