@@ -27,7 +27,7 @@ from coordinator.replication import pysyncobj_adapter, snapshot_file
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
-from coordinator.replication.replica import Callback, NotLeader, Overloaded
+from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
 from coordinator.storage.protocol import Store, StoreFullError, StoreIOError
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
@@ -309,24 +309,25 @@ class CoordinatorNode(SyncObj):
             self.last_snapshot = None
 
     # ---- status -------------------------------------------------------------------
-    def status(self) -> dict:
+    def status(self) -> NodeStatus:
         raw = self.getStatus()
         state = {0: "follower", 1: "candidate", 2: "leader"}.get(raw.get("state"), str(raw.get("state")))
         leader = raw.get("leader")
-        return {
-            "node": self.config.raft_address,
-            "role": state,
-            "term": raw.get("raft_term", 0),
-            "commit_index": raw.get("commit_idx", 0),
-            "applied_index": self._store.applied_index,
-            "raft_applied_index": raw.get("last_applied", 0),
-            "log_entries": raw.get("log_len", 0),
-            "leader": getattr(leader, "address", "") if leader else "",
-            "has_quorum": bool(raw.get("has_quorum")),
-            "last_snapshot_index": self.last_snapshot.applied_index if self.last_snapshot else 0,
-            "last_snapshot_age_s": (time.monotonic() - self.last_snapshot.at_monotonic) if self.last_snapshot else -1.0,
-            "last_snapshot_bytes": self.last_snapshot.size if self.last_snapshot else 0,
-        }
+        snapshot = self.last_snapshot
+        return NodeStatus(
+            node=self.config.raft_address,
+            role=state,
+            term=raw.get("raft_term", 0),
+            commit_index=raw.get("commit_idx", 0),
+            applied_index=self._store.applied_index,
+            raft_applied_index=raw.get("last_applied", 0),
+            log_entries=raw.get("log_len", 0),
+            leader=getattr(leader, "address", "") if leader else "",
+            has_quorum=bool(raw.get("has_quorum")),
+            last_snapshot_index=snapshot.applied_index if snapshot else 0,
+            last_snapshot_age_s=(time.monotonic() - snapshot.at_monotonic) if snapshot else -1.0,
+            last_snapshot_bytes=snapshot.size if snapshot else 0,
+        )
 
     def close(self) -> None:
         self.destroy_synchronous()

@@ -53,7 +53,7 @@ async def run(proposer: Proposer, leases: LeaseTable, stop: asyncio.Event) -> No
 
 async def _tick(proposer: Proposer, leases: LeaseTable) -> None:
     node = proposer.node
-    term = node.status()["term"]
+    term = node.status().term
     if leases.term_granted != term:
         await proposer.barrier(None)  # see everything the previous leader committed
         state = node.read_state()
