@@ -8,7 +8,6 @@ durable apply, while the store sees one fsync per tick instead of one per entry.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import threading
@@ -27,6 +26,7 @@ from coordinator.replication import pysyncobj_adapter, snapshot_file
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
+from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
 from coordinator.storage.protocol import Store, StoreFullError, StoreIOError
 from coordinator.storage import keys
@@ -40,7 +40,6 @@ ADMISSION_LIMIT = 0.9
 CAPACITY_CHECK_PERIOD_S = 0.1
 FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
-DECODED_LIMIT = 10_000
 
 
 @dataclass(frozen=True)
@@ -61,13 +60,7 @@ class CoordinatorNode(SyncObj):
         self._after_commit: list[Callable[[], None]] = []
         self._snapshot_to_sync = False
         self._on_apply = on_apply
-        # The proposer's decoding of entries this leader proposed, by their bytes.
-        self._decoded: dict[bytes, Proposal] = {}
-        # Callbacks of this node's proposals still waiting for their entry to apply.
-        self._waiting: dict[int, Callable[[str], None]] = {}  # guarded by _waiting_lock (two threads)
-        self._waiting_lock = threading.Lock()
-        self._proposals = itertools.count()
-        self._was_leader = False
+        self._pending = PendingProposals()
         self._capacity_checked_at = float("-inf")
         self._last_commit = float("-inf")
         self._full = False
@@ -118,7 +111,7 @@ class CoordinatorNode(SyncObj):
     @replicated
     def apply_entry(self, data: bytes) -> bytes | list[bytes] | None:
         index = pysyncobj_adapter.applying_index(self)
-        decoded = self._decoded.pop(data, None) if self._decoded else None
+        decoded = self._pending.take_decoded(data)
         if index <= self._batch_index:
             return None  # already in the store: replayed journal after a restart
         started = time.perf_counter()
@@ -173,7 +166,7 @@ class CoordinatorNode(SyncObj):
         if self._snapshot_to_sync:
             fsutil.fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
             self._snapshot_to_sync = False
-        self._give_up_if_deposed()
+        self._pending.track_leadership(self._isLeader())
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:
             callback()
@@ -191,47 +184,18 @@ class CoordinatorNode(SyncObj):
         if not self._isLeader():
             raise NotLeader(self.leader_raft_address())
         self._check_capacity()
-        if decoded is not None:
-            if len(self._decoded) >= DECODED_LIMIT:  # entries lost to a leader change
-                self._decoded.clear()
-            self._decoded[data] = decoded
-
-        number = next(self._proposals)
+        number = self._pending.add(data, decoded, lambda reason: callback(None, reason))
 
         def on_result(result: bytes | list[bytes] | None, error: int) -> None:
-            with self._waiting_lock:
-                if self._waiting.pop(number, None) is None:
-                    return  # already answered "outcome unknown" when this node lost the lead
+            if not self._pending.settle(number):
+                return  # already answered "outcome unknown" when this node lost the lead
             if error == FAIL_REASON.SUCCESS:
                 self._after_commit.append(lambda: callback(result, None))
             else:
-                self._decoded.pop(data, None)
+                self._pending.forget_decoded(data)
                 callback(None, _FAIL_NAMES.get(error, str(error)))
 
-        with self._waiting_lock:
-            self._waiting[number] = lambda reason: callback(None, reason)
         self.apply_entry(data, callback=on_result)
-
-    def _give_up_if_deposed(self) -> None:
-        """When this node stops leading, answer its waiting proposals at once.
-
-        pysyncobj keeps them until an entry at their index applies here, which for a
-        leader cut off from the majority is only after the partition heals; its
-        clients would wait for their deadline. Their outcome is unknown (a majority
-        may hold an entry and the next leader commit it), which is exactly what the
-        proposer tells a client: retry with the same request id, which the dedupe
-        table answers whether or not the first attempt applied.
-        """
-        leading = self._isLeader()
-        if self._was_leader and not leading:
-            with self._waiting_lock:
-                waiting, self._waiting = self._waiting, {}
-            self._decoded.clear()
-            if waiting:
-                log.info("lost the lead with %d proposals waiting: their outcome is unknown", len(waiting))
-            for give_up in waiting.values():
-                give_up("LEADER_CHANGED")
-        self._was_leader = leading
 
     def _check_capacity(self) -> None:
         now = time.monotonic()
