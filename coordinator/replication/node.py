@@ -9,25 +9,23 @@ durable apply, while the store sees one fsync per tick instead of one per entry.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
-from pysyncobj.node import TCPNode
 
 from coordinator import fsutil
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Proposal, decode_result
-from coordinator.replication import pysyncobj_adapter, snapshot_file
+from coordinator.replication import pysyncobj_adapter, snapshots
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
+from coordinator.replication.snapshots import SnapshotInfo
 from coordinator.storage.protocol import Store, StoreFullError, StoreIOError
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
@@ -40,13 +38,6 @@ ADMISSION_LIMIT = 0.9
 CAPACITY_CHECK_PERIOD_S = 0.1
 FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    applied_index: int
-    at_monotonic: float
-    size: int
 
 
 class CoordinatorNode(SyncObj):
@@ -65,11 +56,11 @@ class CoordinatorNode(SyncObj):
         self._last_commit = float("-inf")
         self._full = False
         self._usage = ""
-        self.last_snapshot: SnapshotInfo | None = None
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / "raft.snapshot")
+        self.last_snapshot: SnapshotInfo | None = snapshots.existing(self.snapshot_path)
         conf = SyncObjConf(
             password=config.password(),
             # Listen on our own address only (the pod IP on Kubernetes), never 0.0.0.0:
@@ -97,7 +88,6 @@ class CoordinatorNode(SyncObj):
             logCompactionMinTime=config.compaction_min_time,
             dynamicMembershipChange=config.dynamic_membership,
         )
-        self._record_existing_snapshot()
         super().__init__(config.raft_address, [p.raft for p in config.peer_list()], conf,
                          transportClass=pysyncobj_adapter.FlushingTransport)
         self._journal.on_flush = on_journal_flush
@@ -232,45 +222,23 @@ class CoordinatorNode(SyncObj):
     # ---- snapshots ----------------------------------------------------------------
     def _write_snapshot(self, tmp_path: str, raft_data: tuple) -> None:
         self._commit_batch()
-        raft_json = snapshot_file.encode_raft_data(raft_data)
-        snapshot_file.write(tmp_path, self._store.applied_index, raft_json, self._store.write_image)
+        self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store)
         self._snapshot_to_sync = True
-        self.last_snapshot = SnapshotInfo(self._store.applied_index, time.monotonic(), os.path.getsize(tmp_path))
 
     def _read_snapshot(self, path: str) -> tuple:
         self._commit_batch()
-        with open(path, "rb") as f:
-            # A received snapshot was renamed into place unsynced, and pysyncobj clears
-            # the journal once this returns: the file must be durable first.
-            fsutil.fsync_file(f.fileno())
-            fsutil.fsync_dir(Path(path).parent)
-            header = snapshot_file.read_header(f)
-            raft_data = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
-            self._journal.align_to_snapshot(raft_data[1], raft_data[0])
-            members = sorted(str(node) for node in raft_data[2])
-            if self.config.raft_address not in members:
-                # pysyncobj adopts this list as the membership: if the peers know this
-                # node by another address, it now counts itself twice and loses a peer.
-                log.warning("snapshot member list %s does not name this node %s: every node must name "
-                            "each node by the address that node binds, or it was removed", members,
-                            self.config.raft_address)
-            if header.applied_index > self._store.applied_index:
-                log.info("restoring store from snapshot at index %d (local %d)",
-                         header.applied_index, self._store.applied_index)
+        with snapshots.open_received(path, self.config.raft_address) as received:
+            last, previous, _members = received.raft_data
+            self._journal.align_to_snapshot(previous, last)
+            applied_index = received.header.applied_index
+            if applied_index > self._store.applied_index:
+                log.info("restoring store from snapshot at index %d (local %d)", applied_index, self._store.applied_index)
                 with self._state_lock:
-                    self._store.load_image(f, header.image_len)
+                    self._store.load_image(received.image, received.header.image_len)
                 self._records.reset()
                 self._batch_index = self._store.applied_index
-        self.last_snapshot = SnapshotInfo(header.applied_index, time.monotonic(), os.path.getsize(path))
-        return raft_data
-
-    def _record_existing_snapshot(self) -> None:
-        try:
-            with open(self.snapshot_path, "rb") as f:
-                header = snapshot_file.read_header(f)
-            self.last_snapshot = SnapshotInfo(header.applied_index, time.monotonic(), os.path.getsize(self.snapshot_path))
-        except (OSError, snapshot_file.SnapshotFormatError):
-            self.last_snapshot = None
+        self.last_snapshot = SnapshotInfo.of(path, applied_index)
+        return received.raft_data
 
     # ---- status -------------------------------------------------------------------
     def status(self) -> NodeStatus:
