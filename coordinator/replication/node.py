@@ -95,7 +95,7 @@ class CoordinatorNode(SyncObj):
 
     @property
     def _journal(self) -> ConflictAwareJournal:
-        return pysyncobj_adapter.raft_log(self)  # type: ignore[no-any-return]
+        return pysyncobj_adapter.raft_log(self)
 
     # ---- the one replicated method ------------------------------------------------
     @replicated

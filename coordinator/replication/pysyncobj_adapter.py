@@ -48,7 +48,7 @@ def check_version() -> None:
 # ---- the node's private state ------------------------------------------------------
 def raft_log(node: SyncObj) -> Any:
     """The journal pysyncobj created for `node` (a ConflictAwareJournal once installed)."""
-    return node._SyncObj__raftLog  # type: ignore[attr-defined]
+    return node._SyncObj__raftLog
 
 
 def applying_index(node: SyncObj) -> int:
@@ -59,7 +59,7 @@ def applying_index(node: SyncObj) -> int:
 
 def current_log_index(node: SyncObj) -> int:
     """The index of the last entry in the node's log."""
-    return node._SyncObj__getCurrentLogIndex()  # type: ignore[attr-defined, no-any-return]
+    return node._SyncObj__getCurrentLogIndex()
 
 
 @contextmanager
@@ -70,13 +70,13 @@ def one_append_entries(node: SyncObj) -> Iterator[None]:
     Shadows the name-mangled sender with a no-op on the instance. Only the Raft
     thread calls the sender, so no other thread sees the no-op."""
     before = current_log_index(node)
-    node._SyncObj__sendAppendEntries = _no_op  # type: ignore[attr-defined]
+    node._SyncObj__sendAppendEntries = _no_op
     try:
         yield
     finally:
-        del node._SyncObj__sendAppendEntries  # type: ignore[attr-defined]
+        del node._SyncObj__sendAppendEntries
     if node._isLeader() and current_log_index(node) > before:
-        node._SyncObj__sendAppendEntries()  # type: ignore[attr-defined]
+        node._SyncObj__sendAppendEntries()
 
 
 def _no_op() -> None:
@@ -96,14 +96,14 @@ class FlushingTransport(TCPTransport):
     burst of messages instead of one per entry.
     """
 
-    def send(self, node, message) -> bool:  # type: ignore[no-untyped-def]
+    def send(self, node, message) -> bool:
         raft_log(transport_owner(self)).flush()
         return super().send(node, message)
 
 
 def transport_owner(transport: TCPTransport) -> SyncObj:
     """The SyncObj a transport sends for."""
-    return transport._syncObj  # type: ignore[no-any-return]
+    return transport._syncObj
 
 
 # ---- patches -----------------------------------------------------------------------
@@ -123,10 +123,6 @@ def create_journal(journal_file: str | None = None) -> pysyncobj_journal.Journal
     if journal_file is None:
         return pysyncobj_journal.MemoryJournal()
     return ConflictAwareJournal(journal_file)
-
-
-def installed() -> bool:
-    return pysyncobj_syncobj.createJournal is create_journal
 
 
 def install() -> None:
