@@ -50,9 +50,9 @@ def make_raw(cfg, conflict_aware_journal: bool):
     from pysyncobj.transport import TCPTransport
     transport = TCPTransport
     if conflict_aware_journal:
-        from coordinator.replication import journal
-        journal.install()
-        transport = journal.FlushingTransport
+        from coordinator.replication import pysyncobj_adapter
+        pysyncobj_adapter.install()
+        transport = pysyncobj_adapter.FlushingTransport
 
     class Counter(SyncObj):
         def __init__(self) -> None:

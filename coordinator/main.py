@@ -20,6 +20,7 @@ from coordinator.observability import metrics
 from coordinator.observability.logging import configure_logging
 from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
+from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
 from coordinator.storage import open_store
 from coordinator.service.node_server import serve
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level)
     try:
         asyncio.run(_main(cfg))
-    except (OSError, JournalFormatError) as exc:
+    except (OSError, JournalFormatError, UnsupportedPysyncobj) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -16,7 +16,7 @@ import threading
 from coordinator.harness.local_cluster import free_ports, node_status, wait_for
 from coordinator.core.commands import Proposal
 from coordinator.replication.applier import apply_entry_bytes
-from coordinator.replication.replica import Callback
+from coordinator.replication.replica import Callback, NodeStatus
 from coordinator.storage.memory import MemoryStore
 from coordinator.storage.state import RESULT, KvState, RecordCache
 from coordinator.storage import keys
@@ -52,11 +52,10 @@ class LocalReplica:
     def read_state(self) -> KvState:
         return KvState(self._store)
 
-    def status(self) -> dict:
-        return {"node": LOCAL, "role": "leader", "term": 1, "commit_index": self._index,
-                "applied_index": self._index, "raft_applied_index": self._index, "log_entries": 0,
-                "leader": LOCAL, "has_quorum": True, "last_snapshot_index": 0, "last_snapshot_age_s": -1.0,
-                "last_snapshot_bytes": 0}
+    def status(self) -> NodeStatus:
+        return NodeStatus(node=LOCAL, role="leader", term=1, commit_index=self._index, applied_index=self._index,
+                          raft_applied_index=self._index, log_entries=0, leader=LOCAL, has_quorum=True,
+                          last_snapshot_index=0, last_snapshot_age_s=-1.0, last_snapshot_bytes=0)
 
     def digest(self) -> str:
         return self._store.digest()

@@ -9,6 +9,7 @@ moved yet is exported as 0 rather than missing (dashboards and rate() need it).
 """
 from __future__ import annotations
 
+from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
@@ -24,7 +25,7 @@ ROLES = ("leader", "follower", "candidate")
 EPOCH_OUTCOMES = ("started", "stable", "aborted")
 CHECKPOINT_KINDS = ("initial", "basic", "forced", "coordinated")
 
-# ---- Raft and store (copied from node.status() by update_node_gauges) -------------
+# ---- Raft and store (copied from Replica.status() by update_node_gauges) ----------
 RAFT_ROLE = Gauge("raftpoint_raft_role", "1 for the node's current Raft role, 0 for the others", ["role"])
 RAFT_TERM = Gauge("raftpoint_raft_term", "Current Raft term")
 COMMIT_INDEX = Gauge("raftpoint_raft_commit_index", "Raft commit index")
@@ -72,20 +73,33 @@ def record_checkpoint(kind: str) -> None:
         FORCED_CHECKPOINTS.inc()
 
 
-def update_node_gauges(status: dict) -> None:
-    """Copy a CoordinatorNode.status() dict into the gauges.
+class NodeFigures(Protocol):
+    """What the gauges read of a replica's status (replication.replica.NodeStatus has it);
+    a protocol, so metrics, a layer below replication, does not import it."""
+
+    role: str
+    term: int
+    commit_index: int
+    applied_index: int
+    log_entries: int
+    last_snapshot_age_s: float
+    last_snapshot_bytes: int
+
+
+def update_node_gauges(status: NodeFigures) -> None:
+    """Copy a replica's status into the gauges.
 
     Pulled (called periodically by the server) rather than pushed from the Raft
     thread, so metrics never add work to the replication path.
     """
     for role in ROLES:
-        RAFT_ROLE.labels(role).set(1 if status.get("role") == role else 0)
-    RAFT_TERM.set(status.get("term", 0))
-    COMMIT_INDEX.set(status.get("commit_index", 0))
-    APPLIED_INDEX.set(status.get("applied_index", 0))
-    LOG_ENTRIES.set(status.get("log_entries", 0))
-    SNAPSHOT_AGE.set(status.get("last_snapshot_age_s", -1))
-    SNAPSHOT_BYTES.set(status.get("last_snapshot_bytes", 0))
+        RAFT_ROLE.labels(role).set(1 if status.role == role else 0)
+    RAFT_TERM.set(status.term)
+    COMMIT_INDEX.set(status.commit_index)
+    APPLIED_INDEX.set(status.applied_index)
+    LOG_ENTRIES.set(status.log_entries)
+    SNAPSHOT_AGE.set(status.last_snapshot_age_s)
+    SNAPSHOT_BYTES.set(status.last_snapshot_bytes)
 
 
 def start_metrics_server(address: str) -> WSGIServer:

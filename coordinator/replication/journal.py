@@ -9,22 +9,18 @@ second under load on loopback.
 
 This journal defers the deletion: incoming entries that match what is stored are
 skipped, the first conflicting one truncates from its position, and a tail that
-matches is kept. It is durable (journal_file.DurableJournal); FlushingTransport
-makes every outgoing message wait for the entries it may reflect. `install()`
-makes pysyncobj create this journal; it must run before any SyncObj is constructed.
+matches is kept. It is durable (journal_file.DurableJournal);
+pysyncobj_adapter.FlushingTransport makes every outgoing message wait for the
+entries it may reflect, and pysyncobj_adapter.install() makes pysyncobj create
+this journal.
 """
 from __future__ import annotations
 
 import logging
 
-from pysyncobj import journal as pysyncobj_journal
-from pysyncobj import syncobj as pysyncobj_syncobj
-from pysyncobj.transport import TCPTransport
-
 from coordinator.replication.journal_file import DurableJournal
 
 log = logging.getLogger(__name__)
-_FALSE_ALARM = "truncating already-applied log entries"
 
 
 class ConflictAwareJournal(DurableJournal):
@@ -71,39 +67,3 @@ class ConflictAwareJournal(DurableJournal):
     def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
         self._settle()
         super().setRaftCommitIndex(raftCommitIndex)
-
-
-class FlushingTransport(TCPTransport):
-    """pysyncobj's TCP transport, with the journal flushed before any message leaves.
-
-    Every Raft message a node sends goes through send(): vote requests and grants
-    (term and vote are already durable: setCurrentTerm stores them synchronously),
-    AppendEntries (the leader counts its own log toward the majority, so its entries
-    must be durable before a follower can complete that majority) and the responses
-    acknowledging entries. Flushing here, once for everything appended since the
-    last flush, is Raft's persistence rule as a group commit: one fdatasync per
-    burst of messages instead of one per entry.
-    """
-
-    def send(self, node, message) -> bool:  # type: ignore[no-untyped-def]
-        self._syncObj._SyncObj__raftLog.flush()
-        return super().send(node, message)
-
-
-class _DropFalseAlarm(logging.Filter):
-    """pysyncobj logs its truncation warning before calling the journal, which no
-    longer truncates matching entries; real conflicts are logged by the journal."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(_FALSE_ALARM)
-
-
-def _create_journal(journal_file: str | None = None):
-    if journal_file is None:
-        return pysyncobj_journal.MemoryJournal()
-    return ConflictAwareJournal(journal_file)
-
-
-def install() -> None:
-    pysyncobj_syncobj.createJournal = _create_journal
-    logging.getLogger("pysyncobj.syncobj").addFilter(_DropFalseAlarm())

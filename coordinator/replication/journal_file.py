@@ -9,7 +9,7 @@ FileJournal fsyncs neither, and compacts by rewriting its file in place.
 - Entries are appended to the file as they come (so a kill -9 loses nothing that
   reached the page cache) and marked dirty; `flush()` makes them durable with one
   fdatasync for everything appended since the last one (group commit). Whoever
-  sends messages calls it first (see journal.FlushingTransport).
+  sends messages calls it first (see pysyncobj_adapter.FlushingTransport).
 - Term, vote and commit index live in a small JSON file replaced atomically (temp,
   fsync, rename, fsync of the directory); `setCurrentTerm` returns only after that.
 - Compaction and `clear` write the kept entries to a new file, fsync it, rename it

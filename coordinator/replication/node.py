@@ -8,31 +8,29 @@ durable apply, while the store sees one fsync per tick instead of one per entry.
 """
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
-from pysyncobj.node import TCPNode
 
 from coordinator import fsutil
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Proposal, decode_result
-from coordinator.replication import journal, snapshot_file
+from coordinator.replication import pysyncobj_adapter, snapshots
+from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
-from coordinator.replication.replica import Callback, NotLeader, Overloaded
+from coordinator.replication.pending_proposals import PendingProposals
+from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
+from coordinator.replication.snapshots import SnapshotInfo
 from coordinator.storage.protocol import Store, StoreFullError, StoreIOError
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
 
 log = logging.getLogger(__name__)
-journal.install()
 
 # Refuse new proposals when the store is this full: a committed entry that cannot
 # be stored would force the node down, so the space is reserved for the log's tail.
@@ -40,19 +38,12 @@ ADMISSION_LIMIT = 0.9
 CAPACITY_CHECK_PERIOD_S = 0.1
 FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
-DECODED_LIMIT = 10_000
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    applied_index: int
-    at_monotonic: float
-    size: int
 
 
 class CoordinatorNode(SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
                  on_journal_flush: Callable[[float], None] | None = None) -> None:
+        pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched
         self.config = config
         self._store = store
         self._records = RecordCache(store)
@@ -60,22 +51,16 @@ class CoordinatorNode(SyncObj):
         self._after_commit: list[Callable[[], None]] = []
         self._snapshot_to_sync = False
         self._on_apply = on_apply
-        # The proposer's decoding of entries this leader proposed, by their bytes.
-        self._decoded: dict[bytes, Proposal] = {}
-        # Callbacks of this node's proposals still waiting for their entry to apply.
-        self._waiting: dict[int, Callable[[str], None]] = {}  # guarded by _waiting_lock (two threads)
-        self._waiting_lock = threading.Lock()
-        self._proposals = itertools.count()
-        self._was_leader = False
+        self._pending = PendingProposals()
         self._capacity_checked_at = float("-inf")
         self._last_commit = float("-inf")
         self._full = False
         self._usage = ""
-        self.last_snapshot: SnapshotInfo | None = None
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / "raft.snapshot")
+        self.last_snapshot: SnapshotInfo | None = snapshots.existing(self.snapshot_path)
         conf = SyncObjConf(
             password=config.password(),
             # Listen on our own address only (the pod IP on Kubernetes), never 0.0.0.0:
@@ -103,21 +88,20 @@ class CoordinatorNode(SyncObj):
             logCompactionMinTime=config.compaction_min_time,
             dynamicMembershipChange=config.dynamic_membership,
         )
-        self._record_existing_snapshot()
         super().__init__(config.raft_address, [p.raft for p in config.peer_list()], conf,
-                         transportClass=journal.FlushingTransport)
+                         transportClass=pysyncobj_adapter.FlushingTransport)
         self._journal.on_flush = on_journal_flush
         self.addOnTickCallback(self._end_of_tick)
 
     @property
-    def _journal(self) -> journal.ConflictAwareJournal:
-        return self._SyncObj__raftLog
+    def _journal(self) -> ConflictAwareJournal:
+        return pysyncobj_adapter.raft_log(self)
 
     # ---- the one replicated method ------------------------------------------------
     @replicated
     def apply_entry(self, data: bytes) -> bytes | list[bytes] | None:
-        index = self._SyncObj__raftLastApplied + 1  # the entry being applied (pysyncobj increments after)
-        decoded = self._decoded.pop(data, None) if self._decoded else None
+        index = pysyncobj_adapter.applying_index(self)
+        decoded = self._pending.take_decoded(data)
         if index <= self._batch_index:
             return None  # already in the store: replayed journal after a restart
         started = time.perf_counter()
@@ -133,23 +117,15 @@ class CoordinatorNode(SyncObj):
 
         With appendEntriesUseBatch=False, pysyncobj sends a (pickled, encrypted)
         AppendEntries to every follower for *each* queued command; under load that
-        was the leader's largest CPU cost. Shadowing the name-mangled sender with a
-        no-op while the queue drains, then sending once, keeps the low latency of
-        unbatched mode (nothing waits for appendEntriesPeriod) with one message per
-        follower per tick. Only the Raft thread calls the sender, so the shadowing is
-        not seen by other threads.
+        was the leader's largest CPU cost. Holding them back while the queue drains,
+        then sending once, keeps the low latency of unbatched mode (nothing waits for
+        appendEntriesPeriod) with one message per follower per tick.
         """
         if self.conf.appendEntriesUseBatch:
             super()._checkCommandsToApply()
             return
-        before = self._SyncObj__getCurrentLogIndex()
-        self._SyncObj__sendAppendEntries = _no_op
-        try:
+        with pysyncobj_adapter.one_append_entries(self):
             super()._checkCommandsToApply()
-        finally:
-            del self._SyncObj__sendAppendEntries
-        if self._isLeader() and self._SyncObj__getCurrentLogIndex() > before:
-            self._SyncObj__sendAppendEntries()
 
     # ---- group commit -------------------------------------------------------------
     def _commit_batch(self) -> None:
@@ -180,7 +156,7 @@ class CoordinatorNode(SyncObj):
         if self._snapshot_to_sync:
             fsutil.fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
             self._snapshot_to_sync = False
-        self._give_up_if_deposed()
+        self._pending.track_leadership(self._isLeader())
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:
             callback()
@@ -198,47 +174,18 @@ class CoordinatorNode(SyncObj):
         if not self._isLeader():
             raise NotLeader(self.leader_raft_address())
         self._check_capacity()
-        if decoded is not None:
-            if len(self._decoded) >= DECODED_LIMIT:  # entries lost to a leader change
-                self._decoded.clear()
-            self._decoded[data] = decoded
-
-        number = next(self._proposals)
+        number = self._pending.add(data, decoded, lambda reason: callback(None, reason))
 
         def on_result(result: bytes | list[bytes] | None, error: int) -> None:
-            with self._waiting_lock:
-                if self._waiting.pop(number, None) is None:
-                    return  # already answered "outcome unknown" when this node lost the lead
+            if not self._pending.settle(number):
+                return  # already answered "outcome unknown" when this node lost the lead
             if error == FAIL_REASON.SUCCESS:
                 self._after_commit.append(lambda: callback(result, None))
             else:
-                self._decoded.pop(data, None)
+                self._pending.forget_decoded(data)
                 callback(None, _FAIL_NAMES.get(error, str(error)))
 
-        with self._waiting_lock:
-            self._waiting[number] = lambda reason: callback(None, reason)
         self.apply_entry(data, callback=on_result)
-
-    def _give_up_if_deposed(self) -> None:
-        """When this node stops leading, answer its waiting proposals at once.
-
-        pysyncobj keeps them until an entry at their index applies here, which for a
-        leader cut off from the majority is only after the partition heals; its
-        clients would wait for their deadline. Their outcome is unknown (a majority
-        may hold an entry and the next leader commit it), which is exactly what the
-        proposer tells a client: retry with the same request id, which the dedupe
-        table answers whether or not the first attempt applied.
-        """
-        leading = self._isLeader()
-        if self._was_leader and not leading:
-            with self._waiting_lock:
-                waiting, self._waiting = self._waiting, {}
-            self._decoded.clear()
-            if waiting:
-                log.info("lost the lead with %d proposals waiting: their outcome is unknown", len(waiting))
-            for give_up in waiting.values():
-                give_up("LEADER_CHANGED")
-        self._was_leader = leading
 
     def _check_capacity(self) -> None:
         now = time.monotonic()
@@ -275,73 +222,48 @@ class CoordinatorNode(SyncObj):
     # ---- snapshots ----------------------------------------------------------------
     def _write_snapshot(self, tmp_path: str, raft_data: tuple) -> None:
         self._commit_batch()
-        raft_json = snapshot_file.encode_raft_data(raft_data)
-        snapshot_file.write(tmp_path, self._store.applied_index, raft_json, self._store.write_image)
+        self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store)
         self._snapshot_to_sync = True
-        self.last_snapshot = SnapshotInfo(self._store.applied_index, time.monotonic(), os.path.getsize(tmp_path))
 
     def _read_snapshot(self, path: str) -> tuple:
         self._commit_batch()
-        with open(path, "rb") as f:
-            # A received snapshot was renamed into place unsynced, and pysyncobj clears
-            # the journal once this returns: the file must be durable first.
-            fsutil.fsync_file(f.fileno())
-            fsutil.fsync_dir(Path(path).parent)
-            header = snapshot_file.read_header(f)
-            raft_data = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
-            self._journal.align_to_snapshot(raft_data[1], raft_data[0])
-            members = sorted(str(node) for node in raft_data[2])
-            if self.config.raft_address not in members:
-                # pysyncobj adopts this list as the membership: if the peers know this
-                # node by another address, it now counts itself twice and loses a peer.
-                log.warning("snapshot member list %s does not name this node %s: every node must name "
-                            "each node by the address that node binds, or it was removed", members,
-                            self.config.raft_address)
-            if header.applied_index > self._store.applied_index:
-                log.info("restoring store from snapshot at index %d (local %d)",
-                         header.applied_index, self._store.applied_index)
+        with snapshots.open_received(path, self.config.raft_address) as received:
+            last, previous, _members = received.raft_data
+            self._journal.align_to_snapshot(previous, last)
+            applied_index = received.header.applied_index
+            if applied_index > self._store.applied_index:
+                log.info("restoring store from snapshot at index %d (local %d)", applied_index, self._store.applied_index)
                 with self._state_lock:
-                    self._store.load_image(f, header.image_len)
+                    self._store.load_image(received.image, received.header.image_len)
                 self._records.reset()
                 self._batch_index = self._store.applied_index
-        self.last_snapshot = SnapshotInfo(header.applied_index, time.monotonic(), os.path.getsize(path))
-        return raft_data
-
-    def _record_existing_snapshot(self) -> None:
-        try:
-            with open(self.snapshot_path, "rb") as f:
-                header = snapshot_file.read_header(f)
-            self.last_snapshot = SnapshotInfo(header.applied_index, time.monotonic(), os.path.getsize(self.snapshot_path))
-        except (OSError, snapshot_file.SnapshotFormatError):
-            self.last_snapshot = None
+        self.last_snapshot = SnapshotInfo.of(path, applied_index)
+        return received.raft_data
 
     # ---- status -------------------------------------------------------------------
-    def status(self) -> dict:
+    def status(self) -> NodeStatus:
         raw = self.getStatus()
         state = {0: "follower", 1: "candidate", 2: "leader"}.get(raw.get("state"), str(raw.get("state")))
         leader = raw.get("leader")
-        return {
-            "node": self.config.raft_address,
-            "role": state,
-            "term": raw.get("raft_term", 0),
-            "commit_index": raw.get("commit_idx", 0),
-            "applied_index": self._store.applied_index,
-            "raft_applied_index": raw.get("last_applied", 0),
-            "log_entries": raw.get("log_len", 0),
-            "leader": getattr(leader, "address", "") if leader else "",
-            "has_quorum": bool(raw.get("has_quorum")),
-            "last_snapshot_index": self.last_snapshot.applied_index if self.last_snapshot else 0,
-            "last_snapshot_age_s": (time.monotonic() - self.last_snapshot.at_monotonic) if self.last_snapshot else -1.0,
-            "last_snapshot_bytes": self.last_snapshot.size if self.last_snapshot else 0,
-        }
+        snapshot = self.last_snapshot
+        return NodeStatus(
+            node=self.config.raft_address,
+            role=state,
+            term=raw.get("raft_term", 0),
+            commit_index=raw.get("commit_idx", 0),
+            applied_index=self._store.applied_index,
+            raft_applied_index=raw.get("last_applied", 0),
+            log_entries=raw.get("log_len", 0),
+            leader=getattr(leader, "address", "") if leader else "",
+            has_quorum=bool(raw.get("has_quorum")),
+            last_snapshot_index=snapshot.applied_index if snapshot else 0,
+            last_snapshot_age_s=(time.monotonic() - snapshot.at_monotonic) if snapshot else -1.0,
+            last_snapshot_bytes=snapshot.size if snapshot else 0,
+        )
 
     def close(self) -> None:
         self.destroy_synchronous()
         self._store.close()
-
-
-def _no_op() -> None:
-    pass
 
 
 _FAIL_NAMES = {

@@ -5,6 +5,7 @@ in-process replica implements it for users' unit tests.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from coordinator.core.commands import Proposal
@@ -23,6 +24,24 @@ class Overloaded(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class NodeStatus:
+    """One replica's view of Raft and of its store, for health, metrics and ClusterStatus."""
+
+    node: str  # this node's Raft address
+    role: str  # "leader", "follower" or "candidate"
+    term: int
+    commit_index: int
+    applied_index: int  # durably applied to the store
+    raft_applied_index: int  # applied by Raft (ahead of applied_index until the group commit)
+    log_entries: int  # entries in the journal (shrinks on compaction)
+    leader: str  # Raft address of the known leader, "" if none
+    has_quorum: bool
+    last_snapshot_index: int  # 0: no snapshot yet
+    last_snapshot_age_s: float  # -1: no snapshot yet
+    last_snapshot_bytes: int
+
+
 class AddressBook(Protocol):
     def grpc_of(self, raft_address: str | None) -> str | None: ...
 
@@ -34,7 +53,7 @@ class Replica(Protocol):
         """callback(result, None) after durable apply -- a list of results for a batch --
         or (None, reason). `decoded`: the proposer's decoding of `data`, if it has one."""
     def read_state(self) -> KvState: ...
-    def status(self) -> dict: ...
+    def status(self) -> NodeStatus: ...
     def digest(self) -> str: ...
     def digest_with_index(self) -> tuple[int, str]: ...
     def state_digest(self) -> str: ...

@@ -43,7 +43,7 @@ async def run(batcher: Batcher, leases: LeaseTable, stop: asyncio.Event) -> None
 
 async def _tick(batcher: Batcher, leases: LeaseTable) -> None:
     node = batcher.replica
-    term = node.status()["term"]
+    term = node.status().term
     if leases.term_granted != term:
         await batcher.barrier()  # see everything the previous leader committed
         state = node.read_state()

@@ -27,7 +27,7 @@ SERVICES = ("raftpoint.v1.AgentService", "raftpoint.v1.AdminService", "")
 def serving(node: Replica) -> bool:
     """SERVING only when a leader is known and this node has applied what is committed."""
     s = node.status()
-    return bool(s["leader"]) and s["raft_applied_index"] >= s["commit_index"]
+    return bool(s.leader) and s.raft_applied_index >= s.commit_index
 
 
 async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop: asyncio.Event) -> None:

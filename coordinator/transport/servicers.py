@@ -179,9 +179,9 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         s = self.p.node.status()
         digest_index, content_digest = self.p.node.digest_with_index()
         return pb.ClusterStatusResponse(node=pb.NodeStatus(
-            node=s["node"], role=s["role"], term=s["term"], commit_index=s["commit_index"],
-            applied_index=s["applied_index"], log_entries=s["log_entries"], leader=s["leader"],
-            last_snapshot_index=s["last_snapshot_index"], last_snapshot_age_s=s["last_snapshot_age_s"],
+            node=s.node, role=s.role, term=s.term, commit_index=s.commit_index,
+            applied_index=s.applied_index, log_entries=s.log_entries, leader=s.leader,
+            last_snapshot_index=s.last_snapshot_index, last_snapshot_age_s=s.last_snapshot_age_s,
             state_digest=self.p.node.state_digest(), content_digest=content_digest, digest_index=digest_index))
 
     async def AddNode(self, request, context):

@@ -1,11 +1,13 @@
 """The metrics endpoint serves the node gauges and they follow update_node_gauges."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator
 
 import pytest
 
 from coordinator.observability import metrics
+from coordinator.replication.replica import NodeStatus
 from tests.support.metrics import scrape
 
 
@@ -18,10 +20,11 @@ def endpoint() -> Iterator[str]:
     server.server_close()
 
 
-def status(**changes: object) -> dict:
-    base = {"role": "follower", "term": 1, "commit_index": 10, "applied_index": 10, "log_entries": 10,
-            "last_snapshot_age_s": -1.0, "last_snapshot_bytes": 0}
-    return {**base, **changes}
+def status(**changes: object) -> NodeStatus:
+    base = NodeStatus(node="n1", role="follower", term=1, commit_index=10, applied_index=10, raft_applied_index=10,
+                      log_entries=10, leader="", has_quorum=True, last_snapshot_index=0, last_snapshot_age_s=-1.0,
+                      last_snapshot_bytes=0)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
 def test_gauges_move_after_update(endpoint: str) -> None:

@@ -161,7 +161,7 @@ def test_restart_after_compaction_restores_from_our_snapshot(tmp_path: Path) -> 
         leader = cluster.leader()
         wait_for(lambda: leader.last_snapshot is not None and leader.last_snapshot.applied_index > 40,
                  "the leader to compact its log")
-        assert leader.status()["log_entries"] < 79
+        assert leader.status().log_entries < 79
         cluster.start(victim)
         wait_for(cluster.converged, "the restarted node to catch up")
         snap = Path(cluster.config(victim).data_dir) / "raft.snapshot"
@@ -184,7 +184,7 @@ def test_restart_skips_entries_already_in_the_store(tmp_path: Path) -> None:
         applied = cluster.nodes[0].store.applied_index
         cluster.stop(0)
         node = cluster.start(0)
-        wait_for(lambda: node.status()["raft_applied_index"] >= applied, "journal replay")
+        wait_for(lambda: node.status().raft_applied_index >= applied, "journal replay")
         assert node.store.applied_index == applied and node.digest() == digest
     finally:
         cluster.close()

@@ -13,6 +13,7 @@ from pysyncobj.transport import TCPTransport
 
 from coordinator.core.commands import CheckpointResult
 from coordinator.replication import node as node_module
+from coordinator.replication import pysyncobj_adapter
 from coordinator.replication.fail_stop import EXIT_IO_ERROR
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.storage import StoreIOError
@@ -30,7 +31,7 @@ class SendsWhileDirty:
         real = TCPTransport.send
 
         def send(transport: TCPTransport, node, message) -> bool:  # type: ignore[no-untyped-def]
-            journal = transport._syncObj._SyncObj__raftLog
+            journal = pysyncobj_adapter.raft_log(pysyncobj_adapter.transport_owner(transport))
             with self._lock:
                 self.sent[message["type"]] = self.sent.get(message["type"], 0) + 1
                 if journal._dirty:
@@ -58,7 +59,7 @@ def test_a_single_node_acknowledges_only_flushed_entries(tmp_path: Path, monkeyp
     real_propose = node.propose
 
     def propose(data: bytes, callback) -> None:  # type: ignore[no-untyped-def]
-        journal: ConflictAwareJournal = node._SyncObj__raftLog
+        journal: ConflictAwareJournal = pysyncobj_adapter.raft_log(node)
         real_propose(data, lambda result, error: (seen.append(journal._dirty), callback(result, error)))
 
     monkeypatch.setattr(node, "propose", propose)

@@ -1,0 +1,133 @@
+"""Every use of pysyncobj's internals, for the one version they were read from.
+
+The node relies on pysyncobj 0.3.17 beyond its public API: the journal factory
+it calls, the name-mangled `SyncObj.__*` attributes holding the log, the applied
+index and the AppendEntries sender, the transport's back-reference to its node,
+and the text of one log message. Each use is a small function here, so an
+upgrade is checked in this module alone, and `install()` refuses any other
+version instead of letting a changed internal corrupt a replica quietly.
+
+Nothing is patched on import: `install()` (called by CoordinatorNode before it
+builds its SyncObj) patches pysyncobj, and calling it again changes nothing.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from importlib import metadata
+from typing import Any, Iterator
+
+from pysyncobj import SyncObj
+from pysyncobj import journal as pysyncobj_journal
+from pysyncobj import syncobj as pysyncobj_syncobj
+from pysyncobj.transport import TCPTransport
+
+from coordinator.replication.journal import ConflictAwareJournal
+
+SUPPORTED_VERSION = "0.3.17"
+_PYSYNCOBJ_LOGGER = "pysyncobj.syncobj"
+_FALSE_ALARM = "truncating already-applied log entries"
+
+
+class UnsupportedPysyncobj(RuntimeError):
+    pass
+
+
+def check_version() -> None:
+    """Raise unless the installed pysyncobj is the version these internals were read from."""
+    try:
+        installed = metadata.version("pysyncobj")
+    except metadata.PackageNotFoundError:
+        installed = "none"
+    if installed != SUPPORTED_VERSION:
+        raise UnsupportedPysyncobj(
+            f"pysyncobj {installed} is installed, but the coordinator relies on the internals of "
+            f"pysyncobj {SUPPORTED_VERSION}: install pysyncobj=={SUPPORTED_VERSION}")
+
+
+# ---- the node's private state ------------------------------------------------------
+def raft_log(node: SyncObj) -> Any:
+    """The journal pysyncobj created for `node` (a ConflictAwareJournal once installed)."""
+    return node._SyncObj__raftLog
+
+
+def applying_index(node: SyncObj) -> int:
+    """The log index of the entry being applied, from inside a @replicated method:
+    pysyncobj raises its last-applied index only after the method returns."""
+    return node.raftLastApplied + 1
+
+
+def current_log_index(node: SyncObj) -> int:
+    """The index of the last entry in the node's log."""
+    return node._SyncObj__getCurrentLogIndex()
+
+
+@contextmanager
+def one_append_entries(node: SyncObj) -> Iterator[None]:
+    """Hold back the AppendEntries pysyncobj sends for each command queued in the
+    block, then send one for all of them (if this node still leads and added any).
+
+    Shadows the name-mangled sender with a no-op on the instance. Only the Raft
+    thread calls the sender, so no other thread sees the no-op."""
+    before = current_log_index(node)
+    node._SyncObj__sendAppendEntries = _no_op
+    try:
+        yield
+    finally:
+        del node._SyncObj__sendAppendEntries
+    if node._isLeader() and current_log_index(node) > before:
+        node._SyncObj__sendAppendEntries()
+
+
+def _no_op() -> None:
+    pass
+
+
+# ---- the journal flush hook --------------------------------------------------------
+class FlushingTransport(TCPTransport):
+    """pysyncobj's TCP transport, with the journal flushed before any message leaves.
+
+    Every Raft message a node sends goes through send(): vote requests and grants
+    (term and vote are already durable: setCurrentTerm stores them synchronously),
+    AppendEntries (the leader counts its own log toward the majority, so its entries
+    must be durable before a follower can complete that majority) and the responses
+    acknowledging entries. Flushing here, once for everything appended since the
+    last flush, is Raft's persistence rule as a group commit: one fdatasync per
+    burst of messages instead of one per entry.
+    """
+
+    def send(self, node, message) -> bool:
+        raft_log(transport_owner(self)).flush()
+        return super().send(node, message)
+
+
+def transport_owner(transport: TCPTransport) -> SyncObj:
+    """The SyncObj a transport sends for."""
+    return transport._syncObj
+
+
+# ---- patches -----------------------------------------------------------------------
+class _DropFalseAlarm(logging.Filter):
+    """pysyncobj logs its truncation warning before calling the journal, which no
+    longer truncates matching entries; real conflicts are logged by the journal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_FALSE_ALARM)
+
+
+_DROP_FALSE_ALARM = _DropFalseAlarm()
+
+
+def create_journal(journal_file: str | None = None) -> pysyncobj_journal.Journal:
+    """pysyncobj's journal factory, replaced: the conflict-aware durable journal on disk."""
+    if journal_file is None:
+        return pysyncobj_journal.MemoryJournal()
+    return ConflictAwareJournal(journal_file)
+
+
+def install() -> None:
+    """Check the version, then make pysyncobj create ConflictAwareJournal and drop its
+    false truncation alarm. Must run before a SyncObj is constructed; idempotent."""
+    check_version()
+    pysyncobj_syncobj.createJournal = create_journal
+    logging.getLogger(_PYSYNCOBJ_LOGGER).addFilter(_DROP_FALSE_ALARM)  # a no-op when already added

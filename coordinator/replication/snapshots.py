@@ -1,0 +1,80 @@
+"""The node's Raft snapshots: writing one for pysyncobj, and opening one it received.
+
+The file layout is snapshot_file's; this module adds what pysyncobj's serializer
+and deserializer hooks need around it: the durability of a received file, the
+member list check, and the SnapshotInfo the node reports in its status.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from pysyncobj.node import TCPNode
+
+from coordinator import fsutil
+from coordinator.replication import snapshot_file
+from coordinator.storage.protocol import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    applied_index: int
+    at_monotonic: float  # when it was written or loaded, for the status' age
+    size: int
+
+    @classmethod
+    def of(cls, path: str, applied_index: int) -> SnapshotInfo:
+        return cls(applied_index, time.monotonic(), os.path.getsize(path))
+
+
+def existing(path: str) -> SnapshotInfo | None:
+    """The snapshot a restarted node finds in place, if it is readable."""
+    try:
+        with open(path, "rb") as f:
+            header = snapshot_file.read_header(f)
+        return SnapshotInfo.of(path, header.applied_index)
+    except (OSError, snapshot_file.SnapshotFormatError):
+        return None
+
+
+def write(path: str, raft_data: tuple, store: Store) -> SnapshotInfo:
+    """Write and fsync a snapshot of `store` (the caller has committed what it applied)."""
+    raft_json = snapshot_file.encode_raft_data(raft_data)
+    snapshot_file.write(path, store.applied_index, raft_json, store.write_image)
+    return SnapshotInfo.of(path, store.applied_index)
+
+
+@dataclass(frozen=True)
+class Received:
+    header: snapshot_file.SnapshotHeader
+    raft_data: tuple  # (last entry, previous entry, members) as pysyncobj wants them back
+    image: BinaryIO  # positioned at the store image (header.image_len bytes)
+
+
+@contextmanager
+def open_received(path: str, raft_address: str) -> Iterator[Received]:
+    """Open a snapshot pysyncobj is about to adopt, made durable first: it was renamed
+    into place unsynced, and pysyncobj clears the journal once the deserializer returns."""
+    with open(path, "rb") as f:
+        fsutil.fsync_file(f.fileno())
+        fsutil.fsync_dir(Path(path).parent)
+        header = snapshot_file.read_header(f)
+        raft_data = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
+        _warn_unless_member(raft_data, raft_address)
+        yield Received(header, raft_data, f)
+
+
+def _warn_unless_member(raft_data: tuple, raft_address: str) -> None:
+    members = sorted(str(node) for node in raft_data[2])
+    if raft_address not in members:
+        # pysyncobj adopts this list as the membership: if the peers know this
+        # node by another address, it now counts itself twice and loses a peer.
+        log.warning("snapshot member list %s does not name this node %s: every node must name "
+                    "each node by the address that node binds, or it was removed", members, raft_address)
