@@ -2,21 +2,21 @@
 from __future__ import annotations
 
 import asyncio
+from typing import NoReturn
 
 import grpc
 
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.core import ids
+from coordinator.core import ids, queries
 from coordinator.core.errors import Rejection
-from coordinator.core.model import Agent, AgentState, Group
-from coordinator.core.recovery_plan import plan_recovery
+from coordinator.core.model import Agent, Group
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
 from coordinator.transport.leases import LeaseTable
 from coordinator.transport.proposer import Proposer
-from coordinator.transport.status_map import details
+from coordinator.transport.status_map import GRPC_CODE, details
 
 ORDER_POLL_S = 0.2
 MEMBERSHIP_TIMEOUT_S = 30.0
@@ -30,16 +30,18 @@ async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) ->
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(r.field, r.reason))
 
 
+async def _refuse(context: grpc.aio.ServicerContext, rejection: Rejection) -> NoReturn:
+    await context.abort(GRPC_CODE[rejection.code], details(rejection.field, rejection.reason))
+
+
 async def _live_agent(context: grpc.aio.ServicerContext, state: KvState, request) -> tuple[Group, Agent]:
     """The group and agent a read-only agent RPC names, if its token is current."""
-    group, agent = state.group(request.group), state.agent(request.group, request.agent_id)
-    if group is None or agent is None:
-        await context.abort(grpc.StatusCode.NOT_FOUND,
-                            f"agent {request.agent_id!r} in group {request.group!r} is not registered")
-    if agent.incarnation != request.token.incarnation or agent.state is not AgentState.ALIVE:
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"token.incarnation: stale incarnation {request.token.incarnation}; agent is at "
-                            f"{agent.incarnation} ({agent.state.value})")
+    try:
+        agent = queries.live_agent(state, request.group, request.agent_id, wire.token_from_pb(request.token))
+    except Rejection as r:
+        await _refuse(context, r)
+    group = state.group(request.group)
+    assert group is not None  # an agent is only stored under its group
     return group, agent
 
 
@@ -163,14 +165,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def WhatIf(self, request, context):
         await _check(context, *((agent_id, f"failed[{i}]") for i, agent_id in enumerate(request.failed)))
         state, group = await self._group_state(context, request.group)
-        agents = [a for a in state.agents(request.group) if a.state is not AgentState.DEREGISTERED]
-        unknown = set(request.failed) - {a.agent_id for a in agents}
-        if unknown:
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"failed: agents {sorted(unknown)} are not members of group {request.group!r}")
-        usable = {a.agent_id: [c.index for c in state.checkpoints(request.group, a.agent_id) if c.stable] for a in agents}
-        current = {a.agent_id: a.last_checkpoint_index for a in agents}
-        targets = plan_recovery(usable, current, state.dependencies(request.group), set(request.failed))
+        try:
+            targets = queries.plan_for(state, request.group, request.failed)
+        except Rejection as r:
+            await _refuse(context, r)
         return pb.WhatIfResponse(targets=[pb.RollbackTarget(agent_id=t.agent_id, checkpoint_index=t.checkpoint_index,
                                                             intervals_lost=t.intervals_lost) for t in targets])
 
