@@ -17,26 +17,32 @@ from coordinator.core.state import State
 
 
 def registered_agent(state: State, group: str, agent_id: str) -> Agent:
-    """The agent, in whatever state; NOT_FOUND if it never registered."""
+    """The agent in whatever state it is; NOT_FOUND if it never registered."""
     found = state.agent(group, agent_id)
     if found is None:
         raise Rejection.not_found(f"agent {agent_id!r} in group {group!r}")
     return found
 
 
-def live_agent(state: State, group: str, agent_id: str, token: Token) -> Agent:
-    """The agent, if `token` holds its live incarnation; else the Rejection that fences it.
+def is_live(agent: Agent, incarnation: int) -> bool:
+    """Whether `incarnation` is the agent's current one and has neither failed nor left.
 
     A zombie (an older incarnation) or an incarnation that was declared failed or left
-    must be refused by every path, or it could act on state its replacement owns."""
+    must be refused by every path, or it could act on state its replacement owns; and
+    a failure reported for it is old news."""
+    return incarnation == agent.incarnation and agent.state is AgentState.ALIVE
+
+
+def live_agent(state: State, group: str, agent_id: str, token: Token) -> Agent:
+    """The agent, if `token` holds its live incarnation; else the Rejection that fences it."""
     agent = registered_agent(state, group, agent_id)
+    if is_live(agent, token.incarnation):
+        return agent
     if token.incarnation != agent.incarnation:
         raise Rejection.precondition(
             f"stale incarnation {token.incarnation}: agent {agent_id!r} is at incarnation {agent.incarnation}",
             "token.incarnation")
-    if agent.state is not AgentState.ALIVE:
-        raise Rejection.precondition(f"agent {agent_id!r} is {agent.state.value}; register again", "agent_id")
-    return agent
+    raise Rejection.precondition(f"agent {agent_id!r} is {agent.state.value}; register again", "agent_id")
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,7 @@ def _abort(state: State, group: Group, epoch: Epoch, reason: str) -> Epoch:
 def _declare_failed(state: State, cmd: DeclareAgentFailed, now: float) -> Result:
     group = _group(state, cmd.group)
     agent = _agent(state, cmd.group, cmd.agent_id)
-    if agent.incarnation != cmd.incarnation or agent.state is not AgentState.ALIVE:
+    if not queries.is_live(agent, cmd.incarnation):
         # The agent re-registered or was already declared failed: nothing to do.
         return RecoveryResult(group.recovery_id, ())
     group, targets = _recover(state, group, agent, now)

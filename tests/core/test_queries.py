@@ -81,6 +81,14 @@ def test_every_agent_command_refuses_a_dead_token_with_the_same_rejection(m: Mac
             assert (failure.field, failure.reason) == (expected.field, expected.reason), command
 
 
+def test_a_failure_reported_for_an_incarnation_that_is_not_live_changes_nothing(m: Machine) -> None:
+    _group_with_dead_tokens(m)
+    before = m.store.digest()
+    for agent_id in ("a", "b", "d"):
+        assert m.ok(c.DeclareAgentFailed("g", agent_id, 1)).targets == ()
+    assert m.store.digest() == before
+
+
 # ---- what-if == recovery ---------------------------------------------------------------
 
 def _history_with_an_unacknowledged_rollback(m: Machine) -> None:
