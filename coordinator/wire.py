@@ -30,6 +30,11 @@ EPOCH_STATE_TO_PB = {EpochState.STARTED: pb.EPOCH_STARTED, EpochState.STABLE: pb
                      EpochState.ABORTED: pb.EPOCH_ABORTED}
 
 
+# Checkpoint metadata crosses the wire field for field, both ways (the names match the proto's).
+_CHECKPOINT_FIELDS = tuple(f.name for f in dataclasses.fields(Checkpoint))
+_ASSIGNED_BY_COORDINATOR = frozenset({"created_at", "incarnation", "stable"})
+
+
 def _enum(table: dict, value: int, field: str):
     try:
         return table[value]
@@ -54,12 +59,12 @@ def token_from_pb(msg: pb.FencingToken) -> c.Token:
 
 
 def checkpoint_from_pb(msg: pb.CheckpointMeta) -> Checkpoint:
-    return Checkpoint(
-        group=msg.group, agent_id=msg.agent_id, index=msg.index, epoch=msg.epoch,
-        kind=_enum(KIND_FROM_PB, msg.kind, "checkpoint.kind"), blob_uri=msg.blob_uri, sha256=msg.sha256,
-        size=msg.size, schema_version=msg.schema_version, config_hash=msg.config_hash,
-        dependency_versions=dict(sorted(msg.dependency_versions.items())), parent_index=msg.parent_index,
-        channel_state_uri=msg.channel_state_uri)
+    """What an agent says about its checkpoint; the fields the coordinator assigns are
+    left at their defaults whatever the message carries."""
+    fields = {name: getattr(msg, name) for name in _CHECKPOINT_FIELDS if name not in _ASSIGNED_BY_COORDINATOR}
+    fields["kind"] = _enum(KIND_FROM_PB, msg.kind, "checkpoint.kind")
+    fields["dependency_versions"] = dict(sorted(msg.dependency_versions.items()))
+    return Checkpoint(**fields)
 
 
 def dependency_from_pb(msg: pb.DependencyRecord) -> Dependency:
@@ -168,9 +173,6 @@ def agent_to_pb(agent: Agent) -> pb.Agent:
     return pb.Agent(group=agent.group, agent_id=agent.agent_id, incarnation=agent.incarnation,
                     state=AGENT_STATE_TO_PB[agent.state], registered_at=agent.registered_at,
                     last_checkpoint_index=agent.last_checkpoint_index, generation=agent.generation)
-
-
-_CHECKPOINT_FIELDS = tuple(f.name for f in dataclasses.fields(Checkpoint))
 
 
 def checkpoint_to_pb(cp: Checkpoint) -> pb.CheckpointMeta:

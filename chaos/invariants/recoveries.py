@@ -81,25 +81,36 @@ def recovery_events(facts: Facts, group: str) -> dict[int, Recovery]:
     return events
 
 
+def lease_failures(facts: Facts, group: str) -> bool:
+    """Whether a read ever showed an agent failed by lease expiry: a recovery the history
+    has no re-registration for, which also leaves that agent counted as failed."""
+    return any(a["state"] == "AGENT_FAILED" for r in facts.of(group, "get_group") if r.ok
+               for a in r.answer["agents"].values())
+
+
+def re_registrations(facts: Facts, group: str) -> list[Req]:
+    """Registrations of an agent registered before: each may have started a recovery."""
+    registers = facts.of(group, "register")
+    return [req for req in registers
+            if any(other.start < req.start and other.may_apply for other in registers
+                   if other.value["agent"] == req.value["agent"] and other is not req)]
+
+
 def _attribute_causes(facts: Facts, group: str, events: dict[int, Recovery]) -> None:
     """A re-registration whose answer reports recovery r, of an agent that recovery r
     rolled back, started r; its window is then the recovery's too. The failed set is
     that agent alone when the previous recovery had certainly finished (the group
     read RUNNING) before it, and no agent was ever seen failed by lease expiry."""
-    registers = facts.of(group, "register")
-    lease_failures = any(a["state"] == "AGENT_FAILED" for r in facts.of(group, "get_group") if r.ok
-                         for a in r.answer["agents"].values())
+    failures_by_lease = lease_failures(facts, group)
     finished = {o.recovery_id: o.end for o in sorted(facts.observations(group), key=lambda o: o.end, reverse=True)
                 if o.recovery_id is not None and o.state == "RUNNING"}
-    for req in registers:
+    for req in re_registrations(facts, group):
         if not req.ok or req.answer["recovery_id"] not in events:
             continue
         event, agent = events[req.answer["recovery_id"]], req.value["agent"]
-        re_registration = any(other.start < req.start and other.may_apply for other in registers
-                              if other.value["agent"] == agent and other is not req)
-        if not re_registration or agent not in event.line or event.cause is not None:
+        if agent not in event.line or event.cause is not None:
             continue
         event.cause, event.lo, event.hi = req, max(event.lo, req.start), min(event.hi, req.applied_by)
         previous_done = event.id == 1 or finished.get(event.id - 1, INF) < req.start
-        if previous_done and not lease_failures:
+        if previous_done and not failures_by_lease:
             event.failed = frozenset({agent})

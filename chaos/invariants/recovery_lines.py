@@ -15,6 +15,11 @@ back counting as +infinity)
 
 and the issued line must leave no surely reported dependency orphaned. Without
 uncertainty the bounds meet and the line must equal the naive one.
+
+A recovery also counts as failed the agents already failed and those still owing the
+acknowledgement of an earlier rollback, and a what-if answers what that recovery would
+do. When the history cannot rule such agents out at the what-if's moment, the lower
+bound counts every agent as possibly failed (more failed agents only lower the line).
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from typing import Callable, Iterable, Mapping
 
 from chaos.history import Op
 from chaos.invariants.facts import INF, Facts, Req
-from chaos.invariants.recoveries import Recovery, recovery_events
+from chaos.invariants.recoveries import Recovery, lease_failures, re_registrations, recovery_events
 from chaos.report import InvariantResult
 
 NAME = "recovery-lines-consistent-and-maximal"
@@ -74,6 +79,9 @@ class _Issued:
     line: dict[str, int]
     ops: tuple[Op | None, ...]
     before_recovery: int | None = None  # recoveries from this id on cannot have shaped its input
+    # Agents the coordinator may also have counted as failed without their being named:
+    # failed ones, and ones still owing the acknowledgement of an earlier rollback.
+    may_count_as_failed: frozenset[str] = frozenset()
 
 
 class _GroupState:
@@ -196,17 +204,33 @@ def _issued_lines(facts: Facts, group: str, recoveries: dict[int, Recovery], res
         counts["recoveries_checked"] += 1
         out.append(_Issued(f"{group} recovery {r.id} (re-registration of {sorted(r.failed)})", r.lo, r.hi,
                            r.failed, r.line, (r.cause.first.invoke, r.cause.ok_op), r.id))
+    everyone = frozenset(r.value["agent"] for r in facts.of(group, "register"))
     for w in facts.of(group, "what_if"):
         if w.ok:
             counts["what_ifs_checked"] += 1
+            unsettled = everyone if _may_be_unsettled(facts, group, w.start, w.applied_by) else frozenset()
             out.append(_Issued(f"{group} what-if {w.value['failed']} fail", w.start, w.applied_by,
-                               frozenset(w.value["failed"]), dict(w.answer["targets"]), (w.first.invoke, w.ok_op)))
+                               frozenset(w.value["failed"]), dict(w.answer["targets"]), (w.first.invoke, w.ok_op),
+                               may_count_as_failed=unsettled))
     return out
+
+
+def _may_be_unsettled(facts: Facts, group: str, t0: float, t1: float) -> bool:
+    """Whether some agent may have been failed, or have owed the acknowledgement of a
+    rollback, at some moment in [t0, t1]. A recovery counts such agents as failed, and a
+    what-if answers what the recovery would do. Settled: no lease failure was ever seen,
+    and every re-registration that may have applied before t1 was followed by a read,
+    started after it certainly applied and answered before t0, showing the group RUNNING."""
+    if lease_failures(facts, group):
+        return True
+    running = [o.start for o in facts.observations(group) if o.state == "RUNNING" and o.end < t0]
+    return any(not any(start > req.applied_by for start in running)
+               for req in re_registrations(facts, group) if req.may_apply and req.start < t1)
 
 
 def _check_line(state: _GroupState, issued: _Issued, result: InvariantResult, counts: dict[str, int]) -> None:
     sure, maybe, sure_deps, maybe_deps = state.bounds(issued)
-    lower = naive_recovery_line(sure, maybe_deps, issued.failed)
+    lower = naive_recovery_line(sure, maybe_deps, issued.failed | issued.may_count_as_failed)
     upper = naive_recovery_line(maybe, sure_deps, issued.failed)
     counts["exact" if lower == upper else "bounded"] += 1
     line: Cut = {a: issued.line.get(a) for a in maybe}

@@ -15,13 +15,13 @@ from coordinator.core.commands import (
     GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult, ReportDependencies, Result, RollbackTarget,
     StartEpoch, Token,
 )
-from coordinator.core import fences
+from coordinator.core import fences, queries
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
     Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode, Order,
     OrderKind,
 )
-from coordinator.core.recovery_plan import plan_gc, plan_recovery
+from coordinator.core.recovery_plan import plan_gc
 from coordinator.core.state import State
 from coordinator.core.validation import validate
 
@@ -56,28 +56,17 @@ def _group(state: State, name: str) -> Group:
 
 
 def _agent(state: State, group: str, agent_id: str) -> Agent:
-    agent = state.agent(group, agent_id)
-    if agent is None:
-        raise Rejection.not_found(f"agent {agent_id!r} in group {group!r}", ReasonCode.AGENT_NOT_FOUND)
-    return agent
+    return queries.registered_agent(state, group, agent_id)
 
 
 def _fenced_agent(state: State, group: Group, agent_id: str, token: Token) -> Agent:
     """The agent a write comes from, after checking its fencing token.
 
-    A zombie (older incarnation), an agent that left, one writing for an epoch the
+    Beyond the live-incarnation rule (queries.live_agent), one writing for an epoch the
     group has not started, or one that has not yet obeyed a rollback order, is refused:
     otherwise it could re-create state the recovery just discarded.
     """
-    agent = _agent(state, group.spec.name, agent_id)
-    if token.incarnation != agent.incarnation:
-        raise Rejection.because(
-            ReasonCode.STALE_INCARNATION,
-            f"stale incarnation {token.incarnation}: agent {agent_id!r} is at incarnation {agent.incarnation}",
-            "token.incarnation")
-    if agent.state is not AgentState.ALIVE:
-        raise Rejection.because(ReasonCode.AGENT_NOT_ALIVE,
-                                f"agent {agent_id!r} is {agent.state.value}; register again", "agent_id")
+    agent = queries.live_agent(state, group.spec.name, agent_id, token)
     if token.epoch > group.current_epoch:
         raise Rejection.because(
             ReasonCode.EPOCH_NOT_STARTED, f"epoch {token.epoch} has not started (current epoch {group.current_epoch})",
@@ -290,7 +279,7 @@ def _abort(state: State, group: Group, epoch: Epoch, reason: str) -> Epoch:
 def _declare_failed(state: State, cmd: DeclareAgentFailed, now: float) -> Result:
     group = _group(state, cmd.group)
     agent = _agent(state, cmd.group, cmd.agent_id)
-    if agent.incarnation != cmd.incarnation or agent.state is not AgentState.ALIVE:
+    if not queries.is_live(agent, cmd.incarnation):
         # The agent re-registered or was already declared failed: nothing to do.
         return RecoveryResult(group.recovery_id, ())
     group, targets = _recover(state, group, agent, now)
@@ -298,27 +287,18 @@ def _declare_failed(state: State, cmd: DeclareAgentFailed, now: float) -> Result
 
 
 def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Group, tuple[RollbackTarget, ...]]:
-    """Mark `failed` failed, compute the recovery line and queue rollback orders.
-
-    Agents still owing an acknowledgement for an earlier recovery are treated as
-    failed too: they may already have rolled back, so they cannot be assumed to
-    hold their later state.
-    """
+    """Mark `failed` failed, compute the recovery line (queries.plan_for, which the
+    what-if answers from too) and queue rollback orders."""
     name = group.spec.name
     state.put_agent(dataclasses.replace(failed, state=AgentState.FAILED))
     if group.current_epoch:
         current = state.epoch(name, group.current_epoch)
         if current is not None and current.state is EpochState.STARTED:
             _abort(state, group, current, f"agent {failed.agent_id} failed")
-    pending = {a.agent_id for a in state.agents(name) if a.rollback_order}
     for order in state.orders(name):
         if order.kind is OrderKind.ROLL_BACK and not order.acked:
             state.delete_order(name, order.order_id)  # superseded by the new plan
-    agents = [a for a in state.agents(name) if a.state is not AgentState.DEREGISTERED]
-    failed_ids = {a.agent_id for a in agents if a.state is AgentState.FAILED} | pending
-    usable = {a.agent_id: [c.index for c in state.checkpoints(name, a.agent_id) if c.stable] for a in agents}
-    current = {a.agent_id: a.last_checkpoint_index for a in agents}
-    targets = plan_recovery(usable, current, state.dependencies(name), failed_ids)
+    targets = queries.plan_for(state, name, {failed.agent_id})
     group = dataclasses.replace(group, recovery_id=group.recovery_id + 1, state=GroupState.RECOVERING)
     rolled_back = {t.agent_id: t.checkpoint_index for t in targets}
     line = tuple(Fence(t.agent_id, (_agent(state, name, t.agent_id).generation + 1), t.checkpoint_index)
@@ -344,12 +324,7 @@ def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Gro
 
 def _ack_order(state: State, cmd: AckOrder, now: float) -> Result:
     group = _group(state, cmd.group)
-    agent = _agent(state, cmd.group, cmd.agent_id)
-    if cmd.token.incarnation != agent.incarnation or agent.state is not AgentState.ALIVE:
-        raise Rejection.because(
-            ReasonCode.STALE_INCARNATION,
-            f"stale incarnation {cmd.token.incarnation}: agent is at {agent.incarnation} ({agent.state.value})",
-            "token.incarnation")
+    agent = queries.live_agent(state, cmd.group, cmd.agent_id, cmd.token)
     order = next((o for o in state.orders(cmd.group) if o.order_id == cmd.order_id), None)
     if order is None:
         return AckResult(group.state)  # already acknowledged and removed, or superseded

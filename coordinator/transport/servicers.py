@@ -8,10 +8,9 @@ import grpc
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.core import ids
+from coordinator.core import ids, queries
 from coordinator.core.errors import ReasonCode, Rejection
-from coordinator.core.model import Agent, AgentState, Group
-from coordinator.core.recovery_plan import plan_recovery
+from coordinator.core.model import Agent, Group
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
 from coordinator.transport.leases import Leases
@@ -32,14 +31,12 @@ async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) ->
 
 async def _live_agent(context: grpc.aio.ServicerContext, state: KvState, request) -> tuple[Group, Agent]:
     """The group and agent a read-only agent RPC names, if its token is current."""
-    group, agent = state.group(request.group), state.agent(request.group, request.agent_id)
-    if group is None or agent is None:
-        await abort_with(context, Rejection.because(
-            ReasonCode.AGENT_NOT_FOUND, f"agent {request.agent_id!r} in group {request.group!r} is not registered"))
-    if agent.incarnation != request.token.incarnation or agent.state is not AgentState.ALIVE:
-        await abort_with(context, Rejection.because(
-            ReasonCode.STALE_INCARNATION, f"stale incarnation {request.token.incarnation}; agent is at "
-            f"{agent.incarnation} ({agent.state.value})", "token.incarnation"))
+    try:
+        agent = queries.live_agent(state, request.group, request.agent_id, wire.token_from_pb(request.token))
+    except Rejection as r:
+        await abort_with(context, r)
+    group = state.group(request.group)
+    assert group is not None  # an agent is only stored under its group
     return group, agent
 
 
@@ -163,15 +160,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def WhatIf(self, request, context):
         await _check(context, *((agent_id, f"failed[{i}]") for i, agent_id in enumerate(request.failed)))
         state, group = await self._group_state(context, request.group)
-        agents = [a for a in state.agents(request.group) if a.state is not AgentState.DEREGISTERED]
-        unknown = set(request.failed) - {a.agent_id for a in agents}
-        if unknown:
-            await abort_with(context, Rejection.because(
-                ReasonCode.AGENT_NOT_FOUND,
-                f"agents {sorted(unknown)} are not members of group {request.group!r}", "failed"))
-        usable = {a.agent_id: [c.index for c in state.checkpoints(request.group, a.agent_id) if c.stable] for a in agents}
-        current = {a.agent_id: a.last_checkpoint_index for a in agents}
-        targets = plan_recovery(usable, current, state.dependencies(request.group), set(request.failed))
+        try:
+            targets = queries.plan_for(state, request.group, request.failed)
+        except Rejection as r:
+            await abort_with(context, r)
         return pb.WhatIfResponse(targets=[pb.RollbackTarget(agent_id=t.agent_id, checkpoint_index=t.checkpoint_index,
                                                             intervals_lost=t.intervals_lost) for t in targets])
 

@@ -234,6 +234,27 @@ def test_an_unknown_outcome_widens_the_accepted_lines() -> None:
     assert not recovery_lines.check(Facts(s.ops())).ok
 
 
+def test_a_what_if_may_count_agents_owing_an_acknowledgement_until_a_read_shows_the_group_running() -> None:
+    """A recovery also rolls back the agents still owing the acknowledgement of an
+    earlier rollback, and a what-if answers what that recovery would do."""
+    s = group_with_agents(agents=("a", "b", "c"))
+    for i, agent in enumerate(("a", "b", "c")):
+        s.commit("g", agent, 1, start=1 + i / 10)
+    s.deps("g", "b", [("a", 2, "b", 1, "m1")], start=1.5)
+    s.register("g", "a", 2, start=3, recovery_id=1)
+    s.watch("g", "a", [(1, 1, 1)], at=3.1)
+    s.watch("g", "b", [(2, 0, 1)], at=3.2)
+    s.what_if("g", ["c"], {"a": 1, "b": 0, "c": 1}, at=4)  # a and b may not have acknowledged yet
+    result = recovery_lines.check(Facts(s.ops()))
+    assert result.ok and result.counts["bounded"] == 1, result.examples
+    s.get_group("g", start=5, recovery_id=1, state="RUNNING")
+    s.what_if("g", ["c"], {"c": 1}, at=6)
+    assert recovery_lines.check(Facts(s.ops())).ok
+    s.what_if("g", ["c"], {"a": 1, "b": 0, "c": 1}, at=6.1)  # both have acknowledged by now
+    whys = [e["why"] for e in recovery_lines.check(Facts(s.ops())).examples]
+    assert any("what-if ['c']" in w and "a -> 1, further back than needed" in w for w in whys), whys
+
+
 # ---- 6. retries apply once -------------------------------------------------------------------
 def test_a_request_answered_the_same_every_time_holds() -> None:
     s = group_with_agents()
