@@ -36,7 +36,8 @@ class NoDisks(RuntimeError):
 
 
 class DiskFaults:
-    def __init__(self, factory: Callable[[int], Disk] | None, nodes: Sequence[NodeProcess], record: NemesisRecord) -> None:
+    def __init__(self, factory: Callable[[int], Disk] | None, nodes: Sequence[NodeProcess],
+                 record: NemesisRecord) -> None:
         """`factory(i)`: node i's disk; None runs the nodes on plain directories, and
         every disk fault then raises NoDisks."""
         self._factory, self._nodes, self._record = factory, nodes, record
