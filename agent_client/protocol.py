@@ -10,8 +10,8 @@ Operations that need the outside world are generators. They yield an effect -- a
 RPC, a blocking local call (blob store, delivery log), a user callback -- and are
 resumed with its result, or have its exception thrown in at the yield (effects.py
 holds the effect types and the loops that run an operation). Neither shell holds
-protocol logic, so the two cannot drift apart. Callers serialise operations (the shells hold
-a lock around each): the state here is not thread-safe on its own.
+protocol logic, so the two cannot drift apart. Callers serialise operations (the
+shells hold a lock around each): the state here is not thread-safe on its own.
 
 Orphans. Every envelope carries the sender's generation; the receiver reports the
 dependency before it delivers (dependency_batch=1) and the coordinator refuses a
