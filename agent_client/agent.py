@@ -25,7 +25,8 @@ from agent_client.background import Heartbeater, OrderWatcher
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from agent_client.protocol import Blocking, Callback, Effect, Op, Restored, RestoreKind, Rpc, Watch, drive
+from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, Watch, drive
+from agent_client.restored import Restored, RestoreKind
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
 

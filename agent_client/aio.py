@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import logging
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import grpc
 
@@ -20,23 +20,12 @@ from agent_client.background import RECONNECT_S, WATCH_STREAM_S, fenced_reason, 
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import AsyncConnection, CoordinatorUnavailable, Rejected
-from agent_client.protocol import Blocking, Callback, Effect, Op, Restored, Rpc, Watch, step
+from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, Watch, drive_async
+from agent_client.restored import Restored
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 log = logging.getLogger("agent_client")
 T = TypeVar("T")
-
-
-async def drive_async(op: Op[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
-    """protocol.drive, awaiting each effect."""
-    done, out = step(op)
-    while not done:
-        try:
-            value, error = await perform(out), None
-        except Exception as exc:
-            value, error = None, exc
-        done, out = step(op, value, error)
-    return out
 
 
 class TaskLock:

@@ -8,10 +8,10 @@ requires, and which logged messages to re-deliver after a rollback.
 
 Operations that need the outside world are generators. They yield an effect -- an
 RPC, a blocking local call (blob store, delivery log), a user callback -- and are
-resumed with its result, or have its exception thrown in at the yield. `drive()`
-runs one with blocking calls; aio.py awaits instead. Neither shell holds protocol
-logic, so the two cannot drift apart. Callers serialise operations (the shells hold
-a lock around each): the state here is not thread-safe on its own.
+resumed with its result, or have its exception thrown in at the yield (effects.py
+holds the effect types and the loops that run an operation). Neither shell holds
+protocol logic, so the two cannot drift apart. Callers serialise operations (the
+shells hold a lock around each): the state here is not thread-safe on its own.
 
 Orphans. Every envelope carries the sender's generation; the receiver reports the
 dependency before it delivers (dependency_batch=1) and the coordinator refuses a
@@ -30,12 +30,10 @@ sender). Senders never re-send; receivers never lose a message.
 """
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Generator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence
 
 from agent_client import checkpoint_blob
 from agent_client.blobs.manifest import Manifest
@@ -43,95 +41,17 @@ from agent_client.blobs.store import BlobStore
 from agent_client.connection import Rejected
 from agent_client.delivered import DeliveredSet
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
+from agent_client.effects import Blocking, Callback, Op, Rpc, Watch
 from agent_client.envelope import Envelope
 from agent_client.restore_check import CheckpointRejected, RejectReason, load_verified
+from agent_client.restored import Restored, RestoreKind
 from agent_client.rules import Rule, rule_for
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import cic, fences
 from coordinator.core.model import Fence
 
 log = logging.getLogger("agent_client")
-T = TypeVar("T")
 MAX_REDELIVERY_ROUNDS = 3  # a delivery refused because a rollback is owed: obey, then try again
-
-
-# ---- effects ----------------------------------------------------------------------------
-
-@dataclass(slots=True)
-class Rpc:
-    """A unary call to the coordinator (retried by the connection under its deadline)."""
-
-    service: str
-    method: str
-    request: Any
-
-
-@dataclass(slots=True)
-class Watch:
-    """The orders WatchOrders streams within `window` seconds."""
-
-    request: pb.WatchOrdersRequest
-    window: float
-
-
-@dataclass(slots=True)
-class Blocking:
-    """A local call that may block on disk (blob store, delivery log). `quick` ones
-    (one write() on an open file) need no thread in an event loop."""
-
-    fn: Callable[[], Any]
-    quick: bool = False
-
-
-@dataclass(slots=True)
-class Callback:
-    """User code (snapshot, on_rollback, on_redeliver, test hooks); in the asyncio
-    client it may be a coroutine function."""
-
-    fn: Callable[[], Any]
-
-
-Effect = Rpc | Watch | Blocking | Callback
-Op = Generator[Effect, Any, T]
-
-
-def step(op: Op[T], value: Any = None, error: BaseException | None = None) -> tuple[bool, Any]:
-    """Resume an operation with an effect's result (or its exception): (True, the
-    operation's result) when it finished, else (False, the next effect)."""
-    try:
-        return False, (op.throw(error) if error is not None else op.send(value))
-    except StopIteration as stop:
-        return True, stop.value
-
-
-def drive(op: Op[T], perform: Callable[[Effect], Any]) -> T:
-    """Run an operation, performing each effect with a blocking call (aio.py awaits)."""
-    done, out = step(op)
-    while not done:
-        try:
-            value, error = perform(out), None
-        except Exception as exc:  # thrown back into the operation at its yield
-            value, error = None, exc
-        done, out = step(op, value, error)
-    return out
-
-
-# ---- results --------------------------------------------------------------------------
-
-class RestoreKind(enum.Enum):
-    COLD_START = "cold start"
-    RESUME = "resume"
-    ROLLBACK = "rollback order"
-    REJECTED = "rejected"
-
-
-@dataclass(frozen=True)
-class Restored:
-    state: Any  # the agent's state (bytes or JSON value) or None
-    index: int
-    reason: str  # "cold start: ...", "resume from checkpoint N", "rollback order ...", "rejected: <why>: ..."
-    kind: RestoreKind = RestoreKind.RESUME
-    rejected: RejectReason | None = None
 
 
 def is_orphan_refusal(exc: Rejected) -> bool:

@@ -40,7 +40,8 @@ from agent_client.blobs.durable import atomic_write  # noqa: E402
 from agent_client.blobstore import LocalBlobStore, PutResult  # noqa: E402
 from agent_client.connection import Connection  # noqa: E402
 from agent_client.delivery_log import DeliveryLog  # noqa: E402
-from agent_client.protocol import AgentProtocol, Blocking, Callback, Effect, drive  # noqa: E402
+from agent_client.effects import Blocking, Callback, Effect, drive  # noqa: E402
+from agent_client.protocol import AgentProtocol  # noqa: E402
 from agent_client.testing import InProcessCoordinator  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 

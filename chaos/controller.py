@@ -10,7 +10,9 @@ proxied gRPC addresses, so a client that follows a `raftpoint-leader` redirect
 stays behind the proxies. Observation (`statuses`, `leader`, `converged`) talks to the nodes'
 real gRPC addresses, so it sees through client-side faults.
 
-Every fault method returns once the fault is in force and, given a History,
+The cluster controls the node processes and observes them; its `network`
+(chaos.network_faults) and `disks` (chaos.disk_faults) inject the link and disk
+faults. Every fault method returns once the fault is in force and, given a History,
 records it there as a nemesis op (after it took effect).
 """
 from __future__ import annotations
@@ -18,42 +20,23 @@ from __future__ import annotations
 import shutil
 import signal
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable
 
 from chaos import node as chaos_node, planted
+from chaos.disk_faults import Disk, DiskFaults
 from chaos.history import History
-from chaos.linkfaults import DROP, LinkFaults, Partition, delay as delayed
 from chaos.netproxy import LinkStats, NetProxy
-from chaos.topology import RaftLink, cut_pairs, grpc_link_name, partition_groups, raft_links
+from chaos.network_faults import NetworkFaults
+from chaos.topology import grpc_link_name, raft_links
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.local_cluster import LocalCluster, NodeProcess, wait_for
+
 
 def node_host(index: int) -> str:
     """Node i's loopback address, apart from the proxies (NetProxy listens on 127.0.0.1)."""
     if not 0 <= index < 254:
         raise ValueError("at most 254 nodes")
     return f"127.0.1.{index + 1}"
-
-
-class Disk(Protocol):
-    """What the controller needs of a chaos.disk.LoopDisk (created and mounted by us)."""
-
-    mountpoint: Path
-
-    def create(self) -> None: ...
-    def mount(self) -> None: ...
-    def unmount(self) -> None: ...
-    def fill(self, leave_bytes: int) -> None: ...
-    def unfill(self) -> None: ...
-    def power_cut(self) -> None: ...
-    def power_cycle(self) -> None: ...
-    def throttle(self, pids: list[int], write_bps: int, write_iops: int) -> None: ...
-    def unthrottle(self, pids: list[int]) -> None: ...
-    def close(self) -> None: ...
-
-
-class NoDisks(RuntimeError):
-    """A disk fault was asked of a cluster started without `disks=`."""
 
 
 class ChaosCluster:
@@ -80,8 +63,8 @@ class ChaosCluster:
         except BaseException:
             self.proxy.close()
             raise
-        self._disk_factory = disks
-        self.disks: dict[int, Disk] = {}
+        self.network = NetworkFaults(self.proxy, self.raft_links, size, self._record)
+        self.disks = DiskFaults(disks, self.local.nodes, self._record)
         self.paused: set[int] = set()
 
     # ---- wiring -----------------------------------------------------------------------
@@ -120,13 +103,7 @@ class ChaosCluster:
 
     # ---- processes ----------------------------------------------------------------------
     def start_all(self) -> "ChaosCluster":
-        if self._disk_factory is not None:
-            for node in self.nodes:
-                disk = self._disk_factory(node.index)
-                disk.create()
-                disk.mount()
-                self.disks[node.index] = disk
-                node.data_dir = Path(disk.mountpoint) / "data"
+        self.disks.mount_all()
         self.local.start_all()
         self._record("start-all", {"nodes": list(range(self.size))})
         return self
@@ -176,7 +153,7 @@ class ChaosCluster:
         self.paused.discard(i)
         self.local.stop(i)
         data = self.nodes[i].data_dir
-        if i in self.disks:
+        if self.disks.mounted(i):
             for child in data.iterdir() if data.exists() else ():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         else:
@@ -193,12 +170,7 @@ class ChaosCluster:
             self.local.close()
         finally:
             self.proxy.close()
-            for disk in self.disks.values():
-                try:
-                    disk.unmount()
-                finally:
-                    disk.close()
-            self.disks.clear()
+            self.disks.close()
 
     def __enter__(self) -> "ChaosCluster":
         return self
@@ -230,111 +202,12 @@ class ChaosCluster:
         """The digest once every live node applied the same index (resume paused nodes first)."""
         return self.local.converged(timeout)
 
-    # ---- network faults -------------------------------------------------------------------
-    def _link(self, a: int, b: int) -> RaftLink:
-        if a == b or not (0 <= a < self.size and 0 <= b < self.size):
-            raise ValueError(f"no link between nodes {a} and {b}")
-        return self.raft_links[frozenset((a, b))]
-
-    def partition(self, groups: Iterable[Iterable[int]], mode: Partition = Partition.RESET) -> None:
-        """Cut the Raft links between groups (nodes named nowhere form one more group) and
-        restore those within groups; this replaces any earlier partition, leaving other
-        link faults as they are. `mode` (chaos.linkfaults.Partition): RESET and REFUSE end
-        connections across the cut, and pysyncobj campaigns only while connected to some
-        peer, so a node cut off this way keeps its term and rejoins quietly. BLACKHOLE
-        keeps connections open and silent: an isolated node keeps campaigning (a few
-        terms a second until its connections time out) and, pysyncobj having no pre-vote,
-        its higher term deposes the leader when the partition heals."""
-        parts = partition_groups(groups, self.size)
-        cut = cut_pairs(parts)
-        for pair, link in self.raft_links.items():
-            self.proxy.update(link.name, partition=mode if pair in cut else None)
-        self._record("partition", {"groups": [sorted(g) for g in parts], "mode": mode.value})
-
-    def isolate(self, i: int) -> None:
-        """Node i alone on one side of a partition (clients can still reach it)."""
-        self.partition([[i]])
-
-    def one_way(self, src: int, dst: int) -> None:
-        """What src sends to dst is lost; what dst sends to src is delivered."""
-        link = self._link(src, dst)
-        self.proxy.update(link.name, **{link.direction(src, dst): DROP})
-        self._record("one-way", {"src": src, "dst": dst})
-
-    def deafen(self, i: int) -> None:
-        """Node i can send but not receive: every message to it is lost (the asymmetric
-        partition, classically of the leader)."""
-        for j in range(self.size):
-            if j != i:
-                link = self._link(j, i)
-                self.proxy.update(link.name, **{link.direction(j, i): DROP})
-        self._record("deafen", {"node": i})
-
-    def delay(self, i: int, j: int, ms: float, jitter_ms: float = 0.0) -> None:
-        """Both directions between i and j delayed by ms ± jitter (order kept)."""
-        d = delayed(ms, jitter_ms)
-        self.proxy.update(self._link(i, j).name, up=d, down=d)
-        self._record("delay", {"nodes": [i, j], "ms": ms, "jitter_ms": jitter_ms})
-
-    def flaky(self, i: int, j: int, p: float) -> None:
-        """The connection between i and j is reset with probability p per second."""
-        self.proxy.update(self._link(i, j).name, flaky_p=p)
-        self._record("flaky", {"nodes": [i, j], "p": p})
-
-    def isolate_client(self, i: int, mode: Partition = Partition.RESET) -> None:
-        """Clients cannot reach node i's gRPC port; Raft traffic is untouched."""
-        self.proxy.update(grpc_link_name(i), partition=mode)
-        self._record("isolate-client", {"node": i, "mode": mode.value})
-
-    def delay_client(self, i: int, ms: float, jitter_ms: float = 0.0) -> None:
-        d = delayed(ms, jitter_ms)
-        self.proxy.update(grpc_link_name(i), up=d, down=d)
-        self._record("delay-client", {"node": i, "ms": ms, "jitter_ms": jitter_ms})
-
-    def heal(self) -> None:
-        """Every link back to pass-through (connections that lost bytes are reset)."""
-        self.proxy.heal()
-        self._record("heal")
-
-    def faults(self) -> dict[str, LinkFaults]:
-        """The faults in force, per link name (links at pass-through omitted)."""
-        return {name: f for name in self.proxy.links() if not (f := self.proxy.faults(name)).healthy}
-
-    # ---- disk faults --------------------------------------------------------------------
-    def _disk(self, i: int) -> Disk:
-        if not self.disks:
-            raise NoDisks("this cluster runs without disks: pass disks= to ChaosCluster (needs root "
-                          "and a private mount namespace; see chaos.disk.unavailable_reason())")
-        return self.disks[i]
-
-    def fill(self, i: int, leave_bytes: int = 0) -> None:
-        """Fill node i's disk until `leave_bytes` remain free."""
-        self._disk(i).fill(leave_bytes)
-        self._record("disk-fill", {"node": i, "leave_bytes": leave_bytes})
-
-    def unfill(self, i: int) -> None:
-        self._disk(i).unfill()
-        self._record("disk-unfill", {"node": i})
-
-    def slow_disk(self, i: int, write_bps: int = 1 << 20, write_iops: int = 50) -> None:
-        """Throttle node i's current process's writes (a restart starts it unthrottled)."""
-        disk, node = self._disk(i), self.nodes[i]
-        if not node.alive:
-            raise RuntimeError(f"node {i} is not running")
-        disk.throttle([node.process.pid], write_bps, write_iops)
-        self._record("disk-slow", {"node": i, "write_bps": write_bps, "write_iops": write_iops})
-
-    def fast_disk(self, i: int) -> None:
-        disk, node = self._disk(i), self.nodes[i]
-        if node.alive:
-            disk.unthrottle([node.process.pid])
-        self._record("disk-fast", {"node": i})
-
+    # ---- power ------------------------------------------------------------------------
     def power_cut(self, *indexes: int) -> None:
         """The nodes lose power at the same instant: all are frozen first, so none writes
         after another's disk went down; then their file systems shut down (what was not
         durable is gone) and the processes are killed. power_on() brings them back."""
-        disks = [self._disk(i) for i in indexes]
+        disks = [self.disks.get(i) for i in indexes]
         for i in indexes:
             self.local.signal(i, signal.SIGSTOP)
         for disk in disks:
@@ -347,9 +220,9 @@ class ChaosCluster:
     def power_on(self, *indexes: int) -> None:
         """Mount what survived the power cut and start the nodes on it."""
         for i in indexes:
-            self._disk(i).power_cycle()
+            self.disks.get(i).power_cycle()
             self.local.start(i)
         self._record("power-on", {"nodes": list(indexes)})
 
 
-__all__ = ["ChaosCluster", "Disk", "NoDisks", "node_host"]
+__all__ = ["ChaosCluster", "node_host"]

@@ -25,13 +25,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 COMPLETIONS = (OK, FAIL, INFO)
 NEMESIS = "nemesis"
 FAULT, HEAL = "fault", "heal"  # the "phase" of a nemesis op's value
 CRASHED = "crashed"  # a note: a client process died of an exception (a harness bug, not a finding)
+NemesisRecord = Callable[[str, Any], None]  # how a fault injector records a nemesis op: (f, value)
 
 
 @dataclass(frozen=True)

@@ -106,21 +106,21 @@ class Nemesis:
                 return lambda: c.pause(i), lambda: c.resume(i)
             case s.PARTITION:
                 # Silent, connections kept open: a pulled cable rather than a refused port.
-                return lambda: c.partition([[i]], Partition.BLACKHOLE), c.heal
+                return lambda: c.network.partition([[i]], Partition.BLACKHOLE), c.network.heal
             case s.DEAF:
-                return lambda: c.deafen(i), c.heal
+                return lambda: c.network.deafen(i), c.network.heal
             case s.FLAKY:
                 p = float(fault.params.get("probability", 1.0))
-                return lambda: [c.flaky(i, j, p) for j in others], c.heal
+                return lambda: [c.network.flaky(i, j, p) for j in others], c.network.heal
             case s.DELAY:
                 ms = float(fault.params.get("delay_ms", 100.0))
-                return lambda: [c.delay(i, j, ms, ms / 4) for j in others], c.heal
+                return lambda: [c.network.delay(i, j, ms, ms / 4) for j in others], c.network.heal
             case s.RESTART:
                 return lambda: self._rolling_restart(i), _nothing
             case s.DISK_FULL:
-                return lambda: c.fill(i, 0), lambda: (c.unfill(i), self._restart_if_down([i]))
+                return lambda: c.disks.fill(i, 0), lambda: (c.disks.unfill(i), self._restart_if_down([i]))
             case s.SLOW_DISK:
-                return lambda: c.slow_disk(i), lambda: c.fast_disk(i)
+                return lambda: c.disks.slow(i), lambda: c.disks.fast(i)
             case s.POWER_LOSS:
                 every = list(range(c.size))
                 return lambda: c.power_cut(*every), lambda: c.power_on(*every)

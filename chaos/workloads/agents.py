@@ -48,7 +48,8 @@ from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Finding, Verd
 from chaos.tokens.traffic import MODES, Traffic
 from chaos.history import History, Op
 from chaos.report import InvariantResult
-from chaos.workloads.agent_group import CRASH_KINDS, PLANTS, GroupConfig, GroupDriver
+from chaos.workloads.agent_crashes import CRASH_KINDS
+from chaos.workloads.agent_group import PLANTS, GroupConfig, GroupDriver
 
 NAMES = {TOKENS: "agent-tokens-conserved", ORPHANS: "agent-no-orphans",
          LOST: "agent-lost-messages-redelivered-once", DUPLICATES: "agent-duplicates-delivered-once"}
@@ -176,7 +177,7 @@ class AgentWorkload:
                 g.stop_agents()
         for g in self.groups:
             g.check_checkpoints()
-            g.admin.close()
+            g.calls.close()
         self._results = self._judge()
         return self._results
 
@@ -185,7 +186,7 @@ class AgentWorkload:
         self.stop()
         for g in self.groups:
             g.stop_agents()
-            g.admin.close()
+            g.calls.close()
 
     # ---- the nemesis's AgentFaults ------------------------------------------------------------
     def crash(self, count: int, rng: random.Random) -> list[str]:
@@ -237,8 +238,8 @@ class AgentWorkload:
         fallbacks: Counter[str] = Counter()
         for g in self.groups:
             stats.update(g.world.stats)
-            crashes.update(g.crashes)
-            fallbacks.update(g.fallbacks)
+            crashes.update(g.crashes.by_kind)
+            fallbacks.update(g.crashes.fallbacks)
         recovery = [s for g in self.groups for s in g.recovery_s]
         return {"groups": len(self.groups), "messages": stats["sent"], "deliveries": stats["delivered"],
                 "duplicates_sent": stats["duplicates_sent"], "duplicates_dropped": stats["duplicates_dropped"],
@@ -260,11 +261,11 @@ class AgentWorkload:
         zc: Counter[str] = Counter()
         cc: Counter[str] = Counter()
         for g in self.groups:
-            zc.update(g.zombie)
-            cc.update(g.checkpoint_counts)
-            for f in g.zombie_findings:
+            zc.update(g.crashes.zombie)
+            cc.update(g.checkpoints.counts)
+            for f in g.crashes.zombie_findings:
                 zombie.violate(f.why)
-            for f in g.checkpoint_findings:
+            for f in g.checkpoints.findings:
                 checkpoints.violate(f.why)
         zombie.counts, checkpoints.counts = dict(zc), dict(cc)
         workload = InvariantResult(WORKLOAD, True, self.counts)
@@ -289,5 +290,5 @@ class AgentWorkload:
 
 def _ops(g: GroupDriver, f: Finding) -> list[Op]:
     """The op that sent the message a finding is about, as its counter-example."""
-    op = g.sent_ops.get(f.message) if f.message else None
+    op = g.calls.sent_ops.get(f.message) if f.message else None
     return [op] if op is not None else []

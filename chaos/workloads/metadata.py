@@ -22,7 +22,9 @@ group holds it shared, so the state a recovery line is computed on is pinned dow
 by the history (up to operations whose outcome stayed unknown). An operation that
 ends `info` is re-sent with the same request id (recorded with `retry_of`) until
 it gets an answer or the run ends. Groups use long leases: no agent is declared
-failed behind the history's back. What is recorded: chaos.workloads.metadata_ops.
+failed behind the history's back. What is recorded: chaos.workloads.metadata_ops;
+how a request is sent and re-sent: chaos.workloads.metadata_processes; what the
+workload believes about its groups: chaos.workloads.metadata_model.
 """
 from __future__ import annotations
 
@@ -31,20 +33,18 @@ import random
 import threading
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from chaos.client import Outcome, RecordingClient, Request
+from chaos.client import Outcome, RecordingClient
 from chaos.history import CRASHED, INFO, History
 from chaos.sampler import NodeSampler, await_convergence
 from chaos.workloads import metadata_ops as ops
-from chaos.workloads.metadata_ops import WRITES
+from chaos.workloads.metadata_model import AgentModel, Beliefs, GroupModel
+from chaos.workloads.metadata_processes import MAX_TRIES, ClientProcess, RunBudget
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.locks import SharedExclusiveLock
 
 MODES = {"COORDINATED": pb.COORDINATED, "CIC_BCS": pb.CIC_BCS, "UNCOORDINATED": pb.UNCOORDINATED}
-MAX_TRIES = 4  # sends of one request that ended `info`, the first included
 LOCK_WAIT_S = 0.5
 # A coordinated checkpoint refused because its epoch is no longer (or not yet, or not
 # for this agent) the open one: nothing to cut, wait for the next epoch.
@@ -80,57 +80,6 @@ class MetadataConfig:
     seed: int = 0
 
 
-@dataclass
-class AgentModel:
-    """What the workload believes about one agent; only used to build plausible requests."""
-
-    group: str
-    agent: str
-    incarnation: int = 0
-    retired: list[int] = field(default_factory=list)  # zombie material
-    last_index: int = 0  # newest checkpoint believed stored: the next event's interval is last_index + 1
-    next_index: int = 1
-    epochs_done: set[int] = field(default_factory=set)
-
-
-@dataclass
-class GroupModel:
-    name: str
-    mode: str
-    agents: dict[str, AgentModel]
-    lock: SharedExclusiveLock = field(default_factory=SharedExclusiveLock)
-    open_epoch: int = 0  # 0: none known to be open
-    members: frozenset[str] = frozenset()
-    closed_epoch: int = 0
-
-    @property
-    def coordinated(self) -> bool:
-        return self.mode == "COORDINATED"
-
-
-@dataclass
-class _Sent:
-    """A request a process sent: re-sent while its outcome is unknown, or deliberately."""
-
-    request: Request
-    invoke_index: int
-    on_done: Callable[[Outcome], None] | None
-    tries: int = 1
-
-
-@dataclass
-class _Process:
-    client: RecordingClient
-    rng: random.Random
-    done: deque[_Sent] = field(default_factory=lambda: deque(maxlen=30))
-    unresolved: deque[_Sent] = field(default_factory=deque)
-    thread: threading.Thread | None = None
-
-    @property
-    def name(self) -> str:
-        return self.client.process
-
-
 class MetadataWorkload:
     def __init__(self, history: History, endpoints: Sequence[str], config: MetadataConfig = MetadataConfig()) -> None:
         self.history, self.endpoints, self.config = history, list(endpoints), config
@@ -139,12 +88,10 @@ class MetadataWorkload:
         self.groups = {
             name: GroupModel(name, mode, {a: AgentModel(name, a) for a in names})
             for mode in config.modes for name in [f"{config.prefix}-{self.run_id}-{mode.lower().replace('_', '')}"]}
-        self._mutex = threading.Lock()
-        self._stop = threading.Event()
+        self.beliefs = Beliefs()
+        self.budget = RunBudget(config.max_ops)
         self._ids = itertools.count(1)
-        self._ops = 0
-        self._deadline = float("inf")
-        self._processes: list[_Process] = []
+        self._processes: list[ClientProcess] = []
         self.sampler = NodeSampler(history, self.endpoints, config.sample_period_s)
 
     # ---- lifecycle ---------------------------------------------------------------
@@ -165,24 +112,15 @@ class MetadataWorkload:
         for g in self.groups.values():
             spec = pb.GroupSpec(group=g.name, mode=MODES[g.mode], lease_ttl_s=self.config.lease_ttl_s,
                                 epoch_timeout_s=self.config.epoch_timeout_s, retention=self.config.retention)
-            self._until_ok(proc, ops.create_group(self._rid(proc), spec), attempts)
+            proc.until_ok(ops.create_group(self._rid(proc), spec), attempts)
             for a in g.agents.values():
-                self._until_ok(proc, ops.register(self._rid(proc), g.name, a.agent), attempts,
-                               lambda o, a=a: self._registered(a, o))
-
-    def _until_ok(self, proc: _Process, request: Request, attempts: int,
-                  on_done: Callable[[Outcome], None] | None = None) -> None:
-        outcome = self._send(proc, request, on_done, resolve=False)
-        sent = _Sent(request, outcome.invoke.index, on_done)
-        while not outcome.ok and sent.tries < attempts:
-            outcome = self._resend(proc, sent, final=True)
-        if not outcome.ok:
-            raise RuntimeError(f"setup: {request.f} {request.value} did not succeed: {outcome.error}")
+                proc.until_ok(ops.register(self._rid(proc), g.name, a.agent), attempts,
+                              lambda o, a=a: self._registered(a, o))
 
     def start(self) -> None:
-        self._deadline = time.monotonic() + self.config.duration_s
+        self.budget.start(self.config.duration_s)
         self.sampler.start()
-        loops: list[tuple[str, Callable[[_Process], None]]] = [
+        loops: list[tuple[str, Callable[[ClientProcess], None]]] = [
             (f"p{i}", self._agent_loop) for i in range(self.config.agent_processes)]
         loops += [("epochs", self._epoch_loop), ("recoverer", self._recovery_loop), ("zombie", self._zombie_loop)]
         for name, loop in loops:
@@ -190,7 +128,7 @@ class MetadataWorkload:
             proc.thread = threading.Thread(target=self._guarded, args=(loop, proc), name=f"chaos-{name}", daemon=True)
             proc.thread.start()
 
-    def _guarded(self, loop: Callable[[_Process], None], proc: _Process) -> None:
+    def _guarded(self, loop: Callable[[ClientProcess], None], proc: ClientProcess) -> None:
         try:
             loop(proc)
         except Exception as exc:  # recorded, so a dead process is visible in the history
@@ -200,13 +138,13 @@ class MetadataWorkload:
     def wait(self) -> None:
         """Until the duration or the operation budget is used up (bounded)."""
         slack = 4 * self.config.deadline_s + 10
-        end = self._deadline + slack
+        end = self.budget.deadline + slack
         for proc in self._processes:
             if proc.thread is not None:
                 proc.thread.join(max(0.0, end - time.monotonic()))
 
     def stop(self) -> None:
-        self._stop.set()
+        self.budget.stop()
 
     def finish(self, convergence_timeout: float = 30.0) -> None:
         """After the faults healed: settle what is still unknown, read the final state,
@@ -214,130 +152,50 @@ class MetadataWorkload:
         self.stop()
         self.wait()
         for proc in self._processes:
-            idle = proc.thread is None or not proc.thread.is_alive()  # else it still has an op open
-            while idle and proc.unresolved:  # one more answer for each request still unknown
-                self._resend(proc, proc.unresolved.popleft(), final=True)
+            if proc.thread is None or not proc.thread.is_alive():  # else it still has an op open
+                proc.resolve_unknown()
         final = self._process("final", deadline=10.0)
         for g in self.groups.values():
             state = self._read_group(final, g)
             if not (state.ok and state.response.group.state == pb.RUNNING):
                 self._settle_orders(final, g, list(g.agents.values()), keep_going=lambda: True)
-            self._send(final, ops.list_checkpoints(self._rid(final), g.name))
+            final.send(ops.list_checkpoints(self._rid(final), g.name))
         self.sampler.stop()
         await_convergence(self.history, self.endpoints, convergence_timeout)
         for proc in self._processes:
             proc.client.close()
 
-    # ---- plumbing ----------------------------------------------------------------
-    def _process(self, name: str, deadline: float | None = None) -> _Process:
+    # ---- processes ---------------------------------------------------------------
+    def _process(self, name: str, deadline: float | None = None) -> ClientProcess:
         client = RecordingClient(self.history, name, self.endpoints, deadline=deadline or self.config.deadline_s,
                                  rpc_timeout=self.config.rpc_timeout_s)
-        proc = _Process(client, random.Random(f"{self.config.seed}-{name}"))
+        proc = ClientProcess(client, random.Random(f"{self.config.seed}-{name}"), self.budget)
         self._processes.append(proc)
         return proc
 
-    def _rid(self, proc: _Process) -> str:
+    def _rid(self, proc: ClientProcess) -> str:
         return f"{self.run_id}-{proc.name}-{next(self._ids)}"
 
-    def _running(self) -> bool:
-        return not self._stop.is_set() and time.monotonic() < self._deadline and self._ops < self.config.max_ops
-
-    def _send(self, proc: _Process, request: Request, on_done: Callable[[Outcome], None] | None = None, *,
-              resolve: bool = True) -> Outcome:
-        self._ops += 1
-        outcome = proc.client.send(request)
-        self._settled(proc, _Sent(request, outcome.invoke.index, on_done), outcome, resolve)
-        return outcome
-
-    def _resend(self, proc: _Process, sent: _Sent, *, final: bool = False) -> Outcome:
-        """The same request again (same request id), recorded as a retry of the first send."""
-        self._ops += 1
-        outcome = proc.client.send(sent.request, retry_of=sent.invoke_index)
-        sent.tries += 1
-        self._settled(proc, sent, outcome, resolve=not final and sent.tries < MAX_TRIES)
-        return outcome
-
-    def _settled(self, proc: _Process, sent: _Sent, outcome: Outcome, resolve: bool) -> None:
-        if sent.request.f in WRITES:
-            if outcome.type == INFO:
-                if resolve:
-                    proc.unresolved.append(sent)
-            else:
-                proc.done.append(sent)
-        if sent.on_done is not None and outcome.type != INFO:
-            sent.on_done(outcome)
-
-    def _retry_something(self, proc: _Process, group: GroupModel) -> None:
-        """Deliberately re-send a completed request of this group: it must be answered as the first time."""
-        candidates = [s for s in proc.done if s.request.group == group.name]
-        if candidates:
-            sent = proc.rng.choice(candidates)
-            self._ops += 1
-            proc.client.send(sent.request, retry_of=sent.invoke_index)
-
-    def _pause(self, seconds: float) -> bool:
-        """Sleep unless stopped; False once the run is over."""
-        self._stop.wait(seconds)
-        return self._running()
-
-    # ---- model updates -----------------------------------------------------------
+    # ---- the model and the group's state ----------------------------------------------
     def _registered(self, a: AgentModel, outcome: Outcome) -> None:
         if outcome.ok:
-            self._adopt_incarnation(a, outcome.response.incarnation)
-
-    def _adopt_incarnation(self, a: AgentModel, incarnation: int) -> None:
-        with self._mutex:
-            if incarnation > a.incarnation:
-                if a.incarnation:
-                    a.retired.append(a.incarnation)
-                a.incarnation = incarnation
-                a.epochs_done.clear()
-
-    def _take_index(self, a: AgentModel, jump: int = 0) -> int:
-        with self._mutex:
-            index = a.next_index + jump
-            a.next_index = index + 1
-            return index
-
-    def _stored(self, a: AgentModel, index: int) -> None:
-        with self._mutex:
-            a.last_index = index
-            a.next_index = max(a.next_index, index + 1)
+            self.beliefs.adopt_incarnation(a, outcome.response.incarnation)
 
     def _refresh(self, g: GroupModel, outcome: Outcome) -> None:
-        """Bring the model in line with a GetGroup answer (after a refusal, a recovery, a retry)."""
-        if not outcome.ok:
-            return
-        r = outcome.response
-        for agent in r.agents:
-            a = g.agents.get(agent.agent_id)
-            if a is not None and agent.state == pb.AGENT_ALIVE:
-                self._adopt_incarnation(a, agent.incarnation)
-                with self._mutex:
-                    a.next_index = max(a.next_index, agent.last_checkpoint_index + 1)
-        if g.coordinated:
-            current = next((e for e in r.recent_epochs if e.epoch == r.group.current_epoch), None)
-            with self._mutex:
-                if current is not None and current.state == pb.EPOCH_STARTED:
-                    g.open_epoch, g.members = current.epoch, frozenset(current.members)
-                    for agent_id in current.committed:
-                        if agent_id in g.agents:
-                            g.agents[agent_id].epochs_done.add(current.epoch)
-                else:
-                    g.open_epoch = 0
-                    g.closed_epoch = max(g.closed_epoch, r.group.current_epoch)
+        if outcome.ok:
+            self.beliefs.refresh(g, outcome.response)
 
-    def _read_group(self, proc: _Process, g: GroupModel) -> Outcome:
-        return self._send(proc, ops.get_group(self._rid(proc), g.name), lambda o: self._refresh(g, o))
+    def _read_group(self, proc: ClientProcess, g: GroupModel) -> Outcome:
+        return proc.send(ops.get_group(self._rid(proc), g.name), lambda o: self._refresh(g, o))
 
-    def _resync(self, proc: _Process, g: GroupModel, a: AgentModel, outcome: Outcome) -> None:
+    def _resync(self, proc: ClientProcess, g: GroupModel, a: AgentModel, outcome: Outcome) -> None:
         """A write was refused: catch up with the coordinator (rollback to obey, newer incarnation)."""
         if outcome.refused("FAILED_PRECONDITION", pb.REASON_ORDER_PENDING):
             self._settle_orders(proc, g, [a])
         elif outcome.refused("FAILED_PRECONDITION"):
             self._read_group(proc, g)
 
-    def _settle_orders(self, proc: _Process, g: GroupModel, agents: list[AgentModel], rounds: int = 3,
+    def _settle_orders(self, proc: ClientProcess, g: GroupModel, agents: list[AgentModel], rounds: int = 3,
                        keep_going: Callable[[], bool] | None = None) -> bool:
         """Watch the agents' orders and acknowledge every rollback, until the group runs again.
 
@@ -345,15 +203,15 @@ class MetadataWorkload:
         seen (an empty watch may just have been too short), so the loop checks that."""
         window = self.config.watch_window_s
         for _ in range(rounds):
-            if not (keep_going or self._running)():
+            if not (keep_going or self.budget.running)():
                 return False
             for a in agents:
-                watched = self._send(proc, ops.watch_orders(self._rid(proc), g.name, a.agent, a.incarnation, window))
+                watched = proc.send(ops.watch_orders(self._rid(proc), g.name, a.agent, a.incarnation, window))
                 for order in (watched.response if watched.ok else ()):
                     if order.WhichOneof("kind") == "roll_back":
                         index = order.roll_back.checkpoint_index
-                        self._send(proc, ops.ack_order(self._rid(proc), g.name, a.agent, a.incarnation, order.order_id),
-                                   lambda o, a=a, index=index: o.ok and self._stored(a, index))
+                        proc.send(ops.ack_order(self._rid(proc), g.name, a.agent, a.incarnation, order.order_id),
+                                  lambda o, a=a, index=index: o.ok and self.beliefs.stored(a, index))
             state = self._read_group(proc, g)
             if state.ok and state.response.group.state == pb.RUNNING:
                 return True
@@ -361,14 +219,14 @@ class MetadataWorkload:
         return False
 
     # ---- agent processes -----------------------------------------------------------
-    def _agent_loop(self, proc: _Process) -> None:
-        while self._pause(self.config.think_s):
+    def _agent_loop(self, proc: ClientProcess) -> None:
+        while self.budget.pause(self.config.think_s):
             if proc.unresolved:
                 sent = proc.unresolved.popleft()
                 g = self.groups[sent.request.group]
                 try:
                     with g.lock.shared(LOCK_WAIT_S):
-                        self._resend(proc, sent)
+                        proc.resend(sent)
                 except TimeoutError:
                     proc.unresolved.appendleft(sent)
                 continue
@@ -379,19 +237,19 @@ class MetadataWorkload:
             except TimeoutError:
                 continue
 
-    def _agent_step(self, proc: _Process, g: GroupModel, a: AgentModel) -> None:
+    def _agent_step(self, proc: ClientProcess, g: GroupModel, a: AgentModel) -> None:
         c, roll = self.config, proc.rng.random()
         if roll < c.retry_probability:
-            self._retry_something(proc, g)
+            proc.retry_something(g.name)
         elif (roll := roll - c.retry_probability) < c.gc_probability:
-            self._send(proc, ops.gc(self._rid(proc), g.name))
+            proc.send(ops.gc(self._rid(proc), g.name))
         elif (roll := roll - c.gc_probability) < c.what_if_probability:
-            self._send(proc, ops.what_if(self._rid(proc), g.name, [a.agent]))
+            proc.send(ops.what_if(self._rid(proc), g.name, [a.agent]))
         elif roll - c.what_if_probability < c.read_probability:
             if proc.rng.random() < 0.5:
                 self._read_group(proc, g)
             else:
-                self._send(proc, ops.list_checkpoints(self._rid(proc), g.name))
+                proc.send(ops.list_checkpoints(self._rid(proc), g.name))
         elif g.coordinated:
             if g.open_epoch and a.agent in g.members and g.open_epoch not in a.epochs_done:
                 self._commit_epoch(proc, g, a, g.open_epoch)
@@ -400,19 +258,19 @@ class MetadataWorkload:
         else:
             self._report(proc, g, a)
 
-    def _commit(self, proc: _Process, g: GroupModel, a: AgentModel) -> None:
+    def _commit(self, proc: ClientProcess, g: GroupModel, a: AgentModel) -> None:
         forced = g.mode == "CIC_BCS" and proc.rng.random() < 0.25  # BCS forced checkpoints may jump indexes
-        index = self._take_index(a, jump=proc.rng.randint(0, 2) if forced else 0)
+        index = self.beliefs.take_index(a, jump=proc.rng.randint(0, 2) if forced else 0)
         request = ops.commit(self._rid(proc), g.name, a.agent, a.incarnation, index, 0, pb.FORCED if forced else pb.BASIC)
 
         def done(o: Outcome) -> None:
             if o.ok:
-                self._stored(a, index)
+                self.beliefs.stored(a, index)
             else:
                 self._resync(proc, g, a, o)
-        self._send(proc, request, done)
+        proc.send(request, done)
 
-    def _report(self, proc: _Process, g: GroupModel, a: AgentModel) -> None:
+    def _report(self, proc: ClientProcess, g: GroupModel, a: AgentModel) -> None:
         senders = [b for b in g.agents.values() if b is not a and b.incarnation]
         if not senders:
             return
@@ -421,50 +279,49 @@ class MetadataWorkload:
             s = proc.rng.choice(senders)
             deps.append((s.agent, s.last_index + 1, a.agent, a.last_index + 1, f"m{self.run_id}-{next(self._ids)}"))
         request = ops.report_deps(self._rid(proc), g.name, a.agent, a.incarnation, deps)
-        self._send(proc, request, lambda o: o.ok or self._resync(proc, g, a, o))
+        proc.send(request, lambda o: o.ok or self._resync(proc, g, a, o))
 
-    def _commit_epoch(self, proc: _Process, g: GroupModel, a: AgentModel, epoch: int) -> None:
-        index = self._take_index(a)
+    def _commit_epoch(self, proc: ClientProcess, g: GroupModel, a: AgentModel, epoch: int) -> None:
+        index = self.beliefs.take_index(a)
         request = ops.commit(self._rid(proc), g.name, a.agent, a.incarnation, index, epoch, pb.COORDINATED_CUT)
 
         def done(o: Outcome) -> None:
             if o.ok:
-                self._stored(a, index)
+                self.beliefs.stored(a, index)
                 a.epochs_done.add(epoch)
                 if o.response.stable_epoch >= epoch:
-                    with self._mutex:
-                        g.open_epoch, g.closed_epoch = 0, max(g.closed_epoch, epoch)
+                    self.beliefs.epoch_stable(g, epoch)
             elif o.refused("ALREADY_EXISTS") or o.refused("FAILED_PRECONDITION", *EPOCH_CLOSED):
                 a.epochs_done.add(epoch)  # committed already, or the epoch closed: wait for the next
             else:
                 self._resync(proc, g, a, o)
-        self._send(proc, request, done)
+        proc.send(request, done)
 
     # ---- epochs, recoveries, zombies -------------------------------------------------
-    def _epoch_loop(self, proc: _Process) -> None:
+    def _epoch_loop(self, proc: ClientProcess) -> None:
         coordinated = [g for g in self.groups.values() if g.coordinated]
-        while coordinated and self._pause(self.config.epoch_poll_s):
+        while coordinated and self.budget.pause(self.config.epoch_poll_s):
             for g in coordinated:
                 try:
                     with g.lock.shared(LOCK_WAIT_S):
                         if proc.rng.random() < self.config.retry_probability:
-                            self._retry_something(proc, g)
+                            proc.retry_something(g.name)
                         elif g.open_epoch:
                             self._read_group(proc, g)
                         else:
-                            self._send(proc, ops.start_epoch(self._rid(proc), g.name), lambda o, g=g: self._started(proc, g, o))
+                            proc.send(ops.start_epoch(self._rid(proc), g.name),
+                                      lambda o, g=g: self._started(proc, g, o))
                 except TimeoutError:
                     continue
 
-    def _started(self, proc: _Process, g: GroupModel, outcome: Outcome) -> None:
+    def _started(self, proc: ClientProcess, g: GroupModel, outcome: Outcome) -> None:
         if outcome.ok:
-            with self._mutex:
-                g.open_epoch, g.members = outcome.response.epoch.epoch, frozenset(outcome.response.epoch.members)
+            self.beliefs.epoch_started(g, outcome.response.epoch)
         else:
             self._read_group(proc, g)
 
-    def _recovery_loop(self, proc: _Process) -> None:
-        while self._pause(self.config.recovery_period_s):
+    def _recovery_loop(self, proc: ClientProcess) -> None:
+        while self.budget.pause(self.config.recovery_period_s):
             g = proc.rng.choice(list(self.groups.values()))
             a = proc.rng.choice(list(g.agents.values()))
             try:
@@ -473,18 +330,16 @@ class MetadataWorkload:
             except TimeoutError:
                 continue
 
-    def _recover(self, proc: _Process, g: GroupModel, a: AgentModel) -> None:
+    def _recover(self, proc: ClientProcess, g: GroupModel, a: AgentModel) -> None:
         """`a` restarts: its re-registration declares the old incarnation failed."""
         self._read_group(proc, g)
-        predicted = self._send(proc, ops.what_if(self._rid(proc), g.name, [a.agent]))
+        predicted = proc.send(ops.what_if(self._rid(proc), g.name, [a.agent]))
         request = ops.register(self._rid(proc), g.name, a.agent)
-        outcome = self._send(proc, request, lambda o: self._registered(a, o), resolve=False)
-        sent = _Sent(request, outcome.invoke.index, lambda o: self._registered(a, o))
-        while outcome.type == INFO and sent.tries < MAX_TRIES and self._running():
-            outcome = self._resend(proc, sent, final=True)
+        outcome, sent = proc.send_until(request, lambda o: self._registered(a, o), tries=MAX_TRIES,
+                                        again=lambda o: o.type == INFO and self.budget.running())
         if outcome.ok and proc.rng.random() < self.config.register_retry_probability:
             # Deliberately again: answered from the dedupe table, it must change nothing.
-            self._resend(proc, sent, final=True)  # adopts a new incarnation only if it (wrongly) made one
+            proc.resend(sent, final=True)  # adopts a new incarnation only if it (wrongly) made one
         if g.coordinated:
             self._read_group(proc, g)  # the recovery aborted the open epoch
         # The what-if just before, on the same (locked) group, names who must roll back;
@@ -492,8 +347,8 @@ class MetadataWorkload:
         rolled = [g.agents[t.agent_id] for t in predicted.response.targets] if predicted.ok else []
         self._settle_orders(proc, g, rolled or list(g.agents.values()))
 
-    def _zombie_loop(self, proc: _Process) -> None:
-        while self._pause(self.config.zombie_period_s):
+    def _zombie_loop(self, proc: ClientProcess) -> None:
+        while self.budget.pause(self.config.zombie_period_s):
             g = proc.rng.choice(list(self.groups.values()))
             try:
                 with g.lock.shared(LOCK_WAIT_S):
@@ -501,7 +356,7 @@ class MetadataWorkload:
             except TimeoutError:
                 continue
 
-    def _zombie_write(self, proc: _Process, g: GroupModel) -> None:
+    def _zombie_write(self, proc: ClientProcess, g: GroupModel) -> None:
         """A write the coordinator must refuse: an old incarnation, or (coordinated) an
         epoch that is closed or has not started."""
         rng = proc.rng
@@ -517,9 +372,9 @@ class MetadataWorkload:
             return
         if g.coordinated or rng.random() < 0.5:
             kind = pb.COORDINATED_CUT if g.coordinated else pb.BASIC
-            self._send(proc, ops.commit(self._rid(proc), g.name, a.agent, incarnation, self._take_index(a), epoch, kind),
-                       resolve=False)
+            index = self.beliefs.take_index(a)
+            proc.send(ops.commit(self._rid(proc), g.name, a.agent, incarnation, index, epoch, kind), resolve=False)
         else:
             others = [b.agent for b in g.agents.values() if b is not a]
             deps = [(rng.choice(others), 1, a.agent, a.last_index + 1, f"z{self.run_id}-{next(self._ids)}")]
-            self._send(proc, ops.report_deps(self._rid(proc), g.name, a.agent, incarnation, deps), resolve=False)
+            proc.send(ops.report_deps(self._rid(proc), g.name, a.agent, incarnation, deps), resolve=False)

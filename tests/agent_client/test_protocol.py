@@ -16,7 +16,8 @@ from agent_client.blobstore import LocalBlobStore
 from agent_client.connection import Rejected
 from agent_client.delivery_log import DeliveryLog
 from agent_client.envelope import Envelope
-from agent_client.protocol import AgentProtocol, Blocking, Callback, Effect, Rpc, Watch, drive
+from agent_client.effects import Blocking, Callback, Effect, Rpc, Watch, drive
+from agent_client.protocol import AgentProtocol
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 

@@ -15,8 +15,8 @@ import pytest
 from chaos.controller import ChaosCluster
 from chaos.history import History
 from chaos.report import Report
-from chaos.workloads.agent_group import (CRASH_KINDS, PLANT_COUNT_TWICE, PLANT_DROP, PLANT_DUPLICATE,
-                                         PLANT_LOSE_BLOB, PLANT_ORPHAN, ZOMBIE)
+from chaos.workloads.agent_crashes import CRASH_KINDS, ZOMBIE
+from chaos.workloads.agent_group import PLANT_COUNT_TWICE, PLANT_DROP, PLANT_DUPLICATE, PLANT_LOSE_BLOB, PLANT_ORPHAN
 from chaos.workloads.agents import CHECKPOINTS, NAMES, WORKLOAD, ZOMBIES, AgentConfig, AgentWorkload
 from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS
 from chaos.tokens.traffic import Traffic

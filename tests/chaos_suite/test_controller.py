@@ -37,7 +37,7 @@ def test_partitioned_leader_is_replaced_and_acknowledges_nothing(chaos: ChaosClu
     acked = [i for i in range(1, 6) if proxied.commit("a", i)]
     old = chaos.leader()
     applied_before = chaos.statuses()[old].applied_index
-    chaos.partition([[old]], mode)
+    chaos.network.partition([[old]], mode)
     cut_at = time.monotonic()
 
     stale: list[object] = []  # a write sent to the cut-off leader while it may still believe it leads
@@ -60,7 +60,7 @@ def test_partitioned_leader_is_replaced_and_acknowledges_nothing(chaos: ChaosClu
     assert chaos.statuses()[old].applied_index == applied_before  # nothing applied while cut off
     assert believed < 1.0 + 3.0, believed  # leader_fallback_timeout plus scheduling slack
 
-    chaos.heal()
+    chaos.network.heal()
     digest = chaos.converged(15)
     assert chaos.statuses()[old].content_digest == digest
     assert proxied.checkpoints() == acked + more  # index 100 was never applied anywhere
@@ -76,7 +76,7 @@ def test_a_write_waiting_on_a_deposed_leader_is_answered_when_it_steps_down(chao
     proxied.register("a")
     proxied.commit("a", 1)
     old = chaos.leader()
-    chaos.partition([[old]], Partition.BLACKHOLE)
+    chaos.network.partition([[old]], Partition.BLACKHOLE)
     started = time.monotonic()
     request = pb.CommitCheckpointRequest(
         request_id="cp-unknown", token=pb.FencingToken(incarnation=1),
@@ -88,7 +88,7 @@ def test_a_write_waiting_on_a_deposed_leader_is_answered_when_it_steps_down(chao
     waited = time.monotonic() - started
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "outcome unknown" in err.value.details(), err.value
     assert waited < FAST["leader_fallback_timeout"] + 2.5, waited
-    chaos.heal()
+    chaos.network.heal()
     proxied.commit("a", 2, rid="cp-unknown")  # the retry, same request id: applied once, whichever way it went
     chaos.converged(15)
     assert proxied.checkpoints() == [1, 2]
@@ -117,7 +117,7 @@ def test_one_way_loss_silences_only_that_direction(chaos: ChaosCluster, proxied:
     term = chaos.statuses()[leader].term
     link = chaos.raft_links[frozenset((leader, follower))]
     lost = link.direction(leader, follower)
-    chaos.one_way(leader, follower)
+    chaos.network.one_way(leader, follower)
 
     def both_terms_rose() -> bool:
         s = chaos.statuses()
@@ -130,7 +130,7 @@ def test_one_way_loss_silences_only_that_direction(chaos: ChaosCluster, proxied:
     proxied.commit("a", 1)  # the cluster still serves, with whichever leader it settles on
     stats = chaos.link_stats()[link.name]
     assert stats.dropped(lost) > 0 and stats.forwarded(lost) == forwarded
-    chaos.heal()
+    chaos.network.heal()
     chaos.converged(15)
     assert proxied.checkpoints() == [1]
 
@@ -139,11 +139,11 @@ def test_deafened_leader_steps_down_and_the_others_elect(chaos: ChaosCluster, pr
     proxied.create_group()
     proxied.register("a")
     old = chaos.leader()
-    chaos.deafen(old)  # it can send but hears nothing: no acknowledgements, no votes
+    chaos.network.deafen(old)  # it can send but hears nothing: no acknowledgements, no votes
     wait_for(lambda: chaos.statuses()[old].role != "leader", "the deaf leader to step down", timeout=10)
     chaos.leader(timeout=20, among=others(chaos, old))
     proxied.commit("a", 1)
-    chaos.heal()
+    chaos.network.heal()
     chaos.converged(15)
     assert proxied.checkpoints() == [1]
 
@@ -177,12 +177,12 @@ def test_redirects_keep_clients_behind_the_proxies(chaos: ChaosCluster) -> None:
         assert dict(info.value.trailing_metadata())[LEADER_METADATA_KEY] == endpoints[leader]
     # Cut clients off the leader's proxy: a client that starts at a follower is sent
     # there and cannot get around it.
-    chaos.isolate_client(leader)
+    chaos.network.isolate_client(leader)
     start = others(chaos, leader)[0]
     with ProxiedClient([endpoints[start]], deadline=3.0) as client:
         with pytest.raises(CoordinatorUnavailable):
             client.create_group("r", rid="cg-r")
-    chaos.heal()
+    chaos.network.heal()
     with ProxiedClient([endpoints[start]]) as client:
         client.create_group("r", rid="cg-r")
     assert chaos.link_stats()[f"grpc:{leader}"].forwarded_up > 0
@@ -199,7 +199,7 @@ def test_client_delay_slows_only_that_nodes_link(chaos: ChaosCluster) -> None:
             stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
             return time.monotonic() - started
 
-    chaos.delay_client(0, 150)
+    chaos.network.delay_client(0, 150)
     slow, fast = round_trip(0), round_trip(1)
     assert slow >= 0.3 and fast < slow, (slow, fast)  # 150 ms each way
 
@@ -209,12 +209,12 @@ def test_flaky_links_reset_connections_and_the_cluster_still_commits(chaos: Chao
     proxied.create_group()
     proxied.register("a")
     for i, j in [(0, 1), (0, 2), (1, 2)]:
-        chaos.flaky(i, j, 0.5)
+        chaos.network.flaky(i, j, 0.5)
     wait_for(lambda: sum(s.reset for n, s in chaos.link_stats().items() if n.startswith("raft")) >= 2,
              "flaky resets", timeout=15)
     for i in range(1, 6):
         proxied.commit("a", i)
-    chaos.heal()
+    chaos.network.heal()
     chaos.converged(15)
     assert proxied.checkpoints() == [1, 2, 3, 4, 5]
 
@@ -245,8 +245,8 @@ def test_disk_hooks_put_data_on_the_disk_and_reach_it(tmp_path: Path) -> None:
         chaos.leader()
         assert all((disks[i].mountpoint / "data" / "raft.journal").exists() for i in range(3))
         pid = chaos.nodes[1].process.pid
-        chaos.slow_disk(1, write_bps=4096, write_iops=10)
-        chaos.fill(2, leave_bytes=100)
+        chaos.disks.slow(1, write_bps=4096, write_iops=10)
+        chaos.disks.fill(2, leave_bytes=100)
         chaos.power_cut(0)
         assert not chaos.nodes[0].alive
         assert disks[0].calls == [("create",), ("mount",), ("power_cut",)]

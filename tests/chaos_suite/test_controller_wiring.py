@@ -8,7 +8,8 @@ from typing import Iterator
 
 import pytest
 
-from chaos.controller import ChaosCluster, NoDisks
+from chaos.controller import ChaosCluster
+from chaos.disk_faults import NoDisks
 from chaos.topology import grpc_link_name
 
 
@@ -61,29 +62,29 @@ def test_node_program_plants_the_bug_and_address_map(unstarted: ChaosCluster) ->
 
 def test_fault_arguments_are_checked_and_disk_faults_need_disks(unstarted: ChaosCluster) -> None:
     with pytest.raises(NoDisks, match="disks="):
-        unstarted.fill(0)
+        unstarted.disks.fill(0)
     with pytest.raises(NoDisks):
         unstarted.power_cut(1)
     with pytest.raises(ValueError):
-        unstarted.one_way(1, 1)
+        unstarted.network.one_way(1, 1)
     with pytest.raises(ValueError):
-        unstarted.delay(0, 9, 10)
+        unstarted.network.delay(0, 9, 10)
     with pytest.raises(ValueError):
-        unstarted.partition([[0], [0, 1]])
+        unstarted.network.partition([[0], [0, 1]])
 
 
 def test_partition_replaces_the_previous_one_and_keeps_other_faults(unstarted: ChaosCluster) -> None:
     chaos = unstarted
-    chaos.delay(0, 1, 20)
-    chaos.isolate(0)
-    cut = {name for name, f in chaos.faults().items() if f.partition is not None}
+    chaos.network.delay(0, 1, 20)
+    chaos.network.isolate(0)
+    cut = {name for name, f in chaos.network.faults().items() if f.partition is not None}
     assert cut == {chaos.raft_links[frozenset((0, j))].name for j in (1, 2, 3)}
-    chaos.partition([[0, 1], [2, 3]])
-    cut = {name for name, f in chaos.faults().items() if f.partition is not None}
+    chaos.network.partition([[0, 1], [2, 3]])
+    cut = {name for name, f in chaos.network.faults().items() if f.partition is not None}
     assert cut == {chaos.raft_links[frozenset(p)].name for p in [(0, 2), (0, 3), (1, 2), (1, 3)]}
-    assert chaos.faults()[chaos.raft_links[frozenset((0, 1))].name].up.delay_ms == 20
-    chaos.heal()
-    assert chaos.faults() == {}
+    assert chaos.network.faults()[chaos.raft_links[frozenset((0, 1))].name].up.delay_ms == 20
+    chaos.network.heal()
+    assert chaos.network.faults() == {}
 
 
 def test_close_stops_every_proxy(tmp_path: Path) -> None:

@@ -1,0 +1,88 @@
+"""The effects the sans-I/O protocol (protocol.py) asks for, and the loops that run it.
+
+A protocol operation is a generator: it yields an effect, is resumed with the
+effect's result, or has the effect's exception thrown in at the yield. The protocol
+decides; the shells perform. `drive()` performs each effect with a blocking call
+(agent.py), `drive_async()` awaits it (aio.py); both resume the operation the same
+way, through `step()`, so the two clients cannot differ in how an answer or an
+error reaches the protocol.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Generator, TypeVar
+
+from coordinator.api.v1 import coordinator_pb2 as pb
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Rpc:
+    """A unary call to the coordinator (retried by the connection under its deadline)."""
+
+    service: str
+    method: str
+    request: Any
+
+
+@dataclass(slots=True)
+class Watch:
+    """The orders WatchOrders streams within `window` seconds."""
+
+    request: pb.WatchOrdersRequest
+    window: float
+
+
+@dataclass(slots=True)
+class Blocking:
+    """A local call that may block on disk (blob store, delivery log). `quick` ones
+    (one write() on an open file) need no thread in an event loop."""
+
+    fn: Callable[[], Any]
+    quick: bool = False
+
+
+@dataclass(slots=True)
+class Callback:
+    """User code (snapshot, on_rollback, on_redeliver, test hooks); in the asyncio
+    client it may be a coroutine function."""
+
+    fn: Callable[[], Any]
+
+
+Effect = Rpc | Watch | Blocking | Callback
+Op = Generator[Effect, Any, T]
+
+
+def step(op: Op[T], value: Any = None, error: BaseException | None = None) -> tuple[bool, Any]:
+    """Resume an operation with an effect's result (or its exception): (True, the
+    operation's result) when it finished, else (False, the next effect)."""
+    try:
+        return False, (op.throw(error) if error is not None else op.send(value))
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def drive(op: Op[T], perform: Callable[[Effect], Any]) -> T:
+    """Run an operation, performing each effect with a blocking call."""
+    done, out = step(op)
+    while not done:
+        try:
+            value, error = perform(out), None
+        except Exception as exc:  # thrown back into the operation at its yield
+            value, error = None, exc
+        done, out = step(op, value, error)
+    return out
+
+
+async def drive_async(op: Op[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
+    """drive(), awaiting each effect."""
+    done, out = step(op)
+    while not done:
+        try:
+            value, error = await perform(out), None
+        except Exception as exc:  # thrown back into the operation at its yield
+            value, error = None, exc
+        done, out = step(op, value, error)
+    return out
