@@ -51,6 +51,7 @@ def test_crash_between_blob_write_and_commit_in_process(tmp_path: Path) -> None:
         crash_mid_checkpoint_then_resume([coordinator.address], tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_crash_between_blob_write_and_commit_on_a_cluster(cluster, tmp_path: Path) -> None:
     crash_mid_checkpoint_then_resume(cluster.endpoints(), tmp_path)

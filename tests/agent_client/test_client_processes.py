@@ -23,7 +23,7 @@ from chaos.tokens.process import AgentDied, AgentProcess
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.local_cluster import LocalCluster, wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 MODES = {"coordinated": pb.COORDINATED, "bcs": pb.CIC_BCS, "hmnr": pb.CIC_HMNR, "fdas": pb.CIC_FDAS,
          "uncoordinated": pb.UNCOORDINATED}
 TOKENS = 50

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.parametrize("mode", ["all", "hmnr"])
 def test_demo_exits_0_and_conserves_tokens(tmp_path: Path, mode: str) -> None:

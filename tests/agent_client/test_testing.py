@@ -13,6 +13,7 @@ from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 
+@pytest.mark.slow
 def test_agents_checkpoint_message_and_recover_in_process(tmp_path: Path) -> None:
     with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(

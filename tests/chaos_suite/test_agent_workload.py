@@ -23,7 +23,7 @@ from chaos.tokens.traffic import Traffic
 from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.chaos_suite.clusters import planted_cluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 LONG = 120.0  # the workload's own bound; the tests stop it as soon as they are done
 
 

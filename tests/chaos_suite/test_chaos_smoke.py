@@ -22,7 +22,7 @@ from raftpoint.cli.chaos import CANNOT_RUN
 from coordinator.harness.local_cluster import LocalCluster
 from tests.support.cluster import FAST
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_S = 12.0
 TIMEOUT_S = 240

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,6 +150,7 @@ def test_two_digests_at_one_index_or_no_convergence_is_a_violation() -> None:
 
 
 # ---- 5. recovery lines -----------------------------------------------------------------------
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(histories(), st.data())
 def test_the_naive_algorithm_finds_the_maximum_consistent_cut(history, data) -> None:

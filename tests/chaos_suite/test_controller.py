@@ -22,7 +22,7 @@ from coordinator.harness.local_cluster import wait_for
 from tests.chaos_suite.conftest import ProxiedClient
 from tests.support.cluster import FAST
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 
 
 def others(chaos: ChaosCluster, i: int) -> list[int]:

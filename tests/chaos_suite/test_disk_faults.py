@@ -16,7 +16,7 @@ from chaos.disk import unavailable_reason
 from coordinator.replication.fail_stop import EXIT_IO_ERROR
 from tests.chaos_suite.disk_scenarios import run_in_namespace
 
-pytestmark = [pytest.mark.cluster,
+pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow,
               pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))]
 
 

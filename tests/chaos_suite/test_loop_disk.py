@@ -9,6 +9,8 @@ import pytest
 from chaos.disk import DiskFaultError, LoopDisk, in_private_mount_namespace, unavailable_reason
 from tests.chaos_suite.disk_scenarios import run_in_namespace
 
+pytestmark = pytest.mark.chaos
+
 needs_disk_faults = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 
 

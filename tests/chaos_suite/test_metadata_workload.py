@@ -15,7 +15,7 @@ from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.chaos_suite.clusters import planted_cluster
 from tests.support.cluster import FAST
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 
 # Re-registrations are sent again every time and zombies write often, so a few
 # seconds are enough for a planted bug to show.

@@ -11,6 +11,8 @@ from chaos.linkfaults import DROP, LinkFaults, Partition, delay
 from chaos.netproxy import NetProxy
 from coordinator.harness.local_cluster import wait_for
 
+pytestmark = pytest.mark.chaos
+
 
 class Wire:
     """A target listener behind one proxy link, and helpers to open connections through it."""

@@ -18,7 +18,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.local_cluster import node_status, wait_for
 from tests.chaos_suite.clusters import planted_cluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("bug", [None, "stale-read"])

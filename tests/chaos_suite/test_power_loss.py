@@ -15,7 +15,7 @@ import pytest
 from chaos.disk import unavailable_reason
 from tests.chaos_suite.disk_scenarios import ACKED_BEFORE_CUT, POST_WRITES, run_in_namespace
 
-pytestmark = [pytest.mark.cluster,
+pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow,
               pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))]
 ATTEMPTS_WITHOUT_FSYNC = 3
 

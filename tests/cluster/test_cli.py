@@ -51,6 +51,7 @@ def status(data_dir: Path) -> subprocess.CompletedProcess:
                           timeout=30)
 
 
+@pytest.mark.slow
 def test_cluster_up_status_and_clean_stop(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     up = subprocess.Popen([*RAFTPOINT, "cluster", "up", "-n", "3", "--data-dir", str(data_dir)],

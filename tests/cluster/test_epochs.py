@@ -8,7 +8,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.support.cluster import Client
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def commit(client: Client, agent: str, index: int, epoch: int):

@@ -12,6 +12,7 @@ from coordinator.harness.local_cluster import LocalCluster, wait_for
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.slow
 def test_expired_lease_rolls_back_dependents_across_leader_kill(cluster: LocalCluster) -> None:
     conn = Connection(cluster.endpoints(), deadline=20)
     conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="cg", spec=pb.GroupSpec(

@@ -14,6 +14,7 @@ from tests.support.cluster import FAST, Client
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.slow
 def test_leader_kill_loses_no_acknowledged_write(cluster: LocalCluster, client: Client) -> None:
     client.create_group()
     client.register("a")
@@ -31,6 +32,7 @@ def test_leader_kill_loses_no_acknowledged_write(cluster: LocalCluster, client: 
     cluster.converged()
 
 
+@pytest.mark.slow
 def test_killed_follower_restarts_and_catches_up(cluster: LocalCluster, client: Client) -> None:
     client.create_group()
     client.register("a")
@@ -43,6 +45,7 @@ def test_killed_follower_restarts_and_catches_up(cluster: LocalCluster, client: 
     assert node_status(follower.grpc).content_digest == digest
 
 
+@pytest.mark.slow
 def test_restart_after_compaction_restores_from_our_snapshot(tmp_path: Path) -> None:
     settings = {**FAST, "compaction_min_entries": 50, "compaction_min_time": 0.5}
     with LocalCluster(tmp_path / "c", 3, settings=settings).start_all() as cluster:

@@ -12,6 +12,7 @@ from tests.support.cluster import FAST, Client
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.slow
 def test_add_then_remove_a_member(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "c", 4, settings=FAST).start_all(count=3) as cluster:
         client = Client(cluster)

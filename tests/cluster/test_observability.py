@@ -13,6 +13,7 @@ from tests.support.metrics import scrape
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.slow
 def test_metrics_move_with_writes(cluster: LocalCluster, client: Client) -> None:
     leader = cluster.leader()
     wait_for(lambda: scrape(leader.metrics).get('raftpoint_raft_role{role="leader"}') == 1.0, "the role gauge")

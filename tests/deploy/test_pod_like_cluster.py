@@ -23,7 +23,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.local_cluster import node_status, wait_for
 from tests.deploy.test_manifests import one, render
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 HEADLESS = "raftpoint-peers"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,6 +106,7 @@ def protocol_histories(draw, protocol: VectorProtocol) -> History:
     return log.history()
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(st.data())
 def test_fdas_and_hmnr_checkpoints_are_all_useful(data) -> None:

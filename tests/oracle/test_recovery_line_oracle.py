@@ -1,6 +1,7 @@
 """Every recovery-line function against the brute-force definitions."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from tests.oracle.strategies import histories
 SETTINGS = settings(max_examples=400, deadline=None)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(histories(), st.data())
 def test_recovery_line_is_the_maximum_consistent_cut(history, data) -> None:

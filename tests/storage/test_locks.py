@@ -24,6 +24,7 @@ def test_shared_holders_coexist_and_exclude_an_exclusive_one() -> None:
         pass
 
 
+@pytest.mark.slow
 def test_a_waiting_exclusive_holder_blocks_new_shared_ones_until_it_gives_up() -> None:
     lock = SharedExclusiveLock()
     outcome: list[str] = []
