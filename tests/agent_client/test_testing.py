@@ -37,3 +37,20 @@ def test_running_the_testing_coordinator_loads_neither_raft_nor_lmdb() -> None:
             "bad = {'pysyncobj', 'lmdb'} & set(sys.modules); print(sorted(bad)); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_documented_entry_point_gives_a_working_coordinator() -> None:
+    from agent_client import testing
+    coordinator = testing.coordinator()
+    assert type(coordinator) is testing.InProcessCoordinator
+    with coordinator, Connection([coordinator.address]) as admin:
+        admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS)))
+        assert admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.spec.group == "g"
+
+
+def test_without_the_server_installed_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_client import testing
+    monkeypatch.setattr(testing, "entry_points", lambda **_: ())
+    with pytest.raises(testing.ServerNotInstalled, match="pip install raftpoint"):
+        testing.coordinator()
