@@ -39,7 +39,7 @@ in-memory store. Commands act on the last created group unless given ``group=``:
     ack AGENT [order=N] [inc=I]   acknowledge AGENT's (only) pending order
     deregister AGENT [inc=I] | gc | orders | show
 
-A refused command prints ``refused: CODE field: reason`` and the driver checks the
+A refused command prints ``refused: STATUS/REASON_CODE field: reason`` and the driver checks the
 store was left untouched. ``inc`` defaults to the agent's current incarnation.
 
 ``recovery_line`` (history_driver.py): a checkpoint history built event by event::

@@ -65,7 +65,8 @@ class StateMachineDriver(Dispatching):
     @staticmethod
     def _format(result: c.Result, show: Callable[[Any], str]) -> str:
         if isinstance(result, c.Failure):
-            return f"refused: {result.code.value}{' ' + result.field if result.field else ''}: {result.reason}"
+            return (f"refused: {result.code.value}/{result.reason_code.value}"
+                    f"{' ' + result.field if result.field else ''}: {result.reason}")
         return "ok: " + show(result)
 
     def _show_group(self, name: str) -> str:
