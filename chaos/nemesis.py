@@ -43,8 +43,10 @@ class Injected:
 
 class Nemesis:
     def __init__(self, cluster: ChaosCluster, history: History, plan: list[s.Fault], *, seed: int,
-                 agents: AgentFaults | None = None) -> None:
+                 agents: AgentFaults | None = None, on_plan_done: Callable[[], None] | None = None) -> None:
+        """`on_plan_done` runs once the plan's last fault is healed (or the plan ended early)."""
         self.cluster, self.history, self.plan, self.agents = cluster, history, plan, agents
+        self.on_plan_done = on_plan_done
         self.rng = random.Random(f"nemesis-{seed}")
         self.injected = Injected()
         self.error: BaseException | None = None
@@ -78,6 +80,9 @@ class Nemesis:
         except BaseException as exc:  # reported by the runner: a nemesis that broke is a failed run
             log.exception("nemesis failed")
             self.error = exc
+        finally:
+            if self.on_plan_done is not None:
+                self.on_plan_done()
 
     # ---- faults ---------------------------------------------------------------------
     def _apply(self, fault: s.Fault) -> None:

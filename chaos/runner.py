@@ -118,13 +118,18 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
             metadata.start()
             if agents is not None:
                 agents.start()
-            nemesis = Nemesis(cluster, history, plan, seed=config.seed, agents=agents).start()
+            # The metadata load runs until TAIL_S after the nemesis's real last heal, so the
+            # history can show the cluster serving again even when a heal came late.
+            metadata.budget.hold()
+            nemesis = Nemesis(cluster, history, plan, seed=config.seed, agents=agents,
+                              on_plan_done=lambda: metadata.budget.release(TAIL_S)).start()
             loaded_from = time.monotonic()
             try:
                 if agents is not None:
                     agents.wait()
                 metadata.wait()
             finally:
+                metadata.budget.release(0.0)
                 injected = nemesis.stop()
             if plan and time.monotonic() - loaded_from < plan[-1].heal_at:
                 notes.append(f"the load stopped {time.monotonic() - loaded_from:.1f}s in, before the plan's last "

@@ -138,10 +138,12 @@ class MetadataWorkload:
     def wait(self) -> None:
         """Until the duration or the operation budget is used up (bounded)."""
         slack = 4 * self.config.deadline_s + 10
-        end = self.budget.deadline + slack
         for proc in self._processes:
-            if proc.thread is not None:
-                proc.thread.join(max(0.0, end - time.monotonic()))
+            while proc.thread is not None and proc.thread.is_alive():
+                left = self.budget.deadline + slack - time.monotonic()
+                if left <= 0 and not self.budget.held:
+                    break
+                proc.thread.join(min(1.0, left) if left > 0 else 1.0)
 
     def stop(self) -> None:
         self.budget.stop()

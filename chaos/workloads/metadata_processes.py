@@ -31,15 +31,32 @@ class RunBudget:
         self.deadline = float("inf")
         self.ops = 0
         self._stop = threading.Event()
+        self._held = False
 
     def start(self, duration_s: float) -> None:
         self.deadline = time.monotonic() + duration_s
+
+    def hold(self) -> None:
+        """Keep running past the deadline until release(): the load must outlast the faults'
+        last heal, which on a loaded machine can come later than planned (an agent restart
+        that takes seconds). Still bounded by the operation budget and by stop()."""
+        self._held = True
+
+    def release(self, tail_s: float) -> None:
+        """Run `tail_s` more (or to the deadline, if later), then end."""
+        self.deadline = max(self.deadline, time.monotonic() + tail_s)
+        self._held = False
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     def spend(self) -> None:
         self.ops += 1
 
     def running(self) -> bool:
-        return not self._stop.is_set() and time.monotonic() < self.deadline and self.ops < self.max_ops
+        in_time = self._held or time.monotonic() < self.deadline
+        return not self._stop.is_set() and in_time and self.ops < self.max_ops
 
     def pause(self, seconds: float) -> bool:
         """Sleep unless stopped; False once the run is over."""

@@ -69,3 +69,19 @@ def test_the_run_ends_when_stopped_or_out_of_operations() -> None:
     stopped.start(60.0)
     stopped.stop()
     assert not stopped.pause(5.0)  # returns at once: stop() ends every pause
+
+
+def test_a_held_budget_outlasts_its_deadline_until_released() -> None:
+    budget = RunBudget(max_ops=100)
+    budget.start(-1.0)  # past its deadline: a heal came later than planned
+    budget.hold()
+    assert budget.running() and budget.held
+    budget.release(60.0)  # the last heal: run the tail after it
+    assert budget.running() and not budget.held
+    budget.release(-1.0)  # a later release never shortens the run
+    assert budget.running()
+    ended = RunBudget(max_ops=1)
+    ended.start(60.0)
+    ended.hold()
+    ended.spend()
+    assert not ended.running()  # the operation budget still bounds a held run
