@@ -53,7 +53,7 @@ class GcResult:
 
 
 class BlobStore(Protocol):
-    def put(self, data: bytes, *, parent: Manifest | None = None) -> PutResult: ...
+    def put(self, data: bytes | bytearray | memoryview, *, parent: Manifest | None = None) -> PutResult: ...
     def get(self, uri: str) -> bytes: ...
     def delete(self, uri: str) -> None: ...
     def collect_garbage(self, live_uris: Iterable[str] | None = None) -> GcResult: ...
@@ -93,20 +93,21 @@ class LocalBlobStore:
         return None if self._cipher is None else self._cipher.key_id
 
     # ---- write ----------------------------------------------------------------------
-    def put(self, data: bytes, *, parent: Manifest | None = None) -> PutResult:
+    def put(self, data: bytes | bytearray | memoryview, *, parent: Manifest | None = None) -> PutResult:
         """Store `data`; chunks already present are not rewritten.
 
         `parent` (the previous checkpoint's manifest) spares an existence check per
         chunk it already holds -- one round trip each on an object store -- once its
-        own manifest is confirmed present (so GC cannot have taken its chunks)."""
-        data = bytes(data)
-        with self._lock:
+        own manifest is confirmed present (so GC cannot have taken its chunks).
+        Chunks are hashed and written as slices of one memoryview: a 64 MiB state is
+        never copied (the caller must not mutate a bytearray until put returns)."""
+        with self._lock, memoryview(data) as whole, whole.cast("B") as view:
             known = self._known_chunks(parent)
             refs: list[ChunkRef] = []
             pending: list[Future[int]] = []
             with ThreadPoolExecutor(max_workers=self._write_threads) as pool:
-                for start, end in chunking.chunk_bounds(data):
-                    piece = data[start:end]
+                for start, end in chunking.chunk_bounds(view):
+                    piece = view[start:end]
                     digest = hashlib.sha256(piece).hexdigest()
                     refs.append(ChunkRef(digest, len(piece)))
                     if digest not in known:
@@ -115,16 +116,16 @@ class LocalBlobStore:
                 written_per_chunk = [f.result() for f in pending]  # re-raises a failed write
             written = sum(written_per_chunk)
             new = sum(1 for n in written_per_chunk if n)
-            manifest = Manifest(len(data), hashlib.sha256(data).hexdigest(), tuple(refs), chunking.ALGORITHM,
+            manifest = Manifest(len(view), hashlib.sha256(view).hexdigest(), tuple(refs), chunking.ALGORITHM,
                                 self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
                                 None if parent is None else parent.digest)
             body = manifest.to_json()
             key = f"{MANIFESTS}/{manifest.digest}.json"
             self.backend.put(key, body)
-            return PutResult(self.backend.uri(key), manifest.sha256, len(data), written + len(body),
+            return PutResult(self.backend.uri(key), manifest.sha256, manifest.size, written + len(body),
                              len(refs), new, manifest)
 
-    def _store_chunk(self, digest: str, piece: bytes) -> int:
+    def _store_chunk(self, digest: str, piece: memoryview) -> int:
         """Write one chunk unless present; returns bytes written. Runs in the write pool:
         fsync and SHA-256/AES-GCM on large buffers release the GIL, so a few threads
         overlap the per-file fsyncs that dominate a large new checkpoint."""
