@@ -1,12 +1,15 @@
-"""Where chunk and manifest bytes live, behind a five-method key/value interface.
+"""Where chunk and manifest bytes live, behind a small key/value interface.
 
-The store above only needs put/get/exists/delete/keys on opaque keys plus a way to
-name a key as a URI, so an object store (fsspec, S3) can replace the directory
-without touching chunking, encryption or verification. Keys look like
+The store above only needs create/get/delete/list on opaque keys plus a way to name a
+key as a URI, so an object store (S3, see s3.py) replaces the directory without
+touching chunking, encryption or verification. Keys look like
 "chunks/plain/ab/abcd..." and "manifests/<sha>.json".
 """
 from __future__ import annotations
 
+import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 from urllib.parse import unquote, urlparse
@@ -15,10 +18,27 @@ from agent_client.blobs.durable import TMP_PREFIX, atomic_write
 from agent_client.blobs.errors import BlobMissing
 
 
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    size: int
+    modified: float  # seconds since the epoch: GC spares objects younger than its grace period
+
+
 class ChunkBackend(Protocol):
-    def put(self, key: str, data: bytes) -> None:
-        """Store durably and atomically: after return the key reads back whole, never partial.
-        Called from several threads at once (distinct keys)."""
+    location: str  # names the store in errors (never holds credentials)
+
+    def put(self, key: str, data: Buffer) -> None:
+        """Store durably and atomically, replacing any object under `key`: after return the
+        key reads back whole, never partial. Called from several threads at once."""
+
+    def create(self, key: str, data: Buffer) -> bool:
+        """Like put, but never replaces: False (and nothing written) if `key` exists.
+        Content-addressed keys make an existing object *probably* the same bytes; the
+        caller verifies it rather than trusting the name."""
 
     def get(self, key: str) -> bytes:
         """The bytes; raises BlobMissing naming the key if absent."""
@@ -34,6 +54,9 @@ class ChunkBackend(Protocol):
     def keys(self, prefix: str) -> Iterator[str]:
         """Every stored key under prefix (not in-progress temporaries)."""
 
+    def entries(self, prefix: str) -> Iterator[StoredObject]:
+        """keys() with size and age, in one listing (one request per 1000 keys on S3)."""
+
     def uri(self, key: str) -> str:
         """The URI registered with the coordinator for a manifest key."""
 
@@ -46,6 +69,7 @@ class DirectoryBackend:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+        self.location = str(self.root)
 
     def _path(self, key: str) -> Path:
         path = (self.root / key).resolve()
@@ -53,8 +77,16 @@ class DirectoryBackend:
             raise ValueError(f"key {key!r} escapes the blob root")
         return path
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         atomic_write(self._path(key), data)
+
+    def create(self, key: str, data: Buffer) -> bool:
+        # Two writers racing on one content-addressed key both rename whole files into
+        # place; whichever wins, the name holds complete bytes.
+        if self.exists(key):
+            return False
+        self.put(key, data)
+        return True
 
     def get(self, key: str) -> bytes:
         try:
@@ -72,16 +104,31 @@ class DirectoryBackend:
         self._path(key).unlink(missing_ok=True)
 
     def keys(self, prefix: str) -> Iterator[str]:
+        return (entry.key for entry in self.entries(prefix))
+
+    def entries(self, prefix: str) -> Iterator[StoredObject]:
         base = self.root / prefix
         if base.is_dir():
             for path in base.rglob("*"):
-                if path.is_file() and not path.name.startswith(TMP_PREFIX):
-                    yield path.relative_to(self.root).as_posix()
+                if not path.name.startswith(TMP_PREFIX):
+                    try:
+                        st = path.stat()
+                    except FileNotFoundError:  # deleted while listing
+                        continue
+                    if path.is_file():
+                        yield StoredObject(path.relative_to(self.root).as_posix(), st.st_size, st.st_mtime)
 
-    def remove_temporaries(self) -> int:
-        """Temp files a crash left behind (never visible under a final name); for GC."""
+    def remove_temporaries(self, older_than_s: float = 0.0) -> int:
+        """Temp files a crash left behind (never visible under a final name); for GC.
+        A younger one may be a write in progress in another process."""
         removed = 0
+        cutoff = time.time() - older_than_s
         for path in self.root.rglob(TMP_PREFIX + "*"):
+            try:
+                if older_than_s and os.stat(path).st_mtime > cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
             path.unlink(missing_ok=True)
             removed += 1
         return removed
