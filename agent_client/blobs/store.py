@@ -98,6 +98,7 @@ class LocalBlobStore:
             refs: list[ChunkRef] = []
             pending: list[Future[int]] = []
             with ThreadPoolExecutor(max_workers=self._write_threads) as pool:
+                whole_digest = pool.submit(lambda: hashlib.sha256(view).hexdigest())  # overlaps the chunk loop
                 for start, end in chunking.chunk_bounds(view):
                     piece = view[start:end]
                     digest = hashlib.sha256(piece).hexdigest()
@@ -108,11 +109,15 @@ class LocalBlobStore:
                 written_per_chunk = [f.result() for f in pending]  # re-raises a failed write
             written = sum(written_per_chunk)
             new = sum(1 for n in written_per_chunk if n)
-            manifest = Manifest(len(view), hashlib.sha256(view).hexdigest(), tuple(refs), chunking.ALGORITHM,
+            manifest = Manifest(len(view), whole_digest.result(), tuple(refs), chunking.ALGORITHM,
                                 self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
                                 None if parent is None else parent.digest)
             body = manifest.to_json()
             key = self._store_manifest(manifest, body)
+            # One flush for chunks and manifest: until it returns the checkpoint is not
+            # committed anywhere, and a chunk a power loss damaged is verified and
+            # replaced by the next put that needs it (see _store_chunk).
+            self.backend.flush()
             return PutResult(self.backend.uri(key), manifest.sha256, manifest.size, written + len(body),
                              len(refs), new, manifest)
 
