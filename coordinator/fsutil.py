@@ -7,12 +7,12 @@ run replace them in one place to show what a node that skips fsync would lose.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Iterable
 
 TMP_PREFIX = ".tmp-"
 
@@ -48,8 +48,7 @@ def ensure_dir(path: Path) -> None:
 def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, durable: bool = True) -> None:
     """Write temp + fsync + rename + fsync(dir): readers see the old file or the whole
     new one, and after it returns the new one survives a power loss. `durable=False`
-    skips both fsyncs (still never a partial file under `path` while the machine runs):
-    for many files made durable together by one sync_filesystem()."""
+    skips both fsyncs (still never a partial file under `path` while the machine runs)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -65,11 +64,14 @@ def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, durable: b
         fsync_dir(path.parent)
 
 
-def create_exclusive(path: Path, data: bytes | bytearray | memoryview) -> bool:
-    """Create `path` holding `data` unless it exists (then False, nothing changed), never
-    visible partial while the machine runs; durable after sync_filesystem(). The temp
-    file is linked, not renamed, into place: link() refuses an existing name
-    atomically, where rename() would replace it. The parent directory must exist."""
+def create_exclusive(path: Path, data: bytes | bytearray | memoryview, *, durable: bool = True) -> bool:
+    """Create `path` holding `data` unless it exists (then False, nothing changed). With
+    `durable`, the data is fdatasync'ed before the name appears, so the name never holds
+    partial bytes even after a power loss; without, the caller syncs later (see
+    sync_files), and until then only a running machine guarantees whole bytes. The name
+    is durable once the parent directory is fsynced. The temp file is linked, not
+    renamed, into place: link() refuses an existing name atomically, where rename()
+    would replace it. The parent directory must exist."""
     tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{path.name}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -77,6 +79,8 @@ def create_exclusive(path: Path, data: bytes | bytearray | memoryview) -> bool:
             view = memoryview(data).cast("B")
             while view:
                 view = view[os.write(fd, view):]
+            if durable:
+                fsync_file(fd, data_only=True)
         finally:
             os.close(fd)
         os.link(tmp, path)
@@ -87,27 +91,22 @@ def create_exclusive(path: Path, data: bytes | bytearray | memoryview) -> bool:
         os.unlink(tmp)
 
 
-def _load_syncfs() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
-    except (AttributeError, OSError):  # not Linux
-        return None
+def sync_files(files: Iterable[Path], *, threads: int = 16) -> None:
+    """fdatasync many files, then fsync each directory holding one, with the syncs in
+    flight together: a batch of small files written first and synced here costs a few
+    journal commits instead of one per file (64 MiB as 835 chunk files: ~0.3 s, against
+    1.5 s with a file and a directory fsync each)."""
+    files = list(files)
+    if not files:
+        return
 
+    def sync_one(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fsync_file(fd, data_only=True)
+        finally:
+            os.close(fd)
 
-_SYNCFS = _load_syncfs()
-
-
-def sync_filesystem(path: str | Path) -> None:
-    """Make every earlier write on the file system holding `path` durable, in one call
-    (Linux syncfs; os.sync elsewhere). A checkpoint creating hundreds of chunk files
-    pays one flush instead of two fsyncs per file (measured: 64 MiB in 835 chunks,
-    1.5 s with per-file fsyncs, ~0.35 s with this)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if _SYNCFS is None:
-            os.sync()
-        elif _SYNCFS(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs({path}) failed: {os.strerror(err)}")
-    finally:
-        os.close(fd)
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(files)))) as pool:
+        list(pool.map(sync_one, files))
+        list(pool.map(fsync_dir, sorted({path.parent for path in files})))

@@ -34,10 +34,10 @@ from agent_client.blobs.aead import ChunkCipher, aead_key_from_env
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
-from agent_client.blobs.layout import chunk_key, manifest_digest, manifest_key
+from agent_client.blobs.layout import CHUNKS, MANIFESTS, chunk_key, manifest_digest, manifest_key
 from agent_client.blobs.manifest import ChunkRef, Manifest
 
-__all__ = ["BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key"]
+__all__ = ["CHUNKS", "MANIFESTS", "BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key"]
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,8 @@ class LocalBlobStore:
             body = manifest.to_json()
             key = self._store_manifest(manifest, body)
             # One flush for chunks and manifest: until it returns the checkpoint is not
-            # committed anywhere, and a chunk a power loss damaged is verified and
-            # replaced by the next put that needs it (see _store_chunk).
+            # committed anywhere, so a name a power loss took only makes the next put
+            # that needs the chunk write it again.
             self.backend.flush()
             return PutResult(self.backend.uri(key), manifest.sha256, manifest.size, written + len(body),
                              len(refs), new, manifest)

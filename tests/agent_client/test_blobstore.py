@@ -272,3 +272,29 @@ def test_agent_client_never_imports_pysyncobj_or_lmdb() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_chunk_damaged_under_its_name_is_replaced_not_reused(tmp_path: Path) -> None:
+    """After a power loss a chunk linked in before its data was synced may be empty;
+    no committed manifest names it, and the next put that needs it writes it again."""
+    store = LocalBlobStore(tmp_path)
+    data = state(300_000, seed=12)
+    first = store.put(data)
+    victim = chunk_files(tmp_path)[0]
+    victim.write_bytes(b"")
+    again = LocalBlobStore(tmp_path).put(data)
+    assert again.uri == first.uri and again.chunks_new == 1
+    assert victim.stat().st_size > 0 and store.get(first.uri) == data
+
+
+def test_every_new_file_is_synced_before_put_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from coordinator import fsutil
+    store = LocalBlobStore(tmp_path)
+    store.put(b"warm up the fan-out directories" * 10_000)
+    synced: list[int] = []
+    monkeypatch.setattr(fsutil, "fsync_file", lambda fd, **kw: synced.append(fd))
+    put = store.put(state(1_000_000, seed=13))
+    assert put.chunks_new > 5
+    # a data sync per new chunk and for the manifest, plus at least one directory; at most
+    # also one per directory that got a name and one per fan-out directory created
+    assert put.chunks_new + 2 <= len(synced) <= 3 * (put.chunks_new + 1)
