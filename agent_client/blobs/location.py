@@ -32,6 +32,17 @@ def local_root(location: str | Path) -> Path | None:
     return Path(location)
 
 
+def sub_location(location: str | Path, name: str) -> str:
+    """`location` narrowed to a sub-directory or sub-prefix `name` (one per group, say),
+    keeping an s3:// URL's parameters."""
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"not a single path segment: {name!r}")
+    if local_root(location) is not None and urlparse(str(location)).scheme != "file":
+        return str(Path(location) / name)
+    base, sep, query = str(location).partition("?")
+    return f"{base.rstrip('/')}/{name}{sep}{query}"
+
+
 def backend_for(location: str | Path, *, env: Mapping[str, str] | None = None) -> ChunkBackend:
     root = local_root(location)
     if root is not None:

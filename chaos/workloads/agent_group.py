@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from agent_client.blobstore import BlobError, LocalBlobStore
+from agent_client.blobstore import BlobError, open_blob_store
+from agent_client.blobs.location import local_root, sub_location
 from chaos.tokens.agent import AFTER_BLOB, AFTER_COMMIT, DROP_REDELIVERIES_ENV, MID_ROLLBACK
 from chaos.tokens.ledger import Finding, Ledger
 from chaos.tokens.process import AgentDied, AgentProcess
@@ -75,6 +76,7 @@ class GroupConfig:
     max_rounds: int
     plant: str | None
     seed: int
+    blob_store: str | None = None  # a location each group gets a sub-prefix of; None: a directory per group
 
 
 def _definite(error: str) -> bool:
@@ -92,16 +94,18 @@ class GroupDriver:
         self.history, self.mode, self.name, self.config = history, mode, group, config
         self.process = f"agents-{mode}"
         ids = [f"a{i}" for i in range(config.agents)]
-        self.blob_dir = root / group / "blobs"
+        self.blob_dir = root / group / "blobs" if config.blob_store is None else sub_location(config.blob_store, group)
+        states = None if local_root(self.blob_dir) is not None else root / group / "state"  # logs off the bucket
         env = {DROP_REDELIVERIES_ENV: "1"} if config.plant == PLANT_DROP else {}
         procs = {a: AgentProcess(a, group=group, endpoints=endpoints, blob_dir=self.blob_dir,
                                  log_dir=root / group / "logs", members=ids, tokens=config.tokens, env=env,
-                                 deadline=config.agent_deadline_s) for a in ids}
+                                 deadline=config.agent_deadline_s, state_dir=None if states is None else states / a)
+                 for a in ids}
         self.world = TokenGroup(group, MODES[mode], procs, config.tokens, random.Random(f"{config.seed}-{mode}"),
                                 config.traffic, call=self._call, tolerant=True, on_event=self._event)
         self.admin = RecordingClient(history, f"{self.process}-admin", endpoints, deadline=config.admin_deadline_s,
                                      rpc_timeout=1.0)
-        self.blobs = LocalBlobStore(self.blob_dir)
+        self.blobs = open_blob_store(self.blob_dir)
         self.lock = threading.Lock()
         self.held: set[str] = set()  # crashed by the nemesis: down until restart_crashed()
         self.crashes: Counter[str] = Counter()  # by the kind that really happened
