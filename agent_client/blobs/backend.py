@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
@@ -87,6 +89,8 @@ class DirectoryBackend:
         self.location = str(self.root)
         self._unsynced: list[Path] = []
         self._unsynced_lock = threading.Lock()
+        self._sync_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="blob-sync")
+        weakref.finalize(self, self._sync_pool.shutdown, wait=False)
 
     def _path(self, key: str) -> Path:
         # Checked by syntax, not resolve(): a resolve per chunk (an lstat per path
@@ -102,7 +106,7 @@ class DirectoryBackend:
     def flush(self) -> None:
         with self._unsynced_lock:
             files, self._unsynced = self._unsynced, []
-        sync_files(files)
+        sync_files(files, self._sync_pool)
 
     def create(self, key: str, data: Buffer) -> bool:
         path = self._path(key)

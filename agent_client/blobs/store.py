@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Protocol
@@ -73,6 +74,9 @@ class LocalBlobStore:
         self._cipher = ChunkCipher(key) if key is not None else None
         self._lock = threading.Lock()
         self._write_threads = max(1, write_threads)
+        # One pool for the store's life: starting 16 threads per put cost ~15 ms.
+        self._pool = ThreadPoolExecutor(max_workers=self._write_threads, thread_name_prefix="blob-io")
+        weakref.finalize(self, self._pool.shutdown, wait=False)  # idle threads go with the store
 
     @classmethod
     def from_env(cls, root: str | Path, env: Mapping[str, str] | None = None) -> "LocalBlobStore":
@@ -97,8 +101,9 @@ class LocalBlobStore:
             known = self._known_chunks(parent)
             refs: list[ChunkRef] = []
             pending: list[Future[int]] = []
-            with ThreadPoolExecutor(max_workers=self._write_threads) as pool:
-                whole_digest = pool.submit(lambda: hashlib.sha256(view).hexdigest())  # overlaps the chunk loop
+            pool = self._pool
+            whole_digest = pool.submit(lambda: hashlib.sha256(view).hexdigest())  # overlaps the chunk loop
+            try:
                 for start, end in chunking.chunk_bounds(view):
                     piece = view[start:end]
                     digest = hashlib.sha256(piece).hexdigest()
@@ -107,9 +112,14 @@ class LocalBlobStore:
                         known.add(digest)
                         pending.append(pool.submit(self._store_chunk, digest, piece))
                 written_per_chunk = [f.result() for f in pending]  # re-raises a failed write
+                sha256 = whole_digest.result()
+            except BaseException:
+                tasks = [whole_digest, *pending]
+                wait([f for f in tasks if not f.cancel()])  # no task may outlive the view it reads
+                raise
             written = sum(written_per_chunk)
             new = sum(1 for n in written_per_chunk if n)
-            manifest = Manifest(len(view), whole_digest.result(), tuple(refs), chunking.ALGORITHM,
+            manifest = Manifest(len(view), sha256, tuple(refs), chunking.ALGORITHM,
                                 self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
                                 None if parent is None else parent.digest)
             body = manifest.to_json()
@@ -194,11 +204,7 @@ class LocalBlobStore:
                                     f"{uri} (chunk #{index})")
 
         items = list(enumerate(manifest.chunks))
-        if len(items) <= 1:
-            parts = [fetch(item) for item in items]
-        else:
-            with ThreadPoolExecutor(max_workers=min(self._write_threads, len(items))) as pool:
-                parts = list(pool.map(fetch, items))
+        parts = [fetch(item) for item in items] if len(items) <= 1 else list(self._pool.map(fetch, items))
         data = b"".join(parts)
         if len(data) != manifest.size or hashlib.sha256(data).hexdigest() != manifest.sha256:
             raise BlobCorrupted(f"{uri}: the reassembled state does not match its SHA-256")
