@@ -121,7 +121,8 @@ def verdicts(local: dict[int, Row], s3: dict[int, Row] | None, chunk_mbps: float
     checks = [("chunking >= 500 MB/s", chunk_mbps >= 500, f"{chunk_mbps:.0f} MB/s"),
               ("new 64 MiB local <= 1.5x one fsynced file", ratio(local, 64 * MIB, "new") <= 1.5,
                f"{ratio(local, 64 * MIB, 'new'):.2f}x"),
-              ("new 1 MiB local <= 2x one fsynced file", ratio(local, MIB, "new") <= 2, f"{ratio(local, MIB, 'new'):.2f}x"),
+              ("new 1 MiB local <= 2x one fsynced file", ratio(local, MIB, "new") <= 2,
+               f"{ratio(local, MIB, 'new'):.2f}x"),
               ("1%-changed 64 MiB local < writing the state once", ratio(local, 64 * MIB, "inc") < 1,
                f"{ratio(local, 64 * MIB, 'inc'):.2f}x")]
     if s3 is not None:
@@ -141,10 +142,12 @@ def main() -> None:
     rng = random.Random(42)
     big = rng.randbytes(64 * MIB)
     chunking.chunk_bounds(big[:MIB])
-    chunk_ms, bounds = timed(lambda: chunking.chunk_bounds(big))
+    started = time.perf_counter()
+    bounds = chunking.chunk_bounds(big)
+    chunk_ms = (time.perf_counter() - started) * 1000
     chunk_mbps = len(big) / 1e6 / (chunk_ms / 1000)
-    print(f"FastCDC chunking of 64 MiB: {chunk_ms:.0f} ms ({chunk_mbps:.0f} MB/s), {len(bounds)} chunks "  # type: ignore[arg-type]
-          f"(mean {64 * MIB / len(bounds) / KIB:.0f} KiB)")  # type: ignore[arg-type]
+    print(f"FastCDC chunking of 64 MiB: {chunk_ms:.0f} ms ({chunk_mbps:.0f} MB/s), {len(bounds)} chunks "
+          f"(mean {64 * MIB / len(bounds) / KIB:.0f} KiB)")
     local: dict[int, Row] = {}
     s3: dict[int, Row] | None = None
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name, InProcessCoordinator() as coordinator:

@@ -156,8 +156,9 @@ class S3Backend:
     def _unavailable(self, action: str, key: str, exc: Exception) -> BlobStoreUnavailable:
         """obstore messages name the request URL and status, never the signing keys."""
         code = _S3_ERROR_CODE.search(str(exc))
-        return BlobStoreUnavailable(f"blob store {self.location}: {action} {key} failed"
-                                    f"{f' ({code.group(1)})' if code else ''}: {type(exc).__name__}: {_first_line(exc)}")
+        named = f" ({code.group(1)})" if code else ""
+        return BlobStoreUnavailable(f"blob store {self.location}: {action} {key} failed{named}: "
+                                    f"{type(exc).__name__}: {_first_line(exc)}")
 
     # ---- ChunkBackend ---------------------------------------------------------------
     def put(self, key: str, data: Buffer) -> None:
