@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from agent_client.agent import AgentClient
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, chunk_key
+from agent_client.blobs.location import sub_location
 from agent_client.blobs.s3 import S3Backend, shared_file_credentials
 from agent_client.blobstore import BlobCorrupted, BlobMissing, BlobStoreUnavailable, LocalBlobStore, open_blob_store
 from agent_client.connection import Connection
@@ -249,3 +251,19 @@ def test_credentials_file_reaches_the_server(s3_server: S3Server, tmp_path: Path
     with pytest.raises(BlobStoreUnavailable) as denied:
         open_blob_store(s3_server.url("from-file")).put(b"x")
     assert "wrong-secret" not in str(denied.value) and s3_server.secret_key not in str(denied.value)
+
+
+def test_s3_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "obstore", None)  # as if `pip install raftpoint` without [s3]
+    monkeypatch.delitem(sys.modules, "agent_client.blobs.s3", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'raftpoint\[s3\]'"):
+        open_blob_store("s3://bucket/prefix")
+    assert open_blob_store(tmp_path).backend.location == str(tmp_path.resolve())  # directories need nothing
+
+
+def test_sub_location_keeps_the_url_parameters(tmp_path: Path) -> None:
+    assert sub_location("s3://b/p?endpoint=http://h:1&region=r", "g1") == "s3://b/p/g1?endpoint=http://h:1&region=r"
+    assert sub_location("s3://b", "g1") == "s3://b/g1"
+    assert sub_location(str(tmp_path), "g1") == str(tmp_path / "g1")
+    with pytest.raises(ValueError, match="single path segment"):
+        sub_location("s3://b/p", "../escape")
