@@ -16,6 +16,7 @@ handed to clients through the environment, as in production.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import shutil
@@ -89,6 +90,7 @@ class S3Server:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self._command(), cwd=self.data_dir, env=env, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
+        atexit.register(self.kill)  # its own session: a test run that exits early must not leave it running
         try:
             wait_for(self._ready, f"the S3 server at {self.endpoint} (log: {self.log_path})", timeout, 0.1)
         except TimeoutError:
