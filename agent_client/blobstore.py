@@ -2,9 +2,11 @@
 
 The implementation lives in agent_client.blobs; see its store module for the design.
 """
-from agent_client.blobs import (BlobCorrupted, BlobError, BlobMissing, BlobStore, ChunkBackend, ChunkRef,
-                                DirectoryBackend, GcResult, LocalBlobStore, Manifest, PutResult, aead_key_from_env,
-                                key_id)
+from agent_client.blobs import (DEFAULT_GRACE_S, BlobCorrupted, BlobError, BlobMissing, BlobStore,
+                                BlobStoreUnavailable, ChunkBackend, ChunkRef, DirectoryBackend, GcResult,
+                                LocalBlobStore, Manifest, PutResult, StoredObject, aead_key_from_env, backend_for,
+                                key_id, open_blob_store)
 
-__all__ = ["BlobCorrupted", "BlobError", "BlobMissing", "BlobStore", "ChunkBackend", "ChunkRef", "DirectoryBackend",
-           "GcResult", "LocalBlobStore", "Manifest", "PutResult", "aead_key_from_env", "key_id"]
+__all__ = ["DEFAULT_GRACE_S", "BlobCorrupted", "BlobError", "BlobMissing", "BlobStore", "BlobStoreUnavailable",
+           "ChunkBackend", "ChunkRef", "DirectoryBackend", "GcResult", "LocalBlobStore", "Manifest", "PutResult",
+           "StoredObject", "aead_key_from_env", "backend_for", "key_id", "open_blob_store"]

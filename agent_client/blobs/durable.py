@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from coordinator import fsutil
-from coordinator.fsutil import TMP_PREFIX, ensure_dir
+from coordinator.fsutil import TMP_PREFIX, create_exclusive, ensure_dir, sync_files
 
-__all__ = ["TMP_PREFIX", "atomic_write", "ensure_dir"]
+__all__ = ["TMP_PREFIX", "atomic_write", "create_exclusive", "ensure_dir", "sync_files"]
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write temp + fsync + rename + fsync(dir): readers see the old file or the whole new one."""
+def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, durable: bool = True) -> None:
+    """Write temp + fsync + rename + fsync(dir): readers see the old file or the whole new
+    one (`durable=False`: no fsyncs)."""
     ensure_dir(path.parent)
-    fsutil.atomic_write(path, data)
+    fsutil.atomic_write(path, data, durable=durable)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from agent_client.blobs.errors import BlobMissing
 
-VERSION = 2
+VERSION = 3  # 3: chunks cut by compiled FastCDC (see chunking.ALGORITHM); layout unchanged
+READABLE_VERSIONS = frozenset({2, VERSION})  # 2: the pure-Python chunker; reading never re-chunks
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,11 @@ class Manifest:
     key_id: str | None = None  # None: chunks stored in clear
     cipher: str | None = None
     parent: str | None = None  # manifest digest of the checkpoint this one was written against
+    version: int = VERSION  # kept as read, so an old manifest re-serialises to the bytes it was named by
 
     def to_json(self) -> bytes:
         doc = {
-            "version": VERSION, "size": self.size, "sha256": self.sha256, "chunking": self.chunking,
+            "version": self.version, "size": self.size, "sha256": self.sha256, "chunking": self.chunking,
             "chunks": [[c.digest, c.size] for c in self.chunks],
             "encryption": None if self.key_id is None else {"cipher": self.cipher, "key_id": self.key_id},
             "parent": self.parent,
@@ -50,11 +52,11 @@ class Manifest:
             raise BlobMissing(f"manifest {where} is truncated or altered (its bytes do not hash to its name)")
         try:
             doc = json.loads(data)
-            if doc["version"] != VERSION:
+            if doc["version"] not in READABLE_VERSIONS:
                 raise BlobMissing(f"manifest {where} has unsupported version {doc['version']}")
             enc = doc["encryption"] or {}
             return cls(int(doc["size"]), str(doc["sha256"]),
                        tuple(ChunkRef(str(d), int(n)) for d, n in doc["chunks"]), str(doc["chunking"]),
-                       enc.get("key_id"), enc.get("cipher"), doc["parent"])
+                       enc.get("key_id"), enc.get("cipher"), doc["parent"], int(doc["version"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise BlobMissing(f"manifest {where} is unreadable ({exc!r})") from None

@@ -35,7 +35,6 @@ import random
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Any, TextIO
 
 from agent_client.agent import AgentClient, RestoreKind
@@ -87,7 +86,9 @@ class TokenAgent:
         self._crash_mid_rollback = False
         self._drop_redeliveries = int(os.environ.get(DROP_REDELIVERIES_ENV, "0") or 0)
         self.journal = Journal(args.events)
-        self.client = AgentClient(args.group, args.agent, args.endpoints.split(","), Path(args.blob_dir),
+        # --blob-dir is a blob store location: a directory or s3://bucket/prefix?endpoint=...
+        self.client = AgentClient(args.group, args.agent, args.endpoints.split(","), args.blob_dir,
+                                  state_dir=args.state_dir or None,
                                   snapshot=lambda: dict(self.state), on_rollback=self._rolled_back,
                                   on_redeliver=self._redelivered,
                                   members=args.members.split(",") if args.members else (),
@@ -242,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.tokens.agent")
     for name in ("group", "agent", "endpoints", "blob-dir"):
         parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--state-dir", default="", help="delivery and effect logs (needed with an s3:// store)")
     parser.add_argument("--members", default="")
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--events", default="", help="append a JSON Lines journal of events here")

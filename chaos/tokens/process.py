@@ -26,16 +26,18 @@ class AgentDied(RuntimeError):
 
 
 class AgentProcess:
-    def __init__(self, agent_id: str, *, group: str, endpoints: Sequence[str], blob_dir: Path, log_dir: Path,
+    def __init__(self, agent_id: str, *, group: str, endpoints: Sequence[str], blob_dir: Path | str, log_dir: Path,
                  members: Sequence[str] = (), tokens: int = 100, env: dict[str, str] | None = None,
-                 deadline: float = 20.0) -> None:
+                 deadline: float = 20.0, state_dir: Path | None = None) -> None:
+        """`blob_dir` is any blob store location (a directory or an s3:// URL); `state_dir`
+        holds the agent's delivery log (default: inside a directory blob store)."""
         self.agent_id = agent_id
         self._log_path = Path(log_dir) / f"{group}-{agent_id}.log"
         self.events_path = Path(log_dir) / f"{group}-{agent_id}.events.jsonl"
         self._argv = [sys.executable, "-m", "chaos.tokens.agent", "--group", group, "--agent", agent_id,
                       "--endpoints", ",".join(endpoints), "--blob-dir", str(blob_dir),
                       "--members", ",".join(members), "--tokens", str(tokens), "--events", str(self.events_path),
-                      "--deadline", str(deadline)]
+                      "--deadline", str(deadline)] + ([] if state_dir is None else ["--state-dir", str(state_dir)])
         self._env = env or {}
         self.proc: subprocess.Popen | None = None
         self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from agent_client.blobs.location import local_root, sub_location
 from chaos.history import INFO, OK, History
 from chaos.tokens.agent import DROP_REDELIVERIES_ENV
 from chaos.tokens.ledger import Ledger
@@ -59,6 +60,7 @@ class GroupConfig:
     max_rounds: int
     plant: str | None
     seed: int
+    blob_store: str | None = None  # a location each group gets a sub-prefix of; None: a directory per group
 
 
 class GroupDriver:
@@ -67,11 +69,13 @@ class GroupDriver:
         self.history, self.mode, self.name, self.config = history, mode, group, config
         self.process = f"agents-{mode}"
         ids = [f"a{i}" for i in range(config.agents)]
-        blob_dir = root / group / "blobs"
+        blob_dir = root / group / "blobs" if config.blob_store is None else sub_location(config.blob_store, group)
+        states = None if local_root(blob_dir) is not None else root / group / "state"  # logs off the bucket
         env = {DROP_REDELIVERIES_ENV: "1"} if config.plant == PLANT_DROP else {}
         procs = {a: AgentProcess(a, group=group, endpoints=endpoints, blob_dir=blob_dir,
                                  log_dir=root / group / "logs", members=ids, tokens=config.tokens, env=env,
-                                 deadline=config.agent_deadline_s) for a in ids}
+                                 deadline=config.agent_deadline_s, state_dir=None if states is None else states / a)
+                 for a in ids}
         self.calls = GroupCalls(history, self.process, group, endpoints, admin_deadline_s=config.admin_deadline_s,
                                 on_died=self._unwedge)
         self.world = TokenGroup(group, MODES[mode], procs, config.tokens, random.Random(f"{config.seed}-{mode}"),

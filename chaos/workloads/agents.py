@@ -83,6 +83,7 @@ class AgentConfig:
     seed: int = 0
     prefix: str = "ag"  # group names: <prefix>-<run>-<mode>
     plant: str | None = None  # a planted driver fault (agent_group.PLANTS), to prove the checks
+    blob_store: str | None = None  # e.g. an s3:// URL (chaos.blob_outage); None: a directory per group
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
@@ -105,7 +106,7 @@ class AgentWorkload:
         c = config
         group_config = GroupConfig(c.agents, c.tokens, c.traffic, c.lease_ttl_s, c.retention, c.agent_deadline_s,
                                    c.admin_deadline_s, c.recovery_timeout_s, c.audit_every_s, c.gc_every_s,
-                                   c.round_pause_s, c.max_rounds, c.plant, c.seed)
+                                   c.round_pause_s, c.max_rounds, c.plant, c.seed, c.blob_store)
         self.groups = [GroupDriver(history, endpoints, Path(root), mode, f"{c.prefix}-{self.run_id}-{mode}",
                                    group_config) for mode in c.modes]
         self._kinds = itertools.cycle(c.crash_kinds)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from agent_client.blobstore import BlobError, LocalBlobStore
+from agent_client.blobstore import BlobError, open_blob_store
 from chaos.client import Request
 from chaos.history import INFO
 from chaos.tokens.ledger import Finding, Ledger
@@ -21,9 +21,9 @@ GC_ATTEMPTS_AT_THE_END = 3  # a collection whose outcome is unknown is sent agai
 
 
 class GroupCheckpoints:
-    def __init__(self, calls: GroupCalls, ledger: Ledger, blob_dir: Path) -> None:
+    def __init__(self, calls: GroupCalls, ledger: Ledger, blob_dir: Path | str) -> None:
         self.calls, self.ledger = calls, ledger
-        self.blobs = LocalBlobStore(blob_dir)
+        self.blobs = open_blob_store(blob_dir)
         self.collected: set[str] = set()  # blob URIs garbage collection returned
         self.gc_unknown = 0  # collections whose outcome stayed unknown at the end
         self.findings: list[Finding] = []

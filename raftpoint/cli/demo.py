@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from agent_client.blobs.location import local_root, open_blob_store
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from chaos.tokens.process import AgentDied, AgentProcess
 from chaos.tokens.traffic import MODES, TokenGroup
@@ -46,6 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokens", type=int, default=100, help="tokens each agent starts with")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--data-dir", type=Path, help="keep cluster data, blobs and agent logs here")
+    parser.add_argument("--blob-store", metavar="LOCATION",
+                        help="where agents put checkpoint blobs: a directory, or s3://bucket/prefix?endpoint=..."
+                             "&region=... with credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the shared "
+                             "credentials file (default: a directory under the data dir)")
     parser.set_defaults(func=run)
 
 
@@ -65,8 +70,11 @@ class Phase:
         self.group = f"demo-{name}"
         self.rng = random.Random(f"{args.seed}-{name}")
         ids = [f"agent-{i}" for i in range(args.agents)]
-        procs = {a: AgentProcess(a, group=self.group, endpoints=endpoints, blob_dir=root / "blobs",
-                                 log_dir=root / "logs", members=ids, tokens=args.tokens) for a in ids}
+        blobs = args.blob_store or root / "blobs"
+        state = None if local_root(blobs) is not None else root / "state"
+        procs = {a: AgentProcess(a, group=self.group, endpoints=endpoints, blob_dir=blobs, log_dir=root / "logs",
+                                 members=ids, tokens=args.tokens,
+                                 state_dir=None if state is None else state / self.group / a) for a in ids}
         self.world = TokenGroup(self.group, self.mode, procs, args.tokens, self.rng)
         self.ids, self.procs, self.total = ids, procs, self.world.ledger.total
         self.epochs = 0
@@ -213,12 +221,20 @@ def run(args: argparse.Namespace) -> int:
     if not 2 <= args.agents <= 16 or not 6 <= args.rounds <= 10_000 or not 1 <= args.seconds <= 600:
         print("raftpoint demo: --agents must be 2..16, --rounds 6..10000, --seconds 1..600", file=sys.stderr)
         return 2
+    if args.blob_store:
+        try:
+            open_blob_store(args.blob_store)  # a bad URL or a missing obstore fails here, before the cluster starts
+        except (ValueError, ImportError) as exc:
+            print(f"raftpoint demo: --blob-store: {exc}", file=sys.stderr)
+            return 2
     root = args.data_dir or Path(tempfile.mkdtemp(prefix="raftpoint-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     phases = PHASES[args.mode]
     started = time.monotonic()
     try:
         say(f"starting a 3-node coordinator cluster on 127.0.0.1 (data in {root})")
+        if args.blob_store:
+            say(f"agents put checkpoint blobs in {open_blob_store(args.blob_store).backend.location}")
         with LocalCluster(root / "cluster", 3).start_all() as cluster:
             leader = cluster.leader()
             say(f"leader elected: node{leader.index} ({leader.grpc})")

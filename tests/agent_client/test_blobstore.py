@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent_client.blobs import chunking
+from agent_client.blobs import manifest as manifest_module
+from agent_client.blobs.manifest import Manifest
 from agent_client.blobstore import (BlobCorrupted, BlobMissing, DirectoryBackend, LocalBlobStore, aead_key_from_env)
 
 
@@ -43,6 +45,7 @@ def test_edge_sizes_round_trip(tmp_path: Path, data: bytes) -> None:
 
 def test_chunk_sizes_and_speed() -> None:
     data = state(8 * 1024 * 1024, seed=3)
+    chunking.chunk_bounds(data[:1024 * 1024])  # warm up (first call loads the extension)
     started = time.perf_counter()
     bounds = chunking.chunk_bounds(data)
     elapsed = time.perf_counter() - started
@@ -50,13 +53,46 @@ def test_chunk_sizes_and_speed() -> None:
     assert bounds[0][0] == 0 and bounds[-1][1] == len(data)
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
     assert all(chunking.MIN_CHUNK <= s <= chunking.MAX_CHUNK for s in sizes[:-1])
-    assert 40_000 < len(data) / len(bounds) < 100_000  # ~64 KiB average on random data
-    assert elapsed < 1.5, elapsed  # 64 MiB must chunk in < 3 s; 8 MiB leaves a wide margin
+    assert 60_000 < len(data) / len(bounds) < 100_000  # ~80 KiB mean (FastCDC: avg + min) on random data
+    assert elapsed < 0.2, elapsed  # compiled: > 1 GB/s unloaded; 0.2 s for 8 MiB leaves room for a busy CI machine
 
 
-def test_segmented_candidate_map_equals_one_pass() -> None:
-    data = state(3 * 1024 * 1024 + 12_345, seed=4)
-    assert chunking.candidate_map(data) == chunking._zero_map(data)
+def test_chunking_takes_any_buffer_without_changing_cuts() -> None:
+    data = state(1024 * 1024, seed=6)
+    assert chunking.chunk_bounds(memoryview(data)) == chunking.chunk_bounds(bytearray(data)) == \
+        chunking.chunk_bounds(data)
+    with pytest.raises(ValueError, match="min_size"):
+        chunking.chunk_bounds(data, min_size=10, max_size=5)
+
+
+def test_bytearray_and_memoryview_states_round_trip(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    data = state(500_000, seed=7)
+    from_bytearray = store.put(bytearray(data))
+    from_view = store.put(memoryview(data)[100:])
+    assert store.get(from_bytearray.uri) == data and store.get(from_view.uri) == data[100:]
+    assert from_bytearray.uri == store.put(data).uri
+
+
+def test_version_2_manifest_is_still_readable_and_usable_as_parent(tmp_path: Path) -> None:
+    """Checkpoints written before FastCDC (manifest version 2) restore, and an
+    incremental checkpoint against one keeps pointing at its real name."""
+    store = LocalBlobStore(tmp_path)
+    data = state(300_000, seed=8)
+    current = store.put(data).manifest
+    old = Manifest(current.size, current.sha256, current.chunks, "bitplane-16/t1000/16k-64k-256k", version=2)
+    old_key = f"manifests/{old.digest}.json"
+    store.backend.put(old_key, old.to_json())
+    old_uri = store.backend.uri(old_key)
+    read = store.manifest(old_uri)
+    assert read.version == 2 and read.digest == old.digest and store.get(old_uri) == data
+    child = store.put(data + b"more", parent=read)
+    assert child.manifest.parent == old.digest and child.manifest.version == manifest_module.VERSION == 3
+    assert child.chunks_new == 1  # only the changed tail: the old manifest's chunks were trusted
+    unknown = Manifest(1, "0" * 64, (), "x", version=99)
+    store.backend.put(f"manifests/{unknown.digest}.json", unknown.to_json())
+    with pytest.raises(BlobMissing, match="unsupported version 99"):
+        store.get(store.backend.uri(f"manifests/{unknown.digest}.json"))
 
 
 def test_incremental_checkpoint_writes_only_changed_chunks(tmp_path: Path) -> None:
@@ -236,3 +272,29 @@ def test_agent_client_never_imports_pysyncobj_or_lmdb() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_chunk_damaged_under_its_name_is_replaced_not_reused(tmp_path: Path) -> None:
+    """After a power loss a chunk linked in before its data was synced may be empty;
+    no committed manifest names it, and the next put that needs it writes it again."""
+    store = LocalBlobStore(tmp_path)
+    data = state(300_000, seed=12)
+    first = store.put(data)
+    victim = chunk_files(tmp_path)[0]
+    victim.write_bytes(b"")
+    again = LocalBlobStore(tmp_path).put(data)
+    assert again.uri == first.uri and again.chunks_new == 1
+    assert victim.stat().st_size > 0 and store.get(first.uri) == data
+
+
+def test_every_new_file_is_synced_before_put_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from coordinator import fsutil
+    store = LocalBlobStore(tmp_path)
+    store.put(b"warm up the fan-out directories" * 10_000)
+    synced: list[int] = []
+    monkeypatch.setattr(fsutil, "fsync_file", lambda fd, **kw: synced.append(fd))
+    put = store.put(state(1_000_000, seed=13))
+    assert put.chunks_new > 5
+    # a data sync per new chunk and for the manifest, plus at least one directory; at most
+    # also one per directory that got a name and one per fan-out directory created
+    assert put.chunks_new + 2 <= len(synced) <= 3 * (put.chunks_new + 1)

@@ -1,0 +1,61 @@
+"""Garbage collection end to end: ask the coordinator which checkpoints it released,
+then delete their blobs (what `raftpoint gc` runs; callable from an operator's job).
+
+The coordinator forgets a checkpoint the moment it answers GarbageCollect, so the
+blob store is checked first (an unreachable store fails before anything is released)
+and every failure afterwards reports the released URIs, which can then be deleted
+with `delete_checkpoints` (or `raftpoint gc --uri`) once the store is back.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from agent_client.blobs.errors import BlobError
+from agent_client.blobs.gc import DEFAULT_GRACE_S, GcResult
+from agent_client.blobs.layout import MANIFESTS
+from agent_client.blobs.store import LocalBlobStore
+from agent_client.connection import Connection
+from coordinator.api.v1 import coordinator_pb2 as pb
+
+
+class ReleasedButNotDeleted(BlobError):
+    """The coordinator released checkpoints whose blobs could not all be deleted."""
+
+    def __init__(self, message: str, uris: Sequence[str]) -> None:
+        super().__init__(message)
+        self.uris = list(uris)
+
+
+@dataclass(frozen=True)
+class GcReport:
+    released: dict[str, list[str]] = field(default_factory=dict)  # group -> manifest URIs the coordinator released
+    foreign: list[str] = field(default_factory=list)  # released URIs that are not in this blob store
+    result: GcResult = GcResult(0, 0, 0)
+
+
+def release(conn: Connection, groups: Sequence[str]) -> dict[str, list[str]]:
+    """One GarbageCollect per group: the URIs of the checkpoints the coordinator dropped."""
+    released: dict[str, list[str]] = {}
+    for group in groups:
+        resp = conn.call("AdminService", "GarbageCollect",
+                         pb.GarbageCollectRequest(request_id=f"gc-{group}-{uuid.uuid4().hex}", group=group))
+        released[group] = list(resp.deletable_blob_uris)
+    return released
+
+
+def collect(conn: Connection, store: LocalBlobStore, groups: Sequence[str], *,
+            grace_s: float = DEFAULT_GRACE_S) -> GcReport:
+    """Release the groups' old checkpoints, delete their manifests, then every chunk no
+    remaining manifest references and that is older than `grace_s`."""
+    next(iter(store.backend.keys(MANIFESTS)), None)  # reachable? (raises BlobStoreUnavailable)
+    released = release(conn, groups)
+    uris = [u for group_uris in released.values() for u in group_uris]
+    ours = [u for u in uris if store.backend.key_for_uri(u) is not None]
+    try:
+        result = store.delete_checkpoints(ours, grace_s=grace_s)
+    except BlobError as exc:
+        raise ReleasedButNotDeleted(f"{exc}; the coordinator released {len(ours)} checkpoints whose blobs are "
+                                    "still stored: delete them once the store is back", ours) from exc
+    return GcReport(released, [u for u in uris if u not in ours], result)

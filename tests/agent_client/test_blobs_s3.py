@@ -1,0 +1,269 @@
+"""The blob store on a real S3 server (SeaweedFS on loopback), and the faults users meet."""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_client.agent import AgentClient
+from agent_client.blobs.layout import CHUNKS, MANIFESTS, chunk_key
+from agent_client.blobs.location import sub_location
+from agent_client.blobs.s3 import S3Backend, shared_file_credentials
+from agent_client.blobstore import BlobCorrupted, BlobMissing, BlobStoreUnavailable, LocalBlobStore, open_blob_store
+from agent_client.connection import Connection
+from agent_client.testing import InProcessCoordinator
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.harness.s3_server import S3Server
+from tests.support.s3 import FAST_FAILURE
+from tests.support.s3_proxy import FaultProxy
+
+
+def state(size: int, seed: int = 1) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def with_endpoint(url: str, endpoint: str) -> str:
+    base, _, _ = url.partition("?")
+    return f"{base}?endpoint={endpoint}&region=us-east-1&{FAST_FAILURE}"
+
+
+def stored_keys(store: LocalBlobStore) -> set[str]:
+    return set(store.backend.keys(MANIFESTS)) | set(store.backend.keys(CHUNKS))
+
+
+def test_round_trip_through_a_second_client(s3_url: str) -> None:
+    """What one machine writes, another (a new client on the same URL) restores."""
+    writer = open_blob_store(s3_url)
+    data = state(1_500_000)
+    put = writer.put(data)
+    assert put.uri.startswith("s3://checkpoints/t-") and "endpoint" not in put.uri
+    assert put.chunks_new == put.chunks_total > 1
+    reader = open_blob_store(s3_url)
+    assert reader.get(put.uri) == data
+    incremental = writer.put(data[:1000] + b"edit" + data[1004:], parent=put.manifest)
+    assert incremental.chunks_new == 1 and reader.get(incremental.uri)[1000:1004] == b"edit"
+    with pytest.raises(BlobMissing, match="not a manifest of this blob store"):
+        reader.get(put.uri.replace("s3://checkpoints/", "s3://other-bucket/"))
+
+
+def test_create_only_an_existing_chunk_is_verified_not_trusted(s3_url: str) -> None:
+    store = open_blob_store(s3_url)
+    data = state(200_000, seed=2)
+    first = store.put(data)
+    assert store.backend.create(chunk_key(first.manifest.chunks[0].digest, None), b"other bytes") is False
+    # Same name, wrong bytes (a damaged or planted object): the next put replaces it.
+    victim = chunk_key(first.manifest.chunks[0].digest, None)
+    store.backend.put(victim, b"planted")
+    again = open_blob_store(s3_url).put(data)
+    assert again.uri == first.uri and again.chunks_new == 1
+    assert store.get(first.uri) == data
+    # Intact objects are kept: nothing is rewritten.
+    assert open_blob_store(s3_url).put(data).chunks_new == 0
+
+
+def test_tampered_object_is_rejected_on_read(s3_url: str) -> None:
+    store = open_blob_store(s3_url)
+    put = store.put(state(300_000, seed=3))
+    digest = put.manifest.chunks[1].digest
+    stored = bytearray(store.backend.get(chunk_key(digest, None)))
+    stored[10] ^= 1
+    store.backend.put(chunk_key(digest, None), bytes(stored))
+    with pytest.raises(BlobCorrupted, match=f"chunk {digest} of s3://.*#1.*does not match"):
+        store.get(put.uri)
+
+
+def test_encrypted_chunks_on_s3(s3_url: str) -> None:
+    key = bytes(range(32))
+    data = state(150_000, seed=4)
+    put = open_blob_store(s3_url, key=key).put(data)
+    raw = b"".join(open_blob_store(s3_url).backend.get(chunk_key(c.digest, put.manifest.key_id))
+                   for c in put.manifest.chunks)
+    assert data[5000:5064] not in raw
+    assert open_blob_store(s3_url, key=key).get(put.uri) == data
+
+
+def test_damaged_upload_is_rejected_by_the_server(s3_server: S3Server, s3_url: str) -> None:
+    """A body altered in transit fails the server's SHA-256 check instead of being stored."""
+    proxy = FaultProxy(s3_server.endpoint)
+    try:
+        store = open_blob_store(with_endpoint(s3_url, proxy.endpoint))
+        proxy.corrupt_next_put = True
+        with pytest.raises(BlobStoreUnavailable,
+                           match=r"blob store s3://checkpoints/t-.* at http://127.0.0.1.*\(BadDigest\)"):
+            store.backend.create("chunks/plain/00/probe", b"x" * 1000)
+        assert not store.backend.exists("chunks/plain/00/probe")
+        assert store.backend.create("chunks/plain/00/probe", b"x" * 1000)  # the retry by the caller goes through
+    finally:
+        proxy.close()
+
+
+def test_throttling_is_retried_with_backoff(s3_server: S3Server, s3_url: str) -> None:
+    proxy = FaultProxy(s3_server.endpoint)
+    try:
+        store = open_blob_store(with_endpoint(s3_url, proxy.endpoint))
+        data = state(400_000, seed=5)
+        proxy.throttle_next = 2
+        put = store.put(data)
+        proxy.throttle_next = 2
+        assert store.get(put.uri) == data
+        assert proxy.throttled == 4
+        proxy.throttle_next = 1000  # throttled past every retry: a clear error, within the retry timeout
+        started = time.monotonic()
+        with pytest.raises(BlobStoreUnavailable, match=r"\(SlowDown\)"):
+            store.get(put.uri)
+        assert time.monotonic() - started < 10
+    finally:
+        proxy.close()
+
+
+def test_server_killed_mid_upload_and_down_at_restore(own_s3_server: S3Server, tmp_path: Path) -> None:
+    """Killed during a checkpoint's upload: not committed, and the agent is told which
+    store failed. Down at restore: a clear error naming the store (not 'missing', which
+    would make recovery fall back to an older checkpoint). Back up: restore works."""
+    url = with_endpoint(own_s3_server.url("agents"), own_s3_server.endpoint)
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as admin:
+        admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
+        live = {"state": state(100_000, seed=6)}
+        agent = AgentClient("g", "a", [coordinator.address], url, snapshot=lambda: live["state"],
+                            state_dir=tmp_path / "a")
+        agent.register()
+        committed = agent.checkpoint()
+        backend = agent.blobs.backend  # type: ignore[attr-defined]
+        real_create, calls = backend.create, []
+
+        def create_then_crash(key: str, data: object) -> bool:
+            calls.append(key)
+            if len(calls) == 3:
+                own_s3_server.kill()
+            return real_create(key, data)
+
+        backend.create = create_then_crash
+        live["state"] = state(2_000_000, seed=7)
+        with pytest.raises(BlobStoreUnavailable, match=r"blob store s3://checkpoints/agents at http://127\.0\.0\.1"):
+            agent.checkpoint()
+        listed = admin.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g", agent_id="a"))
+        assert [c.index for c in listed.checkpoints] == [committed]
+
+        restarted = AgentClient("g", "a", [coordinator.address], url, snapshot=lambda: b"", state_dir=tmp_path / "a")
+        restarted.register()
+        with pytest.raises(BlobStoreUnavailable, match="blob store s3://checkpoints/agents at http"):
+            restarted.restore()
+        own_s3_server.start()
+        assert restarted.restore().state == state(100_000, seed=6)
+
+
+def test_gc_deletes_exactly_the_unreferenced_objects(s3_url: str) -> None:
+    store = open_blob_store(s3_url)
+    base = bytearray(state(1_000_000, seed=8))
+    first = store.put(bytes(base))
+    base[:20] = b"y" * 20
+    second = store.put(bytes(base), parent=first.manifest)
+    third = store.put(state(300_000, seed=9))
+    keep_chunks = {chunk_key(c.digest, None) for m in (second.manifest, third.manifest) for c in m.chunks}
+    only_first = {chunk_key(c.digest, None) for c in first.manifest.chunks} - keep_chunks
+    assert len(only_first) == 1
+    before = stored_keys(store)
+    kept = store.delete_checkpoints([first.uri], grace_s=3600)  # everything is younger than the grace period
+    assert (kept.manifests_removed, kept.chunks_removed) == (1, 0)
+    result = store.delete_checkpoints([first.uri], grace_s=0)
+    assert (result.manifests_removed, result.chunks_removed) == (0, 1) and result.bytes_freed > 0
+    first_manifest = store.backend.key_for_uri(first.uri)
+    assert stored_keys(store) == before - only_first - {first_manifest}
+    assert store.get(second.uri) == bytes(base) and store.get(third.uri) == state(300_000, seed=9)
+
+
+def test_gc_spares_chunks_of_a_manifest_written_during_it(s3_url: str) -> None:
+    """A writer on another machine reuses an unreferenced chunk and writes its manifest
+    after GC listed the manifests: GC sees the new manifest and keeps the chunk."""
+    store = open_blob_store(s3_url)
+    data = state(300_000, seed=10)
+    orphan = store.put(data)
+    store.delete(orphan.uri)  # its chunks are now unreferenced garbage
+    other_machine = open_blob_store(s3_url)
+    real_entries = store.backend.entries
+    wrote: list[str] = []
+
+    def entries_with_concurrent_writer(prefix: str):  # type: ignore[no-untyped-def]
+        listed = list(real_entries(prefix))
+        if prefix == CHUNKS and not wrote:
+            wrote.append(other_machine.put(data).uri)  # dedups against the orphan chunks
+        return iter(listed)
+
+    store.backend.entries = entries_with_concurrent_writer  # type: ignore[method-assign]
+    result = store.collect_garbage(grace_s=0)
+    assert result.chunks_removed == 0
+    assert open_blob_store(s3_url).get(wrote[0]) == data
+
+
+def test_two_agents_share_one_bucket_prefix(s3_url: str) -> None:
+    a, b = open_blob_store(s3_url), open_blob_store(s3_url)
+    common = state(400_000, seed=11)
+    put_a = a.put(common + b"agent a")
+    put_b = b.put(common + b"agent b")
+    assert put_b.chunks_new < put_b.chunks_total  # the shared prefix deduplicated across agents
+    assert b.get(put_a.uri).endswith(b"agent a") and a.get(put_b.uri).endswith(b"agent b")
+    a.delete_checkpoints([put_a.uri], grace_s=0)  # agent a's GC must not take b's shared chunks
+    assert b.get(put_b.uri) == common + b"agent b"
+    with pytest.raises(BlobMissing):
+        b.get(put_a.uri)
+
+
+def test_urls_never_carry_credentials_and_bad_urls_fail_early() -> None:
+    for bad, message in [("s3://AKIA:secret@bucket/p", "credentials never go in"),
+                         ("s3://bucket/p?aws_secret_access_key=x", "credentials never go in"),
+                         ("s3://bucket/p?colour=blue", "unknown s3:// URL parameter"),
+                         ("s3:///p", "names no bucket"),
+                         ("s3://bucket/p?retry_timeout=soon", "must be a number")]:
+        with pytest.raises(ValueError, match=message):
+            S3Backend(bad)
+    with pytest.raises(ValueError, match="unsupported blob store location gs://"):
+        open_blob_store("gs://bucket/p")
+
+
+def test_credentials_from_the_shared_file_only_when_the_environment_has_none(tmp_path: Path) -> None:
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = AK\naws_secret_access_key = SK\n"
+                     "[ci]\naws_access_key_id = AK2\naws_secret_access_key = SK2\naws_session_token = T\n")
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(creds)}
+    assert shared_file_credentials(env) == {"access_key_id": "AK", "secret_access_key": "SK"}
+    assert shared_file_credentials({**env, "AWS_PROFILE": "ci"})["session_token"] == "T"
+    assert shared_file_credentials({**env, "AWS_ACCESS_KEY_ID": "from-env"}) == {}
+    with pytest.raises(ValueError, match="no profile 'nope'"):
+        shared_file_credentials({**env, "AWS_PROFILE": "nope"})
+
+
+def test_credentials_file_reaches_the_server(s3_server: S3Server, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[default]\naws_access_key_id = {s3_server.access_key}\n"
+                     f"aws_secret_access_key = {s3_server.secret_key}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    store = open_blob_store(s3_server.url("from-file"))
+    assert store.get(store.put(b"via the credentials file").uri) == b"via the credentials file"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+    with pytest.raises(BlobStoreUnavailable) as denied:
+        open_blob_store(s3_server.url("from-file")).put(b"x")
+    assert "wrong-secret" not in str(denied.value) and s3_server.secret_key not in str(denied.value)
+
+
+def test_s3_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "obstore", None)  # as if `pip install raftpoint` without [s3]
+    monkeypatch.delitem(sys.modules, "agent_client.blobs.s3", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'raftpoint\[s3\]'"):
+        open_blob_store("s3://bucket/prefix")
+    assert open_blob_store(tmp_path).backend.location == str(tmp_path.resolve())  # directories need nothing
+
+
+def test_sub_location_keeps_the_url_parameters(tmp_path: Path) -> None:
+    assert sub_location("s3://b/p?endpoint=http://h:1&region=r", "g1") == "s3://b/p/g1?endpoint=http://h:1&region=r"
+    assert sub_location("s3://b", "g1") == "s3://b/g1"
+    assert sub_location(str(tmp_path), "g1") == str(tmp_path / "g1")
+    with pytest.raises(ValueError, match="single path segment"):
+        sub_location("s3://b/p", "../escape")
