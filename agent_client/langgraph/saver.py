@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Sequence
 
@@ -26,6 +27,7 @@ from agent_client.langgraph.thread_record import StoredCheckpoint, ThreadRecord,
 from agent_client.langgraph.threads import ThreadStore
 
 DEFAULT_GROUP = "langgraph"
+VALUE_CACHE = 1024  # channel value blobs kept in memory, by URI
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -48,6 +50,9 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         self.blobs: BlobStore = blob_store if not isinstance(blob_store, (str, Path)) else LocalBlobStore(blob_store)
         self.threads = ThreadStore(self.conn, group, self.blobs)
         self._lock = threading.RLock()
+        # Values are content-addressed, so a URI's bytes never change: reads of recent
+        # checkpoints skip the blob store (and its digest checks) for values seen before.
+        self._blob = lru_cache(maxsize=VALUE_CACHE)(self.blobs.get)
 
     def close(self) -> None:
         self.conn.close()
@@ -63,7 +68,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         return self.blobs.put(_pack(self.serde.dumps_typed(value))).uri
 
     def _download(self, uri: str) -> Any:
-        return self.serde.loads_typed(_unpack(self.blobs.get(uri)))
+        return self.serde.loads_typed(_unpack(self._blob(uri)))
 
     def _tuple(self, record: ThreadRecord, stored: StoredCheckpoint) -> CheckpointTuple:
         checkpoint = self.serde.loads_typed(stored.checkpoint)
