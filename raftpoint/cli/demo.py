@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokens", type=int, default=100, help="tokens each agent starts with")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--data-dir", type=Path, help="keep cluster data, blobs and agent logs here")
+    parser.add_argument("--langgraph", action="store_true",
+                        help="instead: three LangGraph agents, one killed mid-run, against LangGraph's SQLite saver")
     parser.set_defaults(func=run)
 
 
@@ -210,6 +212,9 @@ class Phase:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.langgraph:
+        from raftpoint.cli.langgraph_demo import run_langgraph
+        return run_langgraph()
     if not 2 <= args.agents <= 16 or not 6 <= args.rounds <= 10_000 or not 1 <= args.seconds <= 600:
         print("raftpoint demo: --agents must be 2..16, --rounds 6..10000, --seconds 1..600", file=sys.stderr)
         return 2
