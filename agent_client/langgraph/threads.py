@@ -19,12 +19,13 @@ import hashlib
 import threading
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Iterator
 
 from agent_client.blobstore import BlobStore
 from agent_client.connection import Connection, Rejected
 from agent_client.delivery_log import DeliveryLog
-from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, Watch, drive
+from agent_client.effects import Op, drive, perform_blocking
 from agent_client.langgraph.thread_record import ThreadRecord
 from agent_client.protocol import AgentProtocol
 from agent_client.restored import RestoreKind
@@ -61,17 +62,8 @@ class ThreadStore:
         self._group_ready = False
 
     # ---- effects -------------------------------------------------------------------------
-    def _perform(self, effect: Effect) -> Any:
-        if isinstance(effect, Rpc):
-            return self.conn.call(effect.service, effect.method, effect.request)
-        if isinstance(effect, Watch):
-            return self.conn.collect("AgentService", "WatchOrders", effect.request, window=effect.window)
-        if isinstance(effect, (Blocking, Callback)):
-            return effect.fn()
-        raise TypeError(f"a thread's agent performs no {effect!r}")
-
     def _drive(self, op: Op[Any]) -> Any:
-        return drive(op, self._perform)
+        return drive(op, partial(perform_blocking, self.conn))
 
     def _protocol(self, agent_id: str) -> AgentProtocol:
         return AgentProtocol(self.group, agent_id, blobs=self.blobs, deliveries=DeliveryLog(None),
