@@ -14,7 +14,6 @@ stored once per (task, index) and a special one (error, interrupt, ...) replaced
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
@@ -52,11 +51,16 @@ class ThreadRecord:
     """A thread's checkpoints, value references and writes, as one JSON-able dict."""
 
     def __init__(self, thread_id: str, doc: Mapping[str, Any] | None = None) -> None:
+        """Copies the containers a change may modify; the entries inside (a checkpoint's
+        dict, a write's list) are never changed in place, so copies share them."""
         doc = doc or {}
         self.thread_id = thread_id
-        self.checkpoints: dict[str, dict[str, dict[str, Any]]] = copy.deepcopy(dict(doc.get("checkpoints", {})))
-        self.values: dict[str, dict[str, dict[str, str | None]]] = copy.deepcopy(dict(doc.get("values", {})))
-        self.writes: dict[str, dict[str, list[list[Any]]]] = copy.deepcopy(dict(doc.get("writes", {})))
+        self.checkpoints: dict[str, dict[str, dict[str, Any]]] = {
+            ns: dict(by_id) for ns, by_id in doc.get("checkpoints", {}).items()}
+        self.values: dict[str, dict[str, dict[str, str | None]]] = {
+            ns: {ch: dict(refs) for ch, refs in chans.items()} for ns, chans in doc.get("values", {}).items()}
+        self.writes: dict[str, dict[str, list[list[Any]]]] = {
+            ns: {cid: list(ws) for cid, ws in by_id.items()} for ns, by_id in doc.get("writes", {}).items()}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "ThreadRecord":
