@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from agent_client.aio import AsyncAgentClient, TaskLock
 from agent_client.blobstore import BlobStore
 from agent_client.connection import AsyncConnection, Rejected
-from agent_client.group_spec import create_request, get_request
+from agent_client.group_spec import check_mode, create_request, get_request
 from agent_client.session import AgentBase, SessionBase, missing, starting_state
 
 
@@ -86,7 +86,7 @@ class AsyncRaftpoint(SessionBase):
             resp = await self.conn.call("AdminService", "GetGroup", get_request(name))
         except Rejected as exc:
             raise missing(name, exc) from exc
-        return AsyncGroup(self, name, resp.group.spec.mode)
+        return AsyncGroup(self, name, check_mode(name, mode, resp.group.spec.mode))
 
     async def close(self) -> None:
         await self.conn.close()

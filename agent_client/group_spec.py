@@ -33,6 +33,15 @@ def mode_value(mode: str | None) -> int:
         raise ValueError(f"unknown mode {mode!r}; one of: {', '.join(MODES)}") from None
 
 
+def check_mode(name: str, mode: str | None, actual: int) -> int:
+    """An existing group's mode, after checking it is the one the caller named (if any):
+    code written for one mode must not run silently in a group of another."""
+    if mode is not None and mode_value(mode) != actual:
+        named = next((k for k, v in MODES.items() if v == actual), str(actual))
+        raise ValueError(f"group {name!r} exists in mode {named!r}, not {mode!r}")
+    return actual
+
+
 def create_request(name: str, mode: str | None, *, lease_ttl_s: float | None = None,
                    retention: int | None = None, checkpoint_interval_s: float | None = None) -> pb.CreateGroupRequest:
     """CreateGroup with a fresh request id. Creating is idempotent on the coordinator

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from agent_client.agent import AgentClient
 from agent_client.blobstore import BlobStore
 from agent_client.connection import Connection, Rejected
-from agent_client.group_spec import GroupNotFound, create_request, get_request
+from agent_client.group_spec import GroupNotFound, check_mode, create_request, get_request
 from agent_client.restored import Restored, RestoreKind
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -168,7 +168,7 @@ class Raftpoint(SessionBase):
             resp = self.conn.call("AdminService", "GetGroup", get_request(name))
         except Rejected as exc:
             raise missing(name, exc) from exc
-        return Group(self, name, resp.group.spec.mode)
+        return Group(self, name, check_mode(name, mode, resp.group.spec.mode))
 
     def close(self) -> None:
         self.conn.close()

@@ -38,6 +38,8 @@ def test_creating_a_group_without_a_mode_is_refused_and_creates_nothing(coordina
             rp.group("modeless")
         assert rp.group("modeless", mode="hmnr", create=True).mode == pb.CIC_HMNR
         assert rp.group("modeless").mode == pb.CIC_HMNR  # found without create, same mode
+        with pytest.raises(ValueError, match="exists in mode 'hmnr', not 'bcs'"):
+            rp.group("modeless", mode="bcs")
 
 
 @pytest.mark.slow
