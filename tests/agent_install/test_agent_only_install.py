@@ -50,3 +50,14 @@ def test_the_agent_package_runs_the_quickstart_without_server_dependencies(tmp_p
                                 cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{'notes': ['outline the report']}"
+
+
+def test_the_langgraph_module_says_what_to_install_when_langgraph_is_missing(tmp_path: Path) -> None:
+    blocker = tmp_path / "langgraph"  # a package that hides the installed LangGraph
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ModuleNotFoundError('no LangGraph here', name='langgraph')\n")
+    code = "import agent_client.langgraph"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": ""}, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "pip install 'raftpoint[langgraph]'" in result.stderr
