@@ -25,7 +25,7 @@ from agent_client.background import Heartbeater, OrderWatcher
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, Watch, drive
+from agent_client.effects import Effect, Op, drive, perform_blocking
 from agent_client.restored import Restored, RestoreKind
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -46,13 +46,7 @@ class AgentClient(ClientBase):
 
     # ---- effects ----------------------------------------------------------------------
     def _perform(self, effect: Effect) -> Any:
-        if isinstance(effect, Rpc):
-            return self.conn.call(effect.service, effect.method, effect.request)
-        if isinstance(effect, Watch):
-            return self.conn.collect("AgentService", "WatchOrders", effect.request, window=effect.window)
-        if isinstance(effect, (Blocking, Callback)):
-            return effect.fn()
-        raise TypeError(f"unknown effect {effect!r}")
+        return perform_blocking(self.conn, effect)
 
     def _run(self, op: Op[T]) -> T:
         with self._lock:

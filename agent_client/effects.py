@@ -64,6 +64,18 @@ def step(op: Op[T], value: Any = None, error: BaseException | None = None) -> tu
         return True, stop.value
 
 
+def perform_blocking(conn: Any, effect: Effect) -> Any:
+    """An effect performed with blocking calls on a Connection: what every blocking
+    shell (AgentClient, the LangGraph saver's thread store) does with one."""
+    if isinstance(effect, Rpc):
+        return conn.call(effect.service, effect.method, effect.request)
+    if isinstance(effect, Watch):
+        return conn.collect("AgentService", "WatchOrders", effect.request, window=effect.window)
+    if isinstance(effect, (Blocking, Callback)):
+        return effect.fn()
+    raise TypeError(f"unknown effect {effect!r}")
+
+
 def drive(op: Op[T], perform: Callable[[Effect], Any]) -> T:
     """Run an operation, performing each effect with a blocking call."""
     done, out = step(op)

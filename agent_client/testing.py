@@ -7,10 +7,15 @@ finds it through the documented `raftpoint.testing` entry point: an agent's own
 code never imports the server, and an agent installed without it gets a message
 that says what to install instead of an ImportError from deep inside.
 
-    from agent_client import testing
+    from agent_client import connect, testing
 
-    with testing.coordinator() as coordinator:
-        client = AgentClient("g", "a", [coordinator.address], state_dir, snapshot=...)
+    with testing.coordinator() as coordinator, connect(coordinator.address, data_dir=tmp_path) as rp:
+        group = rp.group("team", mode="bcs", create=True)
+        with group.agent("planner", state={}) as me:
+            ...
+
+The coordinator is silent unless asked: `testing.coordinator(verbose=True)` prints its
+log lines to stderr, and otherwise they reach the user's own logging configuration only.
 """
 from __future__ import annotations
 

@@ -7,11 +7,19 @@ proposal at once: no Raft, no LMDB, nothing to install. Use it as a context mana
 
     with InProcessCoordinator() as coordinator:
         client = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=...)
+
+It runs inside the user's test process, so it writes nothing to the user's stdout or
+stderr unless asked: its log records go to the stdlib loggers "raftpoint" and
+"coordinator", which the user's own logging configuration shows or not
+(`verbose=True` prints them to stderr).
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+
+import structlog
 
 from coordinator.harness.local_cluster import free_ports, node_status, wait_for
 from coordinator.core.commands import Proposal
@@ -22,6 +30,25 @@ from coordinator.storage.state import RESULT, KvState, RecordCache
 from coordinator.storage import keys
 
 LOCAL = "in-process"
+LOGGERS = ("raftpoint", "coordinator")
+
+
+def route_logs_to_stdlib(verbose: bool) -> None:
+    """structlog unconfigured prints to stdout: send its lines to stdlib logging instead
+    (unless the process configured structlog itself), and keep the coordinator's
+    loggers quiet unless `verbose` or the user's logging configuration shows them."""
+    if not structlog.is_configured():
+        structlog.configure(processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.render_to_log_kwargs],
+                            logger_factory=structlog.stdlib.LoggerFactory(),
+                            wrapper_class=structlog.stdlib.BoundLogger)
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        if verbose and not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.NullHandler)
+                               for h in logger.handlers):
+            logger.addHandler(logging.StreamHandler())
+            logger.setLevel(logging.INFO)
+        elif not logger.handlers:
+            logger.addHandler(logging.NullHandler())  # no "last resort" printing of warnings
 
 
 class _Addresses:
@@ -74,7 +101,8 @@ class LocalReplica:
 
 
 class InProcessCoordinator:
-    def __init__(self, startup_timeout: float = 10.0) -> None:
+    def __init__(self, startup_timeout: float = 10.0, *, verbose: bool = False) -> None:
+        route_logs_to_stdlib(verbose)
         self.address = f"127.0.0.1:{free_ports(1)[0]}"
         self.replica = LocalReplica(self.address)
         self._startup_timeout = startup_timeout

@@ -51,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="where agents put checkpoint blobs: a directory, or s3://bucket/prefix?endpoint=..."
                              "&region=... with credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the shared "
                              "credentials file (default: a directory under the data dir)")
+    parser.add_argument("--langgraph", action="store_true",
+                        help="instead: three LangGraph agents, one killed mid-run, against LangGraph's SQLite saver")
     parser.set_defaults(func=run)
 
 
@@ -218,6 +220,9 @@ class Phase:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.langgraph:
+        from raftpoint.cli.langgraph_demo import run_langgraph
+        return run_langgraph()
     if not 2 <= args.agents <= 16 or not 6 <= args.rounds <= 10_000 or not 1 <= args.seconds <= 600:
         print("raftpoint demo: --agents must be 2..16, --rounds 6..10000, --seconds 1..600", file=sys.stderr)
         return 2

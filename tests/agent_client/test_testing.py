@@ -18,18 +18,17 @@ def test_agents_checkpoint_message_and_recover_in_process(tmp_path: Path) -> Non
     with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
-        a = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=lambda: b"a-state")
-        b = AgentClient("g", "b", [coordinator.address], tmp_path, snapshot=lambda: b"b-state")
-        a.register()
-        b.register()
-        a.checkpoint()
-        assert b.unwrap(a.wrap(b"m", to="b")) == b"m" and b.forced == 1
-        restarted = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=lambda: b"")
-        restarted.register()
-        assert restarted.restore().state == b"a-state"
-        with pytest.raises(Rejected, match="incarnation"):
-            a.checkpoint()  # the old incarnation is a zombie now
-
+        with AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=lambda: b"a-state") as a, \
+                AgentClient("g", "b", [coordinator.address], tmp_path, snapshot=lambda: b"b-state") as b:
+            a.register()
+            b.register()
+            a.checkpoint()
+            assert b.unwrap(a.wrap(b"m", to="b")) == b"m" and b.forced == 1
+            with AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=lambda: b"") as restarted:
+                restarted.register()
+                assert restarted.restore().state == b"a-state"
+                with pytest.raises(Rejected, match="incarnation"):
+                    a.checkpoint()  # the old incarnation is a zombie now
 
 def test_running_the_testing_coordinator_loads_neither_raft_nor_lmdb() -> None:
     code = ("import sys, agent_client.testing, agent_client.agent; "

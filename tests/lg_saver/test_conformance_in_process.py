@@ -1,0 +1,26 @@
+"""LangGraph's own checkpointer conformance suite against RaftpointSaver, in-process coordinator."""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.conformance")
+from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
+
+from agent_client.langgraph import RaftpointSaver  # noqa: E402
+from agent_client import testing  # noqa: E402
+
+
+@pytest.mark.slow
+async def test_full_conformance_in_process(tmp_path: Path) -> None:
+    with testing.coordinator() as running:
+        @checkpointer_test(name="RaftpointSaver-in-process")
+        async def saver():
+            with RaftpointSaver(running.address, tmp_path, group=f"lg-{uuid.uuid4().hex[:8]}") as s:
+                yield s
+
+        report = await validate(saver)
+        report.print_report()
+        assert report.passed_all_base() and report.passed_all(), report
