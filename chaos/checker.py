@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Iterable
 
 from chaos.history import CRASHED, FAULT, NEMESIS, Op, calls, load
-from chaos.invariants import availability, convergence, durability, epochs, fencing, recovery_lines, retries
+from chaos.invariants import (availability, collection, convergence, durability, epochs, fencing, reads,
+                              recovery_lines, retries)
 from chaos.invariants.facts import Facts
 from chaos.report import InvariantResult, Report
 
@@ -31,6 +32,8 @@ def check(ops: Iterable[Op], *, extra: Iterable[InvariantResult] = (),
         retries.check(facts),
         fencing.check(facts),
         availability.check(facts, serve_bound_s),
+        collection.check(facts),
+        reads.check(facts),
         *extra,
     ]
     return Report(results, _summary(facts))
@@ -41,7 +44,20 @@ def _summary(facts: Facts) -> dict[str, object]:
     return {"ops": len(facts.ops), "operations": sum(outcomes.values()), "ok": outcomes["ok"],
             "fail": outcomes["fail"], "info": outcomes["info"],
             "faults": len(facts.nemesis_phase(FAULT)),
-            "crashed_processes": sorted({op.process for op in facts.notes(CRASHED)})}
+            "crashed_processes": sorted({op.process for op in facts.notes(CRASHED)}),
+            **_dependency_figures(facts)}
+
+
+def _dependency_figures(facts: Facts) -> dict[str, object]:
+    """How many dependency reports the rollback fences refused as orphans: with the
+    senders' generations stamped right, only sends a rollback undid are refused."""
+    reports = facts.all("report_deps")
+    accepted = sum(1 for r in reports if r.ok)
+    orphans = sum(1 for r in reports if not r.ok and any(
+        "orphan message" in (c.completion.error or "") for c in r.refusals if c.completion is not None))
+    judged = accepted + orphans  # refusals for other reasons (a zombie's incarnation) say nothing here
+    return {"dependency_reports": judged, "orphan_refusals": orphans,
+            "orphan_refusal_rate": round(orphans / judged, 3) if judged else 0.0}
 
 
 def main(argv: list[str] | None = None) -> int:

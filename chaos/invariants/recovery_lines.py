@@ -71,7 +71,7 @@ def orphans(cut: Mapping[str, int | None], deps: Iterable[Dep]) -> list[Dep]:
 
 
 @dataclass(frozen=True)
-class _Issued:
+class Issued:
     label: str
     t0: float  # the line was computed at some point in [t0, t1]
     t1: float
@@ -84,8 +84,9 @@ class _Issued:
     may_count_as_failed: frozenset[str] = frozenset()
 
 
-class _GroupState:
-    """The group's stored checkpoints and dependencies as bounds at any moment."""
+class StoredState:
+    """The group's stored checkpoints and dependencies as bounds at any moment (also
+    what garbage collection and reads are checked against)."""
 
     def __init__(self, facts: Facts, group: str, recoveries: dict[int, Recovery]) -> None:
         self.recoveries = recoveries
@@ -121,7 +122,7 @@ class _GroupState:
                 elif view["state"] == "EPOCH_STARTED":
                     self.open_seen[e] = max(self.open_seen[e], obs.start)
 
-    def _removed(self, req: Req, affects: Callable[[Recovery], bool | None], issued: _Issued) -> tuple[bool, bool]:
+    def _removed(self, req: Req, affects: Callable[[Recovery], bool | None], issued: Issued) -> tuple[bool, bool]:
         """(surely removed before t0, possibly removed before t1) by an earlier recovery."""
         surely = possibly = False
         for r in self.recoveries.values():
@@ -132,7 +133,7 @@ class _GroupState:
             possibly |= hit is not False and r.lo < issued.t1 and req.start < r.hi
         return surely, possibly
 
-    def bounds(self, issued: _Issued) -> tuple[dict[str, set[int]], dict[str, set[int]], list[Dep], list[Dep]]:
+    def bounds(self, issued: Issued) -> tuple[dict[str, set[int]], dict[str, set[int]], list[Dep], list[Dep]]:
         """(surely usable, possibly usable, surely reported, possibly reported) for the moment
         the line was computed."""
         t0, t1 = issued.t0, issued.t1
@@ -142,7 +143,7 @@ class _GroupState:
         for agent, index, epoch, uri, req in self.cps[:bisect.bisect_left(self.cp_starts, t1)]:
             if agent not in agents:
                 continue
-            gone, may_be_gone = self._removed(req, lambda r: _cp_hit(r, agent, index), issued)
+            gone, may_be_gone = self._removed(req, lambda r: checkpoint_hit(r, agent, index), issued)
             for gc in self.gcs_listing.get(uri, ()):
                 gone |= gc.applied_by < t0 and req.applied_by < gc.start
                 may_be_gone |= gc.start < t1 and req.start < gc.applied_by
@@ -164,7 +165,7 @@ class _GroupState:
         return sure, maybe, sure_deps, maybe_deps
 
 
-def _cp_hit(r: Recovery, agent: str, index: int) -> bool | None:
+def checkpoint_hit(r: Recovery, agent: str, index: int) -> bool | None:
     if agent in r.line:
         return index > r.line[agent]
     return False if r.complete else None
@@ -180,10 +181,10 @@ def _dep_hit(r: Recovery, dep: Dep) -> bool | None:
 def check(facts: Facts) -> InvariantResult:
     result = InvariantResult(NAME, True)
     counts = dict.fromkeys(("recoveries", "recoveries_checked", "recoveries_unchecked", "what_ifs_checked",
-                            "exact", "bounded"), 0)
+                            "exact", "bounded", "multi_agent"), 0)
     for group in facts.groups:
         recoveries = recovery_events(facts, group)
-        state = _GroupState(facts, group, recoveries)
+        state = StoredState(facts, group, recoveries)
         for issued in _issued_lines(facts, group, recoveries, result, counts):
             _check_line(state, issued, result, counts)
     result.counts = counts
@@ -191,7 +192,7 @@ def check(facts: Facts) -> InvariantResult:
 
 
 def _issued_lines(facts: Facts, group: str, recoveries: dict[int, Recovery], result: InvariantResult,
-                  counts: dict[str, int]) -> list[_Issued]:
+                  counts: dict[str, int]) -> list[Issued]:
     out = []
     for r in sorted(recoveries.values(), key=lambda r: r.id):
         counts["recoveries"] += 1
@@ -202,14 +203,14 @@ def _issued_lines(facts: Facts, group: str, recoveries: dict[int, Recovery], res
             counts["recoveries_unchecked"] += 1
             continue
         counts["recoveries_checked"] += 1
-        out.append(_Issued(f"{group} recovery {r.id} (re-registration of {sorted(r.failed)})", r.lo, r.hi,
+        out.append(Issued(f"{group} recovery {r.id} (re-registration of {sorted(r.failed)})", r.lo, r.hi,
                            r.failed, r.line, (r.cause.first.invoke, r.cause.ok_op), r.id))
     everyone = frozenset(r.value["agent"] for r in facts.of(group, "register"))
     for w in facts.of(group, "what_if"):
         if w.ok:
             counts["what_ifs_checked"] += 1
             unsettled = everyone if _may_be_unsettled(facts, group, w.start, w.applied_by) else frozenset()
-            out.append(_Issued(f"{group} what-if {w.value['failed']} fail", w.start, w.applied_by,
+            out.append(Issued(f"{group} what-if {w.value['failed']} fail", w.start, w.applied_by,
                                frozenset(w.value["failed"]), dict(w.answer["targets"]), (w.first.invoke, w.ok_op),
                                may_count_as_failed=unsettled))
     return out
@@ -228,11 +229,14 @@ def _may_be_unsettled(facts: Facts, group: str, t0: float, t1: float) -> bool:
                for req in re_registrations(facts, group) if req.may_apply and req.start < t1)
 
 
-def _check_line(state: _GroupState, issued: _Issued, result: InvariantResult, counts: dict[str, int]) -> None:
+def _check_line(state: StoredState, issued: Issued, result: InvariantResult, counts: dict[str, int]) -> None:
     sure, maybe, sure_deps, maybe_deps = state.bounds(issued)
     lower = naive_recovery_line(sure, maybe_deps, issued.failed | issued.may_count_as_failed)
     upper = naive_recovery_line(maybe, sure_deps, issued.failed)
     counts["exact" if lower == upper else "bounded"] += 1
+    # A line that rolls back an agent beyond the failed ones exercises the dependency
+    # graph; one that rolls back only the failed agents would hold with no dependencies.
+    counts["multi_agent"] += bool(set(issued.line) - issued.failed)
     line: Cut = {a: issued.line.get(a) for a in maybe}
     unknown = sorted(set(issued.line) - set(maybe))
     if unknown:

@@ -179,7 +179,7 @@ class MetadataWorkload:
     # ---- the model and the group's state ----------------------------------------------
     def _registered(self, a: AgentModel, outcome: Outcome) -> None:
         if outcome.ok:
-            self.beliefs.adopt_incarnation(a, outcome.response.incarnation)
+            self.beliefs.adopt_incarnation(a, outcome.response.incarnation, outcome.response.generation)
 
     def _refresh(self, g: GroupModel, outcome: Outcome) -> None:
         if outcome.ok:
@@ -209,9 +209,10 @@ class MetadataWorkload:
                 watched = proc.send(ops.watch_orders(self._rid(proc), g.name, a.agent, a.incarnation, window))
                 for order in (watched.response if watched.ok else ()):
                     if order.WhichOneof("kind") == "roll_back":
-                        index = order.roll_back.checkpoint_index
+                        back = order.roll_back
                         proc.send(ops.ack_order(self._rid(proc), g.name, a.agent, a.incarnation, order.order_id),
-                                  lambda o, a=a, index=index: o.ok and self.beliefs.stored(a, index))
+                                  lambda o, a=a, back=back: o.ok and self.beliefs.rolled_back(
+                                      a, back.checkpoint_index, back.generation))
             state = self._read_group(proc, g)
             if state.ok and state.response.group.state == pb.RUNNING:
                 return True
@@ -274,11 +275,12 @@ class MetadataWorkload:
         senders = [b for b in g.agents.values() if b is not a and b.incarnation]
         if not senders:
             return
-        deps = []
+        deps, generations = [], []
         for _ in range(proc.rng.randint(1, self.config.deps_per_report)):
             s = proc.rng.choice(senders)
             deps.append((s.agent, s.last_index + 1, a.agent, a.last_index + 1, f"m{self.run_id}-{next(self._ids)}"))
-        request = ops.report_deps(self._rid(proc), g.name, a.agent, a.incarnation, deps)
+            generations.append(s.generation)
+        request = ops.report_deps(self._rid(proc), g.name, a.agent, a.incarnation, deps, generations)
         proc.send(request, lambda o: o.ok or self._resync(proc, g, a, o))
 
     def _commit_epoch(self, proc: ClientProcess, g: GroupModel, a: AgentModel, epoch: int) -> None:
