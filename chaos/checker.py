@@ -1,9 +1,10 @@
 """The chaos checker: a history (and the final reads recorded in it) in, a report out.
 
 Pure: it reads the ops and nothing else, so a history file from any run can be
-checked again later (`python -m chaos.checker history.jsonl [--json]`). Each
-invariant lives in its own module under chaos/invariants; other workloads add
-their own results (e.g. the agent workload's token conservation) through `extra`.
+checked again later (`python -m chaos.checker history.jsonl [--json]`), with the
+same verdicts as the run. Each invariant lives in its own module under
+chaos/invariants; the agent workload's (e.g. token conservation) come in through
+`extra`, judged from the history too (chaos.tokens.invariants).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from chaos.history import CRASHED, FAULT, NEMESIS, Op, calls, load
 from chaos.invariants import (availability, collection, convergence, durability, epochs, fencing, reads,
                               recovery_lines, retries)
 from chaos.invariants.facts import Facts
+from chaos.tokens import invariants as agents
 from chaos.report import InvariantResult, Report
 
 
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve-bound", type=float, default=availability.DEFAULT_BOUND_S,
                         help="seconds within which a write must be acknowledged after the last heal")
     args = parser.parse_args(argv)
-    report = check(load(args.history), serve_bound_s=args.serve_bound)
+    ops = load(args.history)
+    report = check(ops, extra=agents.results(ops), serve_bound_s=args.serve_bound)
     print(report.to_json() if args.json else report.table())
     return 0 if report.ok else 1
 
