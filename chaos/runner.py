@@ -119,6 +119,7 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
             if agents is not None:
                 agents.start()
             nemesis = Nemesis(cluster, history, plan, seed=config.seed, agents=agents).start()
+            metadata.faults_in_force = lambda: nemesis.in_force
             loaded_from = time.monotonic()
             try:
                 if agents is not None:
