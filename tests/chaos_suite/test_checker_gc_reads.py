@@ -17,15 +17,21 @@ def two_agents(*, retention: int = 0) -> Script:
     return s
 
 
+def a_committed(*indexes: int, retention: int = 0) -> Script:
+    """Agent a's checkpoints, each acknowledged at the second its index names."""
+    s = two_agents(retention=retention)
+    for i in indexes:
+        s.commit("g", "a", i, start=i)
+    return s
+
+
 def uri(agent: str, index: int) -> str:
     return f"mem://g/{agent}/{index}"
 
 
 # ---- GC is checked, not trusted ----------------------------------------------------------
 def test_gc_below_the_all_fail_line_holds() -> None:
-    s = two_agents()
-    for i in (1, 2, 3):
-        s.commit("g", "a", i, start=i)
+    s = a_committed(1, 2, 3)
     s.gc("g", [uri("a", 1), uri("a", 2)], at=5)
     s.listed("g", [("a", 3)], at=10)
     result = collection.check(Facts(s.ops()))
@@ -33,9 +39,7 @@ def test_gc_below_the_all_fail_line_holds() -> None:
 
 
 def test_gc_collecting_the_newest_usable_checkpoint_is_a_violation() -> None:
-    s = two_agents()
-    for i in (1, 2, 3):
-        s.commit("g", "a", i, start=i)
+    s = a_committed(1, 2, 3)
     s.gc("g", [uri("a", 1), uri("a", 3)], at=5)
     s.listed("g", [("a", 2)], at=10)
     assert durability.check(Facts(s.ops())).ok  # the final listing alone is fooled: "collected"
@@ -62,9 +66,7 @@ def test_gc_collecting_what_a_recovery_line_needs_because_of_a_dependency_is_a_v
 
 
 def test_retention_keeps_older_checkpoints_from_collection() -> None:
-    s = two_agents(retention=1)
-    for i in (1, 2, 3):
-        s.commit("g", "a", i, start=i)
+    s = a_committed(1, 2, 3, retention=1)
     s.gc("g", [uri("a", 1)], at=5)
     assert collection.check(Facts(s.ops())).ok
     s.gc("g", [uri("a", 2)], at=6)
@@ -72,17 +74,14 @@ def test_retention_keeps_older_checkpoints_from_collection() -> None:
 
 
 def test_gc_collecting_a_blob_no_commit_wrote_is_a_violation() -> None:
-    s = two_agents()
-    s.commit("g", "a", 1, start=1)
+    s = a_committed(1)
     s.gc("g", ["mem://g/a/7"], at=5)
     result = collection.check(Facts(s.ops()))
     assert not result.ok and "no commit wrote" in result.examples[0]["why"]
 
 
 def test_an_unknown_gc_excuses_only_what_it_could_have_collected_in_its_time() -> None:
-    s = two_agents()
-    s.commit("g", "a", 1, start=1)
-    s.commit("g", "a", 2, start=2)
+    s = a_committed(1, 2)
     s.call("gc", {"group": "g"}, start=3, end=3.01, outcome=INFO, error="DEADLINE_EXCEEDED: timed out")
     far = 3.01 + collection.UNKNOWN_APPLY_GRACE_S + 5
     s.commit("g", "a", 3, start=far)
@@ -118,9 +117,7 @@ def test_a_read_missing_an_acknowledged_checkpoint_is_a_violation() -> None:
 
 
 def test_a_read_excuses_what_a_gc_or_rollback_removed_before_it_was_answered() -> None:
-    s = two_agents()
-    for i in (1, 2, 3):
-        s.commit("g", "a", i, start=i)
+    s = a_committed(1, 2, 3)
     s.gc("g", [uri("a", 1)], at=4)
     s.watch("g", "a", [(7, 2, 1)], at=4.5)  # recovery 1 rolled a back to 2
     s.listed("g", [("a", 2)], at=5)
