@@ -11,10 +11,9 @@ more checkpoints raise the line). A collected blob at or above it, or one no com
 ever named, is a violation.
 
 A GC whose outcome stayed unknown may have applied at any point after it was first
-sent, but not long after its last send: a Raft entry not committed within an
-election or two of the leader that took it is truncated. It excuses a missing
-checkpoint only if, in that window, the checkpoint could have been below the
-watermark.
+sent, but not long after its last send (facts.Req.latest_effect). It excuses a
+missing checkpoint only if, in that window, the checkpoint could have been below
+the watermark.
 """
 from __future__ import annotations
 
@@ -26,10 +25,6 @@ from chaos.invariants.recovery_lines import Issued, StoredState, naive_recovery_
 from chaos.report import InvariantResult
 
 NAME = "gc-collects-only-unneeded"
-# How long after its last send an entry of unknown outcome may still commit (a new
-# leader elected with it in its log commits it at once; one elected without it
-# truncates it).
-UNKNOWN_APPLY_GRACE_S = 10.0
 
 
 def watermark(state: StoredState, retention: int, t0: float, t1: float) -> dict[str, int]:
@@ -43,12 +38,6 @@ def watermark(state: StoredState, retention: int, t0: float, t1: float) -> dict[
         position = cps.index(line[agent])  # type: ignore[arg-type]  # every agent failed: a checkpoint
         out[agent] = cps[max(0, position - retention)]
     return out
-
-
-def unknown_window(gc: Req) -> tuple[float, float]:
-    """When a GC of unknown outcome may have taken effect."""
-    last_end = max(c.end for c in gc.calls)
-    return gc.start, last_end + UNKNOWN_APPLY_GRACE_S
 
 
 def retention(facts: Facts, group: str) -> int:
@@ -76,7 +65,7 @@ class Collectable:
     def by_unknown(self, gcs: Iterable[Req], agent: str, index: int, commit: Req, before: float = INF) -> bool:
         """Whether a GC of unknown outcome, started before `before`, may have collected it."""
         for gc in gcs:
-            t0, t1 = unknown_window(gc)
+            t0, t1 = gc.start, gc.latest_effect
             if t0 < before and commit.start < t1 and self.below(agent, index, t0, t1):
                 return True
         return False

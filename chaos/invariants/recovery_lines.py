@@ -84,6 +84,30 @@ class Issued:
     may_count_as_failed: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """When a write may and surely had taken effect, and the recoveries that might have
+    removed what it stored (worked out once: a run checks thousands of lines)."""
+
+    start: float
+    applied_by: float
+    hits: tuple[tuple[Recovery, bool | None], ...]  # each recovery that does not surely spare it
+
+    @classmethod
+    def of(cls, req: Req, recoveries: Iterable[Recovery], affects: Callable[[Recovery], bool | None]) -> "_Stored":
+        return cls(req.start, req.applied_by, tuple((r, hit) for r in recoveries if (hit := affects(r)) is not False))
+
+    def removed(self, issued: Issued) -> tuple[bool, bool]:
+        """(surely removed before t0, possibly removed before t1) by an earlier recovery."""
+        surely = possibly = False
+        for r, hit in self.hits:
+            if issued.before_recovery is not None and r.id >= issued.before_recovery:
+                continue
+            surely |= hit is True and r.hi < issued.t0 and self.applied_by < r.lo
+            possibly |= r.lo < issued.t1 and self.start < r.hi
+        return surely, possibly
+
+
 class StoredState:
     """The group's stored checkpoints and dependencies as bounds at any moment (also
     what garbage collection and reads are checked against)."""
@@ -93,19 +117,23 @@ class StoredState:
         self.registers = facts.of(group, "register")
         # Sorted by first send: what was first sent after a line was computed cannot have
         # shaped it, so each line looks at a prefix only.
-        self.cps = sorted(((r.value["agent"], r.value["index"], (r.answer or r.value)["epoch"], r.value["blob_uri"], r)
+        rs = list(recoveries.values())
+        self.cps = sorted(((r.value["agent"], r.value["index"], (r.answer or r.value)["epoch"], r.value["blob_uri"],
+                            _Stored.of(r, rs, lambda rec, r=r: checkpoint_hit(rec, r.value["agent"], r.value["index"])))
                            for r in facts.of(group, "commit") if r.may_apply), key=lambda c: c[4].start)
         self.cp_starts = [c[4].start for c in self.cps]
-        self.deps = sorted(((tuple(d), r) for r in facts.of(group, "report_deps") if r.may_apply
-                            for d in r.value["deps"]), key=lambda d: d[1].start)
+        self.deps = sorted(((dep, _Stored.of(r, rs, lambda rec, dep=dep: _dep_hit(rec, dep)))
+                            for r in facts.of(group, "report_deps") if r.may_apply
+                            for dep in map(tuple, r.value["deps"])), key=lambda d: d[1].start)
         self.dep_starts = [d[1].start for d in self.deps]
         self.gcs = [g for g in facts.of(group, "gc") if g.may_apply]
-        # A blob is removed only by a GC that listed it or whose answer is unknown.
-        self.gcs_listing: dict[str, list[Req]] = defaultdict(list)
+        # A blob is removed only by a GC that listed it or whose answer is unknown (and
+        # that may have applied after the blob's commit was sent).
+        self.gcs_listing: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for gc in self.gcs:
             for uri in gc.answer["uris"] if gc.ok else ():
-                self.gcs_listing[uri].append(gc)
-        self.gcs_unknown = [g for g in self.gcs if not g.ok]
+                self.gcs_listing[uri].append((gc.start, gc.applied_by))
+        self.gcs_unknown = [(g.start, g.latest_effect) for g in self.gcs if not g.ok]
         self.coordinated = facts.spec(group).get("mode") == "COORDINATED"
         self.stable_at: dict[int, float] = {}
         self.aborted: set[int] = set()
@@ -122,17 +150,6 @@ class StoredState:
                 elif view["state"] == "EPOCH_STARTED":
                     self.open_seen[e] = max(self.open_seen[e], obs.start)
 
-    def _removed(self, req: Req, affects: Callable[[Recovery], bool | None], issued: Issued) -> tuple[bool, bool]:
-        """(surely removed before t0, possibly removed before t1) by an earlier recovery."""
-        surely = possibly = False
-        for r in self.recoveries.values():
-            if issued.before_recovery is not None and r.id >= issued.before_recovery:
-                continue
-            hit = affects(r)
-            surely |= hit is True and r.hi < issued.t0 and req.applied_by < r.lo
-            possibly |= hit is not False and r.lo < issued.t1 and req.start < r.hi
-        return surely, possibly
-
     def bounds(self, issued: Issued) -> tuple[dict[str, set[int]], dict[str, set[int]], list[Dep], list[Dep]]:
         """(surely usable, possibly usable, surely reported, possibly reported) for the moment
         the line was computed."""
@@ -140,27 +157,31 @@ class StoredState:
         agents = {r.value["agent"] for r in self.registers if r.may_apply and r.start < t1}
         sure: dict[str, set[int]] = {a: set() for a in agents}
         maybe: dict[str, set[int]] = {a: set() for a in agents}
-        for agent, index, epoch, uri, req in self.cps[:bisect.bisect_left(self.cp_starts, t1)]:
+        unknown_gcs = [(start, until) for start, until in self.gcs_unknown if start < t1]
+        for agent, index, epoch, uri, cp in self.cps[:bisect.bisect_left(self.cp_starts, t1)]:
             if agent not in agents:
                 continue
-            gone, may_be_gone = self._removed(req, lambda r: checkpoint_hit(r, agent, index), issued)
-            for gc in self.gcs_listing.get(uri, ()):
-                gone |= gc.applied_by < t0 and req.applied_by < gc.start
-                may_be_gone |= gc.start < t1 and req.start < gc.applied_by
-            for gc in self.gcs_unknown:
-                may_be_gone |= gc.start < t1 and req.start < gc.applied_by
+            gone = may_be_gone = False
+            for gc_start, gc_end in self.gcs_listing.get(uri, ()):
+                gone |= gc_end < t0 and cp.applied_by < gc_start
+                may_be_gone |= gc_start < t1 and cp.start < gc_end
+            if gone:
+                continue  # collected before the line was computed: in neither bound
+            surely, possibly = cp.removed(issued)
+            gone, may_be_gone = gone or surely, may_be_gone or possibly
+            may_be_gone |= any(cp.start < until for _, until in unknown_gcs)
             stable_sure = not self.coordinated or self.stable_at.get(epoch, INF) < t0
             stable_maybe = not self.coordinated or (epoch not in self.aborted and self.open_seen[epoch] <= t1)
-            if req.applied_by < t0 and stable_sure and not may_be_gone:
+            if cp.applied_by < t0 and stable_sure and not may_be_gone:
                 sure[agent].add(index)
-            if req.start < t1 and stable_maybe and not gone:
+            if cp.start < t1 and stable_maybe and not gone:
                 maybe[agent].add(index)
         sure_deps, maybe_deps = [], []
-        for dep, req in self.deps[:bisect.bisect_left(self.dep_starts, t1)]:
-            gone, may_be_gone = self._removed(req, lambda r: _dep_hit(r, dep), issued)
-            if req.applied_by < t0 and not may_be_gone:
+        for dep, item in self.deps[:bisect.bisect_left(self.dep_starts, t1)]:
+            gone, may_be_gone = item.removed(issued)
+            if item.applied_by < t0 and not may_be_gone:
                 sure_deps.append(dep)
-            if req.start < t1 and not gone:
+            if item.start < t1 and not gone:
                 maybe_deps.append(dep)
         return sure, maybe, sure_deps, maybe_deps
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from chaos import checker
 from chaos.history import FAIL, INFO
 from chaos.invariants import collection, durability, reads
-from chaos.invariants.facts import Facts
+from chaos.invariants.facts import UNKNOWN_APPLY_GRACE_S, Facts
 from tests.chaos_suite.script import Script
 
 
@@ -83,7 +83,7 @@ def test_gc_collecting_a_blob_no_commit_wrote_is_a_violation() -> None:
 def test_an_unknown_gc_excuses_only_what_it_could_have_collected_in_its_time() -> None:
     s = a_committed(1, 2)
     s.call("gc", {"group": "g"}, start=3, end=3.01, outcome=INFO, error="DEADLINE_EXCEEDED: timed out")
-    far = 3.01 + collection.UNKNOWN_APPLY_GRACE_S + 5
+    far = 3.01 + UNKNOWN_APPLY_GRACE_S + 5
     s.commit("g", "a", 3, start=far)
     s.commit("g", "a", 4, start=far + 1)
     s.listed("g", [("a", 2), ("a", 4)], at=far + 5)  # 1 may have gone with the GC; 3 came long after it
