@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chaos import checker
 from chaos.history import FAIL, INFO
-from chaos.invariants import collection, durability, reads
+from chaos.invariants import collection, durability, reads, recovery_lines
 from chaos.invariants.facts import UNKNOWN_APPLY_GRACE_S, Facts
 from tests.chaos_suite.script import Script
 
@@ -153,3 +153,19 @@ def test_the_summary_gives_the_orphan_refusal_rate() -> None:
            start=4, end=4.01, outcome=FAIL, error="FAILED_PRECONDITION: stale incarnation")
     summary = checker.check(s.ops()).summary
     assert (summary["dependency_reports"], summary["orphan_refusals"], summary["orphan_refusal_rate"]) == (3, 1, 0.333)
+
+
+# ---- dependency records are checked by the lines that must honour them ----------------------
+def test_a_what_if_naming_a_sender_failed_must_roll_back_its_receiver() -> None:
+    """The workload's probe after an acknowledged report: a record acknowledged but not
+    stored shows as a line that keeps its receiver."""
+    s = two_agents()
+    s.commit("g", "a", 1, start=1)
+    s.commit("g", "b", 1, start=1.5)
+    s.deps("g", "b", [("a", 2, "b", 1, "m1")], start=2)  # b took in, before its checkpoint 1, a's later send
+    s.what_if("g", ["a"], {"a": 1, "b": 0}, at=3)
+    result = recovery_lines.check(Facts(s.ops()))
+    assert result.ok and result.counts["multi_agent"] == 1
+    s.what_if("g", ["a"], {"a": 1}, at=4)
+    result = recovery_lines.check(Facts(s.ops()))
+    assert not result.ok and any("message m1" in e["why"] and "orphan" in e["why"] for e in result.examples)
