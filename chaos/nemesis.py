@@ -55,6 +55,11 @@ class Nemesis:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
+    @property
+    def in_force(self) -> bool:
+        """Whether a fault is in force now (between its injection and its heal)."""
+        return self._heal is not None
+
     # ---- lifecycle ------------------------------------------------------------------
     def start(self) -> "Nemesis":
         self._t0 = time.monotonic()

@@ -12,6 +12,12 @@ knows about it. Bugs:
   coordinator.fsutil does nothing, so an acknowledgement no longer means durable.
 - `stale-read`: reads skip the read barrier, so a follower or a deposed leader
   answers from whatever it has applied.
+- `gc-too-eager`: GC keeps only each agent's newest usable checkpoint, collecting
+  ones a recovery line or the retention still needs.
+- `stale-list`: ListCheckpoints answers from a copy up to STALE_LIST_LAG_S old, as
+  a lagging replica would.
+- `drop-dependency`: dependency reports are acknowledged but not stored, so recovery
+  lines no longer see the messages.
 """
 from __future__ import annotations
 
@@ -86,11 +92,59 @@ def _stale_read() -> None:
     Batcher.barrier = no_barrier  # type: ignore[method-assign]
 
 
+def _gc_too_eager() -> None:
+    from coordinator.core import state_machine
+
+    def newest_only(usable: Any, deps: Any, retention: int) -> dict[str, int]:
+        return {agent: max(indexes, default=0) for agent, indexes in usable.items()}
+
+    state_machine.plan_gc = newest_only
+
+
+STALE_LIST_LAG_S = 2.0
+
+
+def _stale_list() -> None:
+    import time
+
+    from coordinator.transport.servicers import AdminServicer
+
+    fresh = AdminServicer.ListCheckpoints
+    copies: dict[tuple[str, str], tuple[float, Any]] = {}
+
+    async def lagging(self: AdminServicer, request: Any, context: Any) -> Any:
+        key = (request.group, request.agent_id)
+        copy = copies.get(key)
+        if copy is not None and time.monotonic() - copy[0] < STALE_LIST_LAG_S:
+            return copy[1]
+        response = await fresh(self, request, context)
+        copies[key] = (time.monotonic(), response)
+        return response
+
+    AdminServicer.ListCheckpoints = lagging  # type: ignore[method-assign]
+
+
+def _drop_dependency() -> None:
+    from coordinator.core import state_machine
+    from coordinator.core.commands import DependenciesResult, ReportDependencies
+
+    report = state_machine._HANDLERS[ReportDependencies]
+
+    def forgetful(state: Any, cmd: ReportDependencies, now: float) -> Any:
+        report(state, dataclasses.replace(cmd, records=()), now)  # fenced as usual, nothing stored
+        return DependenciesResult(accepted=len(cmd.records))
+
+    state_machine._HANDLERS[ReportDependencies] = forgetful
+
+
 BUGS: dict[str, Callable[[], None]] = {
     "no-dedupe": _no_dedupe,
     "accept-stale-epoch": _accept_stale_epoch,
     "skip-fsync": _skip_fsync,
     "stale-read": _stale_read,
+    "gc-too-eager": _gc_too_eager,
+    "stale-list": _stale_list,
+    "drop-dependency": _drop_dependency,
 }
 
 

@@ -123,6 +123,7 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
             metadata.budget.hold()
             nemesis = Nemesis(cluster, history, plan, seed=config.seed, agents=agents,
                               on_plan_done=lambda: metadata.budget.release(TAIL_S)).start()
+            metadata.faults_in_force = lambda: nemesis.in_force
             loaded_from = time.monotonic()
             try:
                 if agents is not None:

@@ -3,13 +3,15 @@
 Two things may legitimately remove one, and both must be visible in the history:
 an acknowledged GarbageCollect that listed its blob URI, or a rollback order of
 its agent to a lower index from a recovery that did not certainly happen before
-the checkpoint was first sent. A GarbageCollect of unknown outcome could have
-removed anything: those are counted apart ("possibly_collected"), not excused
-silently. The final state is the last ListCheckpoints answered for the group (a "not found"
-answer lists nothing: the whole group was lost).
+the checkpoint was first sent. A GarbageCollect of unknown outcome excuses only
+what it could have collected in the window it may have applied in (collection.py):
+those are counted apart ("possibly_collected"). The final state is the last
+ListCheckpoints answered for the group (a "not found" answer lists nothing: the
+whole group was lost).
 """
 from __future__ import annotations
 
+from chaos.invariants.collection import Collectable, unknown_gcs
 from chaos.invariants.facts import Facts
 from chaos.invariants.recoveries import rollback_orders, recovery_known_by
 from chaos.report import InvariantResult
@@ -35,7 +37,8 @@ def check(facts: Facts) -> InvariantResult:
         listed = {(c["agent"], c["index"]): c for c in entries}
         gcs = facts.of(group, "gc")
         collected = {uri for gc in gcs for c in gc.oks for uri in c.completion.value["uris"]}
-        unknown_gc = any(gc.may_apply and not gc.ok for gc in gcs)
+        unknown_gc = unknown_gcs(facts, group)
+        collectable = Collectable(facts, group) if unknown_gc else None
         orders = rollback_orders(facts, group)
         known_by = recovery_known_by(facts, group)
         for req in acked:
@@ -55,7 +58,7 @@ def check(facts: Facts) -> InvariantResult:
             elif any(o.agent == agent and o.checkpoint_index < index and known_by.first_at_least(None, o.recovery_id)[0] >= req.start
                      for o in orders):
                 counts["rolled_back"] += 1
-            elif unknown_gc:
+            elif collectable is not None and collectable.by_unknown(unknown_gc, agent, index, req):
                 counts["possibly_collected"] += 1
             else:
                 counts["missing"] += 1

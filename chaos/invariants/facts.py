@@ -4,7 +4,10 @@ Time windows are what linearizability allows: a request took effect at one point
 between its *first* invocation (any send may be the one applied) and the end of
 its first `ok`, so an answer describes the state at some point in that window.
 A request with no `ok` and no definite refusal may take effect at any point
-after its first invocation, even after the history ends.
+after its first invocation, but not long after its last send (`latest_effect`): a
+Raft entry not committed within an election or two of the leader that took it is
+truncated (a new leader elected with it in its log commits it at once; one elected
+without it drops it).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from chaos.history import FAIL, NEMESIS, OK, Call, Op, calls
 
 INF = float("inf")
 TRANSIENT = frozenset({"RESOURCE_EXHAUSTED"})  # refused before proposing; the same request may pass later
+UNKNOWN_APPLY_GRACE_S = 10.0  # how long after its last send an unanswered request may still take effect
 
 
 def error_code(op: Op | None) -> str:
@@ -67,6 +71,13 @@ class Req:
     def applied_by(self) -> float:
         """When it had certainly taken effect (inf: not known to have)."""
         return self.oks[0].end if self.oks else INF
+
+    @property
+    def latest_effect(self) -> float:
+        """The latest moment it may have taken effect (inf: a send never completed)."""
+        if self.oks:
+            return self.applied_by
+        return max(c.end for c in self.calls) + UNKNOWN_APPLY_GRACE_S
 
     @property
     def may_apply(self) -> bool:

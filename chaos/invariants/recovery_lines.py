@@ -71,7 +71,7 @@ def orphans(cut: Mapping[str, int | None], deps: Iterable[Dep]) -> list[Dep]:
 
 
 @dataclass(frozen=True)
-class _Issued:
+class Issued:
     label: str
     t0: float  # the line was computed at some point in [t0, t1]
     t1: float
@@ -84,27 +84,56 @@ class _Issued:
     may_count_as_failed: frozenset[str] = frozenset()
 
 
-class _GroupState:
-    """The group's stored checkpoints and dependencies as bounds at any moment."""
+@dataclass(frozen=True)
+class _Stored:
+    """When a write may and surely had taken effect, and the recoveries that might have
+    removed what it stored (worked out once: a run checks thousands of lines)."""
+
+    start: float
+    applied_by: float
+    hits: tuple[tuple[Recovery, bool | None], ...]  # each recovery that does not surely spare it
+
+    @classmethod
+    def of(cls, req: Req, recoveries: Iterable[Recovery], affects: Callable[[Recovery], bool | None]) -> "_Stored":
+        return cls(req.start, req.applied_by, tuple((r, hit) for r in recoveries if (hit := affects(r)) is not False))
+
+    def removed(self, issued: Issued) -> tuple[bool, bool]:
+        """(surely removed before t0, possibly removed before t1) by an earlier recovery."""
+        surely = possibly = False
+        for r, hit in self.hits:
+            if issued.before_recovery is not None and r.id >= issued.before_recovery:
+                continue
+            surely |= hit is True and r.hi < issued.t0 and self.applied_by < r.lo
+            possibly |= r.lo < issued.t1 and self.start < r.hi
+        return surely, possibly
+
+
+class StoredState:
+    """The group's stored checkpoints and dependencies as bounds at any moment (also
+    what garbage collection and reads are checked against)."""
 
     def __init__(self, facts: Facts, group: str, recoveries: dict[int, Recovery]) -> None:
         self.recoveries = recoveries
         self.registers = facts.of(group, "register")
         # Sorted by first send: what was first sent after a line was computed cannot have
         # shaped it, so each line looks at a prefix only.
-        self.cps = sorted(((r.value["agent"], r.value["index"], (r.answer or r.value)["epoch"], r.value["blob_uri"], r)
+        rs = list(recoveries.values())
+        self.cps = sorted(((r.value["agent"], r.value["index"], (r.answer or r.value)["epoch"], r.value["blob_uri"],
+                            _Stored.of(r, rs, lambda rec, r=r: checkpoint_hit(rec, r.value["agent"], r.value["index"])))
                            for r in facts.of(group, "commit") if r.may_apply), key=lambda c: c[4].start)
         self.cp_starts = [c[4].start for c in self.cps]
-        self.deps = sorted(((tuple(d), r) for r in facts.of(group, "report_deps") if r.may_apply
-                            for d in r.value["deps"]), key=lambda d: d[1].start)
+        self.deps = sorted(((dep, _Stored.of(r, rs, lambda rec, dep=dep: _dep_hit(rec, dep)))
+                            for r in facts.of(group, "report_deps") if r.may_apply
+                            for dep in map(tuple, r.value["deps"])), key=lambda d: d[1].start)
         self.dep_starts = [d[1].start for d in self.deps]
         self.gcs = [g for g in facts.of(group, "gc") if g.may_apply]
-        # A blob is removed only by a GC that listed it or whose answer is unknown.
-        self.gcs_listing: dict[str, list[Req]] = defaultdict(list)
+        # A blob is removed only by a GC that listed it or whose answer is unknown (and
+        # that may have applied after the blob's commit was sent).
+        self.gcs_listing: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for gc in self.gcs:
             for uri in gc.answer["uris"] if gc.ok else ():
-                self.gcs_listing[uri].append(gc)
-        self.gcs_unknown = [g for g in self.gcs if not g.ok]
+                self.gcs_listing[uri].append((gc.start, gc.applied_by))
+        self.gcs_unknown = [(g.start, g.latest_effect) for g in self.gcs if not g.ok]
         self.coordinated = facts.spec(group).get("mode") == "COORDINATED"
         self.stable_at: dict[int, float] = {}
         self.aborted: set[int] = set()
@@ -121,50 +150,43 @@ class _GroupState:
                 elif view["state"] == "EPOCH_STARTED":
                     self.open_seen[e] = max(self.open_seen[e], obs.start)
 
-    def _removed(self, req: Req, affects: Callable[[Recovery], bool | None], issued: _Issued) -> tuple[bool, bool]:
-        """(surely removed before t0, possibly removed before t1) by an earlier recovery."""
-        surely = possibly = False
-        for r in self.recoveries.values():
-            if issued.before_recovery is not None and r.id >= issued.before_recovery:
-                continue
-            hit = affects(r)
-            surely |= hit is True and r.hi < issued.t0 and req.applied_by < r.lo
-            possibly |= hit is not False and r.lo < issued.t1 and req.start < r.hi
-        return surely, possibly
-
-    def bounds(self, issued: _Issued) -> tuple[dict[str, set[int]], dict[str, set[int]], list[Dep], list[Dep]]:
+    def bounds(self, issued: Issued) -> tuple[dict[str, set[int]], dict[str, set[int]], list[Dep], list[Dep]]:
         """(surely usable, possibly usable, surely reported, possibly reported) for the moment
         the line was computed."""
         t0, t1 = issued.t0, issued.t1
         agents = {r.value["agent"] for r in self.registers if r.may_apply and r.start < t1}
         sure: dict[str, set[int]] = {a: set() for a in agents}
         maybe: dict[str, set[int]] = {a: set() for a in agents}
-        for agent, index, epoch, uri, req in self.cps[:bisect.bisect_left(self.cp_starts, t1)]:
+        unknown_gcs = [(start, until) for start, until in self.gcs_unknown if start < t1]
+        for agent, index, epoch, uri, cp in self.cps[:bisect.bisect_left(self.cp_starts, t1)]:
             if agent not in agents:
                 continue
-            gone, may_be_gone = self._removed(req, lambda r: _cp_hit(r, agent, index), issued)
-            for gc in self.gcs_listing.get(uri, ()):
-                gone |= gc.applied_by < t0 and req.applied_by < gc.start
-                may_be_gone |= gc.start < t1 and req.start < gc.applied_by
-            for gc in self.gcs_unknown:
-                may_be_gone |= gc.start < t1 and req.start < gc.applied_by
+            gone = may_be_gone = False
+            for gc_start, gc_end in self.gcs_listing.get(uri, ()):
+                gone |= gc_end < t0 and cp.applied_by < gc_start
+                may_be_gone |= gc_start < t1 and cp.start < gc_end
+            if gone:
+                continue  # collected before the line was computed: in neither bound
+            surely, possibly = cp.removed(issued)
+            gone, may_be_gone = gone or surely, may_be_gone or possibly
+            may_be_gone |= any(cp.start < until for _, until in unknown_gcs)
             stable_sure = not self.coordinated or self.stable_at.get(epoch, INF) < t0
             stable_maybe = not self.coordinated or (epoch not in self.aborted and self.open_seen[epoch] <= t1)
-            if req.applied_by < t0 and stable_sure and not may_be_gone:
+            if cp.applied_by < t0 and stable_sure and not may_be_gone:
                 sure[agent].add(index)
-            if req.start < t1 and stable_maybe and not gone:
+            if cp.start < t1 and stable_maybe and not gone:
                 maybe[agent].add(index)
         sure_deps, maybe_deps = [], []
-        for dep, req in self.deps[:bisect.bisect_left(self.dep_starts, t1)]:
-            gone, may_be_gone = self._removed(req, lambda r: _dep_hit(r, dep), issued)
-            if req.applied_by < t0 and not may_be_gone:
+        for dep, item in self.deps[:bisect.bisect_left(self.dep_starts, t1)]:
+            gone, may_be_gone = item.removed(issued)
+            if item.applied_by < t0 and not may_be_gone:
                 sure_deps.append(dep)
-            if req.start < t1 and not gone:
+            if item.start < t1 and not gone:
                 maybe_deps.append(dep)
         return sure, maybe, sure_deps, maybe_deps
 
 
-def _cp_hit(r: Recovery, agent: str, index: int) -> bool | None:
+def checkpoint_hit(r: Recovery, agent: str, index: int) -> bool | None:
     if agent in r.line:
         return index > r.line[agent]
     return False if r.complete else None
@@ -180,10 +202,10 @@ def _dep_hit(r: Recovery, dep: Dep) -> bool | None:
 def check(facts: Facts) -> InvariantResult:
     result = InvariantResult(NAME, True)
     counts = dict.fromkeys(("recoveries", "recoveries_checked", "recoveries_unchecked", "what_ifs_checked",
-                            "exact", "bounded"), 0)
+                            "exact", "bounded", "multi_agent"), 0)
     for group in facts.groups:
         recoveries = recovery_events(facts, group)
-        state = _GroupState(facts, group, recoveries)
+        state = StoredState(facts, group, recoveries)
         for issued in _issued_lines(facts, group, recoveries, result, counts):
             _check_line(state, issued, result, counts)
     result.counts = counts
@@ -191,7 +213,7 @@ def check(facts: Facts) -> InvariantResult:
 
 
 def _issued_lines(facts: Facts, group: str, recoveries: dict[int, Recovery], result: InvariantResult,
-                  counts: dict[str, int]) -> list[_Issued]:
+                  counts: dict[str, int]) -> list[Issued]:
     out = []
     for r in sorted(recoveries.values(), key=lambda r: r.id):
         counts["recoveries"] += 1
@@ -202,14 +224,14 @@ def _issued_lines(facts: Facts, group: str, recoveries: dict[int, Recovery], res
             counts["recoveries_unchecked"] += 1
             continue
         counts["recoveries_checked"] += 1
-        out.append(_Issued(f"{group} recovery {r.id} (re-registration of {sorted(r.failed)})", r.lo, r.hi,
+        out.append(Issued(f"{group} recovery {r.id} (re-registration of {sorted(r.failed)})", r.lo, r.hi,
                            r.failed, r.line, (r.cause.first.invoke, r.cause.ok_op), r.id))
     everyone = frozenset(r.value["agent"] for r in facts.of(group, "register"))
     for w in facts.of(group, "what_if"):
         if w.ok:
             counts["what_ifs_checked"] += 1
             unsettled = everyone if _may_be_unsettled(facts, group, w.start, w.applied_by) else frozenset()
-            out.append(_Issued(f"{group} what-if {w.value['failed']} fail", w.start, w.applied_by,
+            out.append(Issued(f"{group} what-if {w.value['failed']} fail", w.start, w.applied_by,
                                frozenset(w.value["failed"]), dict(w.answer["targets"]), (w.first.invoke, w.ok_op),
                                may_count_as_failed=unsettled))
     return out
@@ -228,11 +250,14 @@ def _may_be_unsettled(facts: Facts, group: str, t0: float, t1: float) -> bool:
                for req in re_registrations(facts, group) if req.may_apply and req.start < t1)
 
 
-def _check_line(state: _GroupState, issued: _Issued, result: InvariantResult, counts: dict[str, int]) -> None:
+def _check_line(state: StoredState, issued: Issued, result: InvariantResult, counts: dict[str, int]) -> None:
     sure, maybe, sure_deps, maybe_deps = state.bounds(issued)
     lower = naive_recovery_line(sure, maybe_deps, issued.failed | issued.may_count_as_failed)
     upper = naive_recovery_line(maybe, sure_deps, issued.failed)
     counts["exact" if lower == upper else "bounded"] += 1
+    # A line that rolls back an agent beyond the failed ones exercises the dependency
+    # graph; one that rolls back only the failed agents would hold with no dependencies.
+    counts["multi_agent"] += bool(set(issued.line) - issued.failed)
     line: Cut = {a: issued.line.get(a) for a in maybe}
     unknown = sorted(set(issued.line) - set(maybe))
     if unknown:

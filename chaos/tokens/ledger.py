@@ -31,13 +31,17 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Collection, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from coordinator.core.fences import undoing
 from coordinator.core.model import Fence
 
 ORPHANS, DUPLICATES, LOST, TOKENS = "no-orphans", "duplicates-delivered-once", "lost-messages-redelivered", "tokens"
 NEVER = float("inf")  # the generation at which a live delivery is undone
+# Sees every event as (method, keyword arguments), JSON-ready, so that a history can
+# carry the record and the judgement can be made again from it (Ledger.replay).
+Journal = Callable[[str, dict[str, Any]], None]
+EVENTS = ("sent", "accepted", "refused", "unknown", "line", "committed", "audit")
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,9 @@ class Tally:
 class Ledger:
     """One group's record; fed by one thread (the group's driver)."""
 
-    def __init__(self, agents: Iterable[str], tokens_each: int) -> None:
+    def __init__(self, agents: Iterable[str], tokens_each: int, journal: Journal | None = None) -> None:
+        self.journal = journal
+        self.tokens_each = tokens_each
         self.agents = list(agents)
         self.total = tokens_each * len(self.agents)
         self.messages: dict[str, Message] = {}
@@ -151,15 +157,37 @@ class Ledger:
         self._seq += 1
         return self._seq
 
+    def _log(self, event: str, **args: Any) -> None:
+        if self.journal is not None:
+            self.journal(event, args)
+
+    @classmethod
+    def replay(cls, agents: Iterable[str], tokens_each: int,
+               events: Iterable[tuple[str, Mapping[str, Any]]]) -> "Ledger":
+        """The ledger a journal describes: the same record, so the same verdicts."""
+        book = cls(agents, tokens_each)
+        for event, args in events:
+            if event not in EVENTS:
+                raise ValueError(f"not a ledger event: {event!r}")
+            if event == "line":
+                book.line(args["recovery_id"], [Fence(*f) for f in args["fences"]])
+            else:
+                getattr(book, event)(**args)
+        return book
+
     # ---- what happened ---------------------------------------------------------------
     def sent(self, *, id: str, sender: str, receiver: str, amount: int, interval: int, generation: int,
              envelope: str, zombie: bool = False) -> Message:
+        self._log("sent", id=id, sender=sender, receiver=receiver, amount=amount, interval=interval,
+                  generation=generation, envelope=envelope, zombie=zombie)
         m = Message(id, sender, receiver, amount, interval, generation, envelope, self._next(), zombie=zombie)
         self.messages[id] = m
         return m
 
     def accepted(self, id: str, receiver: str, interval: int, generation: int, *,
                  redelivered: bool = False) -> Delivery | None:
+        self._log("accepted", id=id, receiver=receiver, interval=interval, generation=generation,
+                  redelivered=redelivered)
         m = self.messages.get(id)
         if m is None or m.receiver != receiver:
             self.anomalies.append(Finding(LOST, f"{receiver} delivered {id}, which no agent sent to it", id))
@@ -169,16 +197,19 @@ class Ledger:
         return d
 
     def refused(self, id: str, *, orphan: bool, generation: int) -> None:
+        self._log("refused", id=id, orphan=orphan, generation=generation)
         self.messages[id].refusals.append(Refusal(orphan, generation, self._next()))
 
     def unknown(self, id: str) -> None:
         """A delivery attempt whose answer never came: its receiver died meanwhile."""
+        self._log("unknown", id=id)
         self.messages[id].unknown += 1
 
     def line(self, recovery_id: int, fences: Iterable[Fence]) -> bool:
         """A recovery line as a rollback order carried it; True if it is new. Every agent
         it rolls back reports it: they must all report the same line."""
         fences = tuple(sorted(fences, key=lambda f: f.agent_id))
+        self._log("line", recovery_id=recovery_id, fences=[[f.agent_id, f.generation, f.index] for f in fences])
         known = self.lines.get(recovery_id)
         if known is not None:
             if known != fences:
@@ -191,11 +222,13 @@ class Ledger:
         return True
 
     def committed(self, agent: str, index: int, uri: str, sha256: str, generation: int) -> None:
+        self._log("committed", agent=agent, index=index, uri=uri, sha256=sha256, generation=generation)
         self.commits.append(Commit(agent, index, uri, sha256, generation))
 
     def audit(self, label: str, tokens: Mapping[str, int], generations: Mapping[str, int],
               network: Iterable[str]) -> Tally:
         a = Audit(label, dict(tokens), dict(generations), tuple(network), self._next())
+        self._log("audit", label=label, tokens=a.tokens, generations=a.generations, network=list(a.network))
         self.audits.append(a)
         return self.tally(a)
 

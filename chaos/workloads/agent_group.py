@@ -22,6 +22,7 @@ from typing import Sequence
 
 from agent_client.blobs.location import local_root, sub_location
 from chaos.history import INFO, OK, History
+from chaos.tokens import invariants as judged
 from chaos.tokens.agent import DROP_REDELIVERIES_ENV
 from chaos.tokens.ledger import Ledger
 from chaos.tokens.process import AgentDied, AgentProcess
@@ -80,6 +81,11 @@ class GroupDriver:
                                 on_died=self._unwedge)
         self.world = TokenGroup(group, MODES[mode], procs, config.tokens, random.Random(f"{config.seed}-{mode}"),
                                 config.traffic, call=self.calls.agent, tolerant=True, on_event=self.calls.journal)
+        # The ledger's every event goes into the history, so it can be judged again from there.
+        self.ledger_process = f"{self.process}-ledger"  # never has an operation open: notes only
+        history.note(self.ledger_process, judged.OPEN, {"group": group, "agents": ids, "tokens_each": config.tokens})
+        self.world.ledger.journal = lambda event, args: history.note(
+            self.ledger_process, judged.EVENT, {"group": group, "event": event, "args": args})
         self.crashes = AgentCrashes(self.world, self.calls, restart=self._restart, crashable=self.crashable)
         self.checkpoints = GroupCheckpoints(self.calls, self.world.ledger, blob_dir)
         self.lock = threading.Lock()

@@ -44,18 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Finding, Verdict
+from chaos.tokens import invariants as judged
+from chaos.tokens.invariants import CHECKPOINTS, WORKLOAD, ZOMBIES
 from chaos.tokens.traffic import MODES, Traffic
-from chaos.history import History, Op
+from chaos.history import History
 from chaos.report import InvariantResult
 from chaos.workloads.agent_crashes import CRASH_KINDS
 from chaos.workloads.agent_group import PLANTS, GroupConfig, GroupDriver
 
-NAMES = {TOKENS: "agent-tokens-conserved", ORPHANS: "agent-no-orphans",
-         LOST: "agent-lost-messages-redelivered-once", DUPLICATES: "agent-duplicates-delivered-once"}
-COUNTS = {TOKENS: ("audits",), ORPHANS: ("recoveries", "sends_undone", "orphans_refused"),
-          LOST: ("lost_by_rollbacks", "redeliveries"), DUPLICATES: ("deliveries", "duplicates_refused")}
-ZOMBIES, CHECKPOINTS, WORKLOAD = "agent-zombie-writes-refused", "agent-checkpoints-readable", "agent-workload"
 CHAOS_TRAFFIC = Traffic(hold_probability=0.2, hold_s=(0.2, 1.5))
 
 
@@ -252,11 +248,13 @@ class AgentWorkload:
                 "restart_to_running_s_max": max(recovery, default=0.0)}
 
     def _judge(self) -> list[InvariantResult]:
-        verdicts = [(g, g.ledger.verdict(final=True, network=g.world.network.carrying())) for g in self.groups]
-        results = [self._from_ledger(invariant, verdicts) for invariant in NAMES]
+        """Record what the history lacks (what the network still holds, what was observed
+        outside the coordinator), then judge from the history, as `python -m chaos.checker`
+        does."""
         for g in self.groups:
-            if not g.final_audit:
-                results[0].violate(f"{g.name}: tokens never audited at the end ({'; '.join(g.problems)})")
+            self.history.note(g.ledger_process, judged.FINAL, {
+                "group": g.name, "network": g.world.network.carrying(), "final_audit": g.final_audit,
+                "problems": g.problems})
         zombie = InvariantResult(ZOMBIES, True)
         checkpoints = InvariantResult(CHECKPOINTS, True)
         zc: Counter[str] = Counter()
@@ -264,32 +262,12 @@ class AgentWorkload:
         for g in self.groups:
             zc.update(g.crashes.zombie)
             cc.update(g.checkpoints.counts)
-            for f in g.crashes.zombie_findings:
-                zombie.violate(f.why)
-            for f in g.checkpoints.findings:
-                checkpoints.violate(f.why)
         zombie.counts, checkpoints.counts = dict(zc), dict(cc)
         workload = InvariantResult(WORKLOAD, True, self.counts)
-        for problem in self.problems + [p for g in self.groups for p in g.problems]:
-            workload.violate(problem)
-        for g in self.groups:
-            if not g.world.stats["delivered"]:
-                workload.violate(f"{g.name}: no message was delivered")
-        return results + [zombie, checkpoints, workload]
-
-    @staticmethod
-    def _from_ledger(invariant: str, verdicts: list[tuple[GroupDriver, Verdict]]) -> InvariantResult:
-        result = InvariantResult(NAMES[invariant], True)
-        counts: Counter[str] = Counter()
-        for g, v in verdicts:
-            counts.update(v.counts)
-            for f in v.of(invariant):
-                result.violate(f"{g.name}: {f.why}", *_ops(g, f))
-        result.counts = {k: counts[k] for k in COUNTS[invariant]}
-        return result
-
-
-def _ops(g: GroupDriver, f: Finding) -> list[Op]:
-    """The op that sent the message a finding is about, as its counter-example."""
-    op = g.calls.sent_ops.get(f.message) if f.message else None
-    return [op] if op is not None else []
+        problems = self.problems + [p for g in self.groups for p in g.problems]
+        problems += [f"{g.name}: no message was delivered" for g in self.groups if not g.world.stats["delivered"]]
+        for result, findings in ((zombie, [f.why for g in self.groups for f in g.crashes.zombie_findings]),
+                                 (checkpoints, [f.why for g in self.groups for f in g.checkpoints.findings]),
+                                 (workload, problems)):
+            self.history.note("agents-results", judged.RESULT, judged.recorded_result(result, findings))
+        return judged.results(self.history.ops)

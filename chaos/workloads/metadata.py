@@ -7,8 +7,11 @@ its own leader-following Connection):
 
 - agent processes "p0".."pN-1": each drives one agent in every group: checkpoint
   commits with rising indexes (for coordinated groups, one per open epoch), batches
-  of dependency reports, reads (GetGroup, ListCheckpoints, WhatIf), occasional
-  GarbageCollect, and deliberate re-sends of requests that already completed.
+  of dependency reports stamped with each sender's generation (each acknowledged
+  one sometimes probed by a what-if that names a sender failed), reads (GetGroup,
+  ListCheckpoints, WhatIf), occasional GarbageCollect, and deliberate re-sends of
+  requests that already completed. While a fault is in force, half the calls get a
+  short deadline, so unknown outcomes are common.
 - "epochs": starts an epoch of each coordinated group once the last one closed.
 - "recoverer": re-registers a live agent (which declares its previous incarnation
   failed and starts a recovery), then watches and acknowledges the rollback
@@ -74,10 +77,17 @@ class MetadataConfig:
     what_if_probability: float = 0.03
     read_probability: float = 0.12
     deps_per_report: int = 4
+    # After an acknowledged report, how often a what-if names one of its senders failed:
+    # the line must then roll the receiver back, which checks that the record was stored.
+    dependency_probe_probability: float = 0.3
     lease_ttl_s: float = 3600.0
     epoch_timeout_s: float = 120.0
     retention: int = 2
     seed: int = 0
+    # While a fault is in force, this share of calls gets a deadline this short: most of
+    # them end with an unknown outcome, to be settled by re-sending (0: never).
+    hurried_share: float = 0.5
+    hurried_deadline_s: float = 0.008  # below the usual latency of a call (about 10 ms)
 
 
 class MetadataWorkload:
@@ -93,6 +103,8 @@ class MetadataWorkload:
         self._ids = itertools.count(1)
         self._processes: list[ClientProcess] = []
         self.sampler = NodeSampler(history, self.endpoints, config.sample_period_s)
+        # Whether a fault is in force now; whoever injects faults sets it (the runner: the nemesis's).
+        self.faults_in_force: Callable[[], bool] = lambda: False
 
     # ---- lifecycle ---------------------------------------------------------------
     def run(self, during: Callable[[], None] | None = None, convergence_timeout: float = 30.0) -> None:
@@ -165,13 +177,18 @@ class MetadataWorkload:
         self.sampler.stop()
         await_convergence(self.history, self.endpoints, convergence_timeout)
         for proc in self._processes:
-            proc.client.close()
+            proc.close()
 
     # ---- processes ---------------------------------------------------------------
     def _process(self, name: str, deadline: float | None = None) -> ClientProcess:
         client = RecordingClient(self.history, name, self.endpoints, deadline=deadline or self.config.deadline_s,
                                  rpc_timeout=self.config.rpc_timeout_s)
         proc = ClientProcess(client, random.Random(f"{self.config.seed}-{name}"), self.budget)
+        if self.config.hurried_share > 0 and deadline is None:
+            proc.hurried = RecordingClient(self.history, name, self.endpoints,
+                                           deadline=self.config.hurried_deadline_s,
+                                           rpc_timeout=min(self.config.rpc_timeout_s, self.config.hurried_deadline_s))
+            proc.hurry = lambda: self.faults_in_force() and proc.rng.random() < self.config.hurried_share
         self._processes.append(proc)
         return proc
 
@@ -181,7 +198,7 @@ class MetadataWorkload:
     # ---- the model and the group's state ----------------------------------------------
     def _registered(self, a: AgentModel, outcome: Outcome) -> None:
         if outcome.ok:
-            self.beliefs.adopt_incarnation(a, outcome.response.incarnation)
+            self.beliefs.adopt_incarnation(a, outcome.response.incarnation, outcome.response.generation)
 
     def _refresh(self, g: GroupModel, outcome: Outcome) -> None:
         if outcome.ok:
@@ -211,9 +228,10 @@ class MetadataWorkload:
                 watched = proc.send(ops.watch_orders(self._rid(proc), g.name, a.agent, a.incarnation, window))
                 for order in (watched.response if watched.ok else ()):
                     if order.WhichOneof("kind") == "roll_back":
-                        index = order.roll_back.checkpoint_index
+                        back = order.roll_back
                         proc.send(ops.ack_order(self._rid(proc), g.name, a.agent, a.incarnation, order.order_id),
-                                  lambda o, a=a, index=index: o.ok and self.beliefs.stored(a, index))
+                                  lambda o, a=a, back=back: o.ok and self.beliefs.rolled_back(
+                                      a, back.checkpoint_index, back.generation))
             state = self._read_group(proc, g)
             if state.ok and state.response.group.state == pb.RUNNING:
                 return True
@@ -276,12 +294,15 @@ class MetadataWorkload:
         senders = [b for b in g.agents.values() if b is not a and b.incarnation]
         if not senders:
             return
-        deps = []
+        deps, generations = [], []
         for _ in range(proc.rng.randint(1, self.config.deps_per_report)):
             s = proc.rng.choice(senders)
             deps.append((s.agent, s.last_index + 1, a.agent, a.last_index + 1, f"m{self.run_id}-{next(self._ids)}"))
-        request = ops.report_deps(self._rid(proc), g.name, a.agent, a.incarnation, deps)
-        proc.send(request, lambda o: o.ok or self._resync(proc, g, a, o))
+            generations.append(s.generation)
+        request = ops.report_deps(self._rid(proc), g.name, a.agent, a.incarnation, deps, generations)
+        outcome = proc.send(request, lambda o: o.ok or self._resync(proc, g, a, o))
+        if outcome.ok and proc.rng.random() < self.config.dependency_probe_probability:
+            proc.send(ops.what_if(self._rid(proc), g.name, [deps[0][0]]))
 
     def _commit_epoch(self, proc: ClientProcess, g: GroupModel, a: AgentModel, epoch: int) -> None:
         index = self.beliefs.take_index(a)

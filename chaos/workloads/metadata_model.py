@@ -23,6 +23,10 @@ class AgentModel:
     incarnation: int = 0
     retired: list[int] = field(default_factory=list)  # zombie material
     last_index: int = 0  # newest checkpoint believed stored: the next event's interval is last_index + 1
+    # The generation its sends are stamped with (DependencyRecord.send_generation): it
+    # rises with every registration and rollback, and a send stamped with an older one
+    # after the rollback point is refused as undone.
+    generation: int = 0
     next_index: int = 1
     epochs_done: set[int] = field(default_factory=set)
 
@@ -48,9 +52,10 @@ class Beliefs:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
 
-    def adopt_incarnation(self, a: AgentModel, incarnation: int) -> None:
+    def adopt_incarnation(self, a: AgentModel, incarnation: int, generation: int = 0) -> None:
         """A newer incarnation retires the one before (and its epochs' commits)."""
         with self._mutex:
+            a.generation = max(a.generation, generation)
             if incarnation > a.incarnation:
                 if a.incarnation:
                     a.retired.append(a.incarnation)
@@ -69,12 +74,19 @@ class Beliefs:
             a.last_index = index
             a.next_index = max(a.next_index, index + 1)
 
+    def rolled_back(self, a: AgentModel, index: int, generation: int) -> None:
+        """A rollback order was obeyed: later sends restart after `index`, in `generation`."""
+        with self._mutex:
+            a.last_index = index
+            a.next_index = max(a.next_index, index + 1)
+            a.generation = max(a.generation, generation)
+
     def refresh(self, g: GroupModel, r: pb.GetGroupResponse) -> None:
         """Bring the model in line with a GetGroup answer (after a refusal, a recovery, a retry)."""
         for agent in r.agents:
             a = g.agents.get(agent.agent_id)
             if a is not None and agent.state == pb.AGENT_ALIVE:
-                self.adopt_incarnation(a, agent.incarnation)
+                self.adopt_incarnation(a, agent.incarnation, agent.generation)
                 with self._mutex:
                     a.next_index = max(a.next_index, agent.last_checkpoint_index + 1)
         if g.coordinated:

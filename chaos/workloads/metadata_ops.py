@@ -8,10 +8,10 @@ essential fields. Enums are recorded by their protobuf names (e.g. "EPOCH_STABLE
 
 | f                | invoke value                                              | ok value                                   |
 |------------------|-----------------------------------------------------------|--------------------------------------------|
-| create_group     | group, mode, checkpoint_interval_s, checkpoint_cost_s, mtbf_s, lease_ttl_s | current_epoch, stable_epoch |
+| create_group     | group, mode, checkpoint_interval_s, checkpoint_cost_s, mtbf_s, lease_ttl_s, retention | current_epoch, stable_epoch |
 | register         | group, agent                                              | incarnation, current_epoch, stable_epoch, recovery_id |
 | commit           | group, agent, incarnation, epoch, index, kind, blob_uri, sha256 | index, epoch, stable, stable_epoch, incarnation, created_at, blob_uri, sha256 |
-| report_deps      | group, agent, incarnation, deps: [[sender, send_interval, receiver, receive_interval, message_id]] | accepted |
+| report_deps      | group, agent, incarnation, deps: [[sender, send_interval, receiver, receive_interval, message_id]], send_generations: [each dep's] | accepted |
 | start_epoch      | group                                                     | epoch: {epoch, state, members, committed}  |
 | ack_order        | group, agent, incarnation, order_id                       | group_state                                |
 | gc               | group                                                     | uris, bytes                                |
@@ -40,7 +40,7 @@ def epoch_value(e: pb.Epoch) -> dict[str, Any]:
 def create_group(rid: str, spec: pb.GroupSpec) -> Request:
     value = {"rid": rid, "group": spec.group, "mode": pb.GroupMode.Name(spec.mode),
              "checkpoint_interval_s": spec.checkpoint_interval_s, "checkpoint_cost_s": spec.checkpoint_cost_s,
-             "mtbf_s": spec.mtbf_s, "lease_ttl_s": spec.lease_ttl_s}
+             "mtbf_s": spec.mtbf_s, "lease_ttl_s": spec.lease_ttl_s, "retention": spec.retention}
     return Request("create_group", ADMIN, "CreateGroup", pb.CreateGroupRequest(request_id=rid, spec=spec), value,
                    lambda r: {"current_epoch": r.group.current_epoch, "stable_epoch": r.group.stable_epoch})
 
@@ -70,13 +70,19 @@ def _commit_answer(r: pb.CommitCheckpointResponse) -> dict[str, Any]:
             "incarnation": c.incarnation, "created_at": c.created_at, "blob_uri": c.blob_uri, "sha256": c.sha256}
 
 
-def report_deps(rid: str, group: str, agent: str, incarnation: int,
-                deps: list[tuple[str, int, str, int, str]]) -> Request:
-    records = [pb.DependencyRecord(sender=s, send_interval=si, receiver=r, receive_interval=ri, message_id=m)
-               for s, si, r, ri, m in deps]
+def report_deps(rid: str, group: str, agent: str, incarnation: int, deps: list[tuple[str, int, str, int, str]],
+                send_generations: list[int] | None = None) -> Request:
+    """`send_generations`: each sender's generation at its send (absent: 0, the oldest,
+    which every rollback of the sender undoes)."""
+    generations = list(send_generations or [0] * len(deps))
+    if len(generations) != len(deps):
+        raise ValueError(f"{len(deps)} dependencies but {len(generations)} send generations")
+    records = [pb.DependencyRecord(sender=s, send_interval=si, receiver=r, receive_interval=ri, message_id=m,
+                                   send_generation=gen) for (s, si, r, ri, m), gen in zip(deps, generations)]
     message = pb.ReportDependenciesRequest(request_id=rid, group=group, agent_id=agent,
                                            token=pb.FencingToken(incarnation=incarnation), records=records)
-    value = {"rid": rid, "group": group, "agent": agent, "incarnation": incarnation, "deps": [list(d) for d in deps]}
+    value = {"rid": rid, "group": group, "agent": agent, "incarnation": incarnation, "deps": [list(d) for d in deps],
+             "send_generations": generations}
     return Request("report_deps", AGENT, "ReportDependencies", message, value, lambda r: {"accepted": r.accepted})
 
 

@@ -5,6 +5,9 @@ A write whose outcome stayed unknown (`info`) is kept and re-sent with the same
 request id, recorded with `retry_of`, until it gets an answer, MAX_TRIES sends were
 made, or the run ends; a completed one may be re-sent on purpose, and must then be
 answered as the first time. Every send counts against the run's operation budget.
+While `hurry()` says so (a fault is in force), a process sends through a client with
+a short deadline, so that many operations end `info` and the checker's handling of
+unknown outcomes is exercised.
 """
 from __future__ import annotations
 
@@ -85,24 +88,37 @@ class ClientProcess:
     done: deque[Sent] = field(default_factory=lambda: deque(maxlen=RECENT))
     unresolved: deque[Sent] = field(default_factory=deque)
     thread: threading.Thread | None = None
+    hurried: RecordingClient | None = None  # the same process, with a short deadline
+    hurry: Callable[[], bool] = lambda: False
 
     @property
     def name(self) -> str:
         return self.client.process
+
+    def _client(self, request: Request) -> RecordingClient:
+        """Streams (watches) keep the long deadline: their window is longer than a hurried one."""
+        if self.hurried is not None and request.window is None and self.hurry():
+            return self.hurried
+        return self.client
+
+    def close(self) -> None:
+        for client in (self.client, self.hurried):
+            if client is not None:
+                client.close()
 
     def send(self, request: Request, on_done: Callable[[Outcome], None] | None = None, *,
              resolve: bool = True) -> Outcome:
         """Send a request; `on_done(outcome)` once it is answered. `resolve`: re-send it
         later if its outcome stays unknown."""
         self.budget.spend()
-        outcome = self.client.send(request)
+        outcome = self._client(request).send(request)
         self._settled(Sent(request, outcome.invoke.index, on_done), outcome, resolve)
         return outcome
 
     def resend(self, sent: Sent, *, final: bool = False) -> Outcome:
         """The same request again (same request id), recorded as a retry of the first send."""
         self.budget.spend()
-        outcome = self.client.send(sent.request, retry_of=sent.invoke_index)
+        outcome = self._client(sent.request).send(sent.request, retry_of=sent.invoke_index)
         sent.tries += 1
         self._settled(sent, outcome, resolve=not final and sent.tries < MAX_TRIES)
         return outcome
@@ -140,7 +156,7 @@ class ClientProcess:
         if candidates:
             sent = self.rng.choice(candidates)
             self.budget.spend()
-            self.client.send(sent.request, retry_of=sent.invoke_index)
+            self._client(sent.request).send(sent.request, retry_of=sent.invoke_index)
 
     def resolve_unknown(self) -> None:
         """One more answer for each request still unknown (the process's thread is done)."""

@@ -43,9 +43,10 @@ class Script:
         return rid
 
     # ---- the workload's operations ------------------------------------------------
-    def create_group(self, group: str, mode: str = "CIC_BCS", *, at: float = 0.0) -> None:
+    def create_group(self, group: str, mode: str = "CIC_BCS", *, at: float = 0.0, retention: int = 0) -> None:
         self.call("create_group", {"group": group, "mode": mode, "checkpoint_interval_s": 0.0,
-                                   "checkpoint_cost_s": 0.0, "mtbf_s": 0.0, "lease_ttl_s": 3600.0},
+                                   "checkpoint_cost_s": 0.0, "mtbf_s": 0.0, "lease_ttl_s": 3600.0,
+                                   "retention": retention},
                   {"current_epoch": 0, "stable_epoch": 0}, start=at, end=at + 0.01)
 
     def register(self, group: str, agent: str, incarnation: int, *, start: float, end: Any = SOON,

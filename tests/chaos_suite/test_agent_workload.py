@@ -17,7 +17,8 @@ from chaos.history import History
 from chaos.report import Report
 from chaos.workloads.agent_crashes import CRASH_KINDS, ZOMBIE
 from chaos.workloads.agent_group import PLANT_COUNT_TWICE, PLANT_DROP, PLANT_DUPLICATE, PLANT_LOSE_BLOB, PLANT_ORPHAN
-from chaos.workloads.agents import CHECKPOINTS, NAMES, WORKLOAD, ZOMBIES, AgentConfig, AgentWorkload
+from chaos.tokens.invariants import CHECKPOINTS, NAMES, WORKLOAD, ZOMBIES
+from chaos.workloads.agents import AgentConfig, AgentWorkload
 from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS
 from chaos.tokens.traffic import Traffic
 from coordinator.harness.local_cluster import LocalCluster, wait_for

@@ -59,6 +59,9 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
     ("leader-kill-loop", "no-dedupe", "retries-apply-once"),
     ("follower-pause", "accept-stale-epoch", "stale-writes-refused"),
     ("power-loss", "skip-fsync", "acknowledged-checkpoints-survive"),
+    ("leader-kill-loop", "gc-too-eager", "gc-collects-only-unneeded"),
+    ("follower-pause", "stale-list", "reads-reflect-acknowledged-writes"),
+    ("leader-kill-loop", "drop-dependency", "recovery-lines-consistent-and-maximal"),
 ])
 def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, caught_by: str) -> None:
     code, report = chaos_run(tmp_path, scenario, "--bug", bug)

@@ -82,7 +82,8 @@ def coordinated_epoch_one() -> Script:
     s.start_epoch("g", 1, ["a", "b"], start=1)
     s.commit("g", "a", 1, epoch=1, start=1.1)
     s.commit("g", "b", 1, epoch=1, start=1.2, stable_epoch=1)
-    s.get_group("g", start=2, current=1, stable=1, epochs=[Script.epoch(1, "EPOCH_STABLE", ["a", "b"], ["a", "b"])])
+    s.get_group("g", start=2, current=1, stable=1, agents={"a": 1, "b": 1},
+                epochs=[Script.epoch(1, "EPOCH_STABLE", ["a", "b"], ["a", "b"])])
     return s
 
 
@@ -355,7 +356,7 @@ def test_the_report_has_every_invariant_and_extra_results_as_table_and_json() ->
     s.final({"n1": (3, "d"), "n2": (3, "d")}, at=6)
     report = checker.check(s.ops())
     assert report.ok, report.table()
-    assert len(report.results) == 8 and report.summary["operations"] == 8
+    assert len(report.results) == 10 and report.summary["operations"] == 8
     tokens = InvariantResult("tokens-conserved", True, {"recoveries": 0})
     tokens.violate("3 tokens missing after recovery 1")
     report = checker.check(s.ops(), extra=[tokens])
