@@ -88,6 +88,18 @@ _STATUS: dict[ReasonCode, Code] = {
 }
 
 
+SHOWN_CHARS = 64
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """A refused value as a refusal's text quotes it: its repr, cut to `limit` characters.
+
+    Refusals are sent to the client and logged; quoting a 4 MB bad value whole made
+    one bad request one 4 MB log line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 @dataclass(frozen=True)
 class Rejection(Exception):
     """Raised inside the core, caught by apply() and turned into a result.
