@@ -52,6 +52,9 @@ async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterat
     server = grpc.aio.server(interceptors=[RequestInterceptor()], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        # gRPC sets SO_REUSEPORT by default: a second server on this port would share
+        # it, and the kernel would split the clients between the two.
+        ("grpc.so_reuseport", 0),
     ])
     proposer = Proposer(batcher)
     pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
@@ -66,7 +69,7 @@ async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterat
     except RuntimeError:  # newer grpc raises where older returned 0
         port = 0
     if port == 0:
-        raise OSError(f"cannot bind gRPC address {address}")
+        raise OSError(f"cannot bind gRPC address {address} (in use, or not an address of this host)")
     await server.start()
     stop = asyncio.Event()
     health_task = asyncio.create_task(_health_loop(node, health_servicer, stop))
