@@ -12,6 +12,8 @@ leader proposing epochs forever.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from coordinator.core import commands as c
 from coordinator.core import ids
 from coordinator.core.epochs import epoch_interval
@@ -21,6 +23,7 @@ from coordinator.core.model import Checkpoint, GroupSpec, Mode
 MAX_DEPENDENCIES_PER_REPORT = 10_000
 MAX_RETENTION = 1_000
 MAX_DEPENDENCY_VERSIONS = 64
+MAX_WHAT_IF_FAILED = 10_000
 # Checkpoint indexes, intervals and generations: far below 2^64, so whoever reaches
 # the bound by counting one at a time never does, and a higher value always exists.
 MAX_COUNTER = 2**53
@@ -119,3 +122,11 @@ def _dependencies(cmd: c.ReportDependencies) -> None:
         _counter(rec.send_interval, f"records[{i}].send_interval", 1)
         _counter(rec.receive_interval, f"records[{i}].receive_interval", 1)
         _counter(rec.send_generation, f"records[{i}].send_generation")
+
+
+def check_failed_ids(failed: Sequence[str]) -> None:
+    """A what-if's hypothetical failures: each an agent id, and no more than a group could hold."""
+    if len(failed) > MAX_WHAT_IF_FAILED:
+        raise Rejection.invalid("failed", f"at most {MAX_WHAT_IF_FAILED} agents, got {len(failed)}")
+    for i, agent_id in enumerate(failed):
+        ids.check_id(agent_id, f"failed[{i}]")

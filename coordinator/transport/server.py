@@ -14,6 +14,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
+from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
@@ -58,7 +59,8 @@ async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterat
     ])
     proposer = Proposer(batcher)
     pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
-    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer), server)
+    heavy = HeavyReads()
+    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer, heavy), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]
@@ -79,3 +81,4 @@ async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterat
         stop.set()
         await server.stop(grace=2)
         await asyncio.gather(health_task, return_exceptions=True)
+        heavy.close()
