@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        # What an operator got wrong (a path that cannot be written, a port in use)
+        # is said in one line; a traceback is for the bugs.
+        print(f"raftpoint {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
