@@ -8,7 +8,7 @@ import grpc
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.core import ids, queries, validation
+from coordinator.core import ids, paging, queries, validation
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import Agent, Group
 from coordinator.observability import metrics
@@ -146,18 +146,20 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return state, group
 
     async def GetGroup(self, request, context):
+        size, after = await self._paging(context, request, parts=1)
         state, group = await self._group_state(context, request.group)
 
         def read() -> pb.GetGroupResponse:
             epochs = state.epochs(request.group)[-10:]
-            return pb.GetGroupResponse(group=wire.group_to_pb(group),
-                                       agents=[wire.agent_to_pb(a) for a in state.agents(request.group)],
-                                       recent_epochs=[wire.epoch_to_pb(e) for e in epochs])
+            agents, token = paging.page(state.agents(request.group), lambda a: (a.agent_id,), after, size)
+            return pb.GetGroupResponse(group=wire.group_to_pb(group), agents=[wire.agent_to_pb(a) for a in agents],
+                                       recent_epochs=[wire.epoch_to_pb(e) for e in epochs], next_page_token=token)
         return await self.heavy.run(context, read)
 
     async def ListCheckpoints(self, request, context):
         if request.agent_id:
             await _check(context, (request.agent_id, "agent_id"))
+        size, after = await self._paging(context, request, parts=2)
         state, group = await self._group_state(context, request.group)
 
         def read() -> pb.ListCheckpointsResponse:
@@ -165,9 +167,19 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
                 raise Rejection.not_found(f"agent {request.agent_id!r} in group {request.group!r}",
                                           ReasonCode.AGENT_NOT_FOUND)
             agents = [request.agent_id] if request.agent_id else list(group.members)
-            cps = [cp for a in agents for cp in state.checkpoints(request.group, a)]
-            return pb.ListCheckpointsResponse(checkpoints=[wire.checkpoint_to_pb(cp) for cp in cps])
+            cps, token = paging.page((cp for a in agents for cp in state.checkpoints(request.group, a)),
+                                     lambda cp: (cp.agent_id, cp.index), after, size)
+            return pb.ListCheckpointsResponse(checkpoints=[wire.checkpoint_to_pb(cp) for cp in cps],
+                                              next_page_token=token)
         return await self.heavy.run(context, read)
+
+    @staticmethod
+    async def _paging(context, request, parts: int) -> tuple[int, paging.Key | None]:
+        """The request's page size and the key its page starts after."""
+        try:
+            return paging.page_size(request.page_size), paging.decode_token(request.page_token, parts)
+        except Rejection as r:
+            await abort_with(context, r)
 
     async def WhatIf(self, request, context):
         state, group = await self._group_state(context, request.group)
