@@ -59,6 +59,8 @@ class ReasonCode(StrEnum):
     NO_LIVE_MEMBERS = "NO_LIVE_MEMBERS"  # an epoch needs members
     REQUEST_TOO_OLD = "REQUEST_TOO_OLD"  # its answer may be forgotten: the outcome is unknown
     MEMBERSHIP_CHANGE_REFUSED = "MEMBERSHIP_CHANGE_REFUSED"  # Raft refused it (one change at a time)
+    # RESOURCE_EXHAUSTED
+    DEPENDENCY_QUOTA = "DEPENDENCY_QUOTA"  # the agent holds its most dependency records until GC drops some
     # INTERNAL
     INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in the state machine; nothing was written
 
@@ -84,6 +86,7 @@ _STATUS: dict[ReasonCode, Code] = {
                      ReasonCode.NOT_COORDINATED, ReasonCode.GROUP_RECOVERING, ReasonCode.EPOCH_STILL_OPEN,
                      ReasonCode.NO_LIVE_MEMBERS, ReasonCode.REQUEST_TOO_OLD, ReasonCode.MEMBERSHIP_CHANGE_REFUSED),
                     Code.FAILED_PRECONDITION),
+    ReasonCode.DEPENDENCY_QUOTA: Code.RESOURCE_EXHAUSTED,
     ReasonCode.INTERNAL_ERROR: Code.INTERNAL,
 }
 

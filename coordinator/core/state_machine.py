@@ -23,7 +23,7 @@ from coordinator.core.model import (
 )
 from coordinator.core.recovery_plan import plan_gc
 from coordinator.core.state import State
-from coordinator.core.validation import validate
+from coordinator.core.validation import MAX_DEPENDENCIES_PER_AGENT, validate
 
 
 
@@ -228,6 +228,13 @@ def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> R
                 f"orphan message {rec.message_id!r}: {rec.sender!r} sent it in interval {rec.send_interval} of "
                 f"generation {rec.send_generation}, which its rollback to checkpoint {fence.index} (generation "
                 f"{fence.generation}) undid", f"records[{i}]")
+    held = state.dependency_count(group.spec.name, cmd.agent_id)
+    if held + len(cmd.records) > MAX_DEPENDENCIES_PER_AGENT:
+        raise Rejection.because(
+            ReasonCode.DEPENDENCY_QUOTA,
+            f"agent {cmd.agent_id!r} holds {held} dependency records; with these {len(cmd.records)} it would pass "
+            f"the {MAX_DEPENDENCIES_PER_AGENT} an agent may hold: checkpoint, and garbage-collect the group, "
+            "to drop those below the recovery line", "records")
     state.put_dependencies(group.spec.name, cmd.agent_id, cmd.records)
     return DependenciesResult(accepted=len(cmd.records))
 

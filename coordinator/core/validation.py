@@ -21,6 +21,9 @@ from coordinator.core.errors import Rejection, shown
 from coordinator.core.model import Checkpoint, GroupSpec, Mode
 
 MAX_DEPENDENCIES_PER_REPORT = 10_000
+# Stored dependency records per reporting agent (a quota on state, checked by the
+# state machine): sixty reports once added 66 MB of state per node in ten seconds.
+MAX_DEPENDENCIES_PER_AGENT = 100_000
 MAX_RETENTION = 1_000
 MAX_DEPENDENCY_VERSIONS = 64
 MAX_WHAT_IF_FAILED = 10_000

@@ -194,6 +194,9 @@ class KvState:
             batch = DependencyBatch.of(receiver, [*existing.dependencies(), *batch.dependencies()])
         self._put(key, batch)
 
+    def dependency_count(self, group: str, receiver: str) -> int:
+        return sum(len(batch.records) for batch in self._scan(DependencyBatch, keys.prefix(DEPENDENCY, group, receiver)))
+
     def drop_dependencies(self, group: str, doomed: Callable[[Dependency], bool]) -> None:
         for key, batch in self._scan_items(DependencyBatch, keys.prefix(DEPENDENCY, group)):
             kept = [d for d in batch.dependencies() if not doomed(d)]

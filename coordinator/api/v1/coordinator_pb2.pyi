@@ -73,6 +73,7 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_NO_LIVE_MEMBERS: _ClassVar[ReasonCode]
     REASON_REQUEST_TOO_OLD: _ClassVar[ReasonCode]
     REASON_MEMBERSHIP_CHANGE_REFUSED: _ClassVar[ReasonCode]
+    REASON_DEPENDENCY_QUOTA: _ClassVar[ReasonCode]
     REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
 GROUP_MODE_UNSPECIFIED: GroupMode
 COORDINATED: GroupMode
@@ -123,6 +124,7 @@ REASON_EPOCH_STILL_OPEN: ReasonCode
 REASON_NO_LIVE_MEMBERS: ReasonCode
 REASON_REQUEST_TOO_OLD: ReasonCode
 REASON_MEMBERSHIP_CHANGE_REFUSED: ReasonCode
+REASON_DEPENDENCY_QUOTA: ReasonCode
 REASON_INTERNAL_ERROR: ReasonCode
 
 class FencingToken(_message.Message):
