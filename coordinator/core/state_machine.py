@@ -10,7 +10,7 @@ import dataclasses
 from typing import Callable
 
 from coordinator.core.commands import (
-    AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, DeclareAgentFailed,
+    AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, DeclareAgentFailed, DeleteGroup,
     DependenciesResult, Deregister, EmptyResult, Entry, EpochResult, Failure, GarbageCollect, GcResult,
     GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult, ReportDependencies, Result, RollbackTarget,
     StartEpoch, Token,
@@ -383,6 +383,22 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     return GcResult(tuple(uris), total, deleted)
 
 
+def _delete_group(state: State, cmd: DeleteGroup, now: float) -> Result:
+    """Only a finished group: deleting one whose agents still run would strand them
+    (their next write finds no group) and lose the checkpoints they recover from."""
+    group = _group(state, cmd.group)
+    name = group.spec.name
+    agents = state.agents(name)
+    alive = sorted(a.agent_id for a in agents if a.state is AgentState.ALIVE)
+    if alive:
+        raise Rejection.because(ReasonCode.GROUP_IN_USE,
+                                f"group {name!r} has {len(alive)} live agents (first: {alive[0]!r}); "
+                                "deregister them first", "group")
+    cps = [cp for a in agents for cp in state.checkpoints(name, a.agent_id)]
+    state.delete_group(name)
+    return GcResult(tuple(cp.blob_uri for cp in cps), sum(cp.size for cp in cps), len(cps))
+
+
 def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
     return EmptyResult()
 
@@ -398,5 +414,6 @@ _HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
     AckOrder: _ack_order,
     Deregister: _deregister,
     GarbageCollect: _garbage_collect,
+    DeleteGroup: _delete_group,
     ReadBarrier: _read_barrier,
 }

@@ -55,7 +55,8 @@ def validate(command: c.Command) -> None:
             _checkpoint(cp)
         case c.ReportDependencies():
             _dependencies(command)
-        case c.AbortEpoch(group=group) | c.StartEpoch(group=group) | c.GarbageCollect(group=group):
+        case (c.AbortEpoch(group=group) | c.StartEpoch(group=group) | c.GarbageCollect(group=group)
+              | c.DeleteGroup(group=group)):
             ids.check_id(group, "group")
         case c.ReadBarrier():
             pass

@@ -212,6 +212,13 @@ class KvState:
     def delete_order(self, group: str, order_id: int) -> None:
         self.writes[keys.key(ORDER, group, order_id)] = None
 
+    def delete_group(self, name: str) -> None:
+        for table, cls in ((AGENT, Agent), (CHECKPOINT, Checkpoint), (EPOCH, Epoch),
+                           (DEPENDENCY, DependencyBatch), (ORDER, Order)):
+            for key, _ in self._scan_items(cls, keys.prefix(table, name)):
+                self.writes[key] = None
+        self.writes[keys.key(GROUP, name)] = None
+
 
 # The dedupe table lives under RESULT, so the domain state digest skips all of it:
 # answers by request id (a str part), their forgetting queue by sequence number (an

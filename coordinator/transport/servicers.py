@@ -136,6 +136,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         metrics.GC_BYTES.inc(result.bytes)
         return pb.GarbageCollectResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
 
+    async def DeleteGroup(self, request, context):
+        result = await self.p.submit(context, request, wire.delete_group_from_pb)
+        return pb.DeleteGroupResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
+
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))
         await self.p.barrier(context)

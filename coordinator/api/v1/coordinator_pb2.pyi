@@ -73,6 +73,7 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_NO_LIVE_MEMBERS: _ClassVar[ReasonCode]
     REASON_REQUEST_TOO_OLD: _ClassVar[ReasonCode]
     REASON_MEMBERSHIP_CHANGE_REFUSED: _ClassVar[ReasonCode]
+    REASON_GROUP_IN_USE: _ClassVar[ReasonCode]
     REASON_DEPENDENCY_QUOTA: _ClassVar[ReasonCode]
     REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
 GROUP_MODE_UNSPECIFIED: GroupMode
@@ -124,6 +125,7 @@ REASON_EPOCH_STILL_OPEN: ReasonCode
 REASON_NO_LIVE_MEMBERS: ReasonCode
 REASON_REQUEST_TOO_OLD: ReasonCode
 REASON_MEMBERSHIP_CHANGE_REFUSED: ReasonCode
+REASON_GROUP_IN_USE: ReasonCode
 REASON_DEPENDENCY_QUOTA: ReasonCode
 REASON_INTERNAL_ERROR: ReasonCode
 
@@ -553,6 +555,22 @@ class GarbageCollectRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class GarbageCollectResponse(_message.Message):
+    __slots__ = ("deletable_blob_uris", "bytes")
+    DELETABLE_BLOB_URIS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    deletable_blob_uris: _containers.RepeatedScalarFieldContainer[str]
+    bytes: int
+    def __init__(self, deletable_blob_uris: _Optional[_Iterable[str]] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("request_id", "group")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
     __slots__ = ("deletable_blob_uris", "bytes")
     DELETABLE_BLOB_URIS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
