@@ -262,8 +262,12 @@ class LocalCluster:
 
 
 def read_endpoints(data_dir: Path) -> list[str]:
-    doc = json.loads((Path(data_dir) / ENDPOINTS_FILE).read_text())
-    return [n["grpc"] for n in doc]
+    """The gRPC addresses of the cluster `data_dir` holds; FileNotFoundError (with the
+    path) when it holds none, LayoutMismatch when its record is unreadable."""
+    layout = read_layout(data_dir)
+    if layout is None:
+        raise FileNotFoundError(f"no cluster in {data_dir}: {Path(data_dir) / ENDPOINTS_FILE} does not exist")
+    return [grpc for _, grpc, _ in layout]
 
 
 def read_layout(data_dir: Path) -> list[tuple[str, str, str]] | None:

@@ -152,3 +152,15 @@ def test_a_data_dir_that_cannot_be_made_is_one_line_not_a_traceback(tmp_path: Pa
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and str(blocker / "data") in done.stderr
+
+
+@pytest.mark.parametrize("command", [["status"], ["members", "add", "127.0.0.1:9"]])
+@pytest.mark.parametrize("endpoints", [None, "{"])
+def test_a_missing_or_garbled_endpoints_file_is_one_line_not_a_traceback(
+        tmp_path: Path, command: list[str], endpoints: str | None) -> None:
+    if endpoints is not None:
+        (tmp_path / "endpoints.json").write_text(endpoints)
+    done = subprocess.run([*RAFTPOINT, *command, "--data-dir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "endpoints.json" in done.stderr
