@@ -18,8 +18,8 @@ from coordinator.core.commands import (
 from coordinator.core import fences, queries
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
-    Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode, Order,
-    OrderKind,
+    RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
+    Order, OrderKind,
 )
 from coordinator.core.recovery_plan import plan_gc
 from coordinator.core.state import State
@@ -369,6 +369,8 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     for agent in agents:
         if keep_from[agent.agent_id] > agent.rollback_floor:
             state.put_agent(dataclasses.replace(agent, rollback_floor=keep_from[agent.agent_id]))
+    for epoch in state.epochs(name)[:-RECENT_EPOCHS]:
+        state.delete_epoch(name, epoch.epoch)
     uris: list[str] = []
     total = 0
     deleted = 0

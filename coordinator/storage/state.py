@@ -173,6 +173,9 @@ class KvState:
     def put_epoch(self, epoch: Epoch) -> None:
         self._put(keys.key(EPOCH, epoch.group, epoch.epoch), epoch)
 
+    def delete_epoch(self, group: str, epoch: int) -> None:
+        self.writes[keys.key(EPOCH, group, epoch)] = None
+
     # -- dependencies (one record per report: see DependencyBatch), orders
     def dependencies(self, group: str) -> list[Dependency]:
         unique: dict[tuple[str, int, str], Dependency] = {}

@@ -10,7 +10,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.core import ids, paging, queries, validation
 from coordinator.core.errors import ReasonCode, Rejection
-from coordinator.core.model import Agent, Group
+from coordinator.core.model import RECENT_EPOCHS, Agent, Group
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
 from coordinator.transport.heavy_reads import HeavyReads
@@ -154,7 +154,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         state, group = await self._group_state(context, request.group)
 
         def read() -> pb.GetGroupResponse:
-            epochs = state.epochs(request.group)[-10:]
+            epochs = state.epochs(request.group)[-RECENT_EPOCHS:]
             agents, token = paging.page(state.agents(request.group), lambda a: (a.agent_id,), after, size)
             return pb.GetGroupResponse(group=wire.group_to_pb(group), agents=[wire.agent_to_pb(a) for a in agents],
                                        recent_epochs=[wire.epoch_to_pb(e) for e in epochs], next_page_token=token)
