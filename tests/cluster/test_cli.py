@@ -164,3 +164,15 @@ def test_a_missing_or_garbled_endpoints_file_is_one_line_not_a_traceback(
                           timeout=30)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "endpoints.json" in done.stderr
+
+
+def test_cluster_up_stops_waiting_for_a_leader_once_its_own_nodes_have_exited(tmp_path: Path) -> None:
+    from coordinator.harness.local_cluster import LocalCluster
+    from raftpoint.cli.cluster import _wait_for_leader
+
+    exits_at_once = [sys.executable, "-c", "import sys; print('refused: data dir in use'); sys.exit(1)"]
+    with LocalCluster(tmp_path, 3, program=lambda i: exits_at_once) as cluster:
+        cluster.start_all()
+        started = time.monotonic()
+        assert _wait_for_leader(cluster, 30.0, threading.Event()) is None
+        assert time.monotonic() - started < 10
