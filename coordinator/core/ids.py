@@ -12,11 +12,12 @@ import re
 
 from coordinator.core.errors import Rejection, shown
 
+MAX_URI_LEN = 2048
+MAX_REQUEST_ID_CHARS = 128
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,%d}" % MAX_REQUEST_ID_CHARS)
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f]")
-MAX_URI_LEN = 2048
 
 
 def check_id(value: str, field: str) -> None:

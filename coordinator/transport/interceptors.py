@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from coordinator.api.metadata import REASON_METADATA_KEY
 from coordinator.core.errors import Rejection
+from coordinator.core.ids import MAX_REQUEST_ID_CHARS
 from coordinator.observability import metrics
 from coordinator.transport.status_map import abort_with
 
@@ -88,7 +89,10 @@ class _Observed:
         self.method, self.context = method, context
         self.started = time.perf_counter()
         self.code = "OK"
-        structlog.contextvars.bind_contextvars(rpc=method, request_id=getattr(request, "request_id", "") or None)
+        # Cut to the longest valid request id: a request that carries a 4 MB one is
+        # refused, and must not make every log line of its refusal 4 MB long.
+        request_id = getattr(request, "request_id", "")[:MAX_REQUEST_ID_CHARS]
+        structlog.contextvars.bind_contextvars(rpc=method, request_id=request_id or None)
 
     def __enter__(self) -> "_Observed":
         return self

@@ -30,3 +30,17 @@ def test_an_undecodable_request_is_refused_as_invalid_without_an_error_log(
     assert info.value.details().startswith("request: does not decode")
     assert dict(info.value.trailing_metadata())[REASON_METADATA_KEY] == "REASON_INVALID_FIELD"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_huge_request_id_is_refused_without_a_huge_log_line(capfd: pytest.CaptureFixture[str]) -> None:
+    from agent_client.connection import Connection, Rejected
+    from coordinator.api.v1 import coordinator_pb2 as pb
+
+    huge = "x" * 1_000_000
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+        capfd.readouterr()
+        with pytest.raises(Rejected) as info:
+            conn.call("AgentService", "Register", pb.RegisterRequest(request_id=huge, group="g", agent_id="a"))
+    assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT and len(info.value.reason) < 300
+    out, err = capfd.readouterr()
+    assert "rpc refused" in out + err and len(out) + len(err) < 5_000
