@@ -89,6 +89,11 @@ class NodeConfig:
     # requests refused as too old to deduplicate (clients retry for 30 s by default).
     dedupe_window_s: float = 600.0
     log_level: str = "info"
+    # gRPC connections this node accepts at once (more are closed at once), and calls
+    # it serves at once (more are refused RESOURCE_EXHAUSTED). Every agent holds one
+    # connection and one long-lived WatchOrders call on the leader.
+    max_connections: int = 2048
+    max_rpcs: int = 8192
     # Kubernetes: when set, derive raft/grpc addresses and peers from the pod name.
     statefulset_replicas: int = 0
     headless_service: str = ""
@@ -141,6 +146,10 @@ class NodeConfig:
             raise ConfigError("dedupe_window_s must be between 60 s and 7 days")
         if self.compaction_min_entries < 2:
             raise ConfigError("compaction_min_entries must be >= 2")
+        if not 1 <= self.max_connections <= 1_000_000:
+            raise ConfigError("max_connections must be between 1 and 1000000")
+        if not 1 <= self.max_rpcs <= 1_000_000:
+            raise ConfigError("max_rpcs must be between 1 and 1000000")
         return self
 
 

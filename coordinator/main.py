@@ -25,6 +25,7 @@ from coordinator.storage import open_store
 from coordinator.storage.dir_lock import DataDirLock
 from coordinator.service import ports
 from coordinator.service.node_server import serve
+from coordinator.transport.server import ServerLimits
 
 log = logging.getLogger("raftpoint.node")
 PROG = "raftpoint coordinator"
@@ -52,7 +53,8 @@ async def _main(cfg: NodeConfig) -> None:
             metrics.start_metrics_server(cfg.metrics_address)
             log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address,
                      cfg.metrics_address)
-            await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s)
+            await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
+                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs))
         finally:
             node.close()
             log.info("node stopped")

@@ -12,6 +12,7 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.config import NodeConfig
 from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
@@ -38,9 +39,9 @@ class ServerLimits:
     the node at most `max_rpcs` (beyond: RESOURCE_EXHAUSTED). Each agent holds one
     long-lived WatchOrders stream, which is what `max_rpcs` must leave room for."""
 
-    max_connections: int = 2048
+    max_connections: int = NodeConfig.max_connections
     max_streams_per_connection: int = 128
-    max_rpcs: int = 8192
+    max_rpcs: int = NodeConfig.max_rpcs
     idle_s: float = 300.0
     handshake_s: float = 10.0
 

@@ -78,3 +78,10 @@ def test_a_misspelled_file_setting_gets_a_suggestion(tmp_path: Path) -> None:
     toml.write_text('raft_pasword = "typo"\n')
     with pytest.raises(ConfigError, match="did you mean 'raft_password'"):
         config.load(str(toml), env={})
+
+
+def test_connection_and_call_limits_are_settings_with_bounds() -> None:
+    cfg = config.load(env={"RAFTPOINT_RAFT_PASSWORD": "x", "RAFTPOINT_MAX_CONNECTIONS": "10"})
+    assert cfg.max_connections == 10
+    with pytest.raises(ConfigError, match="max_rpcs must be between 1"):
+        config.load(env={"RAFTPOINT_RAFT_PASSWORD": "x", "RAFTPOINT_MAX_RPCS": "0"})
