@@ -41,6 +41,11 @@ async def _live_agent(context: grpc.aio.ServicerContext, state: KvState, request
     return group, agent
 
 
+def _freed(result) -> pb.GarbageCollectResponse:
+    """GarbageCollect's and DeleteGroup's answer: the blobs nothing refers to any more."""
+    return pb.GarbageCollectResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
+
+
 class AgentServicer(pb_grpc.AgentServiceServicer):
     def __init__(self, proposer: Proposer, leases: Leases) -> None:
         self.p = proposer
@@ -134,11 +139,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def GarbageCollect(self, request, context):
         result = await self.p.submit(context, request, wire.garbage_collect_from_pb)
         metrics.GC_BYTES.inc(result.bytes)
-        return pb.GarbageCollectResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
+        return _freed(result)
 
     async def DeleteGroup(self, request, context):
         result = await self.p.submit(context, request, wire.delete_group_from_pb)
-        return pb.DeleteGroupResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
+        return _freed(result)
 
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))

@@ -570,14 +570,6 @@ class DeleteGroupRequest(_message.Message):
     group: str
     def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
-class DeleteGroupResponse(_message.Message):
-    __slots__ = ("deletable_blob_uris", "bytes")
-    DELETABLE_BLOB_URIS_FIELD_NUMBER: _ClassVar[int]
-    BYTES_FIELD_NUMBER: _ClassVar[int]
-    deletable_blob_uris: _containers.RepeatedScalarFieldContainer[str]
-    bytes: int
-    def __init__(self, deletable_blob_uris: _Optional[_Iterable[str]] = ..., bytes: _Optional[int] = ...) -> None: ...
-
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -397,7 +397,7 @@ class AdminServiceStub:
         self.DeleteGroup = channel.unary_unary(
                 '/raftpoint.v1.AdminService/DeleteGroup',
                 request_serializer=v1_dot_coordinator__pb2.DeleteGroupRequest.SerializeToString,
-                response_deserializer=v1_dot_coordinator__pb2.DeleteGroupResponse.FromString,
+                response_deserializer=v1_dot_coordinator__pb2.GarbageCollectResponse.FromString,
                 _registered_method=True)
         self.ClusterStatus = channel.unary_unary(
                 '/raftpoint.v1.AdminService/ClusterStatus',
@@ -515,7 +515,7 @@ def add_AdminServiceServicer_to_server(servicer, server):
             'DeleteGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteGroup,
                     request_deserializer=v1_dot_coordinator__pb2.DeleteGroupRequest.FromString,
-                    response_serializer=v1_dot_coordinator__pb2.DeleteGroupResponse.SerializeToString,
+                    response_serializer=v1_dot_coordinator__pb2.GarbageCollectResponse.SerializeToString,
             ),
             'ClusterStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.ClusterStatus,
@@ -721,7 +721,7 @@ class AdminService:
             target,
             '/raftpoint.v1.AdminService/DeleteGroup',
             v1_dot_coordinator__pb2.DeleteGroupRequest.SerializeToString,
-            v1_dot_coordinator__pb2.DeleteGroupResponse.FromString,
+            v1_dot_coordinator__pb2.GarbageCollectResponse.FromString,
             options,
             channel_credentials,
             insecure,
