@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from coordinator.core import ids
 from coordinator.core.errors import Rejection
 
 ENV_PREFIX = "RAFTPOINT_"
+CONFIG_ENV = ENV_PREFIX + "CONFIG"
+# RAFTPOINT_* variables read by the other programs of the project (the agent
+# library's blob encryption key, the demo agents' planted faults), which may share
+# the node's environment; every other RAFTPOINT_* variable must name a setting.
+FOREIGN_ENV_PREFIXES = (ENV_PREFIX + "AEAD_", ENV_PREFIX + "DEMO_")
 
 
 class ConfigError(ValueError):
@@ -83,6 +89,11 @@ class NodeConfig:
     # requests refused as too old to deduplicate (clients retry for 30 s by default).
     dedupe_window_s: float = 600.0
     log_level: str = "info"
+    # gRPC connections this node accepts at once (more are closed at once), and calls
+    # it serves at once (more are refused RESOURCE_EXHAUSTED). Every agent holds one
+    # connection and one long-lived WatchOrders call on the leader.
+    max_connections: int = 2048
+    max_rpcs: int = 8192
     # Kubernetes: when set, derive raft/grpc addresses and peers from the pod name.
     statefulset_replicas: int = 0
     headless_service: str = ""
@@ -135,6 +146,10 @@ class NodeConfig:
             raise ConfigError("dedupe_window_s must be between 60 s and 7 days")
         if self.compaction_min_entries < 2:
             raise ConfigError("compaction_min_entries must be >= 2")
+        if not 1 <= self.max_connections <= 1_000_000:
+            raise ConfigError("max_connections must be between 1 and 1000000")
+        if not 1 <= self.max_rpcs <= 1_000_000:
+            raise ConfigError("max_rpcs must be between 1 and 1000000")
         return self
 
 
@@ -188,8 +203,9 @@ def _coerce(name: str, value: Any) -> Any:
 def load(file: str | None = None, env: Mapping[str, str] | None = None,
          flags: Mapping[str, Any] | None = None) -> NodeConfig:
     env = os.environ if env is None else env
+    _refuse_unknown_env(env)
     values: dict[str, Any] = {}
-    file = file or env.get(ENV_PREFIX + "CONFIG")
+    file = file or env.get(CONFIG_ENV)
     if file:
         try:
             doc = tomllib.loads(Path(file).read_text())
@@ -197,7 +213,8 @@ def load(file: str | None = None, env: Mapping[str, str] | None = None,
             raise ConfigError(f"config file {file!r}: {exc}") from exc
         unknown = set(doc) - set(_FIELDS)
         if unknown:
-            raise ConfigError(f"config file {file!r}: unknown settings {sorted(unknown)}")
+            raise ConfigError(f"config file {file!r}: unknown settings "
+                              + ", ".join(_did_you_mean(name, _FIELDS) for name in sorted(unknown)))
         values.update({k: _coerce(k, v) for k, v in doc.items()})
     for name in _FIELDS:
         if ENV_PREFIX + name.upper() in env:
@@ -207,6 +224,22 @@ def load(file: str | None = None, env: Mapping[str, str] | None = None,
             values[name] = _coerce(name, value)
     values.update(_statefulset_overrides(values))
     return NodeConfig(**values).validate()
+
+
+def _did_you_mean(name: str, known: Collection[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+
+
+def _refuse_unknown_env(env: Mapping[str, str]) -> None:
+    """A misspelled RAFTPOINT_* variable was silently ignored, and the node ran with
+    the default the operator meant to change."""
+    known = {CONFIG_ENV, *(ENV_PREFIX + name.upper() for name in _FIELDS)}
+    unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known
+                     and not k.startswith(FOREIGN_ENV_PREFIXES))
+    if unknown:
+        raise ConfigError("unknown environment variable " + ", ".join(_did_you_mean(k, known) for k in unknown)
+                          + "; every RAFTPOINT_* variable must name a node setting")
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

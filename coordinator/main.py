@@ -22,7 +22,10 @@ from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
 from coordinator.storage import open_store
+from coordinator.storage.dir_lock import DataDirLock
+from coordinator.service import ports
 from coordinator.service.node_server import serve
+from coordinator.transport.server import ServerLimits
 
 log = logging.getLogger("raftpoint.node")
 PROG = "raftpoint coordinator"
@@ -41,14 +44,20 @@ async def _main(cfg: NodeConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    node = open_node(cfg)
-    try:
-        metrics.start_metrics_server(cfg.metrics_address)
-        log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address, cfg.metrics_address)
-        await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s)
-    finally:
-        node.close()
-        log.info("node stopped")
+    # Before anything is opened: a second node on this data dir or on these ports is
+    # refused with the reason, and leaves the first one's state untouched.
+    with DataDirLock(cfg.data_dir):
+        ports.check_all({"Raft": cfg.raft_address, "gRPC": cfg.grpc_address, "metrics": cfg.metrics_address})
+        node = open_node(cfg)
+        try:
+            metrics.start_metrics_server(cfg.metrics_address)
+            log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address,
+                     cfg.metrics_address)
+            await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
+                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs))
+        finally:
+            node.close()
+            log.info("node stopped")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -108,6 +108,10 @@ def garbage_collect_from_pb(m: pb.GarbageCollectRequest) -> c.GarbageCollect:
     return c.GarbageCollect(m.group)
 
 
+def delete_group_from_pb(m: pb.DeleteGroupRequest) -> c.DeleteGroup:
+    return c.DeleteGroup(m.group)
+
+
 _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "create_group": create_group_from_pb,
     "register": register_from_pb,
@@ -119,6 +123,7 @@ _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "deregister": deregister_from_pb,
     "abort_epoch": lambda m: c.AbortEpoch(m.group, m.epoch, m.reason),
     "garbage_collect": garbage_collect_from_pb,
+    "delete_group": delete_group_from_pb,
     "read_barrier": lambda m: c.ReadBarrier(),
 }
 
@@ -248,6 +253,8 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
             msg.abort_epoch.CopyFrom(log_pb2.AbortEpoch(group=group, epoch=epoch, reason=reason))
         case c.GarbageCollect(group=group):
             msg.garbage_collect.CopyFrom(pb.GarbageCollectRequest(request_id=rid, group=group))
+        case c.DeleteGroup(group=group):
+            msg.delete_group.CopyFrom(pb.DeleteGroupRequest(request_id=rid, group=group))
         case c.ReadBarrier():
             msg.read_barrier.SetInParent()
         case other:

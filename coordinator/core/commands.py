@@ -86,12 +86,20 @@ class GarbageCollect:
 
 
 @dataclass(frozen=True)
+class DeleteGroup:
+    """Forget a finished group: every record it holds (agents, checkpoints, epochs,
+    dependencies, orders) is deleted; its blobs are the caller's to delete."""
+
+    group: str
+
+
+@dataclass(frozen=True)
 class ReadBarrier:
     pass
 
 
 Command = (CreateGroup | Register | CommitCheckpoint | ReportDependencies | StartEpoch | AbortEpoch
-           | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | ReadBarrier)
+           | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | DeleteGroup | ReadBarrier)
 
 
 @dataclass(frozen=True)

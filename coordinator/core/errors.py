@@ -59,6 +59,9 @@ class ReasonCode(StrEnum):
     NO_LIVE_MEMBERS = "NO_LIVE_MEMBERS"  # an epoch needs members
     REQUEST_TOO_OLD = "REQUEST_TOO_OLD"  # its answer may be forgotten: the outcome is unknown
     MEMBERSHIP_CHANGE_REFUSED = "MEMBERSHIP_CHANGE_REFUSED"  # Raft refused it (one change at a time)
+    GROUP_IN_USE = "GROUP_IN_USE"  # a group with live agents is not deleted: deregister them first
+    # RESOURCE_EXHAUSTED
+    DEPENDENCY_QUOTA = "DEPENDENCY_QUOTA"  # the agent holds its most dependency records until GC drops some
     # INTERNAL
     INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in the state machine; nothing was written
 
@@ -82,10 +85,24 @@ _STATUS: dict[ReasonCode, Code] = {
                      ReasonCode.ORDER_PENDING, ReasonCode.INDEX_NOT_ABOVE_LAST, ReasonCode.PARENT_MISSING,
                      ReasonCode.NOT_OPEN_EPOCH, ReasonCode.JOINED_AFTER_EPOCH, ReasonCode.ORPHAN_MESSAGE,
                      ReasonCode.NOT_COORDINATED, ReasonCode.GROUP_RECOVERING, ReasonCode.EPOCH_STILL_OPEN,
-                     ReasonCode.NO_LIVE_MEMBERS, ReasonCode.REQUEST_TOO_OLD, ReasonCode.MEMBERSHIP_CHANGE_REFUSED),
+                     ReasonCode.NO_LIVE_MEMBERS, ReasonCode.REQUEST_TOO_OLD, ReasonCode.MEMBERSHIP_CHANGE_REFUSED,
+                     ReasonCode.GROUP_IN_USE),
                     Code.FAILED_PRECONDITION),
+    ReasonCode.DEPENDENCY_QUOTA: Code.RESOURCE_EXHAUSTED,
     ReasonCode.INTERNAL_ERROR: Code.INTERNAL,
 }
+
+
+SHOWN_CHARS = 64
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """A refused value as a refusal's text quotes it: its repr, cut to `limit` characters.
+
+    Refusals are sent to the client and logged; quoting a 4 MB bad value whole made
+    one bad request one 4 MB log line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)

@@ -2,34 +2,37 @@
 
 Ids become parts of storage keys and metric labels, so they are restricted to a
 small, printable alphabet: a bad id is rejected at the edge instead of producing
-an ambiguous key deep inside the state machine.
+an ambiguous key deep inside the state machine. Every pattern is matched with
+fullmatch: `$` also matches before a trailing newline, which made `a` and `a\n`
+two different agents.
 """
 from __future__ import annotations
 
 import re
 
-from coordinator.core.errors import Rejection
+from coordinator.core.errors import Rejection, shown
 
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f]")
 MAX_URI_LEN = 2048
+MAX_REQUEST_ID_CHARS = 128
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,%d}" % MAX_REQUEST_ID_CHARS)
+_HEX64_RE = re.compile(r"[0-9a-f]{64}")
+_CONTROL_RE = re.compile(r"[\x00-\x1f]")
 
 
 def check_id(value: str, field: str) -> None:
     """Agent, group and message ids: 1-128 chars of [A-Za-z0-9._:-], not starting with punctuation."""
-    if not isinstance(value, str) or not _ID_RE.match(value):
-        raise Rejection.invalid(field, f"must be 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit, got {value!r}")
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value):
+        raise Rejection.invalid(field, f"must be 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit, got {shown(value)}")
 
 
 def check_request_id(value: str) -> None:
-    if not isinstance(value, str) or not _REQUEST_ID_RE.match(value):
-        raise Rejection.invalid("request_id", f"must be 1-128 characters of A-Z a-z 0-9 . _ : -, got {value!r}")
+    if not isinstance(value, str) or not _REQUEST_ID_RE.fullmatch(value):
+        raise Rejection.invalid("request_id", f"must be 1-128 characters of A-Z a-z 0-9 . _ : -, got {shown(value)}")
 
 
 def check_sha256(value: str, field: str) -> None:
-    if not isinstance(value, str) or not _HEX64_RE.match(value):
+    if not isinstance(value, str) or not _HEX64_RE.fullmatch(value):
         raise Rejection.invalid(field, "must be 64 lowercase hex digits (a SHA-256 digest)")
 
 
@@ -47,4 +50,4 @@ def check_address(value: str, field: str) -> None:
     host, sep, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(
             c.isspace() or ord(c) < 32 for c in host):
-        raise Rejection.invalid(field, f"must be host:port, got {value!r}")
+        raise Rejection.invalid(field, f"must be host:port, got {shown(value)}")

@@ -48,6 +48,12 @@ class OrderKind(StrEnum):
     CHECKPOINT_SUGGESTED = "checkpoint_suggested"
 
 
+# Epoch records a group keeps: the open or last one and those before it, down to
+# RECENT_EPOCHS in all (what GetGroup shows). Garbage collection deletes older ones,
+# which no command reads: a checkpoint joins only the open epoch.
+RECENT_EPOCHS = 10
+
+
 @dataclass(frozen=True)
 class GroupSpec:
     name: str

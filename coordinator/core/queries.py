@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Collection, Mapping
 
 from coordinator.core.commands import RollbackTarget, Token
-from coordinator.core.errors import ReasonCode, Rejection
+from coordinator.core.errors import ReasonCode, Rejection, shown
 from coordinator.core.history import Dependency
 from coordinator.core.model import Agent, AgentState
 from coordinator.core.recovery_plan import plan_recovery
@@ -71,7 +71,7 @@ def recovery_inputs(state: State, group: str, failed_ids: Collection[str]) -> Re
     unknown = set(failed_ids) - {a.agent_id for a in agents}
     if unknown:
         raise Rejection.because(ReasonCode.AGENT_NOT_FOUND,
-                                f"agents {sorted(unknown)} are not members of group {group!r}", "failed")
+                                f"agents {shown(sorted(unknown))} are not members of group {group!r}", "failed")
     failed = frozenset(failed_ids) | {a.agent_id for a in agents if a.state is AgentState.FAILED or a.rollback_order}
     return RecoveryInputs(
         usable={a.agent_id: tuple(c.index for c in state.checkpoints(group, a.agent_id) if c.stable) for a in agents},

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Callable
 
 from coordinator.core.commands import (
-    AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, DeclareAgentFailed,
+    AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, DeclareAgentFailed, DeleteGroup,
     DependenciesResult, Deregister, EmptyResult, Entry, EpochResult, Failure, GarbageCollect, GcResult,
     GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult, ReportDependencies, Result, RollbackTarget,
     StartEpoch, Token,
@@ -18,12 +18,12 @@ from coordinator.core.commands import (
 from coordinator.core import fences, queries
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
-    Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode, Order,
-    OrderKind,
+    RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
+    Order, OrderKind,
 )
 from coordinator.core.recovery_plan import plan_gc
 from coordinator.core.state import State
-from coordinator.core.validation import validate
+from coordinator.core.validation import MAX_DEPENDENCIES_PER_AGENT, validate
 
 
 
@@ -228,6 +228,13 @@ def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> R
                 f"orphan message {rec.message_id!r}: {rec.sender!r} sent it in interval {rec.send_interval} of "
                 f"generation {rec.send_generation}, which its rollback to checkpoint {fence.index} (generation "
                 f"{fence.generation}) undid", f"records[{i}]")
+    held = state.dependency_count(group.spec.name, cmd.agent_id)
+    if held + len(cmd.records) > MAX_DEPENDENCIES_PER_AGENT:
+        raise Rejection.because(
+            ReasonCode.DEPENDENCY_QUOTA,
+            f"agent {cmd.agent_id!r} holds {held} dependency records; with these {len(cmd.records)} it would pass "
+            f"the {MAX_DEPENDENCIES_PER_AGENT} an agent may hold: checkpoint, and garbage-collect the group, "
+            "to drop those below the recovery line", "records")
     state.put_dependencies(group.spec.name, cmd.agent_id, cmd.records)
     return DependenciesResult(accepted=len(cmd.records))
 
@@ -362,6 +369,8 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     for agent in agents:
         if keep_from[agent.agent_id] > agent.rollback_floor:
             state.put_agent(dataclasses.replace(agent, rollback_floor=keep_from[agent.agent_id]))
+    for epoch in state.epochs(name)[:-RECENT_EPOCHS]:
+        state.delete_epoch(name, epoch.epoch)
     uris: list[str] = []
     total = 0
     deleted = 0
@@ -374,6 +383,22 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
                 total += cp.size
                 deleted += 1
     return GcResult(tuple(uris), total, deleted)
+
+
+def _delete_group(state: State, cmd: DeleteGroup, now: float) -> Result:
+    """Only a finished group: deleting one whose agents still run would strand them
+    (their next write finds no group) and lose the checkpoints they recover from."""
+    group = _group(state, cmd.group)
+    name = group.spec.name
+    agents = state.agents(name)
+    alive = sorted(a.agent_id for a in agents if a.state is AgentState.ALIVE)
+    if alive:
+        raise Rejection.because(ReasonCode.GROUP_IN_USE,
+                                f"group {name!r} has {len(alive)} live agents (first: {alive[0]!r}); "
+                                "deregister them first", "group")
+    cps = [cp for a in agents for cp in state.checkpoints(name, a.agent_id)]
+    state.delete_group(name)
+    return GcResult(tuple(cp.blob_uri for cp in cps), sum(cp.size for cp in cps), len(cps))
 
 
 def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
@@ -391,5 +416,6 @@ _HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
     AckOrder: _ack_order,
     Deregister: _deregister,
     GarbageCollect: _garbage_collect,
+    DeleteGroup: _delete_group,
     ReadBarrier: _read_barrier,
 }

@@ -3,17 +3,47 @@
 Run by the transport before proposing (so nothing invalid reaches the Raft log)
 and again by apply() (so a log written by any client is still safe): one
 function, two callers.
+
+Every numeric field has both bounds here (and nowhere else; the proto comments
+quote them): a value a client can set but nobody can undo is refused instead.
+A checkpoint index of 2^64-1 left no higher index to commit; a lease of 1e-300 s
+failed every agent at its first check; an epoch interval of 1e-9 s kept the
+leader proposing epochs forever.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from coordinator.core import commands as c
 from coordinator.core import ids
-from coordinator.core.errors import Rejection
+from coordinator.core.epochs import epoch_interval
+from coordinator.core.errors import Rejection, shown
 from coordinator.core.model import Checkpoint, GroupSpec, Mode
 
 MAX_DEPENDENCIES_PER_REPORT = 10_000
+# Stored dependency records per reporting agent (a quota on state, checked by the
+# state machine): sixty reports once added 66 MB of state per node in ten seconds.
+MAX_DEPENDENCIES_PER_AGENT = 100_000
 MAX_RETENTION = 1_000
 MAX_DEPENDENCY_VERSIONS = 64
+MAX_WHAT_IF_FAILED = 10_000
+# Checkpoint indexes, intervals and generations: far below 2^64, so whoever reaches
+# the bound by counting one at a time never does, and a higher value always exists.
+MAX_COUNTER = 2**53
+MAX_CHECKPOINT_BYTES = 2**60
+DAY_S = 86_400.0
+# Inclusive (low, high) bounds of each GroupSpec duration, in seconds. 0 is also
+# allowed for the three fields that use it to mean "not set" (ZERO_MEANS_UNSET).
+SPEC_SECONDS: dict[str, tuple[float, float]] = {
+    "lease_ttl_s": (0.5, 7 * DAY_S),
+    "epoch_timeout_s": (0.1, 7 * DAY_S),
+    "checkpoint_interval_s": (0.1, 365 * DAY_S),
+    "checkpoint_cost_s": (0.001, 365 * DAY_S),
+    "mtbf_s": (1.0, 100 * 365 * DAY_S),
+}
+ZERO_MEANS_UNSET = frozenset({"checkpoint_interval_s", "checkpoint_cost_s", "mtbf_s"})
+# The shortest time between epochs, however it is derived (Young/Daly included).
+MIN_EPOCH_INTERVAL_S = SPEC_SECONDS["checkpoint_interval_s"][0]
 
 
 def validate(command: c.Command) -> None:
@@ -25,7 +55,8 @@ def validate(command: c.Command) -> None:
             _checkpoint(cp)
         case c.ReportDependencies():
             _dependencies(command)
-        case c.AbortEpoch(group=group) | c.StartEpoch(group=group) | c.GarbageCollect(group=group):
+        case (c.AbortEpoch(group=group) | c.StartEpoch(group=group) | c.GarbageCollect(group=group)
+              | c.DeleteGroup(group=group)):
             ids.check_id(group, "group")
         case c.ReadBarrier():
             pass
@@ -40,13 +71,23 @@ def _spec(spec: GroupSpec) -> None:
         raise Rejection.invalid("spec.mode", "must be one of " + ", ".join(m.value for m in Mode))
     if not 0 <= spec.retention <= MAX_RETENTION:
         raise Rejection.invalid("spec.retention", f"must be between 0 and {MAX_RETENTION}")
-    for name in ("checkpoint_interval_s", "checkpoint_cost_s", "mtbf_s", "lease_ttl_s", "epoch_timeout_s"):
+    for name, (low, high) in SPEC_SECONDS.items():
         value = getattr(spec, name)
-        if not (0 <= value < 1e9):  # also rejects NaN
-            raise Rejection.invalid(f"spec.{name}", "must be a finite number >= 0")
-    for name in ("lease_ttl_s", "epoch_timeout_s"):
-        if getattr(spec, name) <= 0:
-            raise Rejection.invalid(f"spec.{name}", "must be > 0")
+        if value == 0 and name in ZERO_MEANS_UNSET:
+            continue
+        if not low <= value <= high:  # also refuses NaN
+            unset = " (or 0: not set)" if name in ZERO_MEANS_UNSET else ""
+            raise Rejection.invalid(f"spec.{name}", f"must be between {low:g} and {high:g} seconds{unset}, "
+                                                    f"got {shown(value)}")
+    interval = epoch_interval(spec)
+    if 0 < interval < MIN_EPOCH_INTERVAL_S:
+        raise Rejection.invalid("spec.checkpoint_cost_s", f"with mtbf_s gives epochs every {interval:g}s; "
+                                                          f"the shortest interval is {MIN_EPOCH_INTERVAL_S:g}s")
+
+
+def _counter(value: int, field: str, low: int = 0) -> None:
+    if not low <= value <= MAX_COUNTER:
+        raise Rejection.invalid(field, f"must be between {low} and 2^53, got {shown(value)}")
 
 
 def _checkpoint(cp: Checkpoint) -> None:
@@ -54,11 +95,12 @@ def _checkpoint(cp: Checkpoint) -> None:
     ids.check_id(cp.agent_id, "checkpoint.agent_id")
     if cp.index < 1:
         raise Rejection.invalid("checkpoint.index", "must be >= 1 (0 is the implicit initial state)")
+    _counter(cp.index, "checkpoint.index", 1)
     ids.check_sha256(cp.sha256, "checkpoint.sha256")
     ids.check_uri(cp.blob_uri, "checkpoint.blob_uri", required=True)
     ids.check_uri(cp.channel_state_uri, "checkpoint.channel_state_uri", required=False)
-    if cp.size < 0:
-        raise Rejection.invalid("checkpoint.size", "must be >= 0")
+    if not 0 <= cp.size <= MAX_CHECKPOINT_BYTES:
+        raise Rejection.invalid("checkpoint.size", f"must be between 0 and 2^60 bytes, got {shown(cp.size)}")
     if len(cp.config_hash) > 256:
         raise Rejection.invalid("checkpoint.config_hash", "must be at most 256 characters")
     if len(cp.dependency_versions) > MAX_DEPENDENCY_VERSIONS or any(
@@ -81,3 +123,14 @@ def _dependencies(cmd: c.ReportDependencies) -> None:
             raise Rejection.invalid(f"records[{i}].receiver", "dependencies are reported by their receiver")
         if rec.send_interval < 1 or rec.receive_interval < 1:
             raise Rejection.invalid(f"records[{i}]", "intervals start at 1")
+        _counter(rec.send_interval, f"records[{i}].send_interval", 1)
+        _counter(rec.receive_interval, f"records[{i}].receive_interval", 1)
+        _counter(rec.send_generation, f"records[{i}].send_generation")
+
+
+def check_failed_ids(failed: Sequence[str]) -> None:
+    """A what-if's hypothetical failures: each an agent id, and no more than a group could hold."""
+    if len(failed) > MAX_WHAT_IF_FAILED:
+        raise Rejection.invalid("failed", f"at most {MAX_WHAT_IF_FAILED} agents, got {len(failed)}")
+    for i, agent_id in enumerate(failed):
+        ids.check_id(agent_id, f"failed[{i}]")

@@ -23,6 +23,11 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 ENDPOINTS_FILE = "endpoints.json"
+PASSWORD_FILE = "raft-password"
+
+
+class LayoutMismatch(ValueError):
+    """The data dir holds a cluster of another size or on other ports than asked for."""
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:
@@ -82,7 +87,8 @@ class LocalCluster:
     def __init__(self, root: Path, size: int = 3, *, settings: dict[str, object] | None = None,
                  password: str | None = None, base_port: int | None = None, hosts: list[str] | None = None,
                  peer_spec: PeerSpec = direct_peer,
-                 program: Callable[[int], list[str]] | None = None) -> None:
+                 program: Callable[[int], list[str]] | None = None,
+                 addresses: list[tuple[str, str, str]] | None = None) -> None:
         """`base_port`: node i gets raft/grpc/metrics on base+3i, +1, +2 (stable addresses for
         a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks).
 
@@ -90,7 +96,9 @@ class LocalCluster:
         proxies): `hosts[i]` is the loopback address node i binds (default 127.0.0.1),
         `peer_spec(peer)` what every node is told about `peer` (pysyncobj needs one name
         per node everywhere), and `program(i)` the command before the node's flags
-        that runs node i with the node's flags after it (e.g. a bug-planting wrapper)."""
+        that runs node i with the node's flags after it (e.g. a bug-planting wrapper).
+        `addresses[i]`: node i's (raft, grpc, metrics), as recorded by an earlier run
+        (see reopen())."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
@@ -102,10 +110,38 @@ class LocalCluster:
             raise ValueError(f"need one host per node: {size} nodes, {len(hosts)} hosts")
         # Ports free on 127.0.0.1 are free on the other loopback addresses too, short of
         # a socket bound to exactly that address.
-        ports = free_ports(3 * size) if base_port is None else list(range(base_port, base_port + 3 * size))
-        self.nodes = [NodeProcess(i, f"{host}:{ports[3 * i]}", f"{host}:{ports[3 * i + 1]}",
-                                  f"{host}:{ports[3 * i + 2]}", self.root / f"node{i}") for i, host in enumerate(hosts)]
+        if addresses is None:
+            ports = free_ports(3 * size) if base_port is None else list(range(base_port, base_port + 3 * size))
+            addresses = [(f"{host}:{ports[3 * i]}", f"{host}:{ports[3 * i + 1]}", f"{host}:{ports[3 * i + 2]}")
+                         for i, host in enumerate(hosts)]
+        if len(addresses) != size:
+            raise ValueError(f"need one address triple per node: {size} nodes, {len(addresses)} triples")
+        self.nodes = [NodeProcess(i, raft, grpc, metrics, self.root / f"node{i}")
+                      for i, (raft, grpc, metrics) in enumerate(addresses)]
         self.log_files: list = []
+
+    @classmethod
+    def reopen(cls, root: Path, size: int, *, base_port: int | None = None) -> "LocalCluster":
+        """The cluster `root` holds, on the addresses and with the Raft password it was
+        first started with; a new one (whose password is kept in `root`) if it holds none.
+
+        Raft records its members' addresses in the journal and snapshots: a cluster
+        restarted on new ports never elects a leader. Raises LayoutMismatch when the
+        recorded cluster has another size, or other ports than `base_port` gives."""
+        root = Path(root)
+        recorded = read_layout(root)
+        password = _kept_password(root)
+        if recorded is None:
+            return cls(root, size, base_port=base_port, password=password)
+        if len(recorded) != size:
+            raise LayoutMismatch(f"{root} holds a {len(recorded)}-node cluster, not {size} nodes: "
+                                 f"use -n {len(recorded)}, or another data dir")
+        if base_port is not None:
+            asked = cls(root, size, base_port=base_port, password=password)
+            if [(n.raft, n.grpc, n.metrics) for n in asked.nodes] != recorded:
+                raise LayoutMismatch(f"{root} holds a cluster on ports {_ports(recorded)}, not from {base_port}: "
+                                     "leave out --base-port to reuse them, or use another data dir")
+        return cls(root, size, password=password, addresses=recorded)
 
     # ---- processes ----------------------------------------------------------------
     def command(self, node: NodeProcess, members: list[int] | None = None) -> list[str]:
@@ -226,7 +262,44 @@ class LocalCluster:
 
 
 def read_endpoints(data_dir: Path) -> list[str]:
-    doc = json.loads((Path(data_dir) / ENDPOINTS_FILE).read_text())
-    return [n["grpc"] for n in doc]
+    """The gRPC addresses of the cluster `data_dir` holds; FileNotFoundError (with the
+    path) when it holds none, LayoutMismatch when its record is unreadable."""
+    layout = read_layout(data_dir)
+    if layout is None:
+        raise FileNotFoundError(f"no cluster in {data_dir}: {Path(data_dir) / ENDPOINTS_FILE} does not exist")
+    return [grpc for _, grpc, _ in layout]
+
+
+def read_layout(data_dir: Path) -> list[tuple[str, str, str]] | None:
+    """Each node's recorded (raft, grpc, metrics) addresses; None when none are recorded."""
+    path = Path(data_dir) / ENDPOINTS_FILE
+    try:
+        text = path.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        return [(n["raft"], n["grpc"], n["metrics"]) for n in json.loads(text)]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LayoutMismatch(f"{path} is not a cluster's endpoints ({exc!r}); "
+                             "move it away to start a new cluster") from None
+
+
+def _ports(layout: list[tuple[str, str, str]]) -> str:
+    ports = sorted(int(a.rsplit(":", 1)[1]) for node in layout for a in node)
+    return f"{ports[0]}-{ports[-1]}"
+
+
+def _kept_password(root: Path) -> str:
+    """The Raft password kept in `root` (owner-only), made on first use."""
+    path = root / PASSWORD_FILE
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        root.mkdir(parents=True, exist_ok=True)
+        password = secrets.token_hex(16)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        return password
 
 

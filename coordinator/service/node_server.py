@@ -16,13 +16,14 @@ from coordinator.transport import server
 
 
 async def serve(replica: Replica, address: str, stop: asyncio.Event,
-                dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S) -> None:
+                dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S,
+                limits: server.ServerLimits = server.ServerLimits()) -> None:
     """Serve until `stop` is set; raises OSError at once if `address` cannot be bound.
 
     The server stops as soon as `stop` is set, without waiting for a leader-loop
     tick that may be waiting for an answer; the loop ends after its tick."""
     batcher, leases = Batcher(replica, dedupe_window_s), LeaseTable()
-    async with server.running(batcher, leases, address):
+    async with server.running(batcher, leases, address, limits):
         loop = asyncio.create_task(leader_loop.run(batcher, leases, stop))
         await stop.wait()
     await loop

@@ -173,6 +173,9 @@ class KvState:
     def put_epoch(self, epoch: Epoch) -> None:
         self._put(keys.key(EPOCH, epoch.group, epoch.epoch), epoch)
 
+    def delete_epoch(self, group: str, epoch: int) -> None:
+        self.writes[keys.key(EPOCH, group, epoch)] = None
+
     # -- dependencies (one record per report: see DependencyBatch), orders
     def dependencies(self, group: str) -> list[Dependency]:
         unique: dict[tuple[str, int, str], Dependency] = {}
@@ -194,6 +197,9 @@ class KvState:
             batch = DependencyBatch.of(receiver, [*existing.dependencies(), *batch.dependencies()])
         self._put(key, batch)
 
+    def dependency_count(self, group: str, receiver: str) -> int:
+        return sum(len(batch.records) for batch in self._scan(DependencyBatch, keys.prefix(DEPENDENCY, group, receiver)))
+
     def drop_dependencies(self, group: str, doomed: Callable[[Dependency], bool]) -> None:
         for key, batch in self._scan_items(DependencyBatch, keys.prefix(DEPENDENCY, group)):
             kept = [d for d in batch.dependencies() if not doomed(d)]
@@ -208,6 +214,13 @@ class KvState:
 
     def delete_order(self, group: str, order_id: int) -> None:
         self.writes[keys.key(ORDER, group, order_id)] = None
+
+    def delete_group(self, name: str) -> None:
+        for table, cls in ((AGENT, Agent), (CHECKPOINT, Checkpoint), (EPOCH, Epoch),
+                           (DEPENDENCY, DependencyBatch), (ORDER, Order)):
+            for key, _ in self._scan_items(cls, keys.prefix(table, name)):
+                self.writes[key] = None
+        self.writes[keys.key(GROUP, name)] = None
 
 
 # The dedupe table lives under RESULT, so the domain state digest skips all of it:

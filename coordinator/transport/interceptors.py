@@ -1,4 +1,5 @@
-"""Cross-cutting RPC concerns in one place: request-id-bound logging and latency metrics.
+"""Cross-cutting RPC concerns in one place: request-id-bound logging, latency metrics
+and the refusal of requests that do not decode.
 
 Kept out of the servicers so every handler gets the same log context and the same
 metric labels without repeating them.
@@ -10,9 +11,13 @@ import time
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 
 from coordinator.api.metadata import REASON_METADATA_KEY
+from coordinator.core.errors import Rejection
+from coordinator.core.ids import MAX_REQUEST_ID_CHARS
 from coordinator.observability import metrics
+from coordinator.transport.status_map import abort_with
 
 log = structlog.get_logger("raftpoint.rpc")
 
@@ -36,15 +41,45 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         method = details.method.rsplit("/", 1)[-1]
         if handler is not None and handler.unary_unary is not None:
             wrapped = grpc.unary_unary_rpc_method_handler(
-                _unary(method, handler.unary_unary), request_deserializer=handler.request_deserializer,
+                _unary(method, handler.unary_unary), request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
         elif handler is not None and handler.unary_stream is not None:
             wrapped = grpc.unary_stream_rpc_method_handler(
-                _stream(method, handler.unary_stream), request_deserializer=handler.request_deserializer,
+                _stream(method, handler.unary_stream), request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
         if handler is not None:
             self._wrapped[details.method] = wrapped
         return wrapped
+
+
+class Undecodable:
+    """What a request that is not a valid message of its type decodes to.
+
+    gRPC answers a deserializer's exception with UNKNOWN and logs a traceback per
+    request; a client's bad bytes are its own error, so they become this value and
+    the handler refuses it with INVALID_ARGUMENT instead."""
+
+    request_id = ""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer):
+    if deserializer is None:
+        return None
+
+    def decode(data: bytes):
+        try:
+            return deserializer(data)
+        except DecodeError as exc:
+            return Undecodable(str(exc))
+    return decode
+
+
+async def _refuse_undecodable(request, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(request, Undecodable):
+        await abort_with(context, Rejection.invalid("request", f"does not decode: {request.error}"))
 
 
 class _Observed:
@@ -54,7 +89,10 @@ class _Observed:
         self.method, self.context = method, context
         self.started = time.perf_counter()
         self.code = "OK"
-        structlog.contextvars.bind_contextvars(rpc=method, request_id=getattr(request, "request_id", "") or None)
+        # Cut to the longest valid request id: a request that carries a 4 MB one is
+        # refused, and must not make every log line of its refusal 4 MB long.
+        request_id = getattr(request, "request_id", "")[:MAX_REQUEST_ID_CHARS]
+        structlog.contextvars.bind_contextvars(rpc=method, request_id=request_id or None)
 
     def __enter__(self) -> "_Observed":
         return self
@@ -74,6 +112,7 @@ class _Observed:
 def _unary(method: str, inner):
     async def observed(request, context):
         with _Observed(method, request, context):
+            await _refuse_undecodable(request, context)
             return await inner(request, context)
     return observed
 
@@ -81,6 +120,7 @@ def _unary(method: str, inner):
 def _stream(method: str, inner):
     async def observed(request, context):
         with _Observed(method, request, context):
+            await _refuse_undecodable(request, context)
             async for item in inner(request, context):
                 yield item
     return observed

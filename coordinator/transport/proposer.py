@@ -17,7 +17,7 @@ import grpc
 
 from coordinator.core import ids
 from coordinator.core.commands import Command, Entry, Failure, Result
-from coordinator.core.errors import ReasonCode, Rejection
+from coordinator.core.errors import ReasonCode, Rejection, shown
 from coordinator.replication.batcher import Batcher, OutcomeUnknown
 from coordinator.replication.replica import NotLeader, Overloaded
 from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
@@ -89,7 +89,7 @@ class Proposer:
         except ValueError:
             issued_at = math.nan
         if not (math.isfinite(issued_at) and issued_at > 0):
-            raise Rejection.invalid(ISSUED_AT_METADATA_KEY, f"must be seconds since the epoch, got {raw!r}")
+            raise Rejection.invalid(ISSUED_AT_METADATA_KEY, f"must be seconds since the epoch, got {shown(raw)}")
         window = self.batcher.dedupe_window_s
         if issued_at > time.time() + window:
             raise Rejection.because(ReasonCode.CLOCK_AHEAD, f"more than {window:.0f}s ahead of the coordinator's "

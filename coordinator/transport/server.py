@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 import grpc
@@ -11,9 +12,11 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.config import NodeConfig
 from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
+from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
@@ -22,6 +25,25 @@ from coordinator.transport.servicers import AdminServicer, AgentServicer
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 HEALTH_PERIOD_S = 0.5
 SERVICES = ("raftpoint.v1.AgentService", "raftpoint.v1.AdminService", "")
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one client population may hold of a node's gRPC server.
+
+    About 20,000 idle TCP connections left a leader unable to accept clients while
+    it stayed leader. Beyond `max_connections` new connections are closed at once
+    (clients go to another node, or retry); a connection that has not finished its
+    HTTP/2 handshake within `handshake_s`, or is idle for `idle_s`, is closed, so
+    the slots come back; one connection carries at most `max_streams_per_connection` calls, and
+    the node at most `max_rpcs` (beyond: RESOURCE_EXHAUSTED). Each agent holds one
+    long-lived WatchOrders stream, which is what `max_rpcs` must leave room for."""
+
+    max_connections: int = NodeConfig.max_connections
+    max_streams_per_connection: int = 128
+    max_rpcs: int = NodeConfig.max_rpcs
+    idle_s: float = 300.0
+    handshake_s: float = 10.0
 
 
 def serving(node: Replica) -> bool:
@@ -43,19 +65,28 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
 
 
 @contextlib.asynccontextmanager
-async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterator[None]:
+async def running(batcher: Batcher, leases: Leases, address: str,
+                  limits: ServerLimits = ServerLimits()) -> AsyncIterator[None]:
     """The gRPC server (and its health reports) on `address` while the block runs.
 
     Raises OSError before the block when the address cannot be bound.
     """
     node = batcher.replica
-    server = grpc.aio.server(interceptors=[RequestInterceptor()], options=[
+    server = grpc.aio.server(interceptors=[RequestInterceptor()], maximum_concurrent_rpcs=limits.max_rpcs, options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        # gRPC sets SO_REUSEPORT by default: a second server on this port would share
+        # it, and the kernel would split the clients between the two.
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_allowed_incoming_connections", limits.max_connections),
+        ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
+        ("grpc.max_connection_idle_ms", int(limits.idle_s * 1000)),
+        ("grpc.server_handshake_timeout_ms", int(limits.handshake_s * 1000)),
     ])
     proposer = Proposer(batcher)
     pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
-    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer), server)
+    heavy = HeavyReads()
+    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer, heavy), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]
@@ -66,7 +97,7 @@ async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterat
     except RuntimeError:  # newer grpc raises where older returned 0
         port = 0
     if port == 0:
-        raise OSError(f"cannot bind gRPC address {address}")
+        raise OSError(f"cannot bind gRPC address {address} (in use, or not an address of this host)")
     await server.start()
     stop = asyncio.Event()
     health_task = asyncio.create_task(_health_loop(node, health_servicer, stop))
@@ -76,3 +107,4 @@ async def running(batcher: Batcher, leases: Leases, address: str) -> AsyncIterat
         stop.set()
         await server.stop(grace=2)
         await asyncio.gather(health_task, return_exceptions=True)
+        heavy.close()

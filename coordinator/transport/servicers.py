@@ -8,11 +8,12 @@ import grpc
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.core import ids, queries
+from coordinator.core import ids, paging, queries, validation
 from coordinator.core.errors import ReasonCode, Rejection
-from coordinator.core.model import Agent, Group
+from coordinator.core.model import RECENT_EPOCHS, Agent, Group
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
+from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import abort_with
@@ -38,6 +39,11 @@ async def _live_agent(context: grpc.aio.ServicerContext, state: KvState, request
     group = state.group(request.group)
     assert group is not None  # an agent is only stored under its group
     return group, agent
+
+
+def _freed(result) -> pb.GarbageCollectResponse:
+    """GarbageCollect's and DeleteGroup's answer: the blobs nothing refers to any more."""
+    return pb.GarbageCollectResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
@@ -113,8 +119,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
 
 class AdminServicer(pb_grpc.AdminServiceServicer):
-    def __init__(self, proposer: Proposer) -> None:
+    """Admin RPCs. Reads that scale with the state (a group's agents and checkpoints,
+    a what-if's recovery line, the digests) run through HeavyReads, off the event loop."""
+
+    def __init__(self, proposer: Proposer, heavy: HeavyReads) -> None:
         self.p = proposer
+        self.heavy = heavy
+        self._digests: tuple[int, tuple[int, str, str]] | None = None  # (applied index, digests at it)
 
     async def CreateGroup(self, request, context):
         result = await self.p.submit(context, request, wire.create_group_from_pb)
@@ -128,7 +139,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def GarbageCollect(self, request, context):
         result = await self.p.submit(context, request, wire.garbage_collect_from_pb)
         metrics.GC_BYTES.inc(result.bytes)
-        return pb.GarbageCollectResponse(deletable_blob_uris=list(result.deletable_blob_uris), bytes=result.bytes)
+        return _freed(result)
+
+    async def DeleteGroup(self, request, context):
+        result = await self.p.submit(context, request, wire.delete_group_from_pb)
+        return _freed(result)
 
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))
@@ -140,41 +155,77 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return state, group
 
     async def GetGroup(self, request, context):
+        size, after = await self._paging(context, request, parts=1)
         state, group = await self._group_state(context, request.group)
-        epochs = state.epochs(request.group)[-10:]
-        return pb.GetGroupResponse(group=wire.group_to_pb(group),
-                                   agents=[wire.agent_to_pb(a) for a in state.agents(request.group)],
-                                   recent_epochs=[wire.epoch_to_pb(e) for e in epochs])
+
+        def read() -> pb.GetGroupResponse:
+            epochs = state.epochs(request.group)[-RECENT_EPOCHS:]
+            agents, token = paging.page(state.agents(request.group), lambda a: (a.agent_id,), after, size)
+            return pb.GetGroupResponse(group=wire.group_to_pb(group), agents=[wire.agent_to_pb(a) for a in agents],
+                                       recent_epochs=[wire.epoch_to_pb(e) for e in epochs], next_page_token=token)
+        return await self.heavy.run(context, read)
 
     async def ListCheckpoints(self, request, context):
         if request.agent_id:
             await _check(context, (request.agent_id, "agent_id"))
+        size, after = await self._paging(context, request, parts=2)
         state, group = await self._group_state(context, request.group)
-        if request.agent_id and state.agent(request.group, request.agent_id) is None:
-            await abort_with(context, Rejection.not_found(f"agent {request.agent_id!r} in group {request.group!r}",
-                                                          ReasonCode.AGENT_NOT_FOUND))
-        agents = [request.agent_id] if request.agent_id else list(group.members)
-        cps = [cp for a in agents for cp in state.checkpoints(request.group, a)]
-        return pb.ListCheckpointsResponse(checkpoints=[wire.checkpoint_to_pb(cp) for cp in cps])
 
-    async def WhatIf(self, request, context):
-        await _check(context, *((agent_id, f"failed[{i}]") for i, agent_id in enumerate(request.failed)))
-        state, group = await self._group_state(context, request.group)
+        def read() -> pb.ListCheckpointsResponse:
+            if request.agent_id and state.agent(request.group, request.agent_id) is None:
+                raise Rejection.not_found(f"agent {request.agent_id!r} in group {request.group!r}",
+                                          ReasonCode.AGENT_NOT_FOUND)
+            agents = [request.agent_id] if request.agent_id else list(group.members)
+            cps, token = paging.page((cp for a in agents for cp in state.checkpoints(request.group, a)),
+                                     lambda cp: (cp.agent_id, cp.index), after, size)
+            return pb.ListCheckpointsResponse(checkpoints=[wire.checkpoint_to_pb(cp) for cp in cps],
+                                              next_page_token=token)
+        return await self.heavy.run(context, read)
+
+    @staticmethod
+    async def _paging(context, request, parts: int) -> tuple[int, paging.Key | None]:
+        """The request's page size and the key its page starts after."""
         try:
-            targets = queries.plan_for(state, request.group, request.failed)
+            return paging.page_size(request.page_size), paging.decode_token(request.page_token, parts)
         except Rejection as r:
             await abort_with(context, r)
-        return pb.WhatIfResponse(targets=[pb.RollbackTarget(agent_id=t.agent_id, checkpoint_index=t.checkpoint_index,
-                                                            intervals_lost=t.intervals_lost) for t in targets])
+
+    async def WhatIf(self, request, context):
+        state, group = await self._group_state(context, request.group)
+
+        def read() -> pb.WhatIfResponse:
+            failed = list(request.failed)
+            validation.check_failed_ids(failed)
+            targets = queries.plan_for(state, request.group, failed)
+            return pb.WhatIfResponse(targets=[pb.RollbackTarget(
+                agent_id=t.agent_id, checkpoint_index=t.checkpoint_index, intervals_lost=t.intervals_lost)
+                for t in targets])
+        return await self.heavy.run(context, read)
 
     async def ClusterStatus(self, request, context):
-        s = self.p.node.status()
-        digest_index, content_digest = self.p.node.digest_with_index()
+        node = self.p.node
+        s = node.status()
+        digest_index, content_digest, state_digest = await self._digests_at(context, s.applied_index)
         return pb.ClusterStatusResponse(node=pb.NodeStatus(
             node=s.node, role=s.role, term=s.term, commit_index=s.commit_index,
             applied_index=s.applied_index, log_entries=s.log_entries, leader=s.leader,
             last_snapshot_index=s.last_snapshot_index, last_snapshot_age_s=s.last_snapshot_age_s,
-            state_digest=self.p.node.state_digest(), content_digest=content_digest, digest_index=digest_index))
+            state_digest=state_digest, content_digest=content_digest, digest_index=digest_index))
+
+    async def _digests_at(self, context, applied_index: int) -> tuple[int, str, str]:
+        """Both full-store digests, computed once per applied index: status is polled
+        (by operators, probes, the chaos checker) far more often than the state moves."""
+        cached = self._digests
+        if cached is not None and cached[0] == applied_index:
+            return cached[1]
+        node = self.p.node
+
+        def read() -> tuple[int, str, str]:
+            digest_index, content_digest = node.digest_with_index()
+            return digest_index, content_digest, node.state_digest()
+        digests = await self.heavy.run(context, read)
+        self._digests = (applied_index, digests)
+        return digests
 
     async def AddNode(self, request, context):
         return await self._membership(context, request.node, add=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib import metadata
 
 # Each module defines register(subparsers); the subcommand's handler is stored as
 # the parser default `func` and returns the process exit code.
@@ -21,10 +22,19 @@ SUBCOMMAND_MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftpoint", description="Checkpoint/recovery coordinator for multi-agent systems.")
+    parser.add_argument("--version", action="version", version=f"raftpoint {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (pyproject.toml is its one source)."""
+    try:
+        return metadata.version("raftpoint")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        # What an operator got wrong (a path that cannot be written, a port in use)
+        # is said in one line; a traceback is for the bugs.
+        print(f"raftpoint {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -20,8 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    endpoints = ([e.strip() for e in args.endpoints.split(",") if e.strip()] if args.endpoints
-                 else read_endpoints(args.data_dir))
+    try:
+        endpoints = ([e.strip() for e in args.endpoints.split(",") if e.strip()] if args.endpoints
+                     else read_endpoints(args.data_dir))
+    except (OSError, ValueError) as exc:
+        print(f"raftpoint members {args.action}: no --endpoints and {exc}", file=sys.stderr)
+        return 2
     method = "AddNode" if args.action == "add" else "RemoveNode"
     try:
         with Connection(endpoints, deadline=30, rpc_timeout=35) as conn:

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             endpoints = read_endpoints(args.data_dir)
         except (OSError, ValueError) as exc:
-            print(f"raftpoint status: no --endpoints and no cluster in {args.data_dir} ({exc})", file=sys.stderr)
+            print(f"raftpoint status: no --endpoints and {exc}", file=sys.stderr)
             return 2
     row = "{:<22} {:<10} {:>5} {:>8} {:>8} {:>8} {:>9} {:>9}  {}"
     print(row.format("node (grpc)", "role", "term", "commit", "applied", "log", "snapshot", "snap age", "digest"))

@@ -242,9 +242,10 @@ CASES = [
         "spec.checkpoint_interval_s"),
     case("create-exists-with-other-spec", "CreateGroup", pb.CreateGroupRequest(
         request_id="e-g6", spec=pb.GroupSpec(group="e-cic", mode=pb.COORDINATED)), C.ALREADY_EXISTS, "spec.group"),
-    # ---- StartEpoch and GarbageCollect: writes naming a group
+    # ---- StartEpoch, GarbageCollect and DeleteGroup: writes naming a group
     *(case(f"{method.lower()}-{what}", method, request_type(request_id=rid, group=group), code, says)
-      for method, request_type in (("StartEpoch", pb.StartEpochRequest), ("GarbageCollect", pb.GarbageCollectRequest))
+      for method, request_type in (("StartEpoch", pb.StartEpochRequest), ("GarbageCollect", pb.GarbageCollectRequest),
+                                   ("DeleteGroup", pb.DeleteGroupRequest))
       for what, rid, group, code, says in (
           ("no-request-id", "", "e-co", C.INVALID_ARGUMENT, "request_id"),
           ("bad-group", f"e-{method}-1", "é", C.INVALID_ARGUMENT, "group"),
@@ -272,6 +273,11 @@ CASES = [
     # ---- GarbageCollect
     case("gc-while-recovering", "GarbageCollect", pb.GarbageCollectRequest(request_id="e-gc3", group="e-rb"),
          C.FAILED_PRECONDITION, "recovering"),
+    # ---- DeleteGroup
+    case("delete-group-in-use", "DeleteGroup", pb.DeleteGroupRequest(request_id="e-dg3", group="e-cic"),
+         C.FAILED_PRECONDITION, "live agents"),
+    case("list-page-size-beyond-bound", "ListCheckpoints", pb.ListCheckpointsRequest(group="e-cic", page_size=1001),
+         C.INVALID_ARGUMENT, "page_size"),
     # ---- membership
     case("add-node-not-an-address", "AddNode", pb.MembershipRequest(node="not-an-address"), C.INVALID_ARGUMENT,
          "node"),
@@ -332,6 +338,7 @@ def valid_requests(world: World) -> Iterator[tuple[str, str, object]]:
     yield "AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="e-cic")
     yield "AdminService", "WhatIf", pb.WhatIfRequest(group="e-cic", failed=["e-a"])
     yield "AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id="e-f8", group="e-cic")
+    yield "AdminService", "DeleteGroup", pb.DeleteGroupRequest(request_id="e-f9", group="e-empty")
     yield "AdminService", "AddNode", pb.MembershipRequest(node="127.0.0.1:1")
     yield "AdminService", "RemoveNode", pb.MembershipRequest(node="127.0.0.1:1")
 

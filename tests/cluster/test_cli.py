@@ -77,3 +77,102 @@ def test_cluster_up_status_and_clean_stop(tmp_path: Path) -> None:
             up.wait(10)
     down = status(data_dir)
     assert down.returncode != 0 and down.stdout.count("DOWN") == 3
+
+
+def _up(data_dir: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([*RAFTPOINT, "cluster", "up", "-n", "3", "--data-dir", str(data_dir), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _node_lines(up: subprocess.Popen) -> list[str]:
+    seen = _read_until(_lines(up.stdout), "leader: node", timeout=30)
+    return [line.split("  pid ")[0] for line in seen if line.startswith("node")]
+
+
+def _stop(up: subprocess.Popen) -> None:
+    if up.poll() is None:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(30)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait(10)
+
+
+@pytest.mark.slow
+def test_cluster_up_again_on_its_data_dir_starts_the_same_cluster(tmp_path: Path) -> None:
+    """Raft keeps its members' addresses: the same data dir on new ports never elected."""
+    data_dir = tmp_path / "data"
+    first = _up(data_dir)
+    try:
+        addresses = _node_lines(first)
+    finally:
+        _stop(first)
+    recorded = (data_dir / "endpoints.json").read_text()
+    again = _up(data_dir)
+    try:
+        assert _node_lines(again) == addresses
+    finally:
+        _stop(again)
+    assert read_endpoints(data_dir) == [line.split(" grpc ")[1].split()[0] for line in addresses]
+    assert recorded.count("127.0.0.1") == (data_dir / "endpoints.json").read_text().count("127.0.0.1")
+
+
+@pytest.mark.slow
+def test_cluster_up_on_a_running_clusters_data_dir_is_refused_and_touches_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = _up(data_dir)
+    try:
+        _node_lines(first)
+        recorded = (data_dir / "endpoints.json").read_text()
+        second = subprocess.run([*RAFTPOINT, "cluster", "up", "-n", "3", "--data-dir", str(data_dir), "--timeout", "20"],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert "leader:" not in second.stdout
+        assert "is a cluster already running" in second.stderr and "Traceback" not in second.stderr
+        assert (data_dir / "endpoints.json").read_text() == recorded
+        assert status(data_dir).returncode == 0
+    finally:
+        _stop(first)
+
+
+def test_cluster_up_refuses_another_size_than_its_data_dir_holds(tmp_path: Path) -> None:
+    (tmp_path / "endpoints.json").write_text(
+        '[{"raft": "127.0.0.1:7000", "grpc": "127.0.0.1:7001", "metrics": "127.0.0.1:7002", "pid": null}]')
+    done = subprocess.run([*RAFTPOINT, "cluster", "up", "-n", "3", "--data-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "holds a 1-node cluster" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", [["cluster", "up", "-n", "1"], ["demo"]])
+def test_a_data_dir_that_cannot_be_made_is_one_line_not_a_traceback(tmp_path: Path, command: list[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = subprocess.run([*RAFTPOINT, *command, "--data-dir", str(blocker / "data")],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and str(blocker / "data") in done.stderr
+
+
+@pytest.mark.parametrize("command", [["status"], ["members", "add", "127.0.0.1:9"]])
+@pytest.mark.parametrize("endpoints", [None, "{"])
+def test_a_missing_or_garbled_endpoints_file_is_one_line_not_a_traceback(
+        tmp_path: Path, command: list[str], endpoints: str | None) -> None:
+    if endpoints is not None:
+        (tmp_path / "endpoints.json").write_text(endpoints)
+    done = subprocess.run([*RAFTPOINT, *command, "--data-dir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "endpoints.json" in done.stderr
+
+
+def test_cluster_up_stops_waiting_for_a_leader_once_its_own_nodes_have_exited(tmp_path: Path) -> None:
+    from coordinator.harness.local_cluster import LocalCluster
+    from raftpoint.cli.cluster import _wait_for_leader
+
+    exits_at_once = [sys.executable, "-c", "import sys; print('refused: data dir in use'); sys.exit(1)"]
+    with LocalCluster(tmp_path, 3, program=lambda i: exits_at_once) as cluster:
+        cluster.start_all()
+        started = time.monotonic()
+        assert _wait_for_leader(cluster, 30.0, threading.Event()) is None
+        assert time.monotonic() - started < 10

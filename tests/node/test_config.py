@@ -44,10 +44,10 @@ def test_bad_values_are_named(env: dict[str, str], message: str) -> None:
         config.load(env={"RAFTPOINT_RAFT_PASSWORD": "x", **env})
 
 
-def test_unknown_file_setting_is_rejected(tmp_path: Path) -> None:
+def test_unknown_file_setting_is_rejected_with_a_suggestion(tmp_path: Path) -> None:
     toml = tmp_path / "node.toml"
     toml.write_text('raft_pasword = "typo"\n')
-    with pytest.raises(ConfigError, match="raft_pasword"):
+    with pytest.raises(ConfigError, match="'raft_pasword' \\(did you mean 'raft_password'"):
         config.load(str(toml), env={})
 
 
@@ -62,3 +62,20 @@ def test_statefulset_identity_from_pod_name() -> None:
     assert cfg.grpc_of("rp-2.rp-peers.ns.svc.cluster.local:7000") == "rp-2.rp-peers.ns.svc.cluster.local:50051"
     with pytest.raises(ConfigError, match="ordinal"):
         config.load(env={**env, "RAFTPOINT_POD_NAME": "coordinator"})
+
+
+def test_a_misspelled_variable_is_refused_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError, match="'RAFTPOINT_DNS_CACHE_TIMES' \\(did you mean 'RAFTPOINT_DNS_CACHE_TIME'"):
+        config.load(env={"RAFTPOINT_RAFT_PASSWORD": "x", "RAFTPOINT_DNS_CACHE_TIMES": "5"})
+
+
+def test_variables_of_the_agent_library_are_not_the_nodes_to_refuse() -> None:
+    assert config.load(env={"RAFTPOINT_RAFT_PASSWORD": "x", "RAFTPOINT_AEAD_KEY": "k"}).raft_password == "x"
+
+
+
+def test_connection_and_call_limits_are_settings_with_bounds() -> None:
+    cfg = config.load(env={"RAFTPOINT_RAFT_PASSWORD": "x", "RAFTPOINT_MAX_CONNECTIONS": "10"})
+    assert cfg.max_connections == 10
+    with pytest.raises(ConfigError, match="max_rpcs must be between 1"):
+        config.load(env={"RAFTPOINT_RAFT_PASSWORD": "x", "RAFTPOINT_MAX_RPCS": "0"})

@@ -38,6 +38,7 @@ COMMANDS: list[c.Command] = [
     c.AckOrder("g", "a", TOKEN, 12),
     c.Deregister("g", "a", TOKEN),
     c.GarbageCollect("g"),
+    c.DeleteGroup("g"),
     c.ReadBarrier(),
 ]
 

@@ -73,6 +73,8 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_NO_LIVE_MEMBERS: _ClassVar[ReasonCode]
     REASON_REQUEST_TOO_OLD: _ClassVar[ReasonCode]
     REASON_MEMBERSHIP_CHANGE_REFUSED: _ClassVar[ReasonCode]
+    REASON_GROUP_IN_USE: _ClassVar[ReasonCode]
+    REASON_DEPENDENCY_QUOTA: _ClassVar[ReasonCode]
     REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
 GROUP_MODE_UNSPECIFIED: GroupMode
 COORDINATED: GroupMode
@@ -123,6 +125,8 @@ REASON_EPOCH_STILL_OPEN: ReasonCode
 REASON_NO_LIVE_MEMBERS: ReasonCode
 REASON_REQUEST_TOO_OLD: ReasonCode
 REASON_MEMBERSHIP_CHANGE_REFUSED: ReasonCode
+REASON_GROUP_IN_USE: ReasonCode
+REASON_DEPENDENCY_QUOTA: ReasonCode
 REASON_INTERNAL_ERROR: ReasonCode
 
 class FencingToken(_message.Message):
@@ -475,34 +479,46 @@ class StartEpochResponse(_message.Message):
     def __init__(self, epoch: _Optional[_Union[Epoch, _Mapping]] = ...) -> None: ...
 
 class GetGroupRequest(_message.Message):
-    __slots__ = ("group",)
+    __slots__ = ("group", "page_size", "page_token")
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     group: str
-    def __init__(self, group: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, group: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class GetGroupResponse(_message.Message):
-    __slots__ = ("group", "agents", "recent_epochs")
+    __slots__ = ("group", "agents", "recent_epochs", "next_page_token")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     AGENTS_FIELD_NUMBER: _ClassVar[int]
     RECENT_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     group: Group
     agents: _containers.RepeatedCompositeFieldContainer[Agent]
     recent_epochs: _containers.RepeatedCompositeFieldContainer[Epoch]
-    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ..., recent_epochs: _Optional[_Iterable[_Union[Epoch, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ..., recent_epochs: _Optional[_Iterable[_Union[Epoch, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListCheckpointsRequest(_message.Message):
-    __slots__ = ("group", "agent_id")
+    __slots__ = ("group", "agent_id", "page_size", "page_token")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     group: str
     agent_id: str
-    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, group: _Optional[str] = ..., agent_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListCheckpointsResponse(_message.Message):
-    __slots__ = ("checkpoints",)
+    __slots__ = ("checkpoints", "next_page_token")
     CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointMeta]
-    def __init__(self, checkpoints: _Optional[_Iterable[_Union[CheckpointMeta, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[CheckpointMeta, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WhatIfRequest(_message.Message):
     __slots__ = ("group", "failed")
@@ -545,6 +561,14 @@ class GarbageCollectResponse(_message.Message):
     deletable_blob_uris: _containers.RepeatedScalarFieldContainer[str]
     bytes: int
     def __init__(self, deletable_blob_uris: _Optional[_Iterable[str]] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("request_id", "group")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()

@@ -394,6 +394,11 @@ class AdminServiceStub:
                 request_serializer=v1_dot_coordinator__pb2.GarbageCollectRequest.SerializeToString,
                 response_deserializer=v1_dot_coordinator__pb2.GarbageCollectResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/raftpoint.v1.AdminService/DeleteGroup',
+                request_serializer=v1_dot_coordinator__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.GarbageCollectResponse.FromString,
+                _registered_method=True)
         self.ClusterStatus = channel.unary_unary(
                 '/raftpoint.v1.AdminService/ClusterStatus',
                 request_serializer=v1_dot_coordinator__pb2.ClusterStatusRequest.SerializeToString,
@@ -450,6 +455,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ClusterStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -499,6 +510,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
             'GarbageCollect': grpc.unary_unary_rpc_method_handler(
                     servicer.GarbageCollect,
                     request_deserializer=v1_dot_coordinator__pb2.GarbageCollectRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.GarbageCollectResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=v1_dot_coordinator__pb2.DeleteGroupRequest.FromString,
                     response_serializer=v1_dot_coordinator__pb2.GarbageCollectResponse.SerializeToString,
             ),
             'ClusterStatus': grpc.unary_unary_rpc_method_handler(
@@ -678,6 +694,33 @@ class AdminService:
             target,
             '/raftpoint.v1.AdminService/GarbageCollect',
             v1_dot_coordinator__pb2.GarbageCollectRequest.SerializeToString,
+            v1_dot_coordinator__pb2.GarbageCollectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/DeleteGroup',
+            v1_dot_coordinator__pb2.DeleteGroupRequest.SerializeToString,
             v1_dot_coordinator__pb2.GarbageCollectResponse.FromString,
             options,
             channel_credentials,

@@ -38,7 +38,7 @@ class Batch(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ...) -> None: ...
 
 class LogEntry(_message.Message):
-    __slots__ = ("request_id", "proposed_at", "issued_at", "dedupe_window_s", "create_group", "register", "commit_checkpoint", "report_dependencies", "start_epoch", "declare_agent_failed", "ack_order", "deregister", "abort_epoch", "garbage_collect", "read_barrier", "batch")
+    __slots__ = ("request_id", "proposed_at", "issued_at", "dedupe_window_s", "create_group", "register", "commit_checkpoint", "report_dependencies", "start_epoch", "declare_agent_failed", "ack_order", "deregister", "abort_epoch", "garbage_collect", "read_barrier", "batch", "delete_group")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_AT_FIELD_NUMBER: _ClassVar[int]
     ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class LogEntry(_message.Message):
     GARBAGE_COLLECT_FIELD_NUMBER: _ClassVar[int]
     READ_BARRIER_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    DELETE_GROUP_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     proposed_at: float
     issued_at: float
@@ -71,4 +72,5 @@ class LogEntry(_message.Message):
     garbage_collect: _coordinator_pb2.GarbageCollectRequest
     read_barrier: ReadBarrier
     batch: Batch
-    def __init__(self, request_id: _Optional[str] = ..., proposed_at: _Optional[float] = ..., issued_at: _Optional[float] = ..., dedupe_window_s: _Optional[float] = ..., create_group: _Optional[_Union[_coordinator_pb2.CreateGroupRequest, _Mapping]] = ..., register: _Optional[_Union[_coordinator_pb2.RegisterRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[_coordinator_pb2.CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[_coordinator_pb2.ReportDependenciesRequest, _Mapping]] = ..., start_epoch: _Optional[_Union[_coordinator_pb2.StartEpochRequest, _Mapping]] = ..., declare_agent_failed: _Optional[_Union[DeclareAgentFailed, _Mapping]] = ..., ack_order: _Optional[_Union[_coordinator_pb2.AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[_coordinator_pb2.DeregisterRequest, _Mapping]] = ..., abort_epoch: _Optional[_Union[AbortEpoch, _Mapping]] = ..., garbage_collect: _Optional[_Union[_coordinator_pb2.GarbageCollectRequest, _Mapping]] = ..., read_barrier: _Optional[_Union[ReadBarrier, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ...) -> None: ...
+    delete_group: _coordinator_pb2.DeleteGroupRequest
+    def __init__(self, request_id: _Optional[str] = ..., proposed_at: _Optional[float] = ..., issued_at: _Optional[float] = ..., dedupe_window_s: _Optional[float] = ..., create_group: _Optional[_Union[_coordinator_pb2.CreateGroupRequest, _Mapping]] = ..., register: _Optional[_Union[_coordinator_pb2.RegisterRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[_coordinator_pb2.CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[_coordinator_pb2.ReportDependenciesRequest, _Mapping]] = ..., start_epoch: _Optional[_Union[_coordinator_pb2.StartEpochRequest, _Mapping]] = ..., declare_agent_failed: _Optional[_Union[DeclareAgentFailed, _Mapping]] = ..., ack_order: _Optional[_Union[_coordinator_pb2.AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[_coordinator_pb2.DeregisterRequest, _Mapping]] = ..., abort_epoch: _Optional[_Union[AbortEpoch, _Mapping]] = ..., garbage_collect: _Optional[_Union[_coordinator_pb2.GarbageCollectRequest, _Mapping]] = ..., read_barrier: _Optional[_Union[ReadBarrier, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., delete_group: _Optional[_Union[_coordinator_pb2.DeleteGroupRequest, _Mapping]] = ...) -> None: ...

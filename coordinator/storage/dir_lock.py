@@ -1,0 +1,55 @@
+"""One process per data directory, enforced by an exclusive lock that names its holder.
+
+Two coordinators on one data dir both accepted writes and corrupted it: the
+journal, the term file and the store assume a single writer. The lock is an
+flock(2) on `LOCK` inside the directory, so the kernel drops it when the holder
+dies, however it dies (no stale lock to clean up after kill -9); the file holds
+the holder's PID only so the refusal can name it.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+LOCK_FILE = "LOCK"
+
+
+class DataDirInUse(OSError):
+    """Another live process holds the data directory; the message names its PID."""
+
+
+class DataDirLock:
+    """Held from acquire() until release() (or the process's end)."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.path = Path(data_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> "DataDirLock":
+        """Take the lock or raise DataDirInUse at once (never waits: a second node
+        on the same directory is an operator's mistake to report, not to queue)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DataDirInUse(f"data dir {self.path.parent} is in use by another coordinator (PID {holder}; "
+                               f"lock file {self.path}): stop it first, or give this node its own --data-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "DataDirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,61 @@
+"""Operator mistakes stop a node with a message that says what to fix, before it opens any state."""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_client.testing import InProcessCoordinator
+from coordinator.harness.in_process import LocalReplica
+from coordinator.harness.local_cluster import free_ports
+from coordinator.service import node_server
+from coordinator.storage.dir_lock import DataDirInUse, DataDirLock
+
+
+def run_node(data_dir: Path, raft: int, grpc: int, metrics: int) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
+    env["RAFTPOINT_RAFT_PASSWORD"] = "pw"
+    return subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(data_dir),
+                           "--raft-address", f"127.0.0.1:{raft}", "--grpc-address", f"127.0.0.1:{grpc}",
+                           "--metrics-address", f"127.0.0.1:{metrics}"],
+                          env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_a_second_lock_on_a_data_dir_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    with DataDirLock(tmp_path):
+        with pytest.raises(DataDirInUse, match=f"PID {os.getpid()}"):
+            DataDirLock(tmp_path).acquire()
+    with DataDirLock(tmp_path):  # released: free again
+        pass
+
+
+def test_a_node_on_a_data_dir_in_use_stops_with_the_holders_pid(tmp_path: Path) -> None:
+    with DataDirLock(tmp_path):
+        done = run_node(tmp_path, *free_ports(3))
+    assert done.returncode == 1, done.stderr
+    assert f"is in use by another coordinator (PID {os.getpid()}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "state").exists(), "the refused node opened the store"
+
+
+def test_a_raft_port_in_use_stops_the_node_naming_the_address(tmp_path: Path) -> None:
+    raft, grpc, metrics = free_ports(3)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", raft))
+        taken.listen()
+        done = run_node(tmp_path, raft, grpc, metrics)
+    assert done.returncode == 1, done.stderr
+    assert f"cannot bind Raft address 127.0.0.1:{raft}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_a_grpc_port_another_coordinator_serves_is_not_shared() -> None:
+    with InProcessCoordinator() as other:
+        with pytest.raises(OSError, match=f"cannot bind gRPC address {other.address}"):
+            await asyncio.wait_for(node_server.serve(LocalReplica(other.address), other.address,
+                                                     asyncio.Event()), 10)

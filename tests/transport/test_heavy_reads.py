@@ -1,0 +1,94 @@
+"""Reads that cost seconds run off the event loop: heartbeats keep their latency meanwhile,
+and beyond the queue's bound a heavy read is refused instead of queued."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+
+from agent_client.connection import Connection
+from agent_client.testing import InProcessCoordinator
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.core import queries
+from coordinator.transport.heavy_reads import HeavyReads
+
+READ_S = 0.8
+
+
+def test_a_heartbeat_is_answered_while_slow_what_ifs_compute(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_plan = queries.plan_for
+
+    def slow_plan(*args, **kwargs):
+        time.sleep(READ_S)  # holds its thread, as seconds of pure-Python planning do
+        return real_plan(*args, **kwargs)
+    monkeypatch.setattr(queries, "plan_for", slow_plan)
+
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+        conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
+        incarnation = conn.call("AgentService", "Register", pb.RegisterRequest(
+            request_id="r", group="g", agent_id="a")).incarnation
+        with ThreadPoolExecutor(2) as pool:
+            what_ifs = [pool.submit(conn.call, "AdminService", "WhatIf", pb.WhatIfRequest(group="g", failed=["a"]))
+                        for _ in range(2)]
+            time.sleep(0.2)  # let them reach the server; the heartbeat must not wait for them
+            started = time.perf_counter()
+            conn.call("AgentService", "Heartbeat", pb.HeartbeatRequest(
+                group="g", agent_id="a", token=pb.FencingToken(incarnation=incarnation)))
+            heartbeat_s = time.perf_counter() - started
+            assert [t.agent_id for t in what_ifs[0].result(30).targets] == ["a"]
+    assert heartbeat_s < READ_S / 2, f"the heartbeat waited {heartbeat_s:.2f}s behind the what-ifs"
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.aborted: grpc.StatusCode | None = None
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.aborted = code
+        raise RuntimeError(details)
+
+
+async def test_heavy_reads_beyond_the_queue_bound_are_refused_as_resource_exhausted() -> None:
+    release = threading.Event()
+    heavy = HeavyReads(workers=1, max_waiting=1)
+    try:
+        running = asyncio.create_task(heavy.run(_Context(), lambda: release.wait(10)))
+        queued = asyncio.create_task(heavy.run(_Context(), lambda: True))
+        await asyncio.sleep(0.05)
+        refused = _Context()
+        with pytest.raises(RuntimeError, match="queued"):
+            await heavy.run(refused, lambda: True)
+        assert refused.aborted is grpc.StatusCode.RESOURCE_EXHAUSTED
+        release.set()
+        assert await asyncio.wait_for(running, 10) is True and await asyncio.wait_for(queued, 10) is True
+    finally:
+        release.set()
+        heavy.close()
+
+
+def test_cluster_status_computes_the_digests_once_per_applied_index() -> None:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+        computed: list[int] = []
+        real = coordinator.replica.digest_with_index
+
+        def counted() -> tuple[int, str]:
+            computed.append(1)
+            return real()
+        coordinator.replica.digest_with_index = counted  # type: ignore[method-assign]
+
+        def status() -> pb.NodeStatus:
+            return conn.call("AdminService", "ClusterStatus", pb.ClusterStatusRequest()).node
+        conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS)))
+        first, second = status(), status()
+        assert len(computed) == 1 and first.content_digest == second.content_digest
+        conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg2", spec=pb.GroupSpec(group="h", mode=pb.CIC_BCS)))
+        third = status()
+        assert len(computed) == 2 and third.digest_index == first.digest_index + 1
+        assert third.content_digest != first.content_digest
