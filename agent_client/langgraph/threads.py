@@ -30,8 +30,11 @@ from agent_client.langgraph.thread_record import ThreadRecord
 from agent_client.protocol import AgentProtocol
 from agent_client.restored import RestoreKind
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.core.validation import SPEC_SECONDS
 
-THREAD_LEASE_S = 10_000_000.0  # threads have no process to heartbeat: their lease never lapses in practice
+# Threads have no process to heartbeat: the longest lease the coordinator grants, and a
+# write after it lapsed registers the thread again (_commit).
+THREAD_LEASE_S = SPEC_SECONDS["lease_ttl_s"][1]
 REFUSED_AS_STALE = (pb.REASON_STALE_INCARNATION,)
 REFUSED_UNTIL_REGISTERED = (pb.REASON_AGENT_NOT_ALIVE,)
 
