@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 
 from coordinator.core.commands import AbortEpoch, Command, DeclareAgentFailed, Entry, RecoveryResult, StartEpoch
@@ -47,11 +46,12 @@ async def _tick(batcher: Batcher, leases: LeaseTable) -> None:
     if leases.term_granted != term:
         await batcher.barrier()  # see everything the previous leader committed
         state = node.read_state()
+        batcher.clock.catch_up(state.dedupe_clock().clock_ms / 1000)
         leases.grant_all(term, state.groups(), state.agents)
         return
     due: list[Command] = list(leases.expired())
     state = node.read_state()
-    now = time.time()
+    now = batcher.clock.now()
     for group in state.groups():
         current = state.epoch(group.spec.name, group.current_epoch) if group.current_epoch else None
         due += epoch_commands(group, current, now)
