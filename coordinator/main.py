@@ -22,6 +22,7 @@ from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
 from coordinator.storage import open_store
+from coordinator.storage.protocol import EXIT_DAMAGED, DamagedAtRest
 from coordinator.service.node_server import serve
 
 log = logging.getLogger("raftpoint.node")
@@ -61,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level)
     try:
         asyncio.run(_main(cfg))
+    except DamagedAtRest as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_DAMAGED
     except (OSError, JournalFormatError, UnsupportedPysyncobj) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1

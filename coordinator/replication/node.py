@@ -19,7 +19,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from coordinator import fsutil
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Proposal, decode_result
-from coordinator.replication import pysyncobj_adapter, snapshots
+from coordinator.replication import journal_format, pysyncobj_adapter, snapshots
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
@@ -61,6 +61,8 @@ class CoordinatorNode(SyncObj):
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / "raft.snapshot")
         self.last_snapshot: SnapshotInfo | None = snapshots.existing(self.snapshot_path)
+        journal_path = str(data / "raft.journal")
+        pysyncobj_adapter.use_journal_key(journal_path, journal_format.record_key(config.password()))
         conf = SyncObjConf(
             password=config.password(),
             # Listen on our own address only (the pod IP on Kubernetes), never 0.0.0.0:
@@ -79,7 +81,7 @@ class CoordinatorNode(SyncObj):
             leaderFallbackTimeout=config.leader_fallback_timeout,
             dnsCacheTime=config.dns_cache_time,
             dnsFailCacheTime=min(1.0, config.dns_cache_time),
-            journalFile=str(data / "raft.journal"),
+            journalFile=journal_path,
             fullDumpFile=self.snapshot_path,
             serializer=self._write_snapshot,
             deserializer=self._read_snapshot,

@@ -35,6 +35,15 @@ class StoreIOError(StoreError):
     """The disk failed a commit (no space left, I/O error); nothing was written."""
 
 
+class DamagedAtRest(Exception):
+    """A node's stored data (store, journal or snapshot) changed on disk since it was
+    written: a bad disk or a hand edit, not a crash. Nothing was changed or served;
+    the node must not start on it (exit code EXIT_DAMAGED) and is rebuilt from its peers."""
+
+
+EXIT_DAMAGED = 65  # EX_DATAERR
+
+
 class ImageError(StoreError, ValueError):
     """A store image is truncated, corrupt or of another format; the store is unchanged."""
 
