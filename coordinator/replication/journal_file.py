@@ -42,6 +42,7 @@ from pysyncobj import journal as pysyncobj_journal
 from coordinator import fsutil
 from coordinator.replication import journal_format
 from coordinator.replication.fail_stop import fail_stop
+from coordinator.storage.protocol import REBUILD_FROM_PEERS
 from coordinator.replication.journal_format import (MAGIC, MAGIC_V1, PYSYNCOBJ_MAGIC, Entry, JournalDamaged,
                                                     JournalFormatError)
 
@@ -85,9 +86,7 @@ class DurableJournal(pysyncobj_journal.Journal):
         if found.damaged:
             raise JournalDamaged(
                 f"journal {self._path} is damaged: {found.problem}, but entries up to index {durable} were "
-                f"durable, so this is no crash's torn tail; the file is left as it is. Rebuild this node from "
-                f"its peers: stop it, move {self._path.name}, raft.snapshot and state/ out of its data dir "
-                f"(keep {self._term_path.name}: its term and vote) and start it again")
+                f"durable, so this is no crash's torn tail; the file is left as it is. {REBUILD_FROM_PEERS}")
         if found.problem is not None:
             log.warning("journal %s: %s (an unflushed tail lost in a crash)", self._path, found.problem)
         if data.startswith(MAGIC_V1):

@@ -9,6 +9,7 @@ durable apply, while the store sees one fsync per tick instead of one per entry.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -19,14 +20,15 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from coordinator import fsutil
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Proposal, decode_result
-from coordinator.replication import journal_format, pysyncobj_adapter, snapshots
+from coordinator.replication import journal_format, pysyncobj_adapter, snapshot_file, snapshots
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
 from coordinator.replication.snapshots import SnapshotInfo
-from coordinator.storage.protocol import Store, StoreFullError, StoreIOError
+from coordinator.storage.protocol import (EXIT_DAMAGED, REBUILD_FROM_PEERS, DamagedAtRest, Store, StoreFullError,
+                                          StoreIOError)
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
 
@@ -62,7 +64,8 @@ class CoordinatorNode(SyncObj):
         self.snapshot_path = str(data / "raft.snapshot")
         self.last_snapshot: SnapshotInfo | None = snapshots.existing(self.snapshot_path)
         journal_path = str(data / "raft.journal")
-        pysyncobj_adapter.use_journal_key(journal_path, journal_format.record_key(config.password()))
+        self._key = journal_format.record_key(config.password())  # journal records' and snapshots' MACs
+        pysyncobj_adapter.use_journal_key(journal_path, self._key)
         conf = SyncObjConf(
             password=config.password(),
             # Listen on our own address only (the pod IP on Kubernetes), never 0.0.0.0:
@@ -224,12 +227,22 @@ class CoordinatorNode(SyncObj):
     # ---- snapshots ----------------------------------------------------------------
     def _write_snapshot(self, tmp_path: str, raft_data: tuple) -> None:
         self._commit_batch()
-        self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store)
+        self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store, self._key)
         self._snapshot_to_sync = True
 
     def _read_snapshot(self, path: str) -> tuple:
         self._commit_batch()
-        with snapshots.open_received(path, self.config.raft_address) as received:
+        try:
+            return self._install_snapshot(path)
+        except (DamagedAtRest, snapshot_file.SnapshotFormatError) as exc:
+            # pysyncobj would log and carry on without the state; it has already
+            # renamed the file over ours, so keep it for inspection and stop.
+            aside = path + ".damaged"
+            os.replace(path, aside)
+            fail_stop(f"{exc}; the file was moved to {aside}. {REBUILD_FROM_PEERS}", EXIT_DAMAGED)
+
+    def _install_snapshot(self, path: str) -> tuple:
+        with snapshots.open_received(path, self.config.raft_address, self._key) as received:
             last, previous, _members = received.raft_data
             self._journal.align_to_snapshot(previous, last)
             applied_index = received.header.applied_index

@@ -42,6 +42,10 @@ class DamagedAtRest(Exception):
 
 
 EXIT_DAMAGED = 65  # EX_DATAERR
+# The one documented repair, named in every DamagedAtRest message: the peers hold
+# every committed entry, and the term file keeps the node from voting twice in a term.
+REBUILD_FROM_PEERS = ("Rebuild this node from its peers: stop it, move raft.journal, raft.snapshot and state/ "
+                      "out of its data dir (keep raft.journal.term: its term and vote) and start it again")
 
 
 class ImageError(StoreError, ValueError):

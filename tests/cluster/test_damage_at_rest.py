@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from coordinator.harness.local_cluster import LocalCluster, NodeProcess, node_status
 from coordinator.storage.protocol import EXIT_DAMAGED
-from tests.support.cluster import Client
+from tests.support.cluster import FAST, Client
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -62,3 +63,26 @@ def test_a_bit_flip_in_the_middle_of_a_journal_stops_the_node_until_it_is_rebuil
     status = node_status(follower.grpc)
     assert status is not None and status.content_digest == digest
     assert client.checkpoints() == list(range(1, 41))
+
+
+def test_a_changed_snapshot_file_is_refused_at_the_start_not_installed(tmp_path: Path) -> None:
+    settings = {**FAST, "compaction_min_entries": 20, "compaction_min_time": 0.2}
+    with LocalCluster(tmp_path / "c", 3, settings=settings).start_all() as cluster:
+        client = Client(cluster)
+        follower = stopped_follower(cluster, client, 80)
+        snapshot = follower.data_dir / "raft.snapshot"
+        assert snapshot.exists(), "the follower never compacted"
+        data = bytearray(snapshot.read_bytes())
+        data[-200] ^= 0x01  # inside the store image
+        snapshot.write_bytes(bytes(data))
+        cluster.start(follower.index)
+        assert exit_code(follower) == EXIT_DAMAGED
+        log = (cluster.root / f"node{follower.index}.log").read_text()
+        assert "does not match its MAC" in log and "Rebuild this node from its peers" in log
+
+        rebuild_from_peers(follower)
+        cluster.start(follower.index)
+        digest = cluster.converged(60)
+        status = node_status(follower.grpc)
+        assert status is not None and status.content_digest == digest
+        assert client.checkpoints() == list(range(1, 81))
