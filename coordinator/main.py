@@ -18,6 +18,7 @@ from coordinator import config
 from coordinator.config import ConfigError, NodeConfig
 from coordinator.observability import metrics
 from coordinator.observability.logging import configure_logging
+from coordinator.replication.fail_stop import fail_stop
 from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
@@ -31,10 +32,16 @@ PROG = "raftpoint coordinator"
 
 def open_node(cfg: NodeConfig) -> CoordinatorNode:
     options = {} if cfg.store == "memory" else {"map_size": cfg.map_size_mb << 20,
-                                                "max_map_size": cfg.max_map_size_mb << 20}
+                                                "max_map_size": cfg.max_map_size_mb << 20,
+                                                "verify_at_open": True, "on_damage": _stop_damaged}
     store = open_store(cfg.store, Path(cfg.data_dir) / "state", **options)
     return CoordinatorNode(cfg, store, on_apply=metrics.APPLY_SECONDS.observe,
                            on_journal_flush=metrics.JOURNAL_FSYNC_SECONDS.observe)
+
+
+def _stop_damaged(message: str) -> None:
+    """A record failed its checksum: stop rather than serve or replicate without it."""
+    fail_stop(message, EXIT_DAMAGED)
 
 
 async def _main(cfg: NodeConfig) -> None:

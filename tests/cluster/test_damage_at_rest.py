@@ -86,3 +86,17 @@ def test_a_changed_snapshot_file_is_refused_at_the_start_not_installed(tmp_path:
         status = node_status(follower.grpc)
         assert status is not None and status.content_digest == digest
         assert client.checkpoints() == list(range(1, 81))
+
+
+def test_a_changed_value_in_a_stopped_nodes_store_is_refused_at_its_start(
+        cluster: LocalCluster, client: Client) -> None:
+    follower = stopped_follower(cluster, client, 20)
+    data_file = follower.data_dir / "state" / "data.mdb"
+    data = data_file.read_bytes()
+    marker = b"file:///blobs/a/17"
+    assert marker in data
+    data_file.write_bytes(data.replace(marker, b"file:///blobs/a/71"))  # every copy, live or free page
+    cluster.start(follower.index)
+    assert exit_code(follower) == EXIT_DAMAGED
+    log = (cluster.root / f"node{follower.index}.log").read_text()
+    assert "does not match its checksum" in log and "Rebuild this node from its peers" in log
