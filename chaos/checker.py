@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Iterable
 
 from chaos.history import CRASHED, FAULT, NEMESIS, Op, calls, load
-from chaos.invariants import availability, convergence, durability, epochs, fencing, recovery_lines, retries
+from chaos.invariants import (availability, clocks, convergence, damage, durability, epochs, fencing,
+                              recovery_lines, retries)
 from chaos.invariants.facts import Facts
 from chaos.report import InvariantResult, Report
 
@@ -31,6 +32,8 @@ def check(ops: Iterable[Op], *, extra: Iterable[InvariantResult] = (),
         retries.check(facts),
         fencing.check(facts),
         availability.check(facts, serve_bound_s),
+        clocks.check(facts),
+        damage.check(facts),
         *extra,
     ]
     return Report(results, _summary(facts))

@@ -23,7 +23,7 @@ from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
 from coordinator.storage import open_store
-from coordinator.storage.protocol import EXIT_DAMAGED, DamagedAtRest
+from coordinator.storage.protocol import EXIT_DAMAGED, STORE_DIR, DamagedAtRest
 from coordinator.service.node_server import serve
 
 log = logging.getLogger("raftpoint.node")
@@ -34,7 +34,7 @@ def open_node(cfg: NodeConfig) -> CoordinatorNode:
     options = {} if cfg.store == "memory" else {"map_size": cfg.map_size_mb << 20,
                                                 "max_map_size": cfg.max_map_size_mb << 20,
                                                 "verify_at_open": True, "on_damage": _stop_damaged}
-    store = open_store(cfg.store, Path(cfg.data_dir) / "state", **options)
+    store = open_store(cfg.store, Path(cfg.data_dir) / STORE_DIR, **options)
     return CoordinatorNode(cfg, store, on_apply=metrics.APPLY_SECONDS.observe,
                            on_journal_flush=metrics.JOURNAL_FSYNC_SECONDS.observe)
 

@@ -42,13 +42,13 @@ from pysyncobj import journal as pysyncobj_journal
 from coordinator import fsutil
 from coordinator.replication import journal_format
 from coordinator.replication.fail_stop import fail_stop
-from coordinator.storage.protocol import REBUILD_FROM_PEERS
+from coordinator.storage.protocol import JOURNAL_FILE, REBUILD_FROM_PEERS, TERM_FILE
 from coordinator.replication.journal_format import (MAGIC, MAGIC_V1, PYSYNCOBJ_MAGIC, Entry, JournalDamaged,
                                                     JournalFormatError)
 
 log = logging.getLogger(__name__)
 
-TERM_SUFFIX = ".term"  # term, vote and commit index (JSON)
+TERM_SUFFIX = TERM_FILE.removeprefix(JOURNAL_FILE)  # term, vote and commit index (JSON)
 COMPACT_SUFFIX = ".compact"  # the next journal file while a compaction or clear writes it
 PYSYNCOBJ_META_SUFFIX = ".meta"  # pysyncobj's pickled term/vote file (raftpoint 0.1.0)
 

@@ -38,8 +38,12 @@ TOLERANCE_S = 1.0
 SLEW_PER_S = 0.001
 
 
+def _system_wall() -> float:
+    return time.time()  # looked up at each call, so a test harness can step it process-wide
+
+
 class LeaderClock:
-    def __init__(self, wall: Callable[[], float] = time.time,
+    def __init__(self, wall: Callable[[], float] = _system_wall,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._wall, self._monotonic = wall, monotonic
         self._last_monotonic = monotonic()

@@ -27,8 +27,8 @@ from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
 from coordinator.replication.snapshots import SnapshotInfo
-from coordinator.storage.protocol import (EXIT_DAMAGED, REBUILD_FROM_PEERS, DamagedAtRest, Store, StoreFullError,
-                                          StoreIOError)
+from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
+                                          DamagedAtRest, Store, StoreFullError, StoreIOError)
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
 
@@ -61,9 +61,9 @@ class CoordinatorNode(SyncObj):
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
-        self.snapshot_path = str(data / "raft.snapshot")
+        self.snapshot_path = str(data / SNAPSHOT_FILE)
         self.last_snapshot: SnapshotInfo | None = snapshots.existing(self.snapshot_path)
-        journal_path = str(data / "raft.journal")
+        journal_path = str(data / JOURNAL_FILE)
         self._key = journal_format.record_key(config.password())  # journal records' and snapshots' MACs
         pysyncobj_adapter.use_journal_key(journal_path, self._key)
         conf = SyncObjConf(

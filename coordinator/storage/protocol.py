@@ -42,10 +42,13 @@ class DamagedAtRest(Exception):
 
 
 EXIT_DAMAGED = 65  # EX_DATAERR
+# What a node's data dir holds: the Raft journal, its term/vote file, the snapshot, the store.
+JOURNAL_FILE, TERM_FILE, SNAPSHOT_FILE, STORE_DIR = "raft.journal", "raft.journal.term", "raft.snapshot", "state"
 # The one documented repair, named in every DamagedAtRest message: the peers hold
 # every committed entry, and the term file keeps the node from voting twice in a term.
-REBUILD_FROM_PEERS = ("Rebuild this node from its peers: stop it, move raft.journal, raft.snapshot and state/ "
-                      "out of its data dir (keep raft.journal.term: its term and vote) and start it again")
+REBUILT_FROM_PEERS = (JOURNAL_FILE, SNAPSHOT_FILE, STORE_DIR)
+REBUILD_FROM_PEERS = (f"Rebuild this node from its peers: stop it, move {', '.join(REBUILT_FROM_PEERS)} out of "
+                      f"its data dir (keep {TERM_FILE}: its term and vote) and start it again")
 
 
 class ImageError(StoreError, ValueError):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.harness.local_cluster import LocalCluster, NodeProcess, node_status
-from coordinator.storage.protocol import EXIT_DAMAGED
+from coordinator.storage.protocol import EXIT_DAMAGED, REBUILT_FROM_PEERS
 from tests.support.cluster import FAST, Client
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -39,7 +39,7 @@ def rebuild_from_peers(node: NodeProcess) -> None:
     """The documented repair: everything but the term and vote moved out of the data dir."""
     aside = node.data_dir.parent / f"{node.data_dir.name}.damaged"
     aside.mkdir()
-    for name in ("raft.journal", "raft.snapshot", "state"):
+    for name in REBUILT_FROM_PEERS:
         if (node.data_dir / name).exists():
             shutil.move(str(node.data_dir / name), str(aside / name))
 
