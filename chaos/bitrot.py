@@ -7,15 +7,15 @@ store (a JSON value, which every record holds), anywhere in the snapshot. A flip
 may still hit something the node never reads again (a free LMDB page holding an
 old copy): the node then starts, and must agree with the others like any node.
 
-`move_aside` is the documented repair (coordinator.storage.protocol.REBUILD_FROM_PEERS),
-done to a node that refused to start.
+A node that refused to start is then repaired as documented
+(coordinator.storage.data_dir.move_aside, `raftpoint repair --from-peers`).
 """
 from __future__ import annotations
 
 import random
 from pathlib import Path
 
-from coordinator.storage.protocol import JOURNAL_FILE, REBUILT_FROM_PEERS, SNAPSHOT_FILE, STORE_DIR
+from coordinator.storage.protocol import JOURNAL_FILE, SNAPSHOT_FILE, STORE_DIR
 
 JOURNAL, STORE, SNAPSHOT = "journal", "store", "snapshot"
 TARGETS = (JOURNAL, STORE, SNAPSHOT)
@@ -50,16 +50,6 @@ def flip(data_dir: Path, what: str, rng: random.Random) -> dict[str, object] | N
         data[i] ^= rng.randrange(1, 256)
     path.write_bytes(bytes(data))
     return {"file": str(path.relative_to(data_dir)), "offsets": where}
-
-
-def move_aside(data_dir: Path) -> Path:
-    """The repair: everything the peers can give back moved out of the way, the term file kept."""
-    aside = next(data_dir / f"damaged-{n}" for n in range(1000) if not (data_dir / f"damaged-{n}").exists())
-    aside.mkdir()
-    for name in REBUILT_FROM_PEERS:
-        if (data_dir / name).exists():
-            (data_dir / name).rename(aside / name)
-    return aside
 
 
 def _find_all(data: bytes, needle: bytes) -> list[int]:

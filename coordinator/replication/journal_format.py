@@ -139,6 +139,22 @@ def _scan(data: bytes, read: _Reader, durable_index: int) -> Scan:
     return result
 
 
+def first_index(path: str) -> int | None:
+    """The log index of the journal's first record, from its header alone (None: no
+    record, or no journal); whether the record checks out is the journal's to say."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC) + max(RECORD.size, RECORD_V1.size))
+    except FileNotFoundError:
+        return None
+    body = memoryview(head)[len(MAGIC):]
+    if head.startswith(MAGIC) and len(body) >= RECORD.size:
+        return RECORD.unpack_from(body)[1]
+    if head.startswith(MAGIC_V1) and len(body) >= RECORD_V1.size:
+        return RECORD_V1.unpack_from(body)[2]
+    return None
+
+
 def _lost_durable(view: memoryview, pos: int, read: _Reader, previous: Entry | None, durable_index: int) -> bool:
     """Whether the record that failed at `pos` held an entry at or below `durable_index`.
 
@@ -155,28 +171,34 @@ def _lost_durable(view: memoryview, pos: int, read: _Reader, previous: Entry | N
     return False
 
 
-def _read_record(view: memoryview, pos: int, key: bytes) -> tuple[int, int, int, int] | str:
-    if len(view) - pos < RECORD.size:
+def _whole(view: memoryview, pos: int, header: struct.Struct) -> tuple[tuple, int] | str:
+    """The header's fields (the payload length first) and where the payload starts,
+    or why the record at `pos` is not whole."""
+    if len(view) - pos < header.size:
         return "torn record header"
-    length, index, term, mac = RECORD.unpack_from(view, pos)
-    start = pos + RECORD.size
-    if length > len(view) - start:
-        return f"record of {length} bytes runs past the end of the file"
+    fields, start = header.unpack_from(view, pos), pos + header.size
+    if fields[0] > len(view) - start:
+        return f"record of {fields[0]} bytes runs past the end of the file"
+    return fields, start
+
+
+def _read_record(view: memoryview, pos: int, key: bytes) -> tuple[int, int, int, int] | str:
+    whole = _whole(view, pos, RECORD)
+    if isinstance(whole, str):
+        return whole
+    (length, index, term, mac), start = whole
     if not hmac.compare_digest(mac, _mac(key, view[start:start + length], index, term)):
         return "record fails authentication (damaged, or written with another Raft password)"
     return length, index, term, start
 
 
 def _read_record_v1(view: memoryview, pos: int) -> tuple[int, int, int, int] | str:
-    if len(view) - pos < RECORD_V1.size:
-        return "torn record header"
-    length, crc, index, term = RECORD_V1.unpack_from(view, pos)
-    start = pos + RECORD_V1.size
-    if length > len(view) - start:
-        return f"record of {length} bytes runs past the end of the file"
-    if crc != _crc_v1(view[start:start + length], index, term):
-        return "record checksum mismatch"
-    return length, index, term, start
+    whole = _whole(view, pos, RECORD_V1)
+    if isinstance(whole, str):
+        return whole
+    (length, crc, index, term), start = whole
+    return (length, index, term, start) if crc == _crc_v1(view[start:start + length], index, term) \
+        else "record checksum mismatch"
 
 
 def _crc_v1(command: bytes | memoryview, index: int, term: int) -> int:

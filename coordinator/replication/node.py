@@ -42,6 +42,21 @@ FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
 
 
+class StateGap(DamagedAtRest):
+    """The node's own files cannot rebuild its state: entries between the store and the journal are gone."""
+
+
+def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: SnapshotInfo | None) -> None:
+    """Raise StateGap when the journal starts after an entry that neither the store nor the
+    snapshot holds (a lost store without its snapshot): started so, the node would apply
+    the journal to an empty state and serve, or lead, a state that never existed."""
+    covered = max(store_applied, snapshot.applied_index if snapshot is not None else 0)
+    if journal_first is not None and journal_first > covered + 1:
+        held = "no readable snapshot" if snapshot is None else f"a snapshot up to {snapshot.applied_index}"
+        raise StateGap(f"the journal starts at index {journal_first}, but the store holds entries up to "
+                       f"{store_applied} and there is {held}: entries in between are gone. {REBUILD_FROM_PEERS}")
+
+
 class CoordinatorNode(SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
                  on_journal_flush: Callable[[float], None] | None = None) -> None:
@@ -64,6 +79,7 @@ class CoordinatorNode(SyncObj):
         self.snapshot_path = str(data / SNAPSHOT_FILE)
         self.last_snapshot: SnapshotInfo | None = snapshots.existing(self.snapshot_path)
         journal_path = str(data / JOURNAL_FILE)
+        _refuse_a_gap(journal_format.first_index(journal_path), store.applied_index, self.last_snapshot)
         self._key = journal_format.record_key(config.password())  # journal records' and snapshots' MACs
         pysyncobj_adapter.use_journal_key(journal_path, self._key)
         conf = SyncObjConf(

@@ -47,8 +47,9 @@ JOURNAL_FILE, TERM_FILE, SNAPSHOT_FILE, STORE_DIR = "raft.journal", "raft.journa
 # The one documented repair, named in every DamagedAtRest message: the peers hold
 # every committed entry, and the term file keeps the node from voting twice in a term.
 REBUILT_FROM_PEERS = (JOURNAL_FILE, SNAPSHOT_FILE, STORE_DIR)
-REBUILD_FROM_PEERS = (f"Rebuild this node from its peers: stop it, move {', '.join(REBUILT_FROM_PEERS)} out of "
-                      f"its data dir (keep {TERM_FILE}: its term and vote) and start it again")
+REBUILD_FROM_PEERS = (f"Rebuild this node from its peers: with it stopped, run `raftpoint repair --from-peers "
+                      f"--data-dir DIR` (it moves {', '.join(REBUILT_FROM_PEERS)} aside and keeps {TERM_FILE}: "
+                      f"the term and vote) and start it again")
 
 
 class ImageError(StoreError, ValueError):

@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.simulate",
     "raftpoint.cli.members",
     "raftpoint.cli.chaos",
+    "raftpoint.cli.repair",
 )
 
 

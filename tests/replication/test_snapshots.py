@@ -9,6 +9,7 @@ import pytest
 from pysyncobj.node import TCPNode
 
 from coordinator.replication import journal_format, snapshot_file, snapshots
+from coordinator.replication.node import StateGap, _refuse_a_gap
 from coordinator.storage.memory import MemoryStore
 
 SELF = "127.0.0.1:7001"
@@ -96,3 +97,21 @@ def test_a_snapshot_of_the_unauthenticated_format_is_still_installed(tmp_path: P
             restored.load_image(received.image, received.header.image_len)
     assert "read unverified" in caplog.text
     assert restored.digest_with_index() == store.digest_with_index()
+
+
+@pytest.mark.parametrize("journal_first, store_applied, snapshot_applied, gap", [
+    (None, 0, None, False),  # a new node
+    (1, 0, None, False),  # nothing compacted yet
+    (99, 0, 100, False),  # compacted: the snapshot holds up to the journal
+    (99, 100, None, False),  # the snapshot file lost, the store still holds everything
+    (99, 0, None, True),  # store and snapshot lost: entries 1..98 are gone
+    (99, 50, 60, True),  # both behind the journal
+])
+def test_a_node_refuses_to_start_when_its_files_leave_a_gap(journal_first: int | None, store_applied: int,
+                                                           snapshot_applied: int | None, gap: bool) -> None:
+    snapshot = None if snapshot_applied is None else snapshots.SnapshotInfo(snapshot_applied, 0.0, 1)
+    if gap:
+        with pytest.raises(StateGap, match="entries in between are gone"):
+            _refuse_a_gap(journal_first, store_applied, snapshot)
+    else:
+        _refuse_a_gap(journal_first, store_applied, snapshot)
