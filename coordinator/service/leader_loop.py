@@ -31,6 +31,7 @@ async def run(batcher: Batcher, leases: LeaseTable, stop: asyncio.Event) -> None
             break
         except asyncio.TimeoutError:
             pass
+        batcher.clock.now()  # read every tick, leading or not: a step while following is then seen as one
         if not node.is_leader():
             leases.term_granted = None
             continue

@@ -54,3 +54,10 @@ def test_a_leader_behind_the_replicated_clock_moves_forward_to_it(clocks: Clocks
     assert clock.now() == pytest.approx(clocks.wall + 3600)
     clock.catch_up(clocks.wall)  # never backwards
     assert clock.now() == pytest.approx(clocks.wall + 3600)
+
+
+def test_a_step_long_after_the_last_reading_is_still_a_step(clocks: Clocks, clock: LeaderClock) -> None:
+    """Between far-apart readings the slewing tolerance grows, but stays far below an hour."""
+    clocks.run(24 * 3600)
+    clocks.wall += 3600
+    assert clock.now() == pytest.approx(clocks.wall - 3600)
