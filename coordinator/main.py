@@ -23,7 +23,8 @@ from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
 from coordinator.storage import open_store
-from coordinator.storage.protocol import EXIT_DAMAGED, STORE_DIR, DamagedAtRest
+from coordinator.storage.protocol import EXIT_DAMAGED, REBUILD_FROM_PEERS, STORE_DIR, DamagedAtRest
+from coordinator.service import digest_audit
 from coordinator.service.node_server import serve
 
 log = logging.getLogger("raftpoint.node")
@@ -44,6 +45,11 @@ def _stop_damaged(message: str) -> None:
     fail_stop(message, EXIT_DAMAGED)
 
 
+def _stop_diverged(message: str) -> None:
+    metrics.DIGEST_DIVERGED.set(1)
+    fail_stop(f"{message}. {REBUILD_FROM_PEERS}", EXIT_DAMAGED)
+
+
 async def _main(cfg: NodeConfig) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -53,7 +59,12 @@ async def _main(cfg: NodeConfig) -> None:
     try:
         metrics.start_metrics_server(cfg.metrics_address)
         log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address, cfg.metrics_address)
+        peers = [p.grpc for p in cfg.peer_list()]
+        audit = asyncio.create_task(digest_audit.run(node, cfg.raft_address, peers, cfg.digest_audit_s, stop,
+                                                     _stop_diverged)) if cfg.digest_audit_s and peers else None
         await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s)
+        if audit is not None:
+            await audit
     finally:
         node.close()
         log.info("node stopped")

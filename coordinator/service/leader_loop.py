@@ -13,6 +13,7 @@ from coordinator.core.commands import AbortEpoch, Command, DeclareAgentFailed, E
 from coordinator.core.decisions import epoch_commands
 from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
+from coordinator.service import ticks
 from coordinator.service.leases import LeaseTable
 
 log = logging.getLogger(__name__)
@@ -25,12 +26,7 @@ def _entry(command: Command) -> Entry:
 
 async def run(batcher: Batcher, leases: LeaseTable, stop: asyncio.Event) -> None:
     node = batcher.replica
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), PERIOD_S)
-            break
-        except asyncio.TimeoutError:
-            pass
+    async for _ in ticks.every(PERIOD_S, stop):
         batcher.clock.now()  # read every tick, leading or not: a step while following is then seen as one
         if not node.is_leader():
             leases.term_granted = None

@@ -11,6 +11,8 @@ import pytest
 from coordinator.harness.local_cluster import LocalCluster, NodeProcess, node_status
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILT_FROM_PEERS, SNAPSHOT_FILE, STORE_DIR,
                                           TERM_FILE)
+from coordinator.storage import lmdb_store
+from coordinator.storage.record_seal import seal, unseal
 from raftpoint.cli import main as cli
 from tests.support.cluster import FAST, Client
 
@@ -97,3 +99,17 @@ def test_a_changed_value_in_a_stopped_nodes_store_is_refused_at_its_start(
     assert marker in data
     data_file.write_bytes(data.replace(marker, b"file:///blobs/a/71"))  # every copy, live or free page
     refused_then_rebuilt(cluster, client, follower, 20, "does not match its checksum", capsys)
+
+
+def test_a_node_whose_store_disagrees_with_the_majority_stops(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A value changed and sealed again (no checksum can tell): only the digest comparison can."""
+    with LocalCluster(tmp_path / "c", 3, settings={**FAST, "digest_audit_s": 0.5}).start_all() as cluster:
+        client = Client(cluster)
+        follower = stopped_follower(cluster, client, 20)
+        env = lmdb_store._open_env(follower.data_dir / STORE_DIR, map_size=1 << 30)
+        with env.begin(write=True) as txn:
+            data = env.open_db(b"data", txn=txn)
+            key, value = next((k, unseal(k, v, "test")) for k, v in txn.cursor(db=data) if b"blobs/a/17" in v)
+            txn.put(key, seal(key, value.replace(b"blobs/a/17", b"blobs/a/71")), db=data)
+        env.close()
+        refused_then_rebuilt(cluster, client, follower, 20, "diverged from the cluster's", capsys)
