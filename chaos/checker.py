@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Iterable
 
 from chaos.history import CRASHED, FAULT, NEMESIS, Op, calls, load
-from chaos.invariants import (availability, collection, convergence, durability, epochs, fencing, reads,
-                              recovery_lines, retries)
+from chaos.invariants import (availability, clocks, collection, convergence, damage, durability, epochs, fencing,
+                              reads, recovery_lines, retries)
 from chaos.invariants.facts import Facts
 from chaos.tokens import invariants as agents
 from chaos.report import InvariantResult, Report
@@ -36,6 +36,8 @@ def check(ops: Iterable[Op], *, extra: Iterable[InvariantResult] = (),
         availability.check(facts, serve_bound_s),
         collection.check(facts),
         reads.check(facts),
+        clocks.check(facts),
+        damage.check(facts),
         *extra,
     ]
     return Report(results, _summary(facts))

@@ -52,7 +52,8 @@ class ChaosCluster:
         try:
             self.local = LocalCluster(root, size, settings=settings, password=password,
                                       hosts=[node_host(i) for i in range(size)], peer_spec=self._peer_spec,
-                                      program=lambda i: chaos_node.program(self._routes(i), bug))
+                                      program=lambda i: chaos_node.program(self._routes(i), bug,
+                                                                           self.clock_file(i)))
             self.raft_links = raft_links([n.raft for n in self.local.nodes])
             self.addresses: dict[str, int] = {}
             for n in self.local.nodes:
@@ -143,6 +144,17 @@ class ChaosCluster:
         self.local.signal(i, signal.SIGCONT)
         self.paused.discard(i)
         self._record("resume", {"node": i})
+
+    def clock_file(self, i: int) -> Path:
+        """Where node i's wall-clock step is kept (chaos.node --clock-file)."""
+        return self.local.root / f"node{i}.clock-step"
+
+    def step_clock(self, i: int, seconds: float) -> None:
+        """Step node i's wall clock `seconds` from true time (0: put it right), at once."""
+        tmp = self.clock_file(i).with_suffix(".tmp")
+        tmp.write_text(repr(seconds))
+        tmp.replace(self.clock_file(i))
+        self._record("clock-step", {"node": i, "seconds": seconds})
 
     def wipe(self, i: int) -> None:
         """Stop node i, delete its data and start it empty: it rejoins and catches up from

@@ -16,10 +16,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from chaos import bitrot
 from chaos import scenarios as s
 from chaos.controller import ChaosCluster
 from chaos.history import History
+from chaos.invariants.damage import BIT_ROT_DONE, BIT_ROT_OUTCOME, REFUSED, RUNNING
 from chaos.linkfaults import Partition
+from coordinator.storage.data_dir import move_aside
+from coordinator.storage.protocol import EXIT_DAMAGED
 
 log = logging.getLogger(__name__)
 LEADER_WAIT_S = 10.0
@@ -134,6 +138,12 @@ class Nemesis:
             case s.POWER_LOSS:
                 every = list(range(c.size))
                 return lambda: c.power_cut(*every), lambda: c.power_on(*every)
+            case s.CLOCK_JUMP:
+                seconds = float(fault.params.get("seconds", 3600.0))
+                return lambda: c.step_clock(i, seconds), lambda: c.step_clock(i, 0.0)
+            case s.BIT_ROT:
+                return lambda: self._rot(i, str(fault.params.get("file", bitrot.JOURNAL))), \
+                    lambda: self._after_rot(i)
         raise ValueError(f"unknown fault kind {fault.kind!r}")
 
     def _resolve(self, target: str) -> int | list[int] | None:
@@ -182,6 +192,29 @@ class Nemesis:
         for i in indexes:
             if not self.cluster.nodes[i].alive:
                 self.cluster.start(i)
+
+    def _rot(self, i: int, what: str) -> None:
+        """Stop the node cleanly (it stores its commit index), damage a file, start it again."""
+        self.cluster.stop(i)
+        done = bitrot.flip(self.cluster.nodes[i].data_dir, what, self.rng)
+        self.history.nemesis(BIT_ROT_DONE, {"node": i, "file": what, "flipped": done})
+        self.cluster.start(i)
+
+    def _after_rot(self, i: int) -> None:
+        """Judge how the damaged node took it (chaos.invariants.damage), then rebuild it if it refused.
+
+        Judged once it has either ended or answered: a start takes seconds (the store is read through)."""
+        process = self.cluster.nodes[i].process
+        end = time.monotonic() + NODE_BACK_S
+        while (process is not None and process.poll() is None and i not in self.cluster.statuses()
+               and time.monotonic() < end):
+            time.sleep(0.1)
+        code = None if process is None else process.poll()
+        outcome = {None: RUNNING, EXIT_DAMAGED: REFUSED}.get(code, f"exited with {code}")
+        self.history.nemesis(BIT_ROT_OUTCOME, {"node": i, "outcome": outcome})
+        if code is not None:
+            move_aside(self.cluster.nodes[i].data_dir)
+            self.cluster.start(i)
 
     def _rolling_restart(self, i: int) -> None:
         """A graceful stop and start; the next node only once this one answers again."""

@@ -28,8 +28,10 @@ from chaos.workloads.metadata import MetadataConfig, MetadataWorkload
 
 log = logging.getLogger(__name__)
 # Production election settings (coordinator/config.py defaults), but compaction often
-# enough that snapshots are written and installed while faults are in force.
-NODE_SETTINGS: dict[str, object] = {"compaction_min_entries": 2000, "compaction_min_time": 5.0}
+# enough that snapshots are written and installed while faults are in force, and the
+# digest audit often enough that a replica that diverged (or a false alarm) shows.
+NODE_SETTINGS: dict[str, object] = {"compaction_min_entries": 2000, "compaction_min_time": 5.0,
+                                    "digest_audit_s": 2.0}
 DISK_MB = 96
 # The workloads go on this long after the plan's last heal, so the history shows
 # whether (and how soon) the cluster served again.

@@ -11,6 +11,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
+from chaos.bitrot import TARGETS
+
 # Fault kinds the nemesis knows (chaos/nemesis.py).
 KILL = "kill"                  # SIGKILL the node; restarted when healed
 PAUSE = "pause"                # SIGSTOP; SIGCONT when healed
@@ -23,9 +25,12 @@ DISK_FULL = "disk-full"        # the target's file system filled up; emptied (an
 SLOW_DISK = "slow-disk"        # the target's fsyncs throttled
 POWER_LOSS = "power-loss"      # every node loses power at once: unsynced writes vanish
 AGENT_CRASH = "agent-crash"    # SIGKILL agent processes (the agent workload restarts them)
+CLOCK_JUMP = "clock-jump"      # the target's wall clock stepped by params["seconds"]; put right when healed
+BIT_ROT = "bit-rot"            # stop the target, flip bytes in params["file"], start it; rebuilt if it refused
 
 LEADER, FOLLOWER, ANY, ALL = "leader", "follower", "any", "all"
-NODE_FAULTS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, RESTART, DISK_FULL, SLOW_DISK, POWER_LOSS)
+NODE_FAULTS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, RESTART, DISK_FULL, SLOW_DISK, POWER_LOSS, CLOCK_JUMP,
+               BIT_ROT)
 DISK_FAULTS = (DISK_FULL, SLOW_DISK, POWER_LOSS)
 
 
@@ -100,6 +105,20 @@ def _power_loss(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
     return [Fault(round(t, 2), POWER_LOSS, ALL, 1.0) for t in _every(rng, duration, (8.0, 12.0), start=3.0)]
 
 
+def _clock_jump(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    """An hour either way, on the leader most often (its clock stamps the replicated time)."""
+    plan = _repeat(CLOCK_JUMP, LEADER, (5.0, 8.0), (3.0, 5.0))(rng, duration, nodes)
+    return [Fault(f.at, f.kind, rng.choice((LEADER, LEADER, FOLLOWER)), f.hold,
+                  {"seconds": rng.choice((3600.0, -3600.0))}) for f in plan]
+
+
+def _bit_rot(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    """One node at a time (a rebuilt node must not tip an election), each file in turn."""
+    plan = _repeat(BIT_ROT, FOLLOWER, (6.0, 9.0), (3.0, 4.0))(rng, duration, nodes)
+    return [Fault(f.at, f.kind, f.target, f.hold, {"file": TARGETS[n % len(TARGETS)]})
+            for n, f in enumerate(plan)]
+
+
 MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH)
 
 
@@ -139,4 +158,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("agent-crash-storm", "SIGKILL agent processes (mid-checkpoint, mid-rollback) and restart them",
              _repeat(AGENT_CRASH, "agents", (2.0, 4.0), (0.5, 1.0), count=2), agents=True),
     Scenario("random-mix", "a random mix of all of the above, one at a time", _random_mix, agents=True),
+    Scenario("clock-jump", "a node's wall clock (the leader's most often) stepped an hour ahead or back, "
+             "then put right", _clock_jump, agents=True),
+    Scenario("bit-rot", "bytes flipped in a stopped follower's journal, store or snapshot; it must refuse "
+             "to start (and is rebuilt from its peers) or agree with them", _bit_rot),
 )}

@@ -88,6 +88,9 @@ class NodeConfig:
     # Answers to requests first sent longer ago than this are forgotten, and such
     # requests refused as too old to deduplicate (clients retry for 30 s by default).
     dedupe_window_s: float = 600.0
+    # Seconds between comparisons of this node's content digest with its peers' (0: never);
+    # a node that disagrees with the majority at an index stops (service/digest_audit.py).
+    digest_audit_s: float = 30.0
     log_level: str = "info"
     # gRPC connections this node accepts at once (more are closed at once), and calls
     # it serves at once (more are refused RESOURCE_EXHAUSTED). Every agent holds one
@@ -144,6 +147,8 @@ class NodeConfig:
             raise ConfigError("leader_fallback_timeout must exceed append_entries_period")
         if not 60 <= self.dedupe_window_s <= 7 * 86400:
             raise ConfigError("dedupe_window_s must be between 60 s and 7 days")
+        if self.digest_audit_s != 0 and not 0.5 <= self.digest_audit_s <= 86400:
+            raise ConfigError("digest_audit_s must be 0 (off) or between 0.5 s and a day")
         if self.compaction_min_entries < 2:
             raise ConfigError("compaction_min_entries must be >= 2")
         if not 1 <= self.max_connections <= 1_000_000:

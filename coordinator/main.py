@@ -18,12 +18,15 @@ from coordinator import config
 from coordinator.config import ConfigError, NodeConfig
 from coordinator.observability import metrics
 from coordinator.observability.logging import configure_logging
+from coordinator.replication.fail_stop import fail_stop
 from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
 from coordinator.storage import open_store
 from coordinator.storage.dir_lock import DataDirLock
 from coordinator.service import ports
+from coordinator.storage.protocol import EXIT_DAMAGED, REBUILD_FROM_PEERS, STORE_DIR, DamagedAtRest
+from coordinator.service import digest_audit
 from coordinator.service.node_server import serve
 from coordinator.transport.server import ServerLimits
 
@@ -33,10 +36,21 @@ PROG = "raftpoint coordinator"
 
 def open_node(cfg: NodeConfig) -> CoordinatorNode:
     options = {} if cfg.store == "memory" else {"map_size": cfg.map_size_mb << 20,
-                                                "max_map_size": cfg.max_map_size_mb << 20}
-    store = open_store(cfg.store, Path(cfg.data_dir) / "state", **options)
+                                                "max_map_size": cfg.max_map_size_mb << 20,
+                                                "verify_at_open": True, "on_damage": _stop_damaged}
+    store = open_store(cfg.store, Path(cfg.data_dir) / STORE_DIR, **options)
     return CoordinatorNode(cfg, store, on_apply=metrics.APPLY_SECONDS.observe,
                            on_journal_flush=metrics.JOURNAL_FSYNC_SECONDS.observe)
+
+
+def _stop_damaged(message: str) -> None:
+    """A record failed its checksum: stop rather than serve or replicate without it."""
+    fail_stop(message, EXIT_DAMAGED)
+
+
+def _stop_diverged(message: str) -> None:
+    metrics.DIGEST_DIVERGED.set(1)
+    fail_stop(f"{message}. {REBUILD_FROM_PEERS}", EXIT_DAMAGED)
 
 
 async def _main(cfg: NodeConfig) -> None:
@@ -53,8 +67,13 @@ async def _main(cfg: NodeConfig) -> None:
             metrics.start_metrics_server(cfg.metrics_address)
             log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address,
                      cfg.metrics_address)
+            peers = [p.grpc for p in cfg.peer_list()]
+            audit = asyncio.create_task(digest_audit.run(node, cfg.raft_address, peers, cfg.digest_audit_s, stop,
+                                                         _stop_diverged)) if cfg.digest_audit_s and peers else None
             await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
                         ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs))
+            if audit is not None:
+                await audit
         finally:
             node.close()
             log.info("node stopped")
@@ -70,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level)
     try:
         asyncio.run(_main(cfg))
+    except DamagedAtRest as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_DAMAGED
     except (OSError, JournalFormatError, UnsupportedPysyncobj) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1

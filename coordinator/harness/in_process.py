@@ -24,6 +24,7 @@ import structlog
 from coordinator.harness.local_cluster import free_ports, node_status, wait_for
 from coordinator.core.commands import Proposal
 from coordinator.replication.applier import apply_entry_bytes
+from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.replica import Callback, NodeStatus
 from coordinator.storage.memory import MemoryStore
 from coordinator.storage.state import RESULT, KvState, RecordCache
@@ -101,8 +102,12 @@ class LocalReplica:
 
 
 class InProcessCoordinator:
-    def __init__(self, startup_timeout: float = 10.0, *, verbose: bool = False) -> None:
+    def __init__(self, startup_timeout: float = 10.0, *, verbose: bool = False,
+                 clock: LeaderClock | None = None) -> None:
+        """`verbose`: the coordinator's log lines to stderr; `clock`: the leader's clock, for
+        tests that step its wall clock."""
         route_logs_to_stdlib(verbose)
+        self.clock = clock
         self.address = f"127.0.0.1:{free_ports(1)[0]}"
         self.replica = LocalReplica(self.address)
         self._startup_timeout = startup_timeout
@@ -116,7 +121,7 @@ class InProcessCoordinator:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            await serve(self.replica, self.address, self._stop)
+            await serve(self.replica, self.address, self._stop, clock=self.clock)
 
         asyncio.run(main())
 

@@ -33,6 +33,8 @@ APPLIED_INDEX = Gauge("raftpoint_applied_index", "Highest log index durably appl
 LOG_ENTRIES = Gauge("raftpoint_raft_log_entries", "Entries in the Raft journal (shrinks on compaction)")
 SNAPSHOT_AGE = Gauge("raftpoint_snapshot_age_seconds", "Seconds since the last snapshot was written or loaded "
                      "(-1: none yet)")
+DIGEST_DIVERGED = Gauge("raftpoint_digest_diverged", "1 once this node found its store's digest differs from "
+                        "the majority's at an applied index (it then stops)")
 SNAPSHOT_BYTES = Gauge("raftpoint_snapshot_bytes", "Size of the last snapshot file")
 
 # ---- latency ----------------------------------------------------------------------

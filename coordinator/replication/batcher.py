@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from coordinator.api.v1 import log_pb2
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Entry, Proposal, ReadBarrier, Result, decode_result
 from coordinator.core.validation import validate
+from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.replica import NotLeader, Overloaded, Replica
 
 DEFAULT_DEDUPE_WINDOW_S = NodeConfig.dedupe_window_s  # one default, the config's
@@ -47,8 +47,10 @@ class _Queued:
 
 
 class Batcher:
-    def __init__(self, replica: Replica, dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S) -> None:
+    def __init__(self, replica: Replica, dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S,
+                 clock: LeaderClock | None = None) -> None:
         self.replica = replica
+        self.clock = clock or LeaderClock()
         self.dedupe_window_s = dedupe_window_s
         self._queue: list[_Queued] = []
         self._flush_scheduled = False
@@ -89,7 +91,7 @@ class Batcher:
             self._flush()
 
     def _send(self, batch: list[_Queued]) -> None:
-        proposed_at = time.time()
+        proposed_at = self.clock.now()
         entries = tuple(dataclasses.replace(q.entry, proposed_at=proposed_at) for q in batch)
         message = wire.proposal_to_pb(proposed_at, self.dedupe_window_s, [q.message for q in batch])
         decoded = Proposal(proposed_at, self.dedupe_window_s, entries, batch=len(batch) > 1, validated=True)

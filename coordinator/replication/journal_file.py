@@ -16,7 +16,14 @@ FileJournal fsyncs neither, and compacts by rewriting its file in place.
   over the journal and fsync the directory: a crash leaves the old or the new file.
 - A real conflict truncates the file and fsyncs before anything new is written
   over the dropped entries, so the file is always a prefix of a log that existed.
-- At open, a torn tail (see journal_format) is cut off and the cut fsynced.
+- At open, a torn tail (see journal_format) is cut off and the cut fsynced. A
+  record that fails at or below the stored commit index is no torn tail: the file
+  was damaged at rest, and opening raises JournalDamaged without changing it
+  (cutting there would silently drop acknowledged entries after it). The stored
+  commit index is never written before the entries up to it are flushed.
+- Records carry a MAC keyed from the Raft password (journal_format), checked
+  before pysyncobj unpickles anything; a journal of the previous (CRC) format is
+  rewritten in the new one at open.
 
 Any I/O error after opening (disk full, EIO) calls `on_io_error`, by default
 fail_stop: pysyncobj cannot undo a half-done step.
@@ -35,18 +42,22 @@ from pysyncobj import journal as pysyncobj_journal
 from coordinator import fsutil
 from coordinator.replication import journal_format
 from coordinator.replication.fail_stop import fail_stop
-from coordinator.replication.journal_format import MAGIC, PYSYNCOBJ_MAGIC, Entry, JournalFormatError
+from coordinator.storage.protocol import JOURNAL_FILE, REBUILD_FROM_PEERS, TERM_FILE
+from coordinator.replication.journal_format import (MAGIC, MAGIC_V1, PYSYNCOBJ_MAGIC, Entry, JournalDamaged,
+                                                    JournalFormatError)
 
 log = logging.getLogger(__name__)
 
-TERM_SUFFIX = ".term"  # term, vote and commit index (JSON)
+TERM_SUFFIX = TERM_FILE.removeprefix(JOURNAL_FILE)  # term, vote and commit index (JSON)
 COMPACT_SUFFIX = ".compact"  # the next journal file while a compaction or clear writes it
 PYSYNCOBJ_META_SUFFIX = ".meta"  # pysyncobj's pickled term/vote file (raftpoint 0.1.0)
 
 
 class DurableJournal(pysyncobj_journal.Journal):
-    def __init__(self, journal_file: str, *, on_io_error: Callable[[str], NoReturn] = fail_stop) -> None:
+    def __init__(self, journal_file: str, *, key: bytes, on_io_error: Callable[[str], NoReturn] = fail_stop) -> None:
+        """`key`: journal_format.record_key of the Raft password."""
         self._path = Path(journal_file)
+        self._key = key
         self._term_path = Path(journal_file + TERM_SUFFIX)
         self._on_io_error = on_io_error
         self.on_flush: Callable[[float], None] | None = None  # fsync seconds, for metrics
@@ -66,13 +77,25 @@ class DurableJournal(pysyncobj_journal.Journal):
             data = MAGIC
             fsutil.atomic_write(self._path, data)
         self._meta = self._read_meta()
+        self._check_key()
+        durable = int(self._meta.get("commit_index", 0))
         try:
-            found = journal_format.scan(data)
+            found = journal_format.scan(data, self._key, durable)
         except JournalFormatError as exc:
             raise JournalFormatError(f"{self._path}: {exc}") from None
-        self._fd = os.open(self._path, os.O_RDWR)
+        if found.damaged:
+            raise JournalDamaged(
+                f"journal {self._path} is damaged: {found.problem}, but entries up to index {durable} were "
+                f"durable, so this is no crash's torn tail; the file is left as it is. {REBUILD_FROM_PEERS}")
         if found.problem is not None:
             log.warning("journal %s: %s (an unflushed tail lost in a crash)", self._path, found.problem)
+        if data.startswith(MAGIC_V1):
+            data, found.offsets = journal_format.encode_all(self._key, found.entries)
+            fsutil.atomic_write(self._path, data)
+            found.end = len(data)
+            log.warning("journal %s: rewrote %d entries with authenticated records", self._path, len(found.entries))
+        self._fd = os.open(self._path, os.O_RDWR)
+        if found.problem is not None and len(data) > found.end:
             os.ftruncate(self._fd, found.end)
             fsutil.fsync_file(self._fd)
         self._entries: list[Entry] = found.entries
@@ -93,6 +116,18 @@ class DurableJournal(pysyncobj_journal.Journal):
             raise JournalFormatError(f"{self._term_path}: unreadable term/vote file: {meta!r}")
         return meta
 
+    def _check_key(self) -> None:
+        """Refuse a journal written with another key before any record is judged by it:
+        with the wrong key every record fails, and the scan would cut them all as torn."""
+        key_id = journal_format.key_id(self._key)
+        stored = self._meta.get("key_id")
+        if stored is not None and stored != key_id:
+            raise JournalFormatError(f"{self._path} was written with another Raft password; start the node with "
+                                     "the password it was written with (records are authenticated with it)")
+        if stored is None:
+            self._meta["key_id"] = key_id
+            fsutil.atomic_write(self._term_path, json.dumps(self._meta, sort_keys=True).encode())
+
     def _migrate_from_pysyncobj(self) -> bytes:
         """Convert a raftpoint 0.1.0 data dir (pysyncobj's journal and pickled meta).
         Each step is atomic and the old meta is removed last, so a crash at any point
@@ -103,7 +138,7 @@ class DurableJournal(pysyncobj_journal.Journal):
                 "commit_index": old.getRaftCommitIndex()}
         old._destroy()
         fsutil.atomic_write(self._term_path, json.dumps(meta).encode())
-        data, _ = journal_format.encode_all([(bytes(c), i, t) for c, i, t in entries])
+        data, _ = journal_format.encode_all(self._key, [(bytes(c), i, t) for c, i, t in entries])
         fsutil.atomic_write(self._path, data)
         log.warning("journal %s: migrated %d entries from the pysyncobj format", self._path, len(entries))
         return data
@@ -111,7 +146,7 @@ class DurableJournal(pysyncobj_journal.Journal):
     # ---- log entries ----------------------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
         command = bytes(command)
-        record = journal_format.encode(command, idx, term)
+        record = journal_format.encode(self._key, command, idx, term)
         self._io(_pwrite_all, self._fd, record, self._end)
         self._entries.append((command, idx, term))
         self._offsets.append(self._end)
@@ -155,7 +190,7 @@ class DurableJournal(pysyncobj_journal.Journal):
         self._rewrite([])
 
     def _rewrite(self, entries: list[Entry]) -> None:
-        data, offsets = journal_format.encode_all(entries)
+        data, offsets = journal_format.encode_all(self._key, entries)
         self._io(self._replace_file, data)
         self._entries, self._offsets, self._end = list(entries), offsets, len(data)
         self._dirty = False
@@ -215,6 +250,9 @@ class DurableJournal(pysyncobj_journal.Journal):
             self._store_meta()
 
     def _store_meta(self) -> None:
+        """The stored commit index tells damage from a torn tail at the next open, so
+        it must never be on disk before the entries it covers."""
+        self.flush()
         self._io(fsutil.atomic_write, self._term_path, json.dumps(self._meta, sort_keys=True).encode())
         self._meta_saved = True
 

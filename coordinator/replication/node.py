@@ -9,6 +9,7 @@ durable apply, while the store sees one fsync per tick instead of one per entry.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -19,14 +20,15 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from coordinator import fsutil
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Proposal, decode_result
-from coordinator.replication import pysyncobj_adapter, snapshots
+from coordinator.replication import journal_format, pysyncobj_adapter, snapshot_file, snapshots
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
 from coordinator.replication.snapshots import SnapshotInfo
-from coordinator.storage.protocol import Store, StoreFullError, StoreIOError
+from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
+                                          DamagedAtRest, Store, StoreFullError, StoreIOError)
 from coordinator.storage import keys
 from coordinator.storage.state import RESULT, KvState, RecordCache
 
@@ -38,6 +40,21 @@ ADMISSION_LIMIT = 0.9
 CAPACITY_CHECK_PERIOD_S = 0.1
 FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
+
+
+class StateGap(DamagedAtRest):
+    """The node's own files cannot rebuild its state: entries between the store and the journal are gone."""
+
+
+def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: SnapshotInfo | None) -> None:
+    """Raise StateGap when the journal starts after an entry that neither the store nor the
+    snapshot holds (a lost store without its snapshot): started so, the node would apply
+    the journal to an empty state and serve, or lead, a state that never existed."""
+    covered = max(store_applied, snapshot.applied_index if snapshot is not None else 0)
+    if journal_first is not None and journal_first > covered + 1:
+        held = "no readable snapshot" if snapshot is None else f"a snapshot up to {snapshot.applied_index}"
+        raise StateGap(f"the journal starts at index {journal_first}, but the store holds entries up to "
+                       f"{store_applied} and there is {held}: entries in between are gone. {REBUILD_FROM_PEERS}")
 
 
 class CoordinatorNode(SyncObj):
@@ -59,8 +76,12 @@ class CoordinatorNode(SyncObj):
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
-        self.snapshot_path = str(data / "raft.snapshot")
+        self.snapshot_path = str(data / SNAPSHOT_FILE)
         self.last_snapshot: SnapshotInfo | None = snapshots.existing(self.snapshot_path)
+        journal_path = str(data / JOURNAL_FILE)
+        _refuse_a_gap(journal_format.first_index(journal_path), store.applied_index, self.last_snapshot)
+        self._key = journal_format.record_key(config.password())  # journal records' and snapshots' MACs
+        pysyncobj_adapter.use_journal_key(journal_path, self._key)
         conf = SyncObjConf(
             password=config.password(),
             # Listen on our own address only (the pod IP on Kubernetes), never 0.0.0.0:
@@ -79,7 +100,7 @@ class CoordinatorNode(SyncObj):
             leaderFallbackTimeout=config.leader_fallback_timeout,
             dnsCacheTime=config.dns_cache_time,
             dnsFailCacheTime=min(1.0, config.dns_cache_time),
-            journalFile=str(data / "raft.journal"),
+            journalFile=journal_path,
             fullDumpFile=self.snapshot_path,
             serializer=self._write_snapshot,
             deserializer=self._read_snapshot,
@@ -222,12 +243,22 @@ class CoordinatorNode(SyncObj):
     # ---- snapshots ----------------------------------------------------------------
     def _write_snapshot(self, tmp_path: str, raft_data: tuple) -> None:
         self._commit_batch()
-        self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store)
+        self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store, self._key)
         self._snapshot_to_sync = True
 
     def _read_snapshot(self, path: str) -> tuple:
         self._commit_batch()
-        with snapshots.open_received(path, self.config.raft_address) as received:
+        try:
+            return self._install_snapshot(path)
+        except (DamagedAtRest, snapshot_file.SnapshotFormatError) as exc:
+            # pysyncobj would log and carry on without the state; it has already
+            # renamed the file over ours, so keep it for inspection and stop.
+            aside = path + ".damaged"
+            os.replace(path, aside)
+            fail_stop(f"{exc}; the file was moved to {aside}. {REBUILD_FROM_PEERS}", EXIT_DAMAGED)
+
+    def _install_snapshot(self, path: str) -> tuple:
+        with snapshots.open_received(path, self.config.raft_address, self._key) as received:
             last, previous, _members = received.raft_data
             self._journal.align_to_snapshot(previous, last)
             applied_index = received.header.applied_index

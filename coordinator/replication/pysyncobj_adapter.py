@@ -118,11 +118,23 @@ class _DropFalseAlarm(logging.Filter):
 _DROP_FALSE_ALARM = _DropFalseAlarm()
 
 
+# The MAC key of each journal file, set before pysyncobj's constructor opens it (the
+# factory's signature is pysyncobj's, which has no room for a key).
+_JOURNAL_KEYS: dict[str, bytes] = {}
+
+
+def use_journal_key(journal_file: str, key: bytes) -> None:
+    """The key the journal at `journal_file` is written and checked with (journal_format)."""
+    _JOURNAL_KEYS[journal_file] = key
+
+
 def create_journal(journal_file: str | None = None) -> pysyncobj_journal.Journal:
     """pysyncobj's journal factory, replaced: the conflict-aware durable journal on disk."""
     if journal_file is None:
         return pysyncobj_journal.MemoryJournal()
-    return ConflictAwareJournal(journal_file)
+    if journal_file not in _JOURNAL_KEYS:
+        raise RuntimeError(f"no journal key for {journal_file}: call use_journal_key first")
+    return ConflictAwareJournal(journal_file, key=_JOURNAL_KEYS[journal_file])
 
 
 def install() -> None:

@@ -5,25 +5,46 @@ membership; we encode them as JSON (never pickle) and append a self-contained
 image of the store at the same applied index, so one file restores a node.
 
 Layout: MAGIC | struct HEADER (version, applied_index, raft_len, image_len) |
-raft JSON (raft_len bytes) | store image (image_len bytes).
+MAC (version 2 only) | raft JSON (raft_len bytes) | store image (image_len bytes).
+
+The MAC (HMAC-SHA256 keyed like the journal's records, from the Raft password)
+covers the header and everything after it. A snapshot is the one thing a node
+adopts wholesale -- it replaces the store -- so the file is checked when it is
+written (read back), when it is received and when it is installed at a start:
+a damaged or hand-edited file is refused instead of becoming a replica's state
+(and then, through its snapshots, another's). Version 1 files, written before
+the MAC, are still read, unverified, with a warning.
 """
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
+import logging
 import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable
 
 from coordinator import fsutil
+from coordinator.storage.protocol import DamagedAtRest
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"RPSNAP\x00\x01"
 HEADER = struct.Struct(">IQQQ")
-VERSION = 1
+VERSION = 2
+UNVERIFIED_VERSION = 1  # no MAC: read, with a warning
+MAC_SIZE = 32
+_CHUNK = 1 << 20
 
 
 class SnapshotFormatError(ValueError):
     pass
+
+
+class SnapshotDamaged(SnapshotFormatError, DamagedAtRest):
+    """The file does not match its MAC: damaged on disk or in transit, or edited."""
 
 
 @dataclass(frozen=True)
@@ -31,10 +52,15 @@ class SnapshotHeader:
     applied_index: int
     raft_len: int
     image_len: int
+    mac: bytes | None = None  # None: a version 1 file
+
+    @property
+    def raft_offset(self) -> int:
+        return len(MAGIC) + HEADER.size + (0 if self.mac is None else MAC_SIZE)
 
     @property
     def image_offset(self) -> int:
-        return len(MAGIC) + HEADER.size + self.raft_len
+        return self.raft_offset + self.raft_len
 
 
 def encode_raft_data(raft_data: Any) -> bytes:
@@ -51,20 +77,26 @@ def decode_raft_data(data: bytes, node_factory: Callable[[str], Any]) -> tuple:
     return last, previous, {node_factory(a) for a in doc["cluster"]}
 
 
-def write(path: str, applied_index: int, raft_json: bytes, write_image: Callable[[BinaryIO], int]) -> None:
-    """Write and fsync the whole file; the caller's rename makes it visible."""
-    with open(path, "wb") as f:
-        f.write(MAGIC + HEADER.pack(VERSION, applied_index, len(raft_json), 0) + raft_json)
+def write(path: str, applied_index: int, raft_json: bytes, write_image: Callable[[BinaryIO], int],
+          key: bytes) -> None:
+    """Write, MAC, verify and fsync the whole file; the caller's rename makes it visible."""
+    with open(path, "w+b") as f:
+        f.write(MAGIC + HEADER.pack(VERSION, applied_index, len(raft_json), 0) + bytes(MAC_SIZE) + raft_json)
         f.flush()
         image_len = write_image(f)
         f.flush()
+        header = SnapshotHeader(applied_index, len(raft_json), image_len, bytes(MAC_SIZE))
+        mac = _mac(f, header, key)
         f.seek(len(MAGIC))
-        f.write(HEADER.pack(VERSION, applied_index, len(raft_json), image_len))
+        f.write(HEADER.pack(VERSION, applied_index, len(raft_json), image_len) + mac)
         f.flush()
         fsutil.fsync_file(f.fileno())
+        f.seek(0)
+        verify(f, read_header(f), key)  # what the disk gives back, not what we meant to write
 
 
 def read_header(f: BinaryIO) -> SnapshotHeader:
+    """The header; leaves `f` at the raft JSON."""
     magic = f.read(len(MAGIC))
     if magic != MAGIC:
         raise SnapshotFormatError(f"not a raftpoint snapshot (magic {magic!r})")
@@ -72,6 +104,37 @@ def read_header(f: BinaryIO) -> SnapshotHeader:
     if len(raw) != HEADER.size:
         raise SnapshotFormatError("truncated snapshot header")
     version, applied, raft_len, image_len = HEADER.unpack(raw)
+    if version == UNVERIFIED_VERSION:
+        return SnapshotHeader(applied, raft_len, image_len)
     if version != VERSION:
         raise SnapshotFormatError(f"unsupported snapshot version {version}")
-    return SnapshotHeader(applied, raft_len, image_len)
+    mac = f.read(MAC_SIZE)
+    if len(mac) != MAC_SIZE:
+        raise SnapshotFormatError("truncated snapshot header")
+    return SnapshotHeader(applied, raft_len, image_len, mac)
+
+
+def verify(f: BinaryIO, header: SnapshotHeader, key: bytes) -> None:
+    """Raise SnapshotDamaged unless the file matches its MAC; leaves `f` at the raft JSON."""
+    if header.mac is None:
+        log.warning("snapshot of version %d has no MAC: read unverified", UNVERIFIED_VERSION)
+    elif not hmac.compare_digest(header.mac, _mac(f, header, key)):
+        raise SnapshotDamaged(f"snapshot at applied index {header.applied_index} does not match its MAC: "
+                              "damaged on disk or in transit, or written with another Raft password")
+    f.seek(header.raft_offset)
+
+
+def _mac(f: BinaryIO, header: SnapshotHeader, key: bytes) -> bytes:
+    """Over the header's fields and the raft JSON and image as they are in the file."""
+    mac = hmac.new(key, HEADER.pack(VERSION, header.applied_index, header.raft_len, header.image_len),
+                   hashlib.sha256)
+    f.seek(header.raft_offset)
+    remaining = header.raft_len + header.image_len
+    while remaining > 0:
+        chunk = f.read(min(_CHUNK, remaining))
+        if not chunk:
+            raise SnapshotDamaged(f"snapshot at applied index {header.applied_index} is truncated: "
+                                  f"{remaining} bytes missing")
+        mac.update(chunk)
+        remaining -= len(chunk)
+    return mac.digest()

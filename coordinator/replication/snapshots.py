@@ -44,10 +44,11 @@ def existing(path: str) -> SnapshotInfo | None:
         return None
 
 
-def write(path: str, raft_data: tuple, store: Store) -> SnapshotInfo:
-    """Write and fsync a snapshot of `store` (the caller has committed what it applied)."""
+def write(path: str, raft_data: tuple, store: Store, key: bytes) -> SnapshotInfo:
+    """Write and fsync a snapshot of `store` (the caller has committed what it applied).
+    `key`: journal_format.record_key of the Raft password, for the file's MAC."""
     raft_json = snapshot_file.encode_raft_data(raft_data)
-    snapshot_file.write(path, store.applied_index, raft_json, store.write_image)
+    snapshot_file.write(path, store.applied_index, raft_json, store.write_image, key)
     return SnapshotInfo.of(path, store.applied_index)
 
 
@@ -59,13 +60,15 @@ class Received:
 
 
 @contextmanager
-def open_received(path: str, raft_address: str) -> Iterator[Received]:
+def open_received(path: str, raft_address: str, key: bytes) -> Iterator[Received]:
     """Open a snapshot pysyncobj is about to adopt, made durable first: it was renamed
-    into place unsynced, and pysyncobj clears the journal once the deserializer returns."""
+    into place unsynced, and pysyncobj clears the journal once the deserializer returns.
+    Raises SnapshotDamaged, before anything is decoded, for a file that fails its MAC."""
     with open(path, "rb") as f:
         fsutil.fsync_file(f.fileno())
         fsutil.fsync_dir(Path(path).parent)
         header = snapshot_file.read_header(f)
+        snapshot_file.verify(f, header, key)
         raft_data = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
         _warn_unless_member(raft_data, raft_address)
         yield Received(header, raft_data, f)

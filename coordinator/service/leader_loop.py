@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 
 from coordinator.core.commands import AbortEpoch, Command, DeclareAgentFailed, Entry, RecoveryResult, StartEpoch
 from coordinator.core.decisions import epoch_commands
 from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
+from coordinator.service import ticks
 from coordinator.service.leases import LeaseTable
 
 log = logging.getLogger(__name__)
@@ -26,12 +26,8 @@ def _entry(command: Command) -> Entry:
 
 async def run(batcher: Batcher, leases: LeaseTable, stop: asyncio.Event) -> None:
     node = batcher.replica
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), PERIOD_S)
-            break
-        except asyncio.TimeoutError:
-            pass
+    async for _ in ticks.every(PERIOD_S, stop):
+        batcher.clock.now()  # read every tick, leading or not: a step while following is then seen as one
         if not node.is_leader():
             leases.term_granted = None
             continue
@@ -47,11 +43,12 @@ async def _tick(batcher: Batcher, leases: LeaseTable) -> None:
     if leases.term_granted != term:
         await batcher.barrier()  # see everything the previous leader committed
         state = node.read_state()
+        batcher.clock.catch_up(state.dedupe_clock().clock_ms / 1000)
         leases.grant_all(term, state.groups(), state.agents)
         return
     due: list[Command] = list(leases.expired())
     state = node.read_state()
-    now = time.time()
+    now = batcher.clock.now()
     for group in state.groups():
         current = state.epoch(group.spec.name, group.current_epoch) if group.current_epoch else None
         due += epoch_commands(group, current, now)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from coordinator.replication.batcher import DEFAULT_DEDUPE_WINDOW_S, Batcher
+from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.replica import Replica
 from coordinator.service import leader_loop
 from coordinator.service.leases import LeaseTable
@@ -17,12 +18,13 @@ from coordinator.transport import server
 
 async def serve(replica: Replica, address: str, stop: asyncio.Event,
                 dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S,
-                limits: server.ServerLimits = server.ServerLimits()) -> None:
+                limits: server.ServerLimits = server.ServerLimits(), clock: LeaderClock | None = None) -> None:
     """Serve until `stop` is set; raises OSError at once if `address` cannot be bound.
 
     The server stops as soon as `stop` is set, without waiting for a leader-loop
     tick that may be waiting for an answer; the loop ends after its tick."""
-    batcher, leases = Batcher(replica, dedupe_window_s), LeaseTable()
+    clock = clock or LeaderClock()
+    batcher, leases = Batcher(replica, dedupe_window_s, clock), LeaseTable(clock.monotonic)
     async with server.running(batcher, leases, address, limits):
         loop = asyncio.create_task(leader_loop.run(batcher, leases, stop))
         await stop.wait()

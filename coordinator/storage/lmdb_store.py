@@ -1,5 +1,11 @@
 """The LMDB store: one durable write transaction per commit.
 
+Every value is stored sealed with a checksum (record_seal) and checked on every
+read; the file is checked against its own page count before anything maps it
+(a truncated data.mdb was a SIGBUS), and `verify_at_open` reads every record in
+a child process first, so a page LMDB cannot parse ends that child (LMDB aborts
+on some) instead of the node, and is reported as damage.
+
 `lib_version=0` pins the LMDB 0.9 on-disk format (py-lmdb 3.0.0 bundles 0.9 and
 1.0 engines), so an upgrade of the wheel can never silently change it. Data and
 metadata (applied_index) live in separate named databases of the same file, so a
@@ -24,7 +30,7 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator, Mapping
+from typing import BinaryIO, Callable, Iterator, Mapping
 
 import lmdb
 
@@ -32,8 +38,10 @@ from coordinator import fsutil
 from coordinator.locks import SharedExclusiveLock
 
 from coordinator.storage.digest import content_digest
-from coordinator.storage.protocol import (ImageError, StoreFullError, StoreIOError, check_commit, check_scan,
-                                          scan_from)
+from coordinator.storage.lmdb_check import verify_in_child
+from coordinator.storage.protocol import (REBUILD_FROM_PEERS, DamagedAtRest, ImageError, StoreFullError,
+                                          StoreIOError, check_commit, check_scan, scan_from)
+from coordinator.storage.record_seal import RecordDamaged, seal, unseal
 
 _APPLIED = b"applied_index"
 _U64 = struct.Struct(">Q")
@@ -46,9 +54,18 @@ def _open_env(path: Path, **options: object) -> lmdb.Environment:
     return lmdb.open(str(path), lib_version=0, subdir=True, max_dbs=2, readahead=False, **options)
 
 
+class StoreDamaged(DamagedAtRest):
+    """data.mdb is truncated or unreadable: the node must not open it."""
+
+
 class LmdbStore:
-    def __init__(self, path: str | Path, *, map_size: int = 1 << 30, max_map_size: int = 64 << 30) -> None:
+    def __init__(self, path: str | Path, *, map_size: int = 1 << 30, max_map_size: int = 64 << 30,
+                 verify_at_open: bool = False, on_damage: Callable[[str], None] | None = None) -> None:
+        """`verify_at_open`: read every record (in a child process) before opening;
+        `on_damage`: called with the message before a damaged record raises RecordDamaged
+        (the node stops there rather than answer without it)."""
         self.path = Path(path)
+        self._on_damage = on_damage
         self._map_size = map_size
         self._max_map_size = max(max_map_size, map_size)
         self._gate = SharedExclusiveLock()
@@ -56,17 +73,27 @@ class LmdbStore:
         self._reader: lmdb.Transaction | None = None
         self._closed = False
         recover_interrupted_swap(self.path)
+        if verify_at_open and (self.path / _DATA_FILE).exists():
+            verify_in_child(self.path)
         self._open()
 
     # ---- lifecycle ------------------------------------------------------------------
     def _open(self) -> None:
         fsutil.ensure_dir(self.path)  # a new store's directory entry survives a crash
-        self._env = _open_env(self.path, map_size=self._map_size, sync=True, metasync=True, lock=True)
-        self._map_size = self._env.info()["map_size"]  # LMDB raises it to fit a larger file
-        self._data = self._env.open_db(b"data")
-        self._meta = self._env.open_db(b"meta")
-        with self._env.begin(db=self._meta) as txn:
-            self._applied = _read_applied(txn)
+        try:
+            self._env = _open_env(self.path, map_size=self._map_size, sync=True, metasync=True, lock=True)
+        except lmdb.Error as exc:
+            raise StoreDamaged(f"LMDB store {self.path} cannot be opened: {exc}. {REBUILD_FROM_PEERS}") from None
+        try:
+            _check_size(self.path, self._env)
+            self._map_size = self._env.info()["map_size"]  # LMDB raises it to fit a larger file
+            self._data = self._env.open_db(b"data")
+            self._meta = self._env.open_db(b"meta")
+            with self._env.begin(db=self._meta) as txn:
+                self._applied = _read_applied(txn)
+        except (ImageError, lmdb.Error) as exc:
+            self._env.close()
+            raise StoreDamaged(f"LMDB store {self.path}: {exc}. {REBUILD_FROM_PEERS}") from None
 
     def close(self) -> None:
         with self._gate.exclusive(), self._reader_lock:
@@ -96,9 +123,19 @@ class LmdbStore:
             self._reader.abort()
             self._reader = None
 
+    def _unseal(self, key: bytes, stored: bytes) -> bytes:
+        try:
+            return unseal(key, stored, self.path)
+        except RecordDamaged as exc:
+            message = f"{exc}. {REBUILD_FROM_PEERS}"
+            if self._on_damage is not None:
+                self._on_damage(message)
+            raise RecordDamaged(message) from None
+
     def get(self, key: bytes) -> bytes | None:
         with self._cached_reader() as txn:
-            return txn.get(key)
+            stored = txn.get(key)
+        return None if stored is None else self._unseal(key, stored)
 
     def scan(self, prefix: bytes, start: bytes | None = None,
              limit: int | None = None) -> list[tuple[bytes, bytes]]:
@@ -112,7 +149,7 @@ class LmdbStore:
                 if not k.startswith(prefix) or (limit is not None and len(out) >= limit):
                     break
                 out.append((k, v))
-        return out
+        return [(k, self._unseal(k, v)) for k, v in out]
 
     def digest(self, skip: bytes | None = None) -> str:
         return self.digest_with_index(skip)[1]
@@ -123,7 +160,8 @@ class LmdbStore:
         from any thread, never blocks commits."""
         with self._gate.shared(), self._env.begin() as txn:
             applied = _read_applied(txn, self._meta)
-            return applied, content_digest(txn.cursor(db=self._data).iternext(), skip)
+            records = ((k, self._unseal(k, v)) for k, v in txn.cursor(db=self._data).iternext())
+            return applied, content_digest(records, skip)
 
     def stats(self) -> dict[str, int]:
         """used_bytes counts live pages (not the file's high-water mark, which never
@@ -162,7 +200,7 @@ class LmdbStore:
                 if v is None:
                     txn.delete(k, db=self._data)
                 else:
-                    txn.put(k, v, db=self._data)
+                    txn.put(k, seal(k, v), db=self._data)
             txn.put(_APPLIED, _U64.pack(applied_index), db=self._meta)
 
     def _grow(self, n_writes: int) -> None:
@@ -260,19 +298,25 @@ def recover_interrupted_swap(path: Path) -> None:
         _remove_tree(leftover)
 
 
+def _check_size(directory: Path, env: lmdb.Environment) -> None:
+    """Raise ImageError if data.mdb is shorter than the pages its meta page counts.
+    Runs before any page is touched: reading past the end of an mmap is a SIGBUS.
+    (LMDB reads the meta pages with read(), not through the map.)"""
+    size = (directory / _DATA_FILE).stat().st_size
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    if size < needed:
+        raise ImageError(f"truncated LMDB file: {size} bytes, its meta page counts {needed}")
+
+
 def _check_image(directory: Path) -> None:
     """Open the image read-only before it replaces anything: a truncated or foreign
-    file must fail here, not after the old store is gone. The size check runs before
-    any page is touched, because reading past the end of an mmap is a SIGBUS."""
-    size = (directory / _DATA_FILE).stat().st_size
+    file must fail here, not after the old store is gone."""
     try:
         env = _open_env(directory, readonly=True, lock=False)
     except lmdb.Error as exc:
         raise ImageError(f"not an LMDB store image: {exc}") from None
     try:
-        info, psize = env.info(), env.stat()["psize"]
-        if size < (info["last_pgno"] + 1) * psize:
-            raise ImageError(f"truncated LMDB image: {size} bytes, needs {(info['last_pgno'] + 1) * psize}")
+        _check_size(directory, env)
         try:
             env.open_db(b"data", create=False)
             with env.begin(db=env.open_db(b"meta", create=False)) as txn:

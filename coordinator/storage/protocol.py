@@ -35,6 +35,23 @@ class StoreIOError(StoreError):
     """The disk failed a commit (no space left, I/O error); nothing was written."""
 
 
+class DamagedAtRest(Exception):
+    """A node's stored data (store, journal or snapshot) changed on disk since it was
+    written: a bad disk or a hand edit, not a crash. Nothing was changed or served;
+    the node must not start on it (exit code EXIT_DAMAGED) and is rebuilt from its peers."""
+
+
+EXIT_DAMAGED = 65  # EX_DATAERR
+# What a node's data dir holds: the Raft journal, its term/vote file, the snapshot, the store.
+JOURNAL_FILE, TERM_FILE, SNAPSHOT_FILE, STORE_DIR = "raft.journal", "raft.journal.term", "raft.snapshot", "state"
+# The one documented repair, named in every DamagedAtRest message: the peers hold
+# every committed entry, and the term file keeps the node from voting twice in a term.
+REBUILT_FROM_PEERS = (JOURNAL_FILE, SNAPSHOT_FILE, STORE_DIR)
+REBUILD_FROM_PEERS = (f"Rebuild this node from its peers: with it stopped, run `raftpoint repair --from-peers "
+                      f"--data-dir DIR` (it moves {', '.join(REBUILT_FROM_PEERS)} aside and keeps {TERM_FILE}: "
+                      f"the term and vote) and start it again")
+
+
 class ImageError(StoreError, ValueError):
     """A store image is truncated, corrupt or of another format; the store is unchanged."""
 

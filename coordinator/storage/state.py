@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, TypeVar
 
 from coordinator.core import codec
+from coordinator.core.dedupe import DedupeClock
 from coordinator.core.history import Dependency
 from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order
 from coordinator.storage import keys
@@ -131,6 +132,10 @@ class KvState:
 
     def _put(self, key: bytes, value: object) -> None:
         self.writes[key] = value
+
+    def dedupe_clock(self) -> DedupeClock:
+        """The replicated clock: the latest proposal time applied (core.dedupe)."""
+        return self._get(DedupeClock, DEDUPE_CLOCK_KEY) or DedupeClock()
 
     # -- groups, agents
     def group(self, name: str) -> Group | None:

@@ -10,7 +10,6 @@ the wait for the result, when it passes.
 from __future__ import annotations
 
 import math
-import time
 from typing import Awaitable, Callable, Protocol, TypeVar
 
 import grpc
@@ -91,7 +90,7 @@ class Proposer:
         if not (math.isfinite(issued_at) and issued_at > 0):
             raise Rejection.invalid(ISSUED_AT_METADATA_KEY, f"must be seconds since the epoch, got {shown(raw)}")
         window = self.batcher.dedupe_window_s
-        if issued_at > time.time() + window:
+        if issued_at > self.batcher.clock.now() + window:
             raise Rejection.because(ReasonCode.CLOCK_AHEAD, f"more than {window:.0f}s ahead of the coordinator's "
                                     "clock; check the client's clock", ISSUED_AT_METADATA_KEY)
         return issued_at

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import AsyncIterator
 
@@ -22,9 +23,13 @@ from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
 
+log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 HEALTH_PERIOD_S = 0.5
 SERVICES = ("raftpoint.v1.AgentService", "raftpoint.v1.AdminService", "")
+# For the liveness probe: SERVING while the node can read its store, whether or not
+# it knows a leader (restarting nodes for a lost quorum would only make it worse).
+LIVENESS_SERVICE = "raftpoint.liveness"
 
 
 @dataclass(frozen=True)
@@ -52,11 +57,28 @@ def serving(node: Replica) -> bool:
     return bool(s.leader) and s.raft_applied_index >= s.commit_index
 
 
+def usable(node: Replica) -> bool:
+    """Whether the node can read its state: a node stuck without a usable store answers
+    TCP but nothing else, and only a restart (which checks the store) gets it out."""
+    try:
+        node.read_state().groups()
+        node.status()
+    except Exception:
+        log.error("the node cannot read its state; reporting %s NOT_SERVING", LIVENESS_SERVICE, exc_info=True)
+        return False
+    return True
+
+
+def _status(ok: bool) -> int:
+    return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+
+
 async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop: asyncio.Event) -> None:
     while not stop.is_set():
-        status = health_pb2.HealthCheckResponse.SERVING if serving(node) else health_pb2.HealthCheckResponse.NOT_SERVING
+        status = _status(serving(node))
         for name in SERVICES:
             await servicer.set(name, status)
+        await servicer.set(LIVENESS_SERVICE, _status(usable(node)))
         metrics.update_node_gauges(node.status())
         try:
             await asyncio.wait_for(stop.wait(), HEALTH_PERIOD_S)

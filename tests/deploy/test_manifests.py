@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from coordinator import config as node_config
+from coordinator.transport.server import LIVENESS_SERVICE
 from tests.support.manifests import render_overlay
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,8 +139,8 @@ def check_probes(docs: list[dict]) -> None:
     assert readiness["grpc"]["port"] == GRPC and not readiness["grpc"].get("service")
     liveness = container["livenessProbe"]
     # Health says NOT_SERVING without a leader: liveness must not use it, or a cluster
-    # that lost quorum would restart itself in a loop.
-    assert "grpc" not in liveness and "tcpSocket" in liveness
+    # that lost quorum would restart itself in a loop; the liveness service does not.
+    assert liveness.get("grpc") == {"port": GRPC, "service": LIVENESS_SERVICE}
     assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 30
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # store/snapshot load

@@ -1,5 +1,6 @@
 """The Raft journal: conflict-aware truncation, durability across reopen, torn tails,
-interrupted compactions, group-commit flushing and the pysyncobj-format migration."""
+damage at rest, authenticated records, interrupted compactions, group-commit
+flushing and the migrations from older formats."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from pysyncobj import journal as pysyncobj_journal
 from coordinator import fsutil
 from coordinator.replication import journal_file, journal_format
 from coordinator.replication.journal import ConflictAwareJournal
-from coordinator.replication.journal_format import MAGIC, RECORD, JournalFormatError
+from coordinator.replication.journal_format import MAGIC, RECORD, JournalDamaged, JournalFormatError
 
 
 class DiskError(Exception):
@@ -33,8 +34,11 @@ def path(tmp_path: Path) -> str:
     return str(tmp_path / "raft.journal")
 
 
+KEY = journal_format.record_key("the cluster's raft password")
+
+
 def open_journal(path: str) -> ConflictAwareJournal:
-    return ConflictAwareJournal(path, on_io_error=raise_disk_error)
+    return ConflictAwareJournal(path, key=KEY, on_io_error=raise_disk_error)
 
 
 def filled(path: str, count: int, term: int = 1) -> ConflictAwareJournal:
@@ -134,13 +138,13 @@ def test_commit_index_never_points_past_the_journal(path: str) -> None:
 def _torn_tails(path: str) -> Iterator[tuple[str, bytes]]:
     """(what, bytes appended after 5 good records) as a power loss can leave them."""
     good = Path(path).read_bytes()
-    sixth = journal_format.encode(b"c6", 6, 1)
+    sixth = journal_format.encode(KEY, b"c6", 6, 1)
     yield "half a header", sixth[:RECORD.size // 2]
     yield "a header without its payload", sixth[:RECORD.size]
     yield "zeros (allocated, never written)", b"\0" * 4096
     yield "a flipped payload bit", sixth[:-1] + bytes([sixth[-1] ^ 1])
     yield "a stale record of an old index", good[len(MAGIC):len(MAGIC) + len(sixth)]
-    yield "a lower term", journal_format.encode(b"c6", 6, 0)
+    yield "a lower term", journal_format.encode(KEY, b"c6", 6, 0)
 
 
 def test_a_torn_tail_is_cut_off_at_open_and_never_resurrected(path: str) -> None:
@@ -159,9 +163,95 @@ def test_a_torn_tail_is_cut_off_at_open_and_never_resurrected(path: str) -> None
 def test_a_valid_record_after_a_torn_one_is_dropped_too(path: str) -> None:
     filled(path, 2)._destroy()
     good = Path(path).read_bytes()
-    third, fourth = journal_format.encode(b"c3", 3, 1), journal_format.encode(b"c4", 4, 1)
+    third, fourth = journal_format.encode(KEY, b"c3", 3, 1), journal_format.encode(KEY, b"c4", 4, 1)
     Path(path).write_bytes(good + third[:-1] + b"?" + fourth)  # 3 written partially, 4 fully
     assert [e[1] for e in entries(open_journal(path))] == [1, 2]
+
+
+# ---- damage at rest: a durable record that no longer checks out ----------------------------
+
+def committed(path: str, count: int) -> bytes:
+    """A journal of `count` flushed entries, all committed, closed cleanly; its bytes."""
+    j = filled(path, count)
+    j.setRaftCommitIndex(count)
+    j._destroy()
+    return Path(path).read_bytes()
+
+
+def record_offset(data: bytes, position: int) -> int:
+    return journal_format.scan(data, KEY).offsets[position]
+
+
+@pytest.mark.parametrize("where", ["payload", "header"])
+def test_a_flipped_bit_in_a_durable_record_stops_the_open_and_changes_nothing(path: str, where: str) -> None:
+    good = committed(path, 40)
+    offset = record_offset(good, 10) + (RECORD.size if where == "payload" else 1)
+    damaged = bytearray(good)
+    damaged[offset] ^= 0x10
+    Path(path).write_bytes(bytes(damaged))
+    with pytest.raises(JournalDamaged, match=r"damaged: .* entries up to index 40 were durable.*peers"):
+        open_journal(path)
+    assert Path(path).read_bytes() == bytes(damaged)  # the 29 entries after it are still there to rebuild from
+
+
+def test_a_damaged_first_record_is_told_by_the_genuine_records_after_it(path: str) -> None:
+    good = committed(path, 5)
+    damaged = bytearray(good)
+    damaged[len(MAGIC) + RECORD.size] ^= 1
+    Path(path).write_bytes(bytes(damaged))
+    with pytest.raises(JournalDamaged):
+        open_journal(path)
+
+
+def test_a_torn_record_beyond_the_stored_commit_index_is_still_a_torn_tail(path: str) -> None:
+    good = committed(path, 5)
+    j = open_journal(path)
+    j.add(b"c6", 6, 1)  # appended, never flushed, never committed
+    crash(j)
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert len(open_journal(path)) == 5
+    assert Path(path).read_bytes() == good
+
+
+def test_the_commit_index_is_stored_only_after_the_entries_it_covers_are_flushed(path: str) -> None:
+    j = filled(path, 3)
+    j.add(b"c4", 4, 1)  # not flushed yet
+    j.setRaftCommitIndex(4)
+    j.setCurrentTerm(2, "n1")  # stores the commit index with the vote
+    assert not j._dirty  # so entry 4 was flushed first
+
+
+def test_a_record_written_without_the_clusters_key_is_never_loaded(path: str) -> None:
+    """Rewriting a record in the data dir (to make pysyncobj unpickle something else)
+    needs the key: without it the record is refused before anything reads it."""
+    good = committed(path, 5)
+    forged = journal_format.encode(journal_format.record_key("a guess"), b"cos\nsystem\n...", 3, 1)
+    offsets = journal_format.scan(good, KEY).offsets
+    Path(path).write_bytes(good[:offsets[2]] + forged + good[offsets[3]:])
+    with pytest.raises(JournalDamaged, match="fails authentication"):
+        open_journal(path)
+    Path(path).write_bytes(good + journal_format.encode(journal_format.record_key("a guess"), b"x", 6, 1))
+    assert len(open_journal(path)) == 5  # past the commit index: dropped like a torn tail, never loaded
+
+
+def test_another_raft_password_cannot_read_the_journal(path: str) -> None:
+    committed(path, 3)
+    with pytest.raises(JournalFormatError, match="another Raft password"):
+        ConflictAwareJournal(path, key=journal_format.record_key("changed"), on_io_error=raise_disk_error)
+
+
+def test_a_journal_of_the_checksummed_format_is_read_and_rewritten_authenticated(path: str) -> None:
+    old = [(b"c%d" % i, i, 1) for i in range(1, 5)]
+    torn = journal_format.encode_v1(b"c5", 5, 1)[:-2]
+    Path(path).write_bytes(journal_format.MAGIC_V1 + b"".join(journal_format.encode_v1(*e) for e in old) + torn)
+    j = open_journal(path)
+    assert entries(j) == old
+    j.add(b"c5", 5, 2)
+    crash(j)
+    data = Path(path).read_bytes()
+    assert data.startswith(MAGIC)
+    assert journal_format.scan(data, KEY).entries == old + [(b"c5", 5, 2)]
 
 
 def test_a_foreign_file_is_refused_unchanged(path: str) -> None:

@@ -1,4 +1,5 @@
-"""Snapshots as the node writes and receives them: round trip, what a restart finds, the member check."""
+"""Snapshots as the node writes and receives them: round trip, what a restart finds, the member
+check, and the MAC that keeps a damaged or edited file from becoming a replica's state."""
 from __future__ import annotations
 
 import logging
@@ -7,10 +8,12 @@ from pathlib import Path
 import pytest
 from pysyncobj.node import TCPNode
 
-from coordinator.replication import snapshots
+from coordinator.replication import journal_format, snapshot_file, snapshots
+from coordinator.replication.node import StateGap, _refuse_a_gap
 from coordinator.storage.memory import MemoryStore
 
 SELF = "127.0.0.1:7001"
+KEY = journal_format.record_key("raft password")
 
 
 def raft_data(*members: str) -> tuple:
@@ -25,12 +28,12 @@ def filled_store(applied_index: int) -> MemoryStore:
 
 def test_a_written_snapshot_is_found_and_restores_the_store(tmp_path: Path) -> None:
     path = str(tmp_path / "raft.snapshot")
-    written = snapshots.write(path, raft_data(SELF, "127.0.0.1:7002"), filled_store(7))
+    written = snapshots.write(path, raft_data(SELF, "127.0.0.1:7002"), filled_store(7), KEY)
     assert written.applied_index == 7 and written.size == Path(path).stat().st_size
     found = snapshots.existing(path)
     assert found is not None and (found.applied_index, found.size) == (7, written.size)
     restored = MemoryStore()
-    with snapshots.open_received(path, SELF) as received:
+    with snapshots.open_received(path, SELF, KEY) as received:
         restored.load_image(received.image, received.header.image_len)
     assert received.header.applied_index == 7
     assert received.raft_data[:2] == ((b"last", 5, 2), (b"previous", 4, 2))
@@ -49,8 +52,66 @@ def test_a_missing_or_foreign_file_is_no_snapshot(tmp_path: Path) -> None:
 def test_a_snapshot_not_naming_this_node_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                      members: tuple[str, ...], warned: bool) -> None:
     path = str(tmp_path / "raft.snapshot")
-    snapshots.write(path, raft_data(*members), filled_store(3))
+    snapshots.write(path, raft_data(*members), filled_store(3), KEY)
     with caplog.at_level(logging.WARNING, logger=snapshots.__name__):
-        with snapshots.open_received(path, SELF):
+        with snapshots.open_received(path, SELF, KEY):
             pass
     assert ("does not name this node" in caplog.text) is warned
+
+
+def test_a_changed_byte_anywhere_after_the_magic_is_refused_before_anything_is_decoded(tmp_path: Path) -> None:
+    path = tmp_path / "raft.snapshot"
+    snapshots.write(str(path), raft_data(SELF), filled_store(9), KEY)
+    good = path.read_bytes()
+    header_end = len(snapshot_file.MAGIC) + snapshot_file.HEADER.size
+    for offset in (len(snapshot_file.MAGIC) + 8, header_end + 3, header_end + 40, len(good) - 100, len(good) - 1):
+        damaged = bytearray(good)
+        damaged[offset] ^= 0x20
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(snapshot_file.SnapshotFormatError):
+            with snapshots.open_received(str(path), SELF, KEY):
+                raise AssertionError(f"a snapshot changed at byte {offset} was opened")
+    path.write_bytes(good[:-10])
+    with pytest.raises(snapshot_file.SnapshotDamaged, match="truncated"):
+        with snapshots.open_received(str(path), SELF, KEY):
+            pass
+    path.write_bytes(good)
+    with pytest.raises(snapshot_file.SnapshotDamaged, match="another Raft password"):
+        with snapshots.open_received(str(path), SELF, journal_format.record_key("another")):
+            pass
+
+
+def test_a_snapshot_of_the_unauthenticated_format_is_still_installed(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "raft.snapshot"
+    store = filled_store(4)
+    raft_json = snapshot_file.encode_raft_data(raft_data(SELF))
+    with open(path, "wb") as f:
+        f.write(snapshot_file.MAGIC + snapshot_file.HEADER.pack(1, 4, len(raft_json), 0) + raft_json)
+        image_len = store.write_image(f)
+        f.seek(len(snapshot_file.MAGIC))
+        f.write(snapshot_file.HEADER.pack(1, 4, len(raft_json), image_len))
+    restored = MemoryStore()
+    with caplog.at_level(logging.WARNING, logger=snapshot_file.__name__):
+        with snapshots.open_received(str(path), SELF, KEY) as received:
+            restored.load_image(received.image, received.header.image_len)
+    assert "read unverified" in caplog.text
+    assert restored.digest_with_index() == store.digest_with_index()
+
+
+@pytest.mark.parametrize("journal_first, store_applied, snapshot_applied, gap", [
+    (None, 0, None, False),  # a new node
+    (1, 0, None, False),  # nothing compacted yet
+    (99, 0, 100, False),  # compacted: the snapshot holds up to the journal
+    (99, 100, None, False),  # the snapshot file lost, the store still holds everything
+    (99, 0, None, True),  # store and snapshot lost: entries 1..98 are gone
+    (99, 50, 60, True),  # both behind the journal
+])
+def test_a_node_refuses_to_start_when_its_files_leave_a_gap(journal_first: int | None, store_applied: int,
+                                                           snapshot_applied: int | None, gap: bool) -> None:
+    snapshot = None if snapshot_applied is None else snapshots.SnapshotInfo(snapshot_applied, 0.0, 1)
+    if gap:
+        with pytest.raises(StateGap, match="entries in between are gone"):
+            _refuse_a_gap(journal_first, store_applied, snapshot)
+    else:
+        _refuse_a_gap(journal_first, store_applied, snapshot)

@@ -12,6 +12,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core.commands import EmptyResult, Entry, Failure, Register, Result
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.replication.batcher import OutcomeUnknown
+from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.replica import NotLeader, Overloaded
 from coordinator.transport.proposer import Proposer
 from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, reason_value
@@ -59,6 +60,7 @@ class Batcher:
     def __init__(self, outcome: Result | Exception) -> None:
         self.replica = Replica()
         self.dedupe_window_s = WINDOW
+        self.clock = LeaderClock()
         self.outcome = outcome
         self.proposed: list[Entry] = []
         self.barriers = 0

@@ -1,0 +1,86 @@
+"""Stop a node whose store disagrees with the majority's at the same applied index.
+
+Replicas that applied the same log prefix must hold the same content, and every
+node reports its content digest with the applied index it was read at (one
+store transaction: ClusterStatus' digest_index). Record checksums catch a value
+changed at rest; this catches any other way a replica's state went wrong (a bug,
+a store restored by hand) before it serves, or leads with, a state the cluster
+never had -- the new leader's state would become everyone's.
+
+Every `period`, each node samples its own (index, digest) and asks its peers for
+theirs, and keeps the last KEEP of each. Indexes rarely line up while writes
+flow, so samples accumulate until some do (an idle cluster lines up at once).
+A node whose digest at an index differs from one that a majority of the whole
+cluster holds at that index is the one that diverged: it logs why, sets the
+raftpoint_digest_diverged metric and stops (EXIT_DAMAGED), so it neither serves
+nor leads; it is then rebuilt from its peers like any damaged node.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+import grpc
+
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.replication.replica import Replica
+from coordinator.service import ticks
+
+log = logging.getLogger(__name__)
+KEEP = 64  # samples kept per node
+ASK_TIMEOUT_S = 5.0
+Samples = dict[str, dict[int, str]]  # node -> applied index -> content digest
+
+
+def record(samples: Samples, node: str, index: int, digest: str) -> None:
+    kept = samples.setdefault(node, {})
+    kept[index] = digest
+    while len(kept) > KEEP:
+        del kept[min(kept)]
+
+
+def diverged(me: str, samples: Samples, cluster_size: int) -> tuple[int, str] | None:
+    """(index, the majority's digest) where this node's digest differs from one held
+    by a majority of the cluster; None when no index shows that."""
+    majority = cluster_size // 2 + 1
+    mine = samples.get(me, {})
+    for index in sorted(mine, reverse=True):
+        others = [kept[index] for node, kept in samples.items() if node != me and index in kept]
+        for digest in set(others):
+            if digest != mine[index] and others.count(digest) >= majority:
+                return index, digest
+    return None
+
+
+async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, stop: asyncio.Event,
+              on_diverged: Callable[[str], None]) -> None:
+    samples: Samples = {}
+    async for _ in ticks.every(period, stop):
+        try:
+            index, digest = await asyncio.to_thread(replica.digest_with_index)
+        except Exception:  # a damaged record stops the node from the store; anything else: next round
+            log.warning("digest audit: no digest of this node's store", exc_info=True)
+            continue
+        record(samples, me, index, digest)
+        for status in await asyncio.gather(*(_ask(peer) for peer in peers_grpc)):
+            if status is not None:
+                record(samples, status.node, status.digest_index, status.content_digest)
+        found = diverged(me, samples, len(peers_grpc) + 1)
+        if found is not None:
+            at, theirs = found
+            on_diverged(f"this node's store diverged from the cluster's: at applied index {at} its content digest "
+                        f"is {samples[me][at][:16]}, a majority holds {theirs[:16]}; it stops rather than serve or "
+                        "lead with that state")
+            return
+
+
+async def _ask(peer: str) -> pb.NodeStatus | None:
+    try:
+        async with grpc.aio.insecure_channel(peer) as channel:
+            reply = await pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(),
+                                                                           timeout=ASK_TIMEOUT_S)
+            return reply.node
+    except grpc.RpcError:
+        return None

@@ -1,0 +1,44 @@
+"""`raftpoint repair --from-peers`: set a stopped node up to rebuild from its peers.
+
+For a node that refused to start on damaged data (exit code 65 and a message
+saying so): its journal, snapshot and store are moved aside, its term and vote
+kept, and its next start fetches everything from the cluster.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from coordinator.storage.data_dir import move_aside
+from coordinator.storage.protocol import TERM_FILE
+
+PROG = "raftpoint repair"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("repair", help="rebuild a stopped node's data from its peers")
+    parser.add_argument("--from-peers", action="store_true", required=True,
+                        help="move the journal, snapshot and store aside; the next start fetches them from the "
+                             "cluster (the only repair there is)")
+    parser.add_argument("--data-dir", type=Path, required=True, help="the stopped node's data dir")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    data_dir: Path = args.data_dir
+    if not data_dir.is_dir():
+        print(f"{PROG}: {data_dir} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        aside, moved = move_aside(data_dir)
+    except OSError as exc:
+        print(f"{PROG}: cannot move the damaged files in {data_dir} aside: {exc}", file=sys.stderr)
+        return 1
+    if not moved:
+        print(f"{PROG}: nothing to move in {data_dir}: the node already starts empty")
+        return 0
+    kept = " (kept its term and vote)" if (data_dir / TERM_FILE).exists() else ""
+    print(f"moved {', '.join(moved)} to {aside}{kept}; start the node again with the same flags: "
+          "it rebuilds from its peers")
+    return 0

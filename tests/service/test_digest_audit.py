@@ -1,0 +1,28 @@
+"""Which node diverged: the one whose digest at an index differs from a majority's."""
+from __future__ import annotations
+
+from coordinator.service.digest_audit import KEEP, Samples, diverged, record
+
+
+def samples(**nodes: dict[int, str]) -> Samples:
+    return {node: dict(kept) for node, kept in nodes.items()}
+
+
+def test_the_node_that_differs_from_a_majority_at_one_index_diverged() -> None:
+    s = samples(a={10: "bad", 12: "x"}, b={10: "good", 11: "y"}, c={10: "good"})
+    assert diverged("a", s, 3) == (10, "good")
+    assert diverged("b", s, 3) is None and diverged("c", s, 3) is None
+
+
+def test_no_verdict_without_a_majority_at_the_same_index() -> None:
+    assert diverged("a", samples(a={10: "bad"}, b={10: "good"}, c={11: "good"}), 3) is None  # one peer only
+    assert diverged("a", samples(a={10: "x"}, b={10: "y"}, c={10: "z"}), 3) is None  # nobody agrees
+    assert diverged("a", samples(a={10: "x"}, b={10: "y"}, c={10: "y"}), 5) is None  # 2 of 5 is no majority
+    assert diverged("a", samples(a={10: "x"}, b={10: "y"}, c={10: "y"}, d={10: "y"}), 5) == (10, "y")
+
+
+def test_only_the_latest_samples_are_kept() -> None:
+    s: Samples = {}
+    for index in range(KEEP + 10):
+        record(s, "a", index, "d")
+    assert sorted(s["a"]) == list(range(10, KEEP + 10))
