@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, Chan
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langchain_core.runnables import RunnableConfig
 
-from agent_client.blobstore import BlobStore, LocalBlobStore
+from agent_client.blobstore import BlobStore, open_blob_store
 from agent_client.connection import Connection
 from agent_client.langgraph.thread_record import StoredCheckpoint, ThreadRecord, Typed, typed_from_json
 from agent_client.langgraph.threads import ThreadStore
@@ -47,7 +47,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
                  group: str = DEFAULT_GROUP, serde: SerializerProtocol | None = None, deadline: float = 30.0) -> None:
         super().__init__(serde=serde)
         self.conn = Connection([endpoints] if isinstance(endpoints, str) else list(endpoints), deadline=deadline)
-        self.blobs: BlobStore = blob_store if not isinstance(blob_store, (str, Path)) else LocalBlobStore(blob_store)
+        self.blobs: BlobStore = blob_store if not isinstance(blob_store, (str, Path)) else open_blob_store(blob_store)
         self.threads = ThreadStore(self.conn, group, self.blobs)
         self._lock = threading.RLock()
         # Values are content-addressed, so a URI's bytes never change: reads of recent

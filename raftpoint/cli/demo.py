@@ -226,9 +226,10 @@ def run(args: argparse.Namespace) -> int:
     if not 2 <= args.agents <= 16 or not 6 <= args.rounds <= 10_000 or not 1 <= args.seconds <= 600:
         print("raftpoint demo: --agents must be 2..16, --rounds 6..10000, --seconds 1..600", file=sys.stderr)
         return 2
+    blob_location = None
     if args.blob_store:
-        try:
-            open_blob_store(args.blob_store)  # a bad URL or a missing obstore fails here, before the cluster starts
+        try:  # a bad URL or a missing obstore fails here, before the cluster starts
+            blob_location = open_blob_store(args.blob_store).backend.location
         except (ValueError, ImportError) as exc:
             print(f"raftpoint demo: --blob-store: {exc}", file=sys.stderr)
             return 2
@@ -238,8 +239,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         say(f"starting a 3-node coordinator cluster on 127.0.0.1 (data in {root})")
-        if args.blob_store:
-            say(f"agents put checkpoint blobs in {open_blob_store(args.blob_store).backend.location}")
+        if blob_location is not None:
+            say(f"agents put checkpoint blobs in {blob_location}")
         with LocalCluster(root / "cluster", 3).start_all() as cluster:
             leader = cluster.leader()
             say(f"leader elected: node{leader.index} ({leader.grpc})")
