@@ -47,6 +47,10 @@ def weed_binary() -> str:
     return found
 
 
+class _ExitedDuringStart(RuntimeError):
+    """`weed` died before it answered; a start with other ports may succeed."""
+
+
 @dataclass
 class S3Server:
     data_dir: Path
@@ -78,12 +82,31 @@ class S3Server:
             args += [f"-{name}.port={p[name]}", f"-{name}.port.grpc={p[name + '.grpc']}"]
         return args
 
-    def start(self, timeout: float = 60.0) -> "S3Server":
-        """Start (or restart on the same ports and data) and wait until S3 answers."""
-        if not self.ports:
-            numbers = free_ports(2 * len(_COMPONENTS))
-            for i, name in enumerate(_COMPONENTS):
-                self.ports[name], self.ports[name + ".grpc"] = numbers[2 * i], numbers[2 * i + 1]
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> "S3Server":
+        """Start (or restart on the same ports and data) and wait until S3 answers.
+
+        Why retry: the ports are picked free and handed to `weed` a moment later; on a
+        busy machine an outgoing connection can take one of them in between, and `weed`
+        exits on the failed bind. A first start then tries fresh ports; a restart must
+        keep its ports (clients hold the URL), so it only tries again.
+        """
+        fresh = not self.ports
+        for attempt in range(1, attempts + 1):
+            if fresh:
+                self._pick_ports()
+            try:
+                return self._start_once(timeout)
+            except _ExitedDuringStart as exc:
+                if attempt == attempts:
+                    raise RuntimeError(str(exc)) from None
+        raise AssertionError("unreachable")
+
+    def _pick_ports(self) -> None:
+        numbers = free_ports(2 * len(_COMPONENTS))
+        for i, name in enumerate(_COMPONENTS):
+            self.ports[name], self.ports[name + ".grpc"] = numbers[2 * i], numbers[2 * i + 1]
+
+    def _start_once(self, timeout: float) -> "S3Server":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
         env = {**os.environ, **self.env(), "S3_BUCKET": self.bucket}
@@ -98,9 +121,19 @@ class S3Server:
             raise
         return self
 
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
     def _ready(self) -> bool:
         if self.process is None or self.process.poll() is not None:
-            raise RuntimeError(f"the S3 server exited during start; see {self.log_path}")
+            code = None if self.process is None else self.process.returncode
+            self.process = None
+            raise _ExitedDuringStart(f"the S3 server exited during start (exit {code}); "
+                                     f"last lines of {self.log_path}:\n{self._log_tail()}")
         try:
             # Unsigned: answers 403 once the gateway serves requests, and only after
             # the startup bucket exists is the server usable, so probe the bucket.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import socket
 import sys
 import time
 from pathlib import Path
@@ -267,3 +268,34 @@ def test_sub_location_keeps_the_url_parameters(tmp_path: Path) -> None:
     assert sub_location(str(tmp_path), "g1") == str(tmp_path / "g1")
     with pytest.raises(ValueError, match="single path segment"):
         sub_location("s3://b/p", "../escape")
+
+
+def test_a_first_start_takes_fresh_ports_when_one_was_taken_meanwhile(tmp_path: Path, monkeypatch) -> None:
+    """The harness picks free ports and `weed` binds them a moment later; a port taken
+    in between makes `weed` exit, and the start must try again rather than fail CI."""
+    from coordinator.harness import s3_server as harness
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    picks: list[list[int]] = []
+
+    def first_pick_collides(n: int) -> list[int]:
+        ports = harness_free_ports(n)
+        if not picks:
+            ports[6] = taken.getsockname()[1]  # the S3 port of the first pick
+        picks.append(ports)
+        return ports
+
+    harness_free_ports = harness.free_ports
+    monkeypatch.setattr(harness, "free_ports", first_pick_collides)
+    try:
+        server = harness.start_s3_server(tmp_path / "s3", timeout=30)
+        try:
+            assert len(picks) == 2
+            assert server.ports["s3"] != taken.getsockname()[1]
+            assert server._ready()  # the second start answers S3 requests
+        finally:
+            server.stop()
+    finally:
+        taken.close()
