@@ -68,8 +68,15 @@ class NodeConfig:
     # Raft peers other than this node, "raft_host:port[=grpc_host:port]".
     peers: tuple[str, ...] = ()
     data_dir: str = "./raftpoint-data"
+    # The Raft password: from raft_password_file, RAFTPOINT_RAFT_PASSWORD or the TOML
+    # file, never a flag (a command line is visible to every user in `ps`).
     raft_password: str = ""
     raft_password_file: str = ""
+    # The Raft port: a connection must authenticate (and name its node) within
+    # raft_auth_timeout_s, and may announce messages of at most
+    # raft_unauthenticated_max_bytes until it has.
+    raft_auth_timeout_s: float = 5.0
+    raft_unauthenticated_max_bytes: int = 65536
     store: str = "lmdb"
     map_size_mb: int = 1024
     max_map_size_mb: int = 65536
@@ -134,9 +141,11 @@ class NodeConfig:
         peers = self.peer_list()
         if self.raft_address in {p.raft for p in peers}:
             raise ConfigError("peers must not include this node's own raft_address")
-        if not self.password():
-            raise ConfigError("a Raft password is required (raft_password, raft_password_file or "
-                              "RAFTPOINT_RAFT_PASSWORD): the Raft port speaks pickle and must be authenticated")
+        check_password(self.password())
+        if not 0.5 <= self.raft_auth_timeout_s <= 600:
+            raise ConfigError("raft_auth_timeout_s must be between 0.5 and 600 seconds")
+        if not 1024 <= self.raft_unauthenticated_max_bytes <= 16 << 20:
+            raise ConfigError("raft_unauthenticated_max_bytes must be between 1024 and 16 MiB")
         if self.store not in ("lmdb", "memory"):
             raise ConfigError(f"store must be 'lmdb' or 'memory', got {self.store!r}")
         if not 0 < self.auto_tick_period <= 0.1:
@@ -156,6 +165,27 @@ class NodeConfig:
         if not 1 <= self.max_rpcs <= 1_000_000:
             raise ConfigError("max_rpcs must be between 1 and 1000000")
         return self
+
+
+MIN_PASSWORD_CHARS = 16
+# Values the repository ships as examples or placeholders: a cluster started with
+# one of them is open to anyone who has read the repository.
+PLACEHOLDER_PASSWORDS = frozenset({"change-me", "changeme", "change-me-base64-32-bytes", "secret", "password"})
+_PASSWORD_SOURCES = "raft_password_file, RAFTPOINT_RAFT_PASSWORD or raft_password in the TOML file"
+
+
+def check_password(password: str) -> None:
+    """Refuse a missing, short or example Raft password: the Raft port speaks pickle,
+    and the password is all that keeps a stranger from running code on the node."""
+    if not password:
+        raise ConfigError(f"a Raft password is required ({_PASSWORD_SOURCES}): the Raft port speaks pickle "
+                          "and must be authenticated; generate one with `openssl rand -base64 32`")
+    if password.lower() in PLACEHOLDER_PASSWORDS:
+        raise ConfigError("the Raft password is the example value from the repository; "
+                          "generate one with `openssl rand -base64 32`")
+    if len(password) < MIN_PASSWORD_CHARS:
+        raise ConfigError(f"the Raft password has {len(password)} characters, fewer than {MIN_PASSWORD_CHARS}; "
+                          "generate one with `openssl rand -base64 32`")
 
 
 def _statefulset_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -247,10 +277,16 @@ def _refuse_unknown_env(env: Mapping[str, str]) -> None:
                           + "; every RAFTPOINT_* variable must name a node setting")
 
 
+# Settings with no flag: a secret on a command line is visible to every user in `ps`.
+NO_FLAG = frozenset({"raft_password"})
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Flags for every field (dest = field name; None means 'not given')."""
+    """Flags for every field but the secrets (dest = field name; None means 'not given')."""
     parser.add_argument("--config", help="TOML file with node settings")
     for name, f in _FIELDS.items():
+        if name in NO_FLAG:
+            continue
         flag = "--" + name.replace("_", "-")
         if isinstance(f.default, bool):
             parser.add_argument(flag, dest=name, default=None, choices=("true", "false"))
@@ -259,4 +295,4 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def from_args(args: argparse.Namespace) -> NodeConfig:
-    return load(args.config, flags={name: getattr(args, name, None) for name in _FIELDS})
+    return load(args.config, flags={name: getattr(args, name, None) for name in _FIELDS if name not in NO_FLAG})

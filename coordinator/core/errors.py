@@ -60,6 +60,9 @@ class ReasonCode(StrEnum):
     REQUEST_TOO_OLD = "REQUEST_TOO_OLD"  # its answer may be forgotten: the outcome is unknown
     MEMBERSHIP_CHANGE_REFUSED = "MEMBERSHIP_CHANGE_REFUSED"  # Raft refused it (one change at a time)
     GROUP_IN_USE = "GROUP_IN_USE"  # a group with live agents is not deleted: deregister them first
+    NODE_NOT_READY = "NODE_NOT_READY"  # AddNode: the node does not answer with the cluster's password, or is not waiting to join
+    TOO_FEW_VOTERS = "TOO_FEW_VOTERS"  # RemoveNode would leave fewer than 3 voters (unless forced)
+    TOO_FEW_LIVE_VOTERS = "TOO_FEW_LIVE_VOTERS"  # RemoveNode would leave fewer live voters than a quorum (unless forced)
     # RESOURCE_EXHAUSTED
     DEPENDENCY_QUOTA = "DEPENDENCY_QUOTA"  # the agent holds its most dependency records until GC drops some
     # INTERNAL
@@ -86,7 +89,8 @@ _STATUS: dict[ReasonCode, Code] = {
                      ReasonCode.NOT_OPEN_EPOCH, ReasonCode.JOINED_AFTER_EPOCH, ReasonCode.ORPHAN_MESSAGE,
                      ReasonCode.NOT_COORDINATED, ReasonCode.GROUP_RECOVERING, ReasonCode.EPOCH_STILL_OPEN,
                      ReasonCode.NO_LIVE_MEMBERS, ReasonCode.REQUEST_TOO_OLD, ReasonCode.MEMBERSHIP_CHANGE_REFUSED,
-                     ReasonCode.GROUP_IN_USE),
+                     ReasonCode.GROUP_IN_USE, ReasonCode.NODE_NOT_READY, ReasonCode.TOO_FEW_VOTERS,
+                     ReasonCode.TOO_FEW_LIVE_VOTERS),
                     Code.FAILED_PRECONDITION),
     ReasonCode.DEPENDENCY_QUOTA: Code.RESOURCE_EXHAUSTED,
     ReasonCode.INTERNAL_ERROR: Code.INTERNAL,

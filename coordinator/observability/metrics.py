@@ -14,10 +14,13 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 
+from coordinator.core.membership import EVENT_KINDS as RAFT_EVENT_KINDS
+
 __all__ = [
     "REGISTRY", "RAFT_ROLE", "RAFT_TERM", "COMMIT_INDEX", "APPLIED_INDEX", "LOG_ENTRIES", "SNAPSHOT_AGE",
     "SNAPSHOT_BYTES", "APPLY_SECONDS", "JOURNAL_FSYNC_SECONDS", "RPC_SECONDS", "EPOCHS", "CHECKPOINTS", "FORCED_CHECKPOINTS",
-    "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "record_checkpoint",
+    "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "RAFT_EVENTS", "MEMBERSHIP_REQUESTS",
+    "RAFT_CONNECTIONS_REFUSED", "record_checkpoint",
     "update_node_gauges", "start_metrics_server",
 ]
 
@@ -36,6 +39,13 @@ SNAPSHOT_AGE = Gauge("raftpoint_snapshot_age_seconds", "Seconds since the last s
 DIGEST_DIVERGED = Gauge("raftpoint_digest_diverged", "1 once this node found its store's digest differs from "
                         "the majority's at an applied index (it then stops)")
 SNAPSHOT_BYTES = Gauge("raftpoint_snapshot_bytes", "Size of the last snapshot file")
+RAFT_EVENTS = Counter("raftpoint_raft_events_total", "Raft events seen by this node by kind (term_changed, "
+                      "election_won, election_lost, stepped_down, member_added, member_removed)", ["kind"])
+MEMBERSHIP_REQUESTS = Counter("raftpoint_membership_requests_total", "AddNode/RemoveNode calls on this node by "
+                              "action (add, remove) and outcome (done, or the refusal's reason code)",
+                              ["action", "outcome"])
+RAFT_CONNECTIONS_REFUSED = Counter("raftpoint_raft_connections_refused_total", "Incoming Raft connections "
+                                   "closed before authenticating, by reason (oversized, idle, unnamed)", ["reason"])
 
 # ---- latency ----------------------------------------------------------------------
 APPLY_SECONDS = Histogram("raftpoint_apply_seconds", "Time to apply one log entry",
@@ -61,6 +71,8 @@ GC_BYTES = Counter("raftpoint_gc_bytes_total", "Checkpoint bytes made collectabl
 
 for _role in ROLES:
     RAFT_ROLE.labels(_role)
+for _kind in RAFT_EVENT_KINDS:
+    RAFT_EVENTS.labels(_kind)
 for _outcome in EPOCH_OUTCOMES:
     EPOCHS.labels(_outcome)
 for _kind in CHECKPOINT_KINDS:

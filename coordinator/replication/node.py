@@ -20,6 +20,8 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from coordinator import fsutil
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Proposal, decode_result
+from coordinator.core.membership import RaftView, raft_events
+from coordinator.observability import raft_log
 from coordinator.replication import journal_format, pysyncobj_adapter, snapshot_file, snapshots
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
@@ -82,6 +84,14 @@ class CoordinatorNode(SyncObj):
         _refuse_a_gap(journal_format.first_index(journal_path), store.applied_index, self.last_snapshot)
         self._key = journal_format.record_key(config.password())  # journal records' and snapshots' MACs
         pysyncobj_adapter.use_journal_key(journal_path, self._key)
+        # Read by the transport pysyncobj builds in the constructor below.
+        self.raft_port_limits = pysyncobj_adapter.RaftPortLimits(
+            auth_timeout_s=config.raft_auth_timeout_s,
+            unauthenticated_max_bytes=config.raft_unauthenticated_max_bytes,
+            on_refused=raft_log.connection_refused)
+        self._view: RaftView | None = None
+        self._voters: tuple[frozenset[str], frozenset[str]] = (frozenset({config.raft_address}),
+                                                               frozenset({config.raft_address}))
         conf = SyncObjConf(
             password=config.password(),
             # Listen on our own address only (the pod IP on Kubernetes), never 0.0.0.0:
@@ -178,9 +188,37 @@ class CoordinatorNode(SyncObj):
             fsutil.fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
             self._snapshot_to_sync = False
         self._pending.track_leadership(self._isLeader())
+        self._observe_raft()
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:
             callback()
+
+    # ---- Raft events ----------------------------------------------------------------
+    def _observe_raft(self) -> None:
+        """Log and count what changed in Raft since the last tick (elections, terms,
+        members), and keep the voters for membership checks off the Raft thread."""
+        self._voters = pysyncobj_adapter.voters(self)
+        leader = self._getLeader()
+        view = RaftView(role=pysyncobj_adapter.raft_role(self), term=self.raftCurrentTerm,
+                        leader=leader.address if leader is not None else "", voters=self._voters[0])
+        if self._view is not None and view != self._view:
+            for event in raft_events(self._view, view):
+                raft_log.record(event, node=self.config.raft_address)
+        self._view = view
+
+    def voters(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(every voter, the voters this node hears from), this node included, as of
+        the last tick: the leader's view is what a membership check needs."""
+        return self._voters
+
+    def probe_member(self, raft_address: str, timeout: float) -> None:
+        """Raise pysyncobj_adapter.RaftProbeFailed unless `raft_address` answers with
+        this cluster's Raft password. Blocking."""
+        pysyncobj_adapter.probe_password(self, raft_address, timeout)
+
+    def change_membership(self, raft_address: str, *, add: bool, callback: Callable[[object, int], None]) -> None:
+        """Propose adding or removing one voter; callback(result, error) once decided."""
+        (self.addNodeToCluster if add else self.removeNodeFromCluster)(raft_address, callback=callback)
 
     # ---- proposing ----------------------------------------------------------------
     def leader_raft_address(self) -> str | None:

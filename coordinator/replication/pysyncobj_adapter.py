@@ -2,8 +2,11 @@
 
 The node relies on pysyncobj 0.3.17 beyond its public API: the journal factory
 it calls, the name-mangled `SyncObj.__*` attributes holding the log, the applied
-index and the AppendEntries sender, the transport's back-reference to its node,
-and the text of one log message. Each use is a small function here, so an
+index, the Raft role and the AppendEntries sender, the transport's back-reference
+to its node and its not-yet-identified connections, the TCP connection's read
+buffer and the connection class its server builds, the wire framing and key
+exchange of its TCP transport (for the probe of a new member), and the text of
+one log message. Each use is a small function here, so an
 upgrade is checked in this module alone, and `install()` refuses any other
 version instead of letting a changed internal corrupt a replica quietly.
 
@@ -13,13 +16,23 @@ builds its SyncObj) patches pysyncobj, and calling it again changes nothing.
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import struct
+import time
+import zlib
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pysyncobj import SyncObj
 from pysyncobj import journal as pysyncobj_journal
+from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj import syncobj as pysyncobj_syncobj
+from pysyncobj import tcp_server as pysyncobj_tcp_server
+from pysyncobj.monotonic import monotonic as pysyncobj_monotonic
+from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from coordinator.replication.journal import ConflictAwareJournal
@@ -27,6 +40,7 @@ from coordinator.replication.journal import ConflictAwareJournal
 SUPPORTED_VERSION = "0.3.17"
 _PYSYNCOBJ_LOGGER = "pysyncobj.syncobj"
 _FALSE_ALARM = "truncating already-applied log entries"
+log = logging.getLogger(__name__)
 
 
 class UnsupportedPysyncobj(RuntimeError):
@@ -57,6 +71,23 @@ def applying_index(node: SyncObj) -> int:
     return node.raftLastApplied + 1
 
 
+_ROLES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
+def raft_role(node: SyncObj) -> str:
+    """"leader", "follower" or "candidate" (getStatus() builds a whole dict for it)."""
+    return _ROLES.get(node._SyncObj__raftState, "follower")
+
+
+def voters(node: SyncObj) -> tuple[frozenset[str], frozenset[str]]:
+    """(every voter's Raft address, the voters this node has a live connection to),
+    this node included in both. Call it on the Raft thread: it reads the node's sets."""
+    others = node.otherNodes
+    me = node.selfNode.address
+    return (frozenset({me, *(n.address for n in others)}),
+            frozenset({me, *(n.address for n in others if node.isNodeConnected(n))}))
+
+
 def current_log_index(node: SyncObj) -> int:
     """The index of the last entry in the node's log."""
     return node._SyncObj__getCurrentLogIndex()
@@ -83,9 +114,82 @@ def _no_op() -> None:
     pass
 
 
-# ---- the journal flush hook --------------------------------------------------------
+# ---- the Raft port's guard ---------------------------------------------------------
+@dataclass(frozen=True)
+class RaftPortLimits:
+    """What a connection to the Raft port may do before it has proven the password.
+
+    pysyncobj reads a 4-byte length prefix (up to 2 GiB) and buffers the whole
+    message before it tries to decrypt it, copying the buffer on every read: a
+    stranger streaming 24 MB at a leader's Raft port held its Raft thread long
+    enough to force an election, and idle connections were never closed. Until a
+    peer's first message decrypts with the password, its messages may announce at
+    most `unauthenticated_max_bytes`, and it must get there (and name itself) within
+    `auth_timeout_s`; then pysyncobj's own bound applies (snapshots and large
+    AppendEntries need it). `on_refused(reason)` counts each connection closed."""
+
+    auth_timeout_s: float = 5.0
+    unauthenticated_max_bytes: int = 64 * 1024
+    on_refused: Callable[[str], None] | None = None
+
+
+_PREFIX = struct.Struct("i")  # pysyncobj's length prefix: native-endian signed int
+
+
+class GuardedConnection(TcpConnection):
+    """An accepted connection of pysyncobj's TCP server, closed at once when, before
+    authenticating, it announces a message longer than the limit; the transport
+    closes it when it has not authenticated in time (see GuardedTransport._onTick).
+
+    Authenticated means the peer's first message decrypted with the password:
+    pysyncobj's server then stores the random key that message carried
+    (`sendRandKey`), which only happens after a successful decryption."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.accepted_at = time.monotonic()
+        self.limits = RaftPortLimits()  # the transport sets its node's own on accept
+
+    @property
+    def authenticated(self) -> bool:
+        return bool(self.sendRandKey)
+
+    def refuse(self, kind: str, detail: str) -> None:
+        """Close the connection; `kind` ("oversized", "idle", "unnamed") labels the count."""
+        log.warning("closing an incoming Raft connection that %s", detail)
+        if self.limits.on_refused is not None:
+            self.limits.on_refused(kind)
+        self.disconnect()
+
+    def _oversized(self) -> str | None:
+        """Why the buffered input breaks the pre-authentication bound, if it does."""
+        if self.authenticated:
+            return None
+        buffered = self._TcpConnection__readBuffer
+        bound = self.limits.unauthenticated_max_bytes
+        if len(buffered) >= _PREFIX.size:
+            (announced,) = _PREFIX.unpack_from(buffered)
+            if announced < 0 or announced > bound:
+                return f"announced a {announced}-byte message before authenticating (bound {bound})"
+        if len(buffered) > _PREFIX.size + bound:
+            return f"sent {len(buffered)} bytes before authenticating (bound {bound})"
+        return None
+
+    # pysyncobj's name-mangled reader, replaced: the same reads, with the bound checked
+    # after each one (its loop reads for as long as data keeps arriving).
+    def _TcpConnection__tryReadBuffer(self) -> None:
+        while self._TcpConnection__processRead():
+            reason = self._oversized()
+            if reason is not None:
+                self.refuse("oversized", reason)
+                return
+        self._TcpConnection__lastReadTime = pysyncobj_monotonic()
+
+
+# ---- the transport: journal flush and the guard ------------------------------------
 class FlushingTransport(TCPTransport):
-    """pysyncobj's TCP transport, with the journal flushed before any message leaves.
+    """pysyncobj's TCP transport, with the journal flushed before any message leaves,
+    and the Raft port guarded (RaftPortLimits).
 
     Every Raft message a node sends goes through send(): vote requests and grants
     (term and vote are already durable: setCurrentTerm stores them synchronously),
@@ -100,10 +204,84 @@ class FlushingTransport(TCPTransport):
         raft_log(transport_owner(self)).flush()
         return super().send(node, message)
 
+    @property
+    def _limits(self) -> RaftPortLimits:
+        return getattr(transport_owner(self), "raft_port_limits", None) or RaftPortLimits()
+
+    def _onNewIncomingConnection(self, conn) -> None:
+        if isinstance(conn, GuardedConnection):
+            conn.limits = self._limits
+        super()._onNewIncomingConnection(conn)
+
+    def _onTick(self) -> None:
+        """pysyncobj's tick (bind, connect), then close the accepted connections that
+        have not named themselves within the bound: an idle stranger produces no
+        event, so pysyncobj's own read timeout never looks at it."""
+        super()._onTick()
+        timeout = self._limits.auth_timeout_s
+        now = time.monotonic()
+        for conn in list(self._unknownConnections):
+            if isinstance(conn, GuardedConnection) and now - conn.accepted_at > timeout:
+                self._unknownConnections.discard(conn)
+                conn.refuse("unnamed" if conn.authenticated else "idle",
+                            f"{'named no node' if conn.authenticated else 'did not authenticate'} "
+                            f"within {timeout:g} s")
+
 
 def transport_owner(transport: TCPTransport) -> SyncObj:
     """The SyncObj a transport sends for."""
     return transport._syncObj
+
+
+# ---- probing a would-be member ------------------------------------------------------
+class RaftProbeFailed(Exception):
+    """The address does not answer pysyncobj's key exchange with this cluster's password."""
+
+
+def _frame(node: SyncObj, message: object) -> bytes:
+    """One message as pysyncobj's TcpConnection.send frames it (no random key yet)."""
+    data = node.encryptor.encrypt_at_time(zlib.compress(pysyncobj_pickle.dumps(message), 3),
+                                          int(pysyncobj_monotonic()))
+    return _PREFIX.pack(len(data)) + data
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < n:
+        chunk = sock.recv(n - len(chunks))
+        if not chunk:
+            raise RaftProbeFailed("closed the connection during the key exchange (another password?)")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def probe_password(node: SyncObj, address: str, timeout: float) -> None:
+    """Prove that a node answers on `address` with this cluster's Raft password.
+
+    Speaks the first step of pysyncobj's TCP key exchange: send a random key
+    encrypted with the password; a node with the same password answers with its own
+    key, wrapped with ours and encrypted with the password. Only a node that could
+    decrypt ours can send ours back. The connection is then closed before this node
+    names itself, so the probed node drops it like any unknown connection.
+    Blocking: run it off the event loop. Raises RaftProbeFailed with the reason."""
+    host, _, port = address.rpartition(":")
+    ours = os.urandom(32)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(_frame(node, ours))
+            (length,) = _PREFIX.unpack(_read_exactly(sock, _PREFIX.size))
+            if not 0 < length <= 4096:
+                raise RaftProbeFailed(f"answered with a {length}-byte message, not a key")
+            token = _read_exactly(sock, length)
+    except OSError as exc:
+        raise RaftProbeFailed(f"no Raft node answers ({exc.strerror or exc})") from None
+    try:
+        echoed, _theirs = pysyncobj_pickle.loads(zlib.decompress(node.encryptor.decrypt(token)))
+    except Exception:  # a wrong password fails to decrypt; anything else is not pysyncobj
+        raise RaftProbeFailed("its answer does not decrypt with this cluster's password") from None
+    if echoed != ours:
+        raise RaftProbeFailed("its answer does not carry the key this node sent")
 
 
 # ---- patches -----------------------------------------------------------------------
@@ -138,8 +316,10 @@ def create_journal(journal_file: str | None = None) -> pysyncobj_journal.Journal
 
 
 def install() -> None:
-    """Check the version, then make pysyncobj create ConflictAwareJournal and drop its
-    false truncation alarm. Must run before a SyncObj is constructed; idempotent."""
+    """Check the version, then make pysyncobj create ConflictAwareJournal, accept
+    GuardedConnections and drop its false truncation alarm. Must run before a SyncObj
+    is constructed; idempotent."""
     check_version()
     pysyncobj_syncobj.createJournal = create_journal
+    pysyncobj_tcp_server.TcpConnection = GuardedConnection
     logging.getLogger(_PYSYNCOBJ_LOGGER).addFilter(_DROP_FALSE_ALARM)  # a no-op when already added

@@ -20,6 +20,7 @@ from coordinator.replication.replica import Replica
 from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
+from coordinator.transport.membership import JOINING_SERVICE
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
 
@@ -57,6 +58,14 @@ def serving(node: Replica) -> bool:
     return bool(s.leader) and s.raft_applied_index >= s.commit_index
 
 
+def waiting_to_join(node: Replica) -> bool:
+    """Whether the node waits to be added to a cluster: it knows no leader and has
+    committed nothing (a node that has been a member has a committed index).
+    AddNode asks for this before proposing the node (transport/membership.py)."""
+    s = node.status()
+    return not s.leader and s.commit_index == 0
+
+
 def usable(node: Replica) -> bool:
     """Whether the node can read its state: a node stuck without a usable store answers
     TCP but nothing else, and only a restart (which checks the store) gets it out."""
@@ -79,6 +88,7 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
         for name in SERVICES:
             await servicer.set(name, status)
         await servicer.set(LIVENESS_SERVICE, _status(usable(node)))
+        await servicer.set(JOINING_SERVICE, _status(waiting_to_join(node)))
         metrics.update_node_gauges(node.status())
         try:
             await asyncio.wait_for(stop.wait(), HEALTH_PERIOD_S)

@@ -14,12 +14,12 @@ from coordinator.core.model import RECENT_EPOCHS, Agent, Group
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
 from coordinator.transport.heavy_reads import HeavyReads
+from coordinator.transport import membership
 from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import abort_with
 
 ORDER_POLL_S = 0.2
-MEMBERSHIP_TIMEOUT_S = 30.0
 
 
 async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) -> None:
@@ -228,37 +228,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return digests
 
     async def AddNode(self, request, context):
-        return await self._membership(context, request.node, add=True)
+        return await membership.change(self.p, context, request, add=True)
 
     async def RemoveNode(self, request, context):
-        return await self._membership(context, request.node, add=False)
-
-    async def _membership(self, context, node_address: str, *, add: bool):
-        try:
-            ids.check_address(node_address, "node")
-        except Rejection as r:
-            await abort_with(context, r)
-        node = self.p.node
-        if not node.is_leader():
-            await self.p.abort_not_leader(context, node.leader_raft_address())
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future = loop.create_future()
-
-        def callback(result, error) -> None:
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(error))
-
-        change = node.addNodeToCluster if add else node.removeNodeFromCluster
-        change(node_address, callback=callback)
-        remaining = context.time_remaining()
-        try:
-            error = await asyncio.wait_for(done, MEMBERSHIP_TIMEOUT_S if remaining is None
-                                           else min(MEMBERSHIP_TIMEOUT_S, remaining))
-        except asyncio.TimeoutError:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "membership change outcome unknown; check ClusterStatus")
-        if error != 0:
-            await abort_with(context, Rejection.because(
-                ReasonCode.MEMBERSHIP_CHANGE_REFUSED,
-                f"membership change refused (reason {error}); one change at a time"))
-        return pb.MembershipResponse(result="ok")
-
-
+        return await membership.change(self.p, context, request, add=False)

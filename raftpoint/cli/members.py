@@ -1,4 +1,8 @@
-"""`raftpoint members add|remove NODE`: one Raft membership change, through the leader."""
+"""`raftpoint members add|remove NODE`: one Raft membership change, through the leader.
+
+The leader refuses an add unless the node answers with the cluster's Raft password
+and waits to join, and a remove that would leave fewer than 3 voters or no live
+quorum unless --force is given."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("members", help="add or remove one cluster member (one change at a time)")
     parser.add_argument("action", choices=("add", "remove"))
     parser.add_argument("node", help="the member's Raft address, host:port")
+    parser.add_argument("--grpc", default="", help="add: the new node's gRPC address, where its health must say "
+                        "it is waiting to join (default: its Raft host with the cluster's gRPC port)")
+    parser.add_argument("--force", action="store_true", help="remove: even below 3 voters or below a live quorum")
     parser.add_argument("--endpoints", help="comma-separated gRPC addresses (default: from --data-dir)")
     parser.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"))
     parser.set_defaults(func=run)
@@ -29,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     method = "AddNode" if args.action == "add" else "RemoveNode"
     try:
         with Connection(endpoints, deadline=30, rpc_timeout=35) as conn:
-            conn.call("AdminService", method, pb.MembershipRequest(node=args.node))
+            conn.call("AdminService", method, pb.MembershipRequest(node=args.node, grpc=args.grpc,
+                                                                             force=args.force))
     except (CoordinatorUnavailable, Rejected) as exc:
         print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
         return 1

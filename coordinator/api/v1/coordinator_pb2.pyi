@@ -74,6 +74,9 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_REQUEST_TOO_OLD: _ClassVar[ReasonCode]
     REASON_MEMBERSHIP_CHANGE_REFUSED: _ClassVar[ReasonCode]
     REASON_GROUP_IN_USE: _ClassVar[ReasonCode]
+    REASON_NODE_NOT_READY: _ClassVar[ReasonCode]
+    REASON_TOO_FEW_VOTERS: _ClassVar[ReasonCode]
+    REASON_TOO_FEW_LIVE_VOTERS: _ClassVar[ReasonCode]
     REASON_DEPENDENCY_QUOTA: _ClassVar[ReasonCode]
     REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
 GROUP_MODE_UNSPECIFIED: GroupMode
@@ -126,6 +129,9 @@ REASON_NO_LIVE_MEMBERS: ReasonCode
 REASON_REQUEST_TOO_OLD: ReasonCode
 REASON_MEMBERSHIP_CHANGE_REFUSED: ReasonCode
 REASON_GROUP_IN_USE: ReasonCode
+REASON_NODE_NOT_READY: ReasonCode
+REASON_TOO_FEW_VOTERS: ReasonCode
+REASON_TOO_FEW_LIVE_VOTERS: ReasonCode
 REASON_DEPENDENCY_QUOTA: ReasonCode
 REASON_INTERNAL_ERROR: ReasonCode
 
@@ -609,10 +615,14 @@ class ClusterStatusResponse(_message.Message):
     def __init__(self, node: _Optional[_Union[NodeStatus, _Mapping]] = ...) -> None: ...
 
 class MembershipRequest(_message.Message):
-    __slots__ = ("node",)
+    __slots__ = ("node", "force", "grpc")
     NODE_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    GRPC_FIELD_NUMBER: _ClassVar[int]
     node: str
-    def __init__(self, node: _Optional[str] = ...) -> None: ...
+    force: bool
+    grpc: str
+    def __init__(self, node: _Optional[str] = ..., force: _Optional[bool] = ..., grpc: _Optional[str] = ...) -> None: ...
 
 class MembershipResponse(_message.Message):
     __slots__ = ("result",)

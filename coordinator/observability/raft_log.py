@@ -1,0 +1,37 @@
+"""Raft events and membership changes as structured log lines and counters.
+
+A cluster broken by membership changes once left no trace: six members, three
+alive, terms rising, and not one line saying who had been added. Every event here
+is one JSON line (logger "raftpoint.raft", event "raft.<kind>", with the node and
+the event's fields) and one increment of a counter labelled by its kind, so both
+a reader of the log and an alert on rate() see it.
+"""
+from __future__ import annotations
+
+import structlog
+
+from coordinator.core.membership import RaftEvent
+from coordinator.observability import metrics
+
+log = structlog.get_logger("raftpoint.raft")
+
+# Routine events are info; the ones an operator should look at are warnings.
+_WARN = frozenset({"stepped_down", "election_lost", "member_added", "member_removed"})
+
+
+def record(event: RaftEvent, **context: object) -> None:
+    """Log and count one Raft event seen by this node."""
+    metrics.RAFT_EVENTS.labels(event.kind).inc()
+    emit = log.warning if event.kind in _WARN else log.info
+    emit(f"raft.{event.kind}", **context, **dict(event.fields))
+
+
+def membership_request(action: str, node: str, outcome: str, **fields: object) -> None:
+    """Log and count one AddNode/RemoveNode call: `outcome` is "done" or why it was refused."""
+    metrics.MEMBERSHIP_REQUESTS.labels(action, outcome).inc()
+    log.warning("raft.membership_request", action=action, member=node, outcome=outcome, **fields)
+
+
+def connection_refused(reason: str) -> None:
+    """Count one incoming Raft connection closed before it authenticated (the adapter logs why)."""
+    metrics.RAFT_CONNECTIONS_REFUSED.labels(reason).inc()
