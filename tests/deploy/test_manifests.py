@@ -331,7 +331,7 @@ def test_replicas_per_overlay(overlay: str) -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_node_config_loads_for_every_pod(overlay: str, tmp_path: Path) -> None:
     secret = tmp_path / PASSWORD_KEY
-    secret.write_text("from-the-secret\n")
+    secret.write_text("from-the-secret-mount\n")
     check_config_loads_for_every_pod(render(overlay), secret)
 
 
@@ -432,7 +432,7 @@ def test_node_config_check_can_fail(tmp_path: Path) -> None:
     docs = render("dev")
     one(docs, "ConfigMap")["data"]["RAFTPOINT_RAFT_MIN_TIMEOUT"] = "5"  # > max timeout: invalid
     secret = tmp_path / PASSWORD_KEY
-    secret.write_text("x")
+    secret.write_text("x-but-long-enough-to-pass")
     with pytest.raises(node_config.ConfigError):
         check_config_loads_for_every_pod(docs, secret)
 

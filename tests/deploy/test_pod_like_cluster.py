@@ -42,7 +42,7 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
     hosts.write_text("127.0.0.1 localhost\n" + "".join(
         f"127.0.0.{11 + i} raftpoint-{i}.{HEADLESS}\n" for i in range(replicas)))
     secret = tmp_path / "raft-password"
-    secret.write_text("pod-like-secret\n")
+    secret.write_text("pod-like-cluster-secret\n")
     grpc = {i: f"127.0.0.{11 + i}:{env_from_configmap['RAFTPOINT_GRPC_PORT']}" for i in range(replicas)}
     procs: dict[int, subprocess.Popen] = {}
 

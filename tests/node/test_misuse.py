@@ -19,7 +19,7 @@ from coordinator.storage.dir_lock import DataDirInUse, DataDirLock
 
 def run_node(data_dir: Path, raft: int, grpc: int, metrics: int) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
-    env["RAFTPOINT_RAFT_PASSWORD"] = "pw"
+    env["RAFTPOINT_RAFT_PASSWORD"] = "a test cluster password"
     return subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(data_dir),
                            "--raft-address", f"127.0.0.1:{raft}", "--grpc-address", f"127.0.0.1:{grpc}",
                            "--metrics-address", f"127.0.0.1:{metrics}"],
