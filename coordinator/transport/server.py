@@ -31,6 +31,7 @@ SERVICES = ("raftpoint.v1.AgentService", "raftpoint.v1.AdminService", "")
 # For the liveness probe: SERVING while the node can read its store, whether or not
 # it knows a leader (restarting nodes for a lost quorum would only make it worse).
 LIVENESS_SERVICE = "raftpoint.liveness"
+FIRST_RAFT_INDEX = 1  # the entry every fresh pysyncobj log starts with
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,11 @@ def serving(node: Replica) -> bool:
 
 def waiting_to_join(node: Replica) -> bool:
     """Whether the node waits to be added to a cluster: it knows no leader and has
-    committed nothing (a node that has been a member has a committed index).
-    AddNode asks for this before proposing the node (transport/membership.py)."""
+    committed nothing past Raft's initial entry (index 1; a node that has been a
+    member has committed at least its first leader's no-op). AddNode asks for this
+    before proposing the node (transport/membership.py)."""
     s = node.status()
-    return not s.leader and s.commit_index == 0
+    return not s.leader and s.commit_index <= FIRST_RAFT_INDEX
 
 
 def usable(node: Replica) -> bool:
