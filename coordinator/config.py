@@ -281,9 +281,21 @@ def _refuse_unknown_env(env: Mapping[str, str]) -> None:
 NO_FLAG = frozenset({"raft_password"})
 
 
+class _RefusedSecretFlag(argparse.Action):
+    """`--raft-password`, refused with the ways that keep it out of `ps` (without it,
+    argparse would take it as an abbreviation of --raft-password-file)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} is not accepted (a command line is visible in `ps`): use "
+                     "--raft-password-file, RAFTPOINT_RAFT_PASSWORD or raft_password in the --config file")
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Flags for every field but the secrets (dest = field name; None means 'not given')."""
     parser.add_argument("--config", help="TOML file with node settings")
+    for name in NO_FLAG:
+        parser.add_argument("--" + name.replace("_", "-"), dest="_refused_" + name, action=_RefusedSecretFlag,
+                            help=argparse.SUPPRESS)
     for name, f in _FIELDS.items():
         if name in NO_FLAG:
             continue

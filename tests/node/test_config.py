@@ -81,3 +81,43 @@ def test_connection_and_call_limits_are_settings_with_bounds() -> None:
     assert cfg.max_connections == 10
     with pytest.raises(ConfigError, match="max_rpcs must be between 1"):
         config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_RPCS": "0"})
+
+
+@pytest.mark.parametrize("password, message", [
+    ("", "password is required"),
+    ("short-password!", "15 characters, fewer than 16"),
+    ("change-me", "example value"),
+    ("CHANGE-ME", "example value"),
+])
+def test_weak_raft_passwords_are_refused(password: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config.load(env={"RAFTPOINT_RAFT_PASSWORD": password})
+
+
+def test_sixteen_characters_are_enough() -> None:
+    assert config.load(env={"RAFTPOINT_RAFT_PASSWORD": "0123456789abcdef"}).password() == "0123456789abcdef"
+
+
+def test_there_is_no_password_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag's value is visible to every user in `ps`."""
+    from coordinator import main as node_main
+
+    with pytest.raises(SystemExit) as exit_:
+        node_main.build_parser().parse_args(["--raft-password", "0123456789abcdef"])
+    assert exit_.value.code == 2
+    assert "--raft-password is not accepted" in capsys.readouterr().err
+
+
+def test_a_node_with_the_example_password_stops_with_one_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
+    secret = tmp_path / "pw"
+    secret.write_text("change-me\n")
+    done = subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(tmp_path / "d"),
+                           "--raft-password-file", str(secret)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.strip().count("\n") == 0 and "example value" in done.stderr
+    assert not (tmp_path / "d").exists()
