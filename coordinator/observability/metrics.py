@@ -19,7 +19,7 @@ from coordinator.core.membership import EVENT_KINDS as RAFT_EVENT_KINDS
 __all__ = [
     "REGISTRY", "RAFT_ROLE", "RAFT_TERM", "COMMIT_INDEX", "APPLIED_INDEX", "LOG_ENTRIES", "SNAPSHOT_AGE",
     "SNAPSHOT_BYTES", "APPLY_SECONDS", "JOURNAL_FSYNC_SECONDS", "RPC_SECONDS", "EPOCHS", "CHECKPOINTS", "FORCED_CHECKPOINTS",
-    "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "RAFT_EVENTS", "MEMBERSHIP_REQUESTS",
+    "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "RAFT_EVENTS", "MEMBERSHIP_REQUESTS", "RAFT_VOTERS", "RAFT_LIVE_VOTERS",
     "RAFT_CONNECTIONS_REFUSED", "record_checkpoint",
     "update_node_gauges", "start_metrics_server",
 ]
@@ -39,6 +39,9 @@ SNAPSHOT_AGE = Gauge("raftpoint_snapshot_age_seconds", "Seconds since the last s
 DIGEST_DIVERGED = Gauge("raftpoint_digest_diverged", "1 once this node found its store's digest differs from "
                         "the majority's at an applied index (it then stops)")
 SNAPSHOT_BYTES = Gauge("raftpoint_snapshot_bytes", "Size of the last snapshot file")
+RAFT_VOTERS = Gauge("raftpoint_raft_voters", "Raft voters in this node's configuration, itself included")
+RAFT_LIVE_VOTERS = Gauge("raftpoint_raft_live_voters", "Voters this node has a live connection to, itself "
+                         "included: below a quorum of raftpoint_raft_voters the cluster cannot commit")
 RAFT_EVENTS = Counter("raftpoint_raft_events_total", "Raft events seen by this node by kind (term_changed, "
                       "election_won, election_lost, stepped_down, member_added, member_removed)", ["kind"])
 MEMBERSHIP_REQUESTS = Counter("raftpoint_membership_requests_total", "AddNode/RemoveNode calls on this node by "
@@ -98,6 +101,8 @@ class NodeFigures(Protocol):
     log_entries: int
     last_snapshot_age_s: float
     last_snapshot_bytes: int
+    voters: int
+    live_voters: int
 
 
 def update_node_gauges(status: NodeFigures) -> None:
@@ -114,6 +119,8 @@ def update_node_gauges(status: NodeFigures) -> None:
     LOG_ENTRIES.set(status.log_entries)
     SNAPSHOT_AGE.set(status.last_snapshot_age_s)
     SNAPSHOT_BYTES.set(status.last_snapshot_bytes)
+    RAFT_VOTERS.set(status.voters)
+    RAFT_LIVE_VOTERS.set(status.live_voters)
 
 
 def start_metrics_server(address: str) -> WSGIServer:

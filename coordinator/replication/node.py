@@ -328,6 +328,8 @@ class CoordinatorNode(SyncObj):
             last_snapshot_index=snapshot.applied_index if snapshot else 0,
             last_snapshot_age_s=(time.monotonic() - snapshot.at_monotonic) if snapshot else -1.0,
             last_snapshot_bytes=snapshot.size if snapshot else 0,
+            voters=len(self._voters[0]),
+            live_voters=len(self._voters[1]),
         )
 
     def close(self) -> None:

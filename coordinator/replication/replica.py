@@ -40,6 +40,8 @@ class NodeStatus:
     last_snapshot_index: int  # 0: no snapshot yet
     last_snapshot_age_s: float  # -1: no snapshot yet
     last_snapshot_bytes: int
+    voters: int = 1  # Raft voters, this node included
+    live_voters: int = 1  # of them, this node and those it has a live connection to
 
 
 class AddressBook(Protocol):

@@ -132,6 +132,28 @@ def test_removing_below_three_voters_is_refused_unless_forced(tmp_path: Path,
         assert [e["member"] for e in removed] == [followers[0].raft]
 
 
+@pytest.mark.slow
+def test_a_removal_that_leaves_no_live_quorum_is_refused(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", 5, settings=FAST).start_all() as cluster:
+        client = Client(cluster)
+        client.create_group()
+        client.register("a")
+        leader = cluster.leader()
+        down, live = [n for n in cluster.nodes if n is not leader][:2], [n for n in cluster.nodes if n is not leader][2:]
+        for node in down:
+            cluster.stop(node.index)
+        wait_for(lambda: scrape(leader.metrics).get("raftpoint_raft_live_voters") == 3, "the leader to see 3 live")
+        # 4 voters would be left with 2 of them live: no quorum of 3.
+        assert membership(leader, "RemoveNode", live[0].raft) == (grpc.StatusCode.FAILED_PRECONDITION,
+                                                                  "REASON_TOO_FEW_LIVE_VOTERS")
+        still_serving(cluster, client, 1)
+        # Removing a dead one leaves 4 voters, 3 live: allowed, and then the other dead one (3 voters, 3 live).
+        for i, node in enumerate(down, 2):
+            assert membership(leader, "RemoveNode", node.raft) == (grpc.StatusCode.OK, "")
+            still_serving(cluster, client, i)
+        wait_for(lambda: scrape(leader.metrics).get("raftpoint_raft_voters") == 3, "the voters gauge to say 3")
+
+
 def test_removing_a_node_that_is_not_a_member_is_refused(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
