@@ -128,7 +128,7 @@ def test_removing_below_three_voters_is_refused_unless_forced(tmp_path: Path,
         cluster.stop(followers[0].index)
         leader = cluster.leader()
         client.commit("a", 3)  # two voters, both live
-        removed = log_events(cluster, leader.index, "raft.member_removed")
+        removed = wait_for(lambda: log_events(cluster, leader.index, "raft.member_removed"), "the removal logged")
         assert [e["member"] for e in removed] == [followers[0].raft]
 
 
