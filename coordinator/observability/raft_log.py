@@ -15,8 +15,9 @@ from coordinator.observability import metrics
 
 log = structlog.get_logger("raftpoint.raft")
 
-# Routine events are info; the ones an operator should look at are warnings.
-_WARN = frozenset({"stepped_down", "election_lost", "member_added", "member_removed"})
+# Routine events are info; the ones an operator should look at are warnings. A lost
+# election is info: a node waiting to be added loses one every election timeout.
+_WARN = frozenset({"stepped_down", "member_added", "member_removed"})
 
 
 def record(event: RaftEvent, **context: object) -> None:

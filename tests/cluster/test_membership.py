@@ -35,6 +35,14 @@ def log_events(cluster: LocalCluster, index: int, event: str) -> list[dict]:
     return [doc for line in lines if line.startswith("{") and (doc := json.loads(line)).get("event") == event]
 
 
+def with_an_agent(cluster: LocalCluster) -> tuple[Client, NodeProcess]:
+    """A client with group "g" and agent "a" registered, and the leader."""
+    client = Client(cluster)
+    client.create_group()
+    client.register("a")
+    return client, cluster.leader()
+
+
 def still_serving(cluster: LocalCluster, client: Client, index: int) -> None:
     """A leader is known and a write commits."""
     cluster.leader()
@@ -71,10 +79,7 @@ def test_add_then_remove_a_member(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_adding_nodes_nobody_runs_is_refused_and_the_cluster_keeps_working(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
-        client = Client(cluster)
-        client.create_group()
-        client.register("a")
-        leader = cluster.leader()
+        client, leader = with_an_agent(cluster)
         ghosts = [f"127.0.0.1:{p}" for p in free_ports(3)]
         for i, ghost in enumerate(ghosts, 1):
             assert membership(leader, "AddNode", ghost, grpc=ghost) == (grpc.StatusCode.FAILED_PRECONDITION,
@@ -93,10 +98,7 @@ def test_adding_nodes_nobody_runs_is_refused_and_the_cluster_keeps_working(tmp_p
 @pytest.mark.slow
 def test_a_node_with_another_password_is_not_added(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "c", 4, settings=FAST).start_all(count=3) as cluster:
-        client = Client(cluster)
-        client.create_group()
-        client.register("a")
-        leader = cluster.leader()
+        client, leader = with_an_agent(cluster)
         cluster.password = "another-password-entirely-0123456789"
         stranger = cluster.start(3, members=[0, 1, 2, 3])
         wait_for(lambda: node_status(stranger.grpc), "the stranger's gRPC")
@@ -111,10 +113,7 @@ def test_a_node_with_another_password_is_not_added(tmp_path: Path) -> None:
 def test_removing_below_three_voters_is_refused_unless_forced(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
-        client = Client(cluster)
-        client.create_group()
-        client.register("a")
-        leader = cluster.leader()
+        client, leader = with_an_agent(cluster)
         followers = [n for n in cluster.nodes if n is not leader]
         for i, follower in enumerate(followers, 1):
             assert membership(leader, "RemoveNode", follower.raft) == (grpc.StatusCode.FAILED_PRECONDITION,
@@ -135,10 +134,7 @@ def test_removing_below_three_voters_is_refused_unless_forced(tmp_path: Path,
 @pytest.mark.slow
 def test_a_removal_that_leaves_no_live_quorum_is_refused(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "c", 5, settings=FAST).start_all() as cluster:
-        client = Client(cluster)
-        client.create_group()
-        client.register("a")
-        leader = cluster.leader()
+        client, leader = with_an_agent(cluster)
         down, live = [n for n in cluster.nodes if n is not leader][:2], [n for n in cluster.nodes if n is not leader][2:]
         for node in down:
             cluster.stop(node.index)

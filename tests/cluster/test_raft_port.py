@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from tests.cluster.test_membership import with_an_agent
 from tests.support.cluster import FAST, Client
 from tests.support.metrics import scrape
 
@@ -41,10 +42,7 @@ def flood(raft: str) -> int:
 @pytest.mark.slow
 def test_a_flood_at_the_leaders_raft_port_is_cut_short_and_forces_no_election(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
-        client = Client(cluster)
-        client.create_group()
-        client.register("a")
-        leader = cluster.leader()
+        client, leader = with_an_agent(cluster)
         term = node_status(leader.grpc).term
         taken = [flood(leader.raft) for _ in range(3)]
         assert all(t < FLOOD_BYTES // 4 for t in taken), taken  # closed long before the end
