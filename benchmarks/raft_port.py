@@ -3,7 +3,8 @@ without the guard (RaftPortLimits in coordinator/replication/pysyncobj_adapter.p
 
 For each variant, a 3-node cluster on loopback; the flood announces a 24 MB message
 and streams it at the leader, then a write is committed through the leader. Printed:
-bytes the leader took before it closed the connection, seconds the flood lasted, the
+bytes sent before the leader closed the connection (socket buffers included), seconds
+until it closed it, the
 terms the cluster went through (an election is a new term), and the write's latency
 after it; then how long an idle connection that never authenticates stays open (cut
 off at --idle-wait). The unguarded variant runs the node with the guard switched off
@@ -105,7 +106,7 @@ def main() -> int:
     parser.add_argument("--idle-wait", type=float, default=15.0)
     args = parser.parse_args()
     rows = [measure(guarded, args.flood_mb, args.idle_wait) for guarded in (False, True)]
-    print(f"| variant | flood taken | flood lasted (s) | new terms | write after (ms) | idle conn open (s) |")
+    print("| variant | flood sent before close | flood lasted (s) | new terms | write after (ms) | idle conn open (s) |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['variant']} | {r['taken']} | {r['flood_s']} | {r['new_terms']} | {r['write_after_ms']} "
