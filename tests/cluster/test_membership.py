@@ -95,6 +95,10 @@ def test_adding_nodes_nobody_runs_is_refused_and_the_cluster_keeps_working(tmp_p
         assert [e["member"] for e in refused if e["outcome"] == "NODE_NOT_READY"] == ghosts
         assert scrape(leader.metrics)['raftpoint_membership_requests_total{action="add",outcome="NODE_NOT_READY"}'] == 3
         assert not log_events(cluster, leader.index, "raft.member_added")
+        # The election that made it leader was logged and counted too.
+        won = log_events(cluster, leader.index, "raft.election_won")
+        assert won and won[-1]["term"] == node_status(leader.grpc).term and won[-1]["voters"] == 3
+        assert scrape(leader.metrics)['raftpoint_raft_events_total{kind="election_won"}'] >= 1
 
 
 @pytest.mark.slow

@@ -45,7 +45,8 @@ def test_a_flood_at_the_leaders_raft_port_is_cut_short_and_forces_no_election(tm
         client, leader = with_an_agent(cluster)
         term = node_status(leader.grpc).term
         taken = [flood(leader.raft) for _ in range(3)]
-        assert all(t < FLOOD_BYTES // 4 for t in taken), taken  # closed long before the end
+        # Closed long before the end (what was sent sat in socket buffers); unguarded, all 24 MB go in.
+        assert all(t < FLOOD_BYTES // 2 for t in taken), taken
         client.commit("a", 1)
         after = node_status(leader.grpc)
         assert (after.role, after.term) == ("leader", term)
