@@ -112,3 +112,24 @@ def test_the_node_command_reports_an_unsupported_pysyncobj(tmp_path: Path, monke
     assert code == 1
     assert "pysyncobj 0.4.0 is installed" in capsys.readouterr().err
     assert not (data / "raft.journal").exists()
+
+
+def test_before_authenticating_a_connection_may_announce_only_small_messages() -> None:
+    import struct
+
+    from pysyncobj import tcp_server
+
+    pysyncobj_adapter.install()
+    assert tcp_server.TcpConnection is pysyncobj_adapter.GuardedConnection
+    conn = pysyncobj_adapter.GuardedConnection(poller=None)
+    conn.limits = pysyncobj_adapter.RaftPortLimits(unauthenticated_max_bytes=1024)
+
+    def oversized(buffered: bytes) -> bool:
+        conn._TcpConnection__readBuffer = buffered
+        return conn._oversized() is not None
+
+    assert not oversized(b"") and not oversized(struct.pack("i", 1024) + b"x" * 1024)
+    assert oversized(struct.pack("i", 1025)) and oversized(struct.pack("i", -1))
+    assert oversized(struct.pack("i", 10) + b"x" * 2000)  # more than one small message before the answer
+    conn.sendRandKey = b"k" * 32  # the first message decrypted: pysyncobj's own bound applies
+    assert not oversized(struct.pack("i", 24 << 20))
