@@ -139,7 +139,7 @@ _PREFIX = struct.Struct("i")  # pysyncobj's length prefix: native-endian signed 
 class GuardedConnection(TcpConnection):
     """An accepted connection of pysyncobj's TCP server, closed at once when, before
     authenticating, it announces a message longer than the limit; the transport
-    closes it when it has not authenticated in time (see GuardedTransport._onTick).
+    closes it when it has not authenticated in time (FlushingTransport._onTick).
 
     Authenticated means the peer's first message decrypted with the password:
     pysyncobj's server then stores the random key that message carried

@@ -6,7 +6,7 @@ in-process replica implements it for users' unit tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 from coordinator.core.commands import Proposal
 from coordinator.storage.state import KvState
@@ -61,3 +61,16 @@ class Replica(Protocol):
     def state_digest(self) -> str: ...
     def is_leader(self) -> bool: ...
     def leader_raft_address(self) -> str | None: ...
+
+
+@runtime_checkable
+class Membership(Protocol):
+    """What AddNode/RemoveNode need besides the Replica: CoordinatorNode has it; a
+    replica without Raft membership (the in-process one) does not."""
+
+    def voters(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(every voter's Raft address, the voters this node hears from), itself included."""
+    def probe_member(self, raft_address: str, timeout: float) -> None:
+        """Raise unless `raft_address` answers with this cluster's Raft password. Blocking."""
+    def change_membership(self, raft_address: str, *, add: bool, callback: Callable[[object, int], None]) -> None:
+        """Propose adding or removing one voter; callback(result, error) once decided."""

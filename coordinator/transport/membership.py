@@ -29,6 +29,7 @@ from coordinator.core import ids, membership
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.observability import raft_log
 from coordinator.replication.pysyncobj_adapter import RaftProbeFailed
+from coordinator.replication.replica import Membership
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import abort_with
 
@@ -52,7 +53,7 @@ async def change(proposer: Proposer, context: grpc.aio.ServicerContext, request:
     node = proposer.node
     if not node.is_leader():
         await proposer.abort_not_leader(context, node.leader_raft_address())
-    if not hasattr(node, "change_membership"):
+    if not isinstance(node, Membership):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this coordinator has no Raft membership")
     voters, live = node.voters()
     try:
@@ -84,7 +85,7 @@ def _default_grpc(node, raft_address: str) -> str:
     return f"{raft_address.rpartition(':')[0]}:{own.rpartition(':')[2]}"
 
 
-async def _check_ready(context: grpc.aio.ServicerContext, node, raft_address: str, grpc_address: str) -> None:
+async def _check_ready(context: grpc.aio.ServicerContext, node: Membership, raft_address: str, grpc_address: str) -> None:
     """Abort with NODE_NOT_READY unless the node answers with the password and waits to join."""
     try:
         await asyncio.to_thread(node.probe_member, raft_address, PROBE_TIMEOUT_S)
@@ -110,7 +111,7 @@ async def _joining_health(grpc_address: str) -> str:
     return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
 
 
-async def _propose(context: grpc.aio.ServicerContext, node, address: str, *, add: bool) -> int:
+async def _propose(context: grpc.aio.ServicerContext, node: Membership, address: str, *, add: bool) -> int:
     loop = asyncio.get_running_loop()
     done: asyncio.Future = loop.create_future()
 
