@@ -62,6 +62,7 @@ class ReasonCode(StrEnum):
     GROUP_IN_USE = "GROUP_IN_USE"  # a group with live agents is not deleted: deregister them first
     # RESOURCE_EXHAUSTED
     DEPENDENCY_QUOTA = "DEPENDENCY_QUOTA"  # the agent holds its most dependency records until GC drops some
+    OVERLOADED = "OVERLOADED"  # the node sheds load: retry after the hint (never stored: decided before proposing)
     # INTERNAL
     INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in the state machine; nothing was written
 
@@ -89,6 +90,7 @@ _STATUS: dict[ReasonCode, Code] = {
                      ReasonCode.GROUP_IN_USE),
                     Code.FAILED_PRECONDITION),
     ReasonCode.DEPENDENCY_QUOTA: Code.RESOURCE_EXHAUSTED,
+    ReasonCode.OVERLOADED: Code.RESOURCE_EXHAUSTED,
     ReasonCode.INTERNAL_ERROR: Code.INTERNAL,
 }
 

@@ -27,6 +27,7 @@ from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
 from coordinator.replication.snapshots import SnapshotInfo
+from coordinator.replication.tick_lag import TickLag
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
                                           DamagedAtRest, Store, StoreFullError, StoreIOError)
 from coordinator.storage import keys
@@ -74,6 +75,7 @@ class CoordinatorNode(SyncObj):
         self._full = False
         self._usage = ""
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
+        self.tick_lag = TickLag(config.auto_tick_period)
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / SNAPSHOT_FILE)
@@ -166,6 +168,7 @@ class CoordinatorNode(SyncObj):
                       EXIT_STORE_FULL if isinstance(exc, StoreFullError) else EXIT_IO_ERROR)
 
     def _end_of_tick(self) -> None:
+        self.tick_lag.tick()
         # The leader commits every tick: replies wait for it. A follower answers no
         # one, so it commits less often (fewer fsyncs stalling its Raft thread); what
         # it applied but did not commit is replayed from the journal after a crash.
@@ -189,6 +192,9 @@ class CoordinatorNode(SyncObj):
 
     def is_leader(self) -> bool:
         return self._isLeader()
+
+    def tick_lag_since(self, since: float) -> float:
+        return self.tick_lag.worst_since(since)
 
     def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
         """Propose an encoded LogEntry; callback(result, None) after durable apply, or (None, reason)."""
@@ -290,6 +296,7 @@ class CoordinatorNode(SyncObj):
             last_snapshot_index=snapshot.applied_index if snapshot else 0,
             last_snapshot_age_s=(time.monotonic() - snapshot.at_monotonic) if snapshot else -1.0,
             last_snapshot_bytes=snapshot.size if snapshot else 0,
+            tick_lag_s=self.tick_lag.recent(),
         )
 
     def close(self) -> None:

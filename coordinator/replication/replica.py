@@ -40,6 +40,7 @@ class NodeStatus:
     last_snapshot_index: int  # 0: no snapshot yet
     last_snapshot_age_s: float  # -1: no snapshot yet
     last_snapshot_bytes: int
+    tick_lag_s: float = 0.0  # the Raft tick's worst lateness over the last second (replication.tick_lag)
 
 
 class AddressBook(Protocol):
@@ -59,3 +60,5 @@ class Replica(Protocol):
     def state_digest(self) -> str: ...
     def is_leader(self) -> bool: ...
     def leader_raft_address(self) -> str | None: ...
+    def tick_lag_since(self, since: float) -> float:
+        """The Raft tick's worst lateness since `since` (monotonic seconds); 0 without a Raft thread."""
