@@ -41,6 +41,9 @@ ADMISSION_LIMIT = 0.9
 CAPACITY_CHECK_PERIOD_S = 0.1
 FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
+# A tick that starts this long after the previous one (in raft_min_timeout) means the
+# Raft thread itself was stalled (the interpreter was busy, the machine overloaded).
+STALLED_TICK = 0.5
 
 
 class StateGap(DamagedAtRest):
@@ -76,6 +79,7 @@ class CoordinatorNode(SyncObj):
         self._usage = ""
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         self.tick_lag = TickLag(config.auto_tick_period)
+        self._tick_started: float | None = None
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / SNAPSHOT_FILE)
@@ -133,6 +137,20 @@ class CoordinatorNode(SyncObj):
         if self._on_apply is not None:
             self._on_apply(time.perf_counter() - started)
         return result
+
+    # ---- a stalled node does not call an election ---------------------------------
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """pysyncobj checks the election timer before it reads the messages waiting on
+        its sockets. A node whose own Raft thread was stalled past the timeout (its
+        process starved of the interpreter or of the CPU) would call an election with
+        the leader's heartbeats still unread; under client load that deposed healthy
+        leaders. After such a stall the timer is held for one minimum timeout, in which
+        this tick reads what the leader sent (and that resets the timer as usual)."""
+        now = time.monotonic()
+        if self._tick_started is not None and now - self._tick_started > STALLED_TICK * self.config.raft_min_timeout:
+            pysyncobj_adapter.defer_election(self, now + self.config.raft_min_timeout)
+        self._tick_started = now
+        super()._onTick(timeToWait)
 
     # ---- AppendEntries coalescing ---------------------------------------------------
     def _checkCommandsToApply(self) -> None:
