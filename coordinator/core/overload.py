@@ -117,7 +117,12 @@ class LagWindow:
             self._samples.popleft()
 
     def worst_since(self, since: float) -> float:
-        return max((lag for at, lag in self._samples if at >= since), default=0.0)
+        worst = 0.0
+        for at, lag in reversed(self._samples):  # newest first: stop at the first one too old
+            if at < since:
+                break
+            worst = max(worst, lag)
+        return worst
 
     def latest(self) -> float:
         return self._samples[-1][1] if self._samples else 0.0

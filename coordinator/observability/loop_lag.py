@@ -14,8 +14,10 @@ from typing import Callable
 
 from coordinator.core.overload import LagWindow
 
-PERIOD_S = 0.05
+PERIOD_S = 0.1
 HORIZON_S = 10.0
+# Lateness under this is timer jitter: not recorded, so an idle loop keeps an empty window.
+NOISE_S = 0.002
 
 
 class LoopLag:
@@ -32,7 +34,8 @@ class LoopLag:
             self._waiting_since = started
             await asyncio.sleep(self.period_s)
             now = self._monotonic()
-            self._window.add(now, now - started - self.period_s)
+            if now - started - self.period_s > NOISE_S:
+                self._window.add(now, now - started - self.period_s)
             if on_sample is not None:
                 on_sample()
 

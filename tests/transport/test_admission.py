@@ -49,9 +49,9 @@ async def node() -> AsyncIterator[tuple[LaggingReplica, str]]:
 
 
 async def lag(replica: LaggingReplica, seconds: float) -> None:
-    """Set the lag and give admission's sampler (every 50 ms) time to see it."""
+    """Set the lag and give admission's sampler (every 100 ms) time to see it."""
     replica.lag = seconds
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.3)
 
 
 def refusal(address: str, method: str, request) -> grpc.RpcError | None:
