@@ -31,7 +31,7 @@ from coordinator.replication.tick_lag import TickLag
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
                                           DamagedAtRest, Store, StoreFullError, StoreIOError)
 from coordinator.storage import keys
-from coordinator.storage.state import RESULT, KvState, RecordCache
+from coordinator.storage.state import RESULT, DecodeMemo, KvState, RecordCache
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class CoordinatorNode(SyncObj):
         self.config = config
         self._store = store
         self._records = RecordCache(store)
+        self._read_memo = DecodeMemo()  # for readers on other threads (the event loop's heartbeats)
         self._batch_index = store.applied_index
         self._after_commit: list[Callable[[], None]] = []
         self._snapshot_to_sync = False
@@ -244,7 +245,7 @@ class CoordinatorNode(SyncObj):
 
     # ---- reads (callers must have passed a read barrier for linearizability) --------
     def read_state(self) -> KvState:
-        return KvState(self._store)
+        return KvState(RecordCache(self._store, self._read_memo))
 
     def digest(self) -> str:
         """Everything replicated, dedupe records included: equal on converged replicas."""
