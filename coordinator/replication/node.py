@@ -81,6 +81,7 @@ class CoordinatorNode(SyncObj):
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
         self.tick_lag = TickLag(config.auto_tick_period)
         self._tick_started: float | None = None
+        self._deferred_at = float("-inf")
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / SNAPSHOT_FILE)
@@ -148,8 +149,12 @@ class CoordinatorNode(SyncObj):
         leaders. After such a stall the timer is held for one minimum timeout, in which
         this tick reads what the leader sent (and that resets the timer as usual)."""
         now = time.monotonic()
-        if self._tick_started is not None and now - self._tick_started > STALLED_TICK * self.config.raft_min_timeout:
+        stalled = self._tick_started is not None and now - self._tick_started > STALLED_TICK * self.config.raft_min_timeout
+        # At most once per maximum timeout: a node stalled at every tick (a dead leader,
+        # a machine overloaded for good) must still get to call its election.
+        if stalled and now >= self._deferred_at + self.config.raft_max_timeout:
             pysyncobj_adapter.defer_election(self, now + self.config.raft_min_timeout)
+            self._deferred_at = now
         self._tick_started = now
         super()._onTick(timeToWait)
 
