@@ -2,22 +2,26 @@
 
 Writes are retried with the *same* request (and so the same request_id): the
 coordinator answers a retried id from its dedupe table, so "outcome unknown"
-after a leader change is always safe to retry. Only UNAVAILABLE and
-DEADLINE_EXCEEDED are retried; a rejection is final and raised as Rejected.
+after a leader change is always safe to retry. Only UNAVAILABLE,
+DEADLINE_EXCEEDED and an overloaded node's RESOURCE_EXHAUSTED (REASON_OVERLOADED,
+which did nothing) are retried, the last no sooner than the node's retry hint; a
+rejection is final and raised as Rejected.
 The backoff (exponential, full jitter, overall deadline) is tenacity's, so the
 policy is one declaration instead of a hand-written loop.
 """
 from __future__ import annotations
 
+import random
 import threading
 import time
 from typing import Any, Awaitable, Callable, Iterator, Sequence, TypeVar
 
 import grpc
-from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_delay,
+from tenacity import (AsyncRetrying, RetryCallState, RetryError, Retrying, retry_if_exception, stop_after_delay,
                       wait_random_exponential)
 
-from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
+from coordinator.api.metadata import (ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY,
+                                      RETRY_AFTER_METADATA_KEY, parse_reason, parse_retry_after)
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -54,13 +58,33 @@ def issued_now() -> tuple[tuple[str, str], ...]:
     return ((ISSUED_AT_METADATA_KEY, repr(time.time())),)
 
 
+def overload_hint(exc: BaseException) -> float | None:
+    """Seconds an overloaded node asked us to wait before trying again; None when `exc`
+    is not its refusal (a RESOURCE_EXHAUSTED without REASON_OVERLOADED, such as a
+    dependency quota, is final). A refusal without a usable hint waits the backoff only."""
+    if not (isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            and parse_reason(_trailer(exc, REASON_METADATA_KEY)) == pb.REASON_OVERLOADED):
+        return None
+    return parse_retry_after(_trailer(exc, RETRY_AFTER_METADATA_KEY)) or 0.0
+
+
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and exc.code() in RETRYABLE
+    return isinstance(exc, grpc.RpcError) and (exc.code() in RETRYABLE or overload_hint(exc) is not None)
+
+
+_backoff = wait_random_exponential(**BACKOFF)
+
+
+def _wait(state: RetryCallState) -> float:
+    """The backoff, or the overloaded node's hint spread over 1-1.5x when longer: clients
+    told to come back together must not all come back at the same instant."""
+    failed = state.outcome.exception() if state.outcome is not None else None
+    hint = overload_hint(failed) if failed is not None else None
+    return max(_backoff(state), (hint or 0.0) * random.uniform(1.0, 1.5))
 
 
 def _policy(deadline: float) -> dict[str, Any]:
-    return dict(retry=retry_if_exception(_retryable), reraise=False,
-                wait=wait_random_exponential(**BACKOFF), stop=stop_after_delay(deadline))
+    return dict(retry=retry_if_exception(_retryable), reraise=False, wait=_wait, stop=stop_after_delay(deadline))
 
 
 def _translate(exc: BaseException, what: str) -> Exception:

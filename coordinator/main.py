@@ -32,6 +32,11 @@ from coordinator.transport.server import ServerLimits
 
 log = logging.getLogger("raftpoint.node")
 PROG = "raftpoint coordinator"
+# How long a thread may hold the interpreter while another waits for it (CPython's
+# default is 5 ms). The Raft thread releases it at every socket call and fsync and then
+# waits to get it back from the busy event loop: at 5 ms a tick of a few such calls ran
+# hundreds of ms late under client load, near the election timeout.
+SWITCH_INTERVAL_S = 0.001
 
 
 def open_node(cfg: NodeConfig) -> CoordinatorNode:
@@ -87,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     configure_logging(cfg.log_level)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         asyncio.run(_main(cfg))
     except DamagedAtRest as exc:

@@ -14,6 +14,9 @@ LEADER_METADATA_KEY = "raftpoint-leader"
 ISSUED_AT_METADATA_KEY = "raftpoint-issued-at"
 # Trailing, on a refusal the coordinator decided: the ReasonCode value's name.
 REASON_METADATA_KEY = "raftpoint-reason"
+# Trailing, on RESOURCE_EXHAUSTED with REASON_OVERLOADED: seconds to wait before trying
+# again (float repr); the node picks it from how far behind it is.
+RETRY_AFTER_METADATA_KEY = "raftpoint-retry-after"
 
 
 def reason_value(reason_code: int) -> str:
@@ -30,3 +33,15 @@ def parse_reason(value: str | bytes | None) -> int:
         return pb.ReasonCode.Value(value) if value else pb.REASON_UNSPECIFIED
     except ValueError:
         return pb.REASON_UNSPECIFIED
+
+
+def parse_retry_after(value: str | bytes | None) -> float | None:
+    """The retry hint a metadata value carries, in seconds; None when absent or not a
+    finite non-negative number (a client then falls back to its own backoff)."""
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None

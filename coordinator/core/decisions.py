@@ -51,6 +51,14 @@ def renew(leases: dict[tuple[str, str], Lease], group: Group, agent_id: str, inc
     return lease
 
 
+def extend(leases: dict[tuple[str, str], Lease], by_s: float) -> None:
+    """Every lease `by_s` seconds longer: the window in which the leader could not have
+    heard keepalives (core.overload.stall_credit) is not counted against any agent."""
+    if by_s > 0:
+        for key, lease in leases.items():
+            leases[key] = Lease(lease.incarnation, lease.expires_at + by_s)
+
+
 def forget(leases: dict[tuple[str, str], Lease], keys: Iterable[tuple[str, str]]) -> None:
     for key in keys:
         leases.pop(key, None)

@@ -65,6 +65,7 @@ class ReasonCode(StrEnum):
     TOO_FEW_LIVE_VOTERS = "TOO_FEW_LIVE_VOTERS"  # RemoveNode would leave fewer live voters than a quorum (unless forced)
     # RESOURCE_EXHAUSTED
     DEPENDENCY_QUOTA = "DEPENDENCY_QUOTA"  # the agent holds its most dependency records until GC drops some
+    OVERLOADED = "OVERLOADED"  # the node sheds load: retry after the hint (never stored: decided before proposing)
     # INTERNAL
     INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in the state machine; nothing was written
 
@@ -93,6 +94,7 @@ _STATUS: dict[ReasonCode, Code] = {
                      ReasonCode.TOO_FEW_LIVE_VOTERS),
                     Code.FAILED_PRECONDITION),
     ReasonCode.DEPENDENCY_QUOTA: Code.RESOURCE_EXHAUSTED,
+    ReasonCode.OVERLOADED: Code.RESOURCE_EXHAUSTED,
     ReasonCode.INTERNAL_ERROR: Code.INTERNAL,
 }
 

@@ -100,6 +100,9 @@ class LocalReplica:
     def leader_raft_address(self) -> str | None:
         return LOCAL
 
+    def tick_lag_since(self, since: float) -> float:
+        return 0.0  # no Raft thread to fall behind
+
 
 class InProcessCoordinator:
     def __init__(self, startup_timeout: float = 10.0, *, verbose: bool = False,

@@ -20,7 +20,7 @@ __all__ = [
     "REGISTRY", "RAFT_ROLE", "RAFT_TERM", "COMMIT_INDEX", "APPLIED_INDEX", "LOG_ENTRIES", "SNAPSHOT_AGE",
     "SNAPSHOT_BYTES", "APPLY_SECONDS", "JOURNAL_FSYNC_SECONDS", "RPC_SECONDS", "EPOCHS", "CHECKPOINTS", "FORCED_CHECKPOINTS",
     "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "RAFT_EVENTS", "MEMBERSHIP_REQUESTS", "RAFT_VOTERS", "RAFT_LIVE_VOTERS",
-    "RAFT_CONNECTIONS_REFUSED", "record_checkpoint",
+    "RAFT_CONNECTIONS_REFUSED", "LOOP_LAG", "TICK_LAG", "SHED", "LEASE_CREDIT_SECONDS", "record_checkpoint",
     "update_node_gauges", "start_metrics_server",
 ]
 
@@ -60,6 +60,17 @@ JOURNAL_FSYNC_SECONDS = Histogram("raftpoint_journal_fsync_seconds",
 RPC_SECONDS = Histogram("raftpoint_rpc_seconds", "gRPC handling time by method and status code", ["method", "code"],
                         buckets=(5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 2.5, 10))
 
+# ---- overload (core.overload) ------------------------------------------------------
+LOOP_LAG = Gauge("raftpoint_event_loop_lag_seconds", "Worst lateness of the event loop over the last second "
+                 "(a short sleep's overshoot); past a few hundred ms the node sheds load")
+TICK_LAG = Gauge("raftpoint_raft_tick_lag_seconds", "Worst lateness of the Raft thread's tick against its intended "
+                 "period over the last second; near the election timeout, followers depose the leader")
+SHED = Counter("raftpoint_shed_total", "Calls refused with RESOURCE_EXHAUSTED (REASON_OVERLOADED) before any work, "
+               "by kind of work (read, write, keepalive: shed in that order)", ["work"])
+LEASE_CREDIT_SECONDS = Counter("raftpoint_lease_credit_seconds_total",
+                               "Seconds added to every agent lease because the leader lagged too much to have "
+                               "heard keepalives (no failure is declared in such a window)")
+
 # ---- checkpointing protocol -------------------------------------------------------
 EPOCHS = Counter("raftpoint_epochs_total", "Coordinated epochs by outcome (started, stable, aborted)", ["outcome"])
 CHECKPOINTS = Counter("raftpoint_checkpoints_total", "Committed checkpoints by kind", ["kind"])
@@ -78,6 +89,8 @@ for _kind in RAFT_EVENT_KINDS:
     RAFT_EVENTS.labels(_kind)
 for _outcome in EPOCH_OUTCOMES:
     EPOCHS.labels(_outcome)
+for _work in ("read", "write", "keepalive"):
+    SHED.labels(_work)
 for _kind in CHECKPOINT_KINDS:
     CHECKPOINTS.labels(_kind)
 
@@ -103,6 +116,7 @@ class NodeFigures(Protocol):
     last_snapshot_bytes: int
     voters: int
     live_voters: int
+    tick_lag_s: float
 
 
 def update_node_gauges(status: NodeFigures) -> None:
@@ -121,6 +135,7 @@ def update_node_gauges(status: NodeFigures) -> None:
     SNAPSHOT_BYTES.set(status.last_snapshot_bytes)
     RAFT_VOTERS.set(status.voters)
     RAFT_LIVE_VOTERS.set(status.live_voters)
+    TICK_LAG.set(status.tick_lag_s)
 
 
 def start_metrics_server(address: str) -> WSGIServer:

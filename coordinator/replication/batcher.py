@@ -55,6 +55,7 @@ class Batcher:
         self._queue: list[_Queued] = []
         self._flush_scheduled = False
         self._in_flight = 0
+        self.waiting = 0  # proposals not yet answered (queued or in Raft): admission bounds it
 
     async def propose(self, entry: Entry) -> Result:
         """Propose one command (its proposed_at is set when it is sent) and await its result.
@@ -71,7 +72,11 @@ class Batcher:
         if not self._flush_scheduled and self._in_flight < MAX_BATCHES_IN_FLIGHT:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        return decode_result(await future)
+        self.waiting += 1
+        try:
+            return decode_result(await future)
+        finally:
+            self.waiting -= 1
 
     async def barrier(self) -> None:
         """A linearizable read point: a no-op entry through the log on the current leader."""

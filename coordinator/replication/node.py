@@ -29,10 +29,11 @@ from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
 from coordinator.replication.snapshots import SnapshotInfo
+from coordinator.replication.tick_lag import TickLag
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
                                           DamagedAtRest, Store, StoreFullError, StoreIOError)
 from coordinator.storage import keys
-from coordinator.storage.state import RESULT, KvState, RecordCache
+from coordinator.storage.state import RESULT, DecodeMemo, KvState, RecordCache
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ ADMISSION_LIMIT = 0.9
 CAPACITY_CHECK_PERIOD_S = 0.1
 FOLLOWER_COMMIT_PERIOD_S = 0.05
 FOLLOWER_COMMIT_KEYS = 5000
+# A tick that starts this long after the previous one (in raft_min_timeout) means the
+# Raft thread itself was stalled (the interpreter was busy, the machine overloaded).
+STALLED_TICK = 0.5
 
 
 class StateGap(DamagedAtRest):
@@ -66,6 +70,7 @@ class CoordinatorNode(SyncObj):
         self.config = config
         self._store = store
         self._records = RecordCache(store)
+        self._read_memo = DecodeMemo()  # for readers on other threads (the event loop's heartbeats)
         self._batch_index = store.applied_index
         self._after_commit: list[Callable[[], None]] = []
         self._snapshot_to_sync = False
@@ -76,6 +81,9 @@ class CoordinatorNode(SyncObj):
         self._full = False
         self._usage = ""
         self._state_lock = threading.Lock()  # guards store swaps against readers on other threads
+        self.tick_lag = TickLag(config.auto_tick_period)
+        self._tick_started: float | None = None
+        self._deferred_at = float("-inf")
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / SNAPSHOT_FILE)
@@ -142,6 +150,24 @@ class CoordinatorNode(SyncObj):
             self._on_apply(time.perf_counter() - started)
         return result
 
+    # ---- a stalled node does not call an election ---------------------------------
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """pysyncobj checks the election timer before it reads the messages waiting on
+        its sockets. A node whose own Raft thread was stalled past the timeout (its
+        process starved of the interpreter or of the CPU) would call an election with
+        the leader's heartbeats still unread; under client load that deposed healthy
+        leaders. After such a stall the timer is held for one minimum timeout, in which
+        this tick reads what the leader sent (and that resets the timer as usual)."""
+        now = time.monotonic()
+        stalled = self._tick_started is not None and now - self._tick_started > STALLED_TICK * self.config.raft_min_timeout
+        # At most once per maximum timeout: a node stalled at every tick (a dead leader,
+        # a machine overloaded for good) must still get to call its election.
+        if stalled and now >= self._deferred_at + self.config.raft_max_timeout:
+            pysyncobj_adapter.defer_election(self, now + self.config.raft_min_timeout)
+            self._deferred_at = now
+        self._tick_started = now
+        super()._onTick(timeToWait)
+
     # ---- AppendEntries coalescing ---------------------------------------------------
     def _checkCommandsToApply(self) -> None:
         """Send one AppendEntries per follower for all commands queued this tick.
@@ -176,6 +202,7 @@ class CoordinatorNode(SyncObj):
                       EXIT_STORE_FULL if isinstance(exc, StoreFullError) else EXIT_IO_ERROR)
 
     def _end_of_tick(self) -> None:
+        self.tick_lag.tick()
         # The leader commits every tick: replies wait for it. A follower answers no
         # one, so it commits less often (fewer fsyncs stalling its Raft thread); what
         # it applied but did not commit is replayed from the journal after a crash.
@@ -228,6 +255,9 @@ class CoordinatorNode(SyncObj):
     def is_leader(self) -> bool:
         return self._isLeader()
 
+    def tick_lag_since(self, since: float) -> float:
+        return self.tick_lag.worst_since(since)
+
     def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
         """Propose an encoded LogEntry; callback(result, None) after durable apply, or (None, reason)."""
         if not self._isLeader():
@@ -258,7 +288,7 @@ class CoordinatorNode(SyncObj):
 
     # ---- reads (callers must have passed a read barrier for linearizability) --------
     def read_state(self) -> KvState:
-        return KvState(self._store)
+        return KvState(RecordCache(self._store, self._read_memo))
 
     def digest(self) -> str:
         """Everything replicated, dedupe records included: equal on converged replicas."""
@@ -330,6 +360,7 @@ class CoordinatorNode(SyncObj):
             last_snapshot_bytes=snapshot.size if snapshot else 0,
             voters=len(self._voters[0]),
             live_voters=len(self._voters[1]),
+            tick_lag_s=self.tick_lag.recent(),
         )
 
     def close(self) -> None:

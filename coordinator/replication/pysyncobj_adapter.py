@@ -114,6 +114,16 @@ def _no_op() -> None:
     pass
 
 
+# ---- the election timer -----------------------------------------------------------
+def defer_election(node: SyncObj, until: float) -> None:
+    """Hold a follower's (or candidate's) election timer until at least `until`
+    (pysyncobj's monotonic clock, time.monotonic), unless a leadership transfer asked
+    for an election now. A leader's messages reset the timer as they are read."""
+    if node._SyncObj__transferInProgress or node._SyncObj__raftElectionDeadline == 0:
+        return
+    node._SyncObj__raftElectionDeadline = max(node._SyncObj__raftElectionDeadline, until)
+
+
 # ---- the Raft port's guard ---------------------------------------------------------
 @dataclass(frozen=True)
 class RaftPortLimits:

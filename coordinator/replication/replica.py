@@ -42,6 +42,7 @@ class NodeStatus:
     last_snapshot_bytes: int
     voters: int = 1  # Raft voters, this node included
     live_voters: int = 1  # of them, this node and those it has a live connection to
+    tick_lag_s: float = 0.0  # the Raft tick's worst lateness over the last second (replication.tick_lag)
 
 
 class AddressBook(Protocol):
@@ -74,3 +75,5 @@ class Membership(Protocol):
         """Raise unless `raft_address` answers with this cluster's Raft password. Blocking."""
     def change_membership(self, raft_address: str, *, add: bool, callback: Callable[[object, int], None]) -> None:
         """Propose adding or removing one voter; callback(result, error) once decided."""
+    def tick_lag_since(self, since: float) -> float:
+        """The Raft tick's worst lateness since `since` (monotonic seconds); 0 without a Raft thread."""

@@ -2,6 +2,9 @@
 
 It never writes state: it reads, asks core.decisions what is due, and proposes
 the commands like any client would, so a deposed leader's proposals simply fail.
+Before expiring leases it checks the leader itself (service.stall_watch): in a
+window it lagged too much to have heard keepalives, no agent is declared failed
+and every lease is extended by the window.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
 from coordinator.service import ticks
 from coordinator.service.leases import LeaseTable
+from coordinator.service.stall_watch import StallWatch
 
 log = logging.getLogger(__name__)
 PERIOD_S = 0.25
@@ -24,20 +28,21 @@ def _entry(command: Command) -> Entry:
     return Entry(f"leader-{uuid.uuid4().hex}", 0.0, command)
 
 
-async def run(batcher: Batcher, leases: LeaseTable, stop: asyncio.Event) -> None:
+async def run(batcher: Batcher, leases: LeaseTable, stop: asyncio.Event, watch: StallWatch) -> None:
     node = batcher.replica
     async for _ in ticks.every(PERIOD_S, stop):
         batcher.clock.now()  # read every tick, leading or not: a step while following is then seen as one
         if not node.is_leader():
             leases.term_granted = None
+            watch.reset()
             continue
         try:
-            await _tick(batcher, leases)
+            await _tick(batcher, leases, watch)
         except Exception:  # a failed proposal is retried on the next tick
             log.warning("leader loop tick failed", exc_info=True)
 
 
-async def _tick(batcher: Batcher, leases: LeaseTable) -> None:
+async def _tick(batcher: Batcher, leases: LeaseTable, watch: StallWatch) -> None:
     node = batcher.replica
     term = node.status().term
     if leases.term_granted != term:
@@ -45,8 +50,14 @@ async def _tick(batcher: Batcher, leases: LeaseTable) -> None:
         state = node.read_state()
         batcher.clock.catch_up(state.dedupe_clock().clock_ms / 1000)
         leases.grant_all(term, state.groups(), state.agents)
+        watch.reset()
         return
-    due: list[Command] = list(leases.expired())
+    credit = watch.credit()
+    if credit > 0:
+        leases.credit(credit)
+        metrics.LEASE_CREDIT_SECONDS.inc(credit)
+        log.info("leader lagging: %.2fs credited to every lease, no failure declared this tick", credit)
+    due: list[Command] = [] if credit > 0 else list(leases.expired())
     state = node.read_state()
     now = batcher.clock.now()
     for group in state.groups():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from coordinator.core.commands import DeclareAgentFailed
-from coordinator.core.decisions import Lease, expired_leases, forget, renew
+from coordinator.core.decisions import Lease, expired_leases, extend, forget, renew
 from coordinator.core.model import Agent, AgentState, Group
 from coordinator.replication.leader_clock import LeaderClock
 
@@ -38,6 +38,10 @@ class LeaseTable:
 
     def forget(self, group: str, agent_id: str) -> None:
         forget(self.leases, [(group, agent_id)])
+
+    def credit(self, seconds: float) -> None:
+        """Every lease `seconds` longer: a window the leader was too late to hear keepalives in."""
+        extend(self.leases, seconds)
 
     def expired(self) -> list[DeclareAgentFailed]:
         due = expired_leases(self.leases, self._monotonic())

@@ -13,6 +13,7 @@ from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.replica import Replica
 from coordinator.service import leader_loop
 from coordinator.service.leases import LeaseTable
+from coordinator.service.stall_watch import StallWatch
 from coordinator.transport import server
 
 
@@ -25,7 +26,9 @@ async def serve(replica: Replica, address: str, stop: asyncio.Event,
     tick that may be waiting for an answer; the loop ends after its tick."""
     clock = clock or LeaderClock()
     batcher, leases = Batcher(replica, dedupe_window_s, clock), LeaseTable(clock.monotonic)
-    async with server.running(batcher, leases, address, limits):
-        loop = asyncio.create_task(leader_loop.run(batcher, leases, stop))
+    admission = server.gate_for(batcher)
+    watch = StallWatch(admission, replica.tick_lag_since, leader_loop.PERIOD_S)
+    async with server.running(batcher, leases, address, limits, admission):
+        loop = asyncio.create_task(leader_loop.run(batcher, leases, stop, watch))
         await stop.wait()
     await loop

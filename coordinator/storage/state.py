@@ -53,6 +53,32 @@ class DependencyBatch:
         return [Dependency(s, si, self.receiver, ri, m) for s, si, ri, m in self.records]
 
 
+class DecodeMemo:
+    """Decoded records by their encoded bytes, shared by the readers of one store.
+
+    A heartbeat reads its group and agent records; decoding them (the group's member
+    list with it) on every call was most of a heartbeat's cost at a thousand agents.
+    Equal bytes decode to equal records, and records are immutable, so a decoded
+    record can be handed to every reader without any invalidation: a changed record
+    has other bytes. Bounded in entries and by record size."""
+
+    def __init__(self, limit: int = 8192, max_record_bytes: int = 64 * 1024) -> None:
+        self.limit, self.max_record_bytes = limit, max_record_bytes
+        self._decoded: dict[tuple[type, bytes], object] = {}
+
+    def decode(self, cls: type, raw: bytes) -> object:
+        if cls is bytes or len(raw) > self.max_record_bytes:
+            return _decode(cls, raw)
+        key = (cls, raw)
+        value = self._decoded.get(key)
+        if value is None:
+            value = _decode(cls, raw)
+            if len(self._decoded) >= self.limit:
+                self._decoded = {}
+            self._decoded[key] = value
+        return value
+
+
 class RecordCache:
     """Decoded records over the store, for the store's single writer.
 
@@ -62,10 +88,11 @@ class RecordCache:
     once per key at commit. Readers on other threads use their own instance.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, memo: DecodeMemo | None = None) -> None:
         self.store = store
         self.pending: Writes = {}
         self._clean: dict[bytes, object | None] = {}
+        self._decode = _decode if memo is None else memo.decode
 
     def get(self, key: bytes, cls: type) -> object | None:
         if key in self.pending:
@@ -73,14 +100,14 @@ class RecordCache:
         if key in self._clean:
             return self._clean[key]
         raw = self.store.get(key)
-        value = None if raw is None else _decode(cls, raw)
+        value = None if raw is None else self._decode(cls, raw)
         self._remember(key, value)
         return value
 
     def scan(self, prefix: bytes, cls: type) -> dict[bytes, object | None]:
         clean = self._clean
         found: dict[bytes, object | None] = {
-            k: clean[k] if k in clean else _decode(cls, raw) for k, raw in self.store.scan(prefix)}
+            k: clean[k] if k in clean else self._decode(cls, raw) for k, raw in self.store.scan(prefix)}
         found.update((k, v) for k, v in self.pending.items() if k.startswith(prefix))
         return found
 

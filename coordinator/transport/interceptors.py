@@ -1,5 +1,5 @@
-"""Cross-cutting RPC concerns in one place: request-id-bound logging, latency metrics
-and the refusal of requests that do not decode.
+"""Cross-cutting RPC concerns in one place: admission (shedding under overload),
+request-id-bound logging, latency metrics and the refusal of requests that do not decode.
 
 Kept out of the servicers so every handler gets the same log context and the same
 metric labels without repeating them.
@@ -17,6 +17,7 @@ from coordinator.api.metadata import REASON_METADATA_KEY
 from coordinator.core.errors import Rejection
 from coordinator.core.ids import MAX_REQUEST_ID_CHARS
 from coordinator.observability import metrics
+from coordinator.transport.admission import WORK_OF_METHOD, Admission, refuse
 from coordinator.transport.status_map import abort_with
 
 log = structlog.get_logger("raftpoint.rpc")
@@ -26,10 +27,11 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
     """RPC latency by method and status code; the request id bound to every log line
     the handler emits, and refused requests logged with their reason code and text."""
 
-    def __init__(self) -> None:
+    def __init__(self, admission: Admission | None = None) -> None:
         # Wrapped once per method: building handlers on every call was a measurable
         # share of a small RPC's cost.
         self._wrapped: dict[str, grpc.RpcMethodHandler | None] = {}
+        self.admission = admission
 
     async def intercept_service(self, continuation, details):
         try:
@@ -39,13 +41,20 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         wrapped = handler
         method = details.method.rsplit("/", 1)[-1]
+        work = WORK_OF_METHOD.get(method)
         if handler is not None and handler.unary_unary is not None:
+            inner = _unary(method, handler.unary_unary)
+            if self.admission is not None and work is not None:
+                inner = _admitted(self.admission, work, inner)
             wrapped = grpc.unary_unary_rpc_method_handler(
-                _unary(method, handler.unary_unary), request_deserializer=_tolerant(handler.request_deserializer),
+                inner, request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
         elif handler is not None and handler.unary_stream is not None:
+            stream = _stream(method, handler.unary_stream)
+            if self.admission is not None and work is not None:
+                stream = _admitted_stream(self.admission, work, stream)
             wrapped = grpc.unary_stream_rpc_method_handler(
-                _stream(method, handler.unary_stream), request_deserializer=_tolerant(handler.request_deserializer),
+                stream, request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
         if handler is not None:
             self._wrapped[details.method] = wrapped
@@ -105,8 +114,20 @@ class _Observed:
             if self.code != "UNAVAILABLE":
                 reason = dict(self.context.trailing_metadata() or ()).get(REASON_METADATA_KEY)
                 log.info("rpc refused", code=self.code, reason=reason, details=self.context.details())
-        metrics.RPC_SECONDS.labels(self.method, self.code).observe(time.perf_counter() - self.started)
+        _latency(self.method, self.code).observe(time.perf_counter() - self.started)
         structlog.contextvars.clear_contextvars()
+
+
+_LATENCY: dict[tuple[str, str], object] = {}
+
+
+def _latency(method: str, code: str):
+    """The latency histogram's child for (method, code), looked up once: labels() takes
+    a lock and builds a key on every call, a measurable share of a heartbeat."""
+    child = _LATENCY.get((method, code))
+    if child is None:
+        child = _LATENCY[(method, code)] = metrics.RPC_SECONDS.labels(method, code)
+    return child
 
 
 def _unary(method: str, inner):
@@ -124,3 +145,30 @@ def _stream(method: str, inner):
             async for item in inner(request, context):
                 yield item
     return observed
+
+
+def _admitted(admission: Admission, work, inner):
+    """Refuse the call before any work when the node is overloaded; count it in flight
+    otherwise. Refusals skip the log line and latency sample (SHED counts them): under
+    overload there are thousands, and logging each would add to the overload."""
+    async def admitted(request, context):
+        shed = admission.check(work)
+        if shed is not None:
+            await refuse(context, shed)
+        admission.rpcs_in_flight += 1
+        try:
+            return await inner(request, context)
+        finally:
+            admission.rpcs_in_flight -= 1
+    return admitted
+
+
+def _admitted_stream(admission: Admission, work, inner):
+    """A new stream is admitted like a call; once open it idles and is not counted."""
+    async def admitted(request, context):
+        shed = admission.check(work)
+        if shed is not None:
+            await refuse(context, shed)
+        async for item in inner(request, context):
+            yield item
+    return admitted

@@ -17,6 +17,7 @@ from coordinator.config import NodeConfig
 from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
+from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
@@ -44,7 +45,9 @@ class ServerLimits:
     HTTP/2 handshake within `handshake_s`, or is idle for `idle_s`, is closed, so
     the slots come back; one connection carries at most `max_streams_per_connection` calls, and
     the node at most `max_rpcs` (beyond: RESOURCE_EXHAUSTED). Each agent holds one
-    long-lived WatchOrders stream, which is what `max_rpcs` must leave room for."""
+    long-lived WatchOrders stream, which is what `max_rpcs` must leave room for.
+    Before any of these is reached, `transport.admission` sheds calls by the node's
+    measured lag and the work in flight (core.overload.AdmissionLimits)."""
 
     max_connections: int = NodeConfig.max_connections
     max_streams_per_connection: int = 128
@@ -98,15 +101,22 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
             pass
 
 
+def gate_for(batcher: Batcher) -> Admission:
+    """The admission gate over a batcher's proposals and its replica's Raft tick."""
+    return Admission(proposals_waiting=lambda: batcher.waiting, tick_lag_since=batcher.replica.tick_lag_since)
+
+
 @contextlib.asynccontextmanager
 async def running(batcher: Batcher, leases: Leases, address: str,
-                  limits: ServerLimits = ServerLimits()) -> AsyncIterator[None]:
-    """The gRPC server (and its health reports) on `address` while the block runs.
+                  limits: ServerLimits = ServerLimits(), admission: Admission | None = None) -> AsyncIterator[None]:
+    """The gRPC server (and its health reports, and the admission gate's lag
+    measurement) on `address` while the block runs.
 
     Raises OSError before the block when the address cannot be bound.
     """
     node = batcher.replica
-    server = grpc.aio.server(interceptors=[RequestInterceptor()], maximum_concurrent_rpcs=limits.max_rpcs, options=[
+    admission = admission or gate_for(batcher)
+    server = grpc.aio.server(interceptors=[RequestInterceptor(admission)], maximum_concurrent_rpcs=limits.max_rpcs, options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         # gRPC sets SO_REUSEPORT by default: a second server on this port would share
@@ -120,7 +130,7 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     proposer = Proposer(batcher)
     pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
     heavy = HeavyReads()
-    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer, heavy), server)
+    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer, heavy, admission), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]
@@ -134,11 +144,11 @@ async def running(batcher: Batcher, leases: Leases, address: str,
         raise OSError(f"cannot bind gRPC address {address} (in use, or not an address of this host)")
     await server.start()
     stop = asyncio.Event()
-    health_task = asyncio.create_task(_health_loop(node, health_servicer, stop))
+    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop)), asyncio.create_task(admission.run(stop))]
     try:
         yield
     finally:
         stop.set()
         await server.stop(grace=2)
-        await asyncio.gather(health_task, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         heavy.close()

@@ -13,6 +13,7 @@ from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import RECENT_EPOCHS, Agent, Group
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
+from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport import membership
 from coordinator.transport.leases import Leases
@@ -122,9 +123,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     """Admin RPCs. Reads that scale with the state (a group's agents and checkpoints,
     a what-if's recovery line, the digests) run through HeavyReads, off the event loop."""
 
-    def __init__(self, proposer: Proposer, heavy: HeavyReads) -> None:
+    def __init__(self, proposer: Proposer, heavy: HeavyReads, admission: Admission | None = None) -> None:
         self.p = proposer
         self.heavy = heavy
+        self.admission = admission or Admission()
         self._digests: tuple[int, tuple[int, str, str]] | None = None  # (applied index, digests at it)
 
     async def CreateGroup(self, request, context):
@@ -210,7 +212,8 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             node=s.node, role=s.role, term=s.term, commit_index=s.commit_index,
             applied_index=s.applied_index, log_entries=s.log_entries, leader=s.leader,
             last_snapshot_index=s.last_snapshot_index, last_snapshot_age_s=s.last_snapshot_age_s,
-            state_digest=state_digest, content_digest=content_digest, digest_index=digest_index))
+            state_digest=state_digest, content_digest=content_digest, digest_index=digest_index,
+            loop_lag_s=self.admission.loop_lag_s, tick_lag_s=s.tick_lag_s))
 
     async def _digests_at(self, context, applied_index: int) -> tuple[int, str, str]:
         """Both full-store digests, computed once per applied index: status is polled

@@ -30,8 +30,10 @@ def details(field: str, reason: str) -> str:
     return f"{field}: {reason}" if field else reason
 
 
-async def abort_with(context: grpc.aio.ServicerContext, refusal: Rejection | Failure) -> NoReturn:
-    """End the RPC with the refusal's status, its details text and its reason code."""
-    context.set_trailing_metadata(((REASON_METADATA_KEY, reason_value(REASON_TO_PB[refusal.reason_code])),))
+async def abort_with(context: grpc.aio.ServicerContext, refusal: Rejection | Failure, *,
+                     trailers: tuple[tuple[str, str], ...] = ()) -> NoReturn:
+    """End the RPC with the refusal's status, its details text and its reason code
+    (and any further `trailers`, such as an overload's retry hint)."""
+    context.set_trailing_metadata(((REASON_METADATA_KEY, reason_value(REASON_TO_PB[refusal.reason_code])), *trailers))
     await context.abort(GRPC_CODE[refusal.code], details(refusal.field, refusal.reason))
     raise AssertionError("context.abort returned")  # it raises; this keeps NoReturn honest

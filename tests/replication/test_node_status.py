@@ -13,7 +13,7 @@ from coordinator.replication.replica import NodeStatus
 # Distinct values, so a field copied into the wrong place or not at all shows.
 DISTINCT = NodeStatus(node="n-1", role="leader", term=3, commit_index=11, applied_index=12, raft_applied_index=13,
                       log_entries=14, leader="n-1", has_quorum=True, last_snapshot_index=15,
-                      last_snapshot_age_s=1.5, last_snapshot_bytes=16)
+                      last_snapshot_age_s=1.5, last_snapshot_bytes=16, tick_lag_s=0.25)
 
 
 def test_status_is_frozen() -> None:
@@ -26,7 +26,7 @@ def test_status_is_frozen() -> None:
 def test_cluster_status_carries_every_shared_field(monkeypatch: pytest.MonkeyPatch) -> None:
     shared = {f.name for f in dataclasses.fields(NodeStatus)} & set(pb.NodeStatus.DESCRIPTOR.fields_by_name)
     assert shared == {"node", "role", "term", "commit_index", "applied_index", "log_entries", "leader",
-                      "last_snapshot_index", "last_snapshot_age_s"}
+                      "last_snapshot_index", "last_snapshot_age_s", "tick_lag_s"}
     with InProcessCoordinator() as coordinator:
         monkeypatch.setattr(coordinator.replica, "status", lambda: DISTINCT)
         answer = node_status(coordinator.address, timeout=5.0)

@@ -8,7 +8,7 @@ from typing import Iterator
 import grpc
 import pytest
 
-from agent_client.connection import issued_now
+from agent_client.connection import issued_now, overload_hint
 from coordinator.api.metadata import LEADER_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
@@ -18,7 +18,8 @@ FAST = {"raft_min_timeout": 0.4, "raft_max_timeout": 0.8, "leader_fallback_timeo
 
 
 class Client:
-    """Sends to the leader, follows redirects, retries UNAVAILABLE with the same request."""
+    """Sends to the leader, follows redirects, retries UNAVAILABLE (and an overloaded
+    node's refusal, after its hint) with the same request."""
 
     def __init__(self, cluster: LocalCluster, deadline: float = 20.0) -> None:
         self.cluster = cluster
@@ -34,6 +35,10 @@ class Client:
                     stub = getattr(pb_grpc, f"{service}Stub")(channel)
                     return getattr(stub, method)(request, timeout=5, metadata=metadata)
             except grpc.RpcError as err:
+                hint = overload_hint(err)  # a busy machine can make a node shed: wait its hint, as clients do
+                if hint is not None and retry and time.monotonic() + hint < end:
+                    time.sleep(hint)
+                    continue
                 if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or not retry:
                     raise
                 if time.monotonic() > end:

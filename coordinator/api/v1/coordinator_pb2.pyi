@@ -78,6 +78,7 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_TOO_FEW_VOTERS: _ClassVar[ReasonCode]
     REASON_TOO_FEW_LIVE_VOTERS: _ClassVar[ReasonCode]
     REASON_DEPENDENCY_QUOTA: _ClassVar[ReasonCode]
+    REASON_OVERLOADED: _ClassVar[ReasonCode]
     REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
 GROUP_MODE_UNSPECIFIED: GroupMode
 COORDINATED: GroupMode
@@ -133,6 +134,7 @@ REASON_NODE_NOT_READY: ReasonCode
 REASON_TOO_FEW_VOTERS: ReasonCode
 REASON_TOO_FEW_LIVE_VOTERS: ReasonCode
 REASON_DEPENDENCY_QUOTA: ReasonCode
+REASON_OVERLOADED: ReasonCode
 REASON_INTERNAL_ERROR: ReasonCode
 
 class FencingToken(_message.Message):
@@ -581,7 +583,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest", "digest_index")
+    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest", "digest_index", "loop_lag_s", "tick_lag_s")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -594,6 +596,8 @@ class NodeStatus(_message.Message):
     STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     CONTENT_DIGEST_FIELD_NUMBER: _ClassVar[int]
     DIGEST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LOOP_LAG_S_FIELD_NUMBER: _ClassVar[int]
+    TICK_LAG_S_FIELD_NUMBER: _ClassVar[int]
     node: str
     role: str
     term: int
@@ -606,7 +610,9 @@ class NodeStatus(_message.Message):
     state_digest: str
     content_digest: str
     digest_index: int
-    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ..., content_digest: _Optional[str] = ..., digest_index: _Optional[int] = ...) -> None: ...
+    loop_lag_s: float
+    tick_lag_s: float
+    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ..., content_digest: _Optional[str] = ..., digest_index: _Optional[int] = ..., loop_lag_s: _Optional[float] = ..., tick_lag_s: _Optional[float] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("node",)

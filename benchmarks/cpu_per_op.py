@@ -1,0 +1,118 @@
+"""Server CPU per operation: an idle 3-node cluster, and CommitCheckpoint at 1 and 128 in flight.
+
+For each phase it reads every node process's CPU time (user + system, /proc) before
+and after, so the table shows what the servers spent, not the load generator:
+idle CPU % of the leader and of each follower, and, under load, commits/s, p50
+latency and server CPU-seconds per commit (all three nodes together). Linux only.
+The machine's other work shows in every number: compare rows of one run.
+Run: python benchmarks/cpu_per_op.py [--idle 10] [--seconds 8] [--set auto_tick_period=0.02]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent_client.connection import overload_hint  # noqa: E402
+from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
+from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def cpu_of(cluster: LocalCluster) -> dict[int, float]:
+    return {n.index: cpu_seconds(n.process.pid) for n in cluster.nodes}
+
+
+async def commits(leader: str, concurrency: int, seconds: float) -> tuple[int, list[float]]:
+    latencies: list[float] = []
+    shed = [0]
+    # Several connections: one carries at most 128 calls at once (ServerLimits).
+    channels = [grpc.aio.insecure_channel(leader, options=[("bench.connection", n)]) for n in range(4)]
+    try:
+        admin = pb_grpc.AdminServiceStub(channels[0])
+        stubs = [pb_grpc.AgentServiceStub(c) for c in channels]
+        group = f"bench-{concurrency}"
+        await admin.CreateGroup(pb.CreateGroupRequest(request_id=f"cg-{group}", spec=pb.GroupSpec(
+            group=group, mode=pb.UNCOORDINATED, lease_ttl_s=3600)), timeout=10)
+        incarnations = {}
+        for lane in range(concurrency):
+            reply = await stubs[lane % 4].Register(pb.RegisterRequest(request_id=f"r-{group}-{lane}", group=group,
+                                                           agent_id=f"a{lane}"), timeout=10)
+            incarnations[lane] = reply.incarnation
+        end = time.monotonic() + seconds
+
+        async def run(lane: int) -> None:
+            index = 0
+            while time.monotonic() < end:
+                index += 1
+                started = time.perf_counter()
+                request = pb.CommitCheckpointRequest(
+                    request_id=f"c-{group}-{lane}-{index}", token=pb.FencingToken(incarnation=incarnations[lane]),
+                    checkpoint=pb.CheckpointMeta(group=group, agent_id=f"a{lane}", index=index, kind=pb.BASIC,
+                                                 blob_uri=f"file:///b/{lane}/{index}", sha256="c" * 64, size=200))
+                while True:
+                    try:
+                        await stubs[lane % 4].CommitCheckpoint(request, timeout=10)
+                        break
+                    except grpc.RpcError as err:  # shed: wait the node's hint, as the client does
+                        hint = overload_hint(err)
+                        if hint is None:
+                            raise
+                        shed[0] += 1
+                        await asyncio.sleep(hint)
+                latencies.append(time.perf_counter() - started)
+        await asyncio.gather(*(run(lane) for lane in range(concurrency)))
+    finally:
+        for channel in channels:
+            await channel.close()
+    return len(latencies), latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of the idle phase")
+    parser.add_argument("--seconds", type=float, default=8.0, help="seconds of each load phase")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a node setting (e.g. auto_tick_period=0.02); repeatable")
+    args = parser.parse_args()
+    settings = dict(s.split("=", 1) for s in args.set)
+    with tempfile.TemporaryDirectory(prefix="cpu-per-op-") as tmp, \
+            LocalCluster(Path(tmp) / "cluster", 3, settings=settings).start_all() as cluster:
+        leader = cluster.leader()
+        time.sleep(2.0)  # let start-up work (elections, first snapshot checks) pass
+        before = cpu_of(cluster)
+        time.sleep(args.idle)
+        used = {i: cpu_of(cluster)[i] - before[i] for i in before}
+        followers = [i for i in used if i != leader.index]
+        print(f"idle CPU %: leader {100 * used[leader.index] / args.idle:.1f}, followers "
+              + ", ".join(f"{100 * used[i] / args.idle:.1f}" for i in followers))
+        print("| in flight | commits/s | p50 ms | server CPU-s per commit | server CPU % (3 nodes) |")
+        print("|---|---|---|---|---|")
+        for concurrency in (1, 128):
+            before, started = cpu_of(cluster), time.monotonic()
+            n, latencies = asyncio.run(commits(leader.grpc, concurrency, args.seconds))
+            elapsed = time.monotonic() - started
+            spent = sum(cpu_of(cluster).values()) - sum(before.values())
+            print(f"| {concurrency} | {n / args.seconds:.0f} | {1000 * statistics.median(latencies):.1f} | "
+                  f"{spent / max(n, 1) * 1000:.2f} ms | {100 * spent / elapsed:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

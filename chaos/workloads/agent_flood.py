@@ -1,0 +1,200 @@
+"""A flood of heartbeating agents, multiplexed on one asyncio process, plus a commit load.
+
+One process stands in for hundreds of agent processes: each of `agents` agents (in
+groups of GROUP_SIZE) registers, then sends its unary Heartbeat at the client's
+default rate (a third of the lease) from its own task, and the first `committers`
+of them propose CommitCheckpoint back to back. It follows the client's policy for the two
+answers that matter under overload: an overloaded node's refusal (REASON_OVERLOADED)
+is retried after the node's hint, and a deadline or redirect is just a missed beat.
+
+It records, per agent, when each heartbeat was answered, so a checker can tell an
+agent that was heartbeating (and must not be declared failed) from one that was not.
+
+Run: python -m chaos.workloads.agent_flood --endpoints A,B,C --agents 1000 --seconds 20 --out result.json
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import grpc
+
+from agent_client.connection import AsyncConnection, overload_hint
+from coordinator.api.metadata import LEADER_METADATA_KEY
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+
+GROUP_SIZE = 100
+LEASE_TTL_S = 10.0
+RPC_TIMEOUT_S = 5.0  # the client's default per-attempt timeout
+CHANNELS = 8  # connections to the leader, shared by all agents
+REGISTER_CONCURRENCY = 64
+
+
+def group_of(i: int) -> str:
+    return f"flood-{i // GROUP_SIZE}"
+
+
+def agent_of(i: int) -> str:
+    return f"agent-{i}"
+
+
+@dataclass
+class Tally:
+    """What the flood saw: answers by call and outcome, and each agent's answered beats."""
+
+    outcomes: Counter = field(default_factory=Counter)  # (method, outcome) -> count
+    beats: dict[str, list[float]] = field(default_factory=dict)  # agent -> wall times of answered heartbeats
+    registered: dict[str, float] = field(default_factory=dict)  # agent -> wall time it registered
+    errors: list[str] = field(default_factory=list)  # the first few refusals' texts, for the reader
+
+    def count(self, method: str, outcome: str) -> None:
+        self.outcomes[(method, outcome)] += 1
+
+    def as_json(self) -> dict:
+        return {"outcomes": {f"{m} {o}": n for (m, o), n in sorted(self.outcomes.items())}, "beats": self.beats,
+                "registered": self.registered, "errors": self.errors}
+
+
+class Leader:
+    """Channels to the node believed to lead; moved when a node names another leader."""
+
+    def __init__(self, endpoints: list[str]) -> None:
+        self.endpoints = endpoints
+        self.target = endpoints[0]
+        self._channels: dict[str, list[grpc.aio.Channel]] = {}
+        self._next = 0
+
+    def stub(self) -> pb_grpc.AgentServiceStub:
+        channels = self._channels.get(self.target)
+        if channels is None:
+            channels = self._channels[self.target] = [
+                grpc.aio.insecure_channel(self.target, options=[("raftpoint.flood.channel", n)]) for n in range(CHANNELS)]
+        self._next = (self._next + 1) % CHANNELS
+        return pb_grpc.AgentServiceStub(channels[self._next])
+
+    def follow(self, err: grpc.RpcError) -> None:
+        leader = dict(err.trailing_metadata() or ()).get(LEADER_METADATA_KEY)
+        if leader:
+            self.target = leader
+        elif err.code() == grpc.StatusCode.UNAVAILABLE:
+            self.target = self.endpoints[(self.endpoints.index(self.target) + 1) % len(self.endpoints)
+                                         if self.target in self.endpoints else 0]
+
+    async def close(self) -> None:
+        for channels in self._channels.values():
+            for channel in channels:
+                await channel.close()
+
+
+async def call(leader: Leader, tally: Tally, method: str, request, until: float) -> object | None:
+    """One call as an agent makes it: retried after an overloaded node's hint (not past
+    `until`); None when it got no answer (counted by outcome)."""
+    while True:
+        try:
+            reply = await getattr(leader.stub(), method)(request, timeout=RPC_TIMEOUT_S)
+            tally.count(method, "OK")
+            return reply
+        except grpc.RpcError as err:
+            hint = overload_hint(err)
+            tally.count(method, "SHED" if hint is not None else err.code().name)
+            if hint is None and len(tally.errors) < 20:
+                tally.errors.append(f"{method} {err.code().name}: {err.details()}")
+            if hint is None:
+                leader.follow(err)
+                return None
+            wait = hint * random.uniform(1.0, 1.5)
+            if time.monotonic() + wait >= until:
+                return None
+            await asyncio.sleep(wait)
+
+
+async def heartbeats(leader: Leader, tally: Tally, i: int, incarnation: int, interval: float, end: float) -> None:
+    agent, group = agent_of(i), group_of(i)
+    request = pb.HeartbeatRequest(group=group, agent_id=agent, token=pb.FencingToken(incarnation=incarnation))
+    answered = tally.beats.setdefault(agent, [])
+    await asyncio.sleep(random.uniform(0, interval))  # agents start at different times
+    while time.monotonic() < end:
+        beat_at = time.monotonic()
+        if await call(leader, tally, "Heartbeat", request, until=beat_at + interval) is not None:
+            answered.append(time.time())
+        await asyncio.sleep(max(0.0, beat_at + interval - time.monotonic()))
+
+
+async def commits(leader: Leader, tally: Tally, i: int, incarnation: int, end: float) -> None:
+    """Back-to-back checkpoints of agent i (so its checkpoint index only grows)."""
+    index = 0
+    while time.monotonic() < end:
+        index += 1
+        request = pb.CommitCheckpointRequest(
+            request_id=f"flood-cp-{i}-{index}", token=pb.FencingToken(incarnation=incarnation),
+            checkpoint=pb.CheckpointMeta(group=group_of(i), agent_id=agent_of(i), index=index, kind=pb.BASIC,
+                                         blob_uri=f"file:///flood/{i}/{index}", sha256="f" * 64, size=200))
+        if await call(leader, tally, "CommitCheckpoint", request, until=end) is None:
+            index -= 1  # not committed, or not known to be: the next try repeats the index with a new id
+            await asyncio.sleep(0.05)
+
+
+async def create_groups(endpoints: list[str], agents: int) -> None:
+    async with AsyncConnection(endpoints, deadline=60.0) as conn:
+        for g in range((agents + GROUP_SIZE - 1) // GROUP_SIZE):
+            await conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+                request_id=f"flood-cg-{g}", spec=pb.GroupSpec(group=f"flood-{g}", mode=pb.UNCOORDINATED,
+                                                               lease_ttl_s=LEASE_TTL_S)))
+
+
+async def agent(leader: Leader, tally: Tally, gate: asyncio.Semaphore, i: int, commit: bool,
+                interval: float, end: float) -> None:
+    """One agent's life: register (retried after hints until it gets in), then heartbeat
+    at once, as a real agent does, and commit back to back if it is a committer."""
+    request = pb.RegisterRequest(request_id=f"flood-reg-{i}", group=group_of(i), agent_id=agent_of(i))
+    async with gate:
+        reply = None
+        while reply is None and time.monotonic() < end:
+            reply = await call(leader, tally, "Register", request, until=end)
+    if reply is None:
+        return
+    tally.registered[agent_of(i)] = time.time()
+    work = [heartbeats(leader, tally, i, reply.incarnation, interval, end)]
+    if commit:
+        work.append(commits(leader, tally, i, reply.incarnation, end))
+    await asyncio.gather(*work)
+
+
+async def flood(endpoints: list[str], agents: int, seconds: float, committers: int) -> dict:
+    await create_groups(endpoints, agents)
+    leader, tally = Leader(endpoints), Tally()
+    interval = min(5.0, max(0.1, LEASE_TTL_S / 3))  # the client's default heartbeat period
+    started = time.time()
+    end = time.monotonic() + seconds
+    gate = asyncio.Semaphore(REGISTER_CONCURRENCY)
+    try:
+        await asyncio.gather(*(agent(leader, tally, gate, i, i < committers, interval, end) for i in range(agents)))
+    finally:
+        await leader.close()
+    return {"agents": agents, "heartbeat_interval_s": interval, "lease_ttl_s": LEASE_TTL_S,
+            "start": started, "end": time.time(), **tally.as_json()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoints", required=True, help="comma-separated gRPC addresses")
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--committers", type=int, default=128)
+    parser.add_argument("--out", required=True, help="where to write the JSON result")
+    args = parser.parse_args(argv)
+    result = asyncio.run(flood(args.endpoints.split(","), args.agents, args.seconds, args.committers))
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

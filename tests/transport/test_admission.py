@@ -1,0 +1,126 @@
+"""A lagging node sheds work with RESOURCE_EXHAUSTED, REASON_OVERLOADED and a retry hint,
+heartbeats last; the client waits the hint and retries; and the leader's failure
+detector blames no agent for the time the leader itself lagged."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator
+
+import grpc
+import pytest
+
+from agent_client.connection import Connection, overload_hint
+from coordinator.api.metadata import REASON_METADATA_KEY, RETRY_AFTER_METADATA_KEY
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.core.model import AgentState
+from coordinator.harness.in_process import LocalReplica
+from coordinator.harness.local_cluster import free_ports, node_status
+from coordinator.observability import metrics
+from coordinator.service import node_server
+
+pytestmark = pytest.mark.slow
+
+
+class LaggingReplica(LocalReplica):
+    """A replica whose Raft tick lags by whatever the test sets."""
+
+    lag = 0.0
+
+    def tick_lag_since(self, since: float) -> float:
+        return self.lag
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[LaggingReplica, str]]:
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    replica, stop = LaggingReplica(address), asyncio.Event()
+    serving = asyncio.create_task(node_server.serve(replica, address, stop))
+    deadline = time.monotonic() + 10
+    while await asyncio.to_thread(node_status, address) is None:
+        assert time.monotonic() < deadline and not serving.done(), "the server never answered"
+        await asyncio.sleep(0.05)
+    try:
+        yield replica, address
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, 10)
+
+
+async def lag(replica: LaggingReplica, seconds: float) -> None:
+    """Set the lag and give admission's sampler (every 100 ms) time to see it."""
+    replica.lag = seconds
+    await asyncio.sleep(0.3)
+
+
+def refusal(address: str, method: str, request) -> grpc.RpcError | None:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            getattr(pb_grpc.AgentServiceStub(channel), method)(request, timeout=5)
+            return None
+        except grpc.RpcError as err:
+            return err
+
+
+def set_up(address: str, lease_ttl_s: float) -> int:
+    """A group and one registered agent "a"; its incarnation."""
+    with Connection([address], deadline=10) as conn:
+        conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.UNCOORDINATED, lease_ttl_s=lease_ttl_s)))
+        return conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r1", group="g", agent_id="a")
+                         ).incarnation
+
+
+def agent_state(replica: LocalReplica, agent: str) -> AgentState:
+    found = replica.read_state().agent("g", agent)
+    assert found is not None
+    return found.state
+
+
+async def test_work_is_shed_before_heartbeats_with_a_reason_and_a_retry_hint(node) -> None:
+    replica, address = node
+    incarnation = await asyncio.to_thread(set_up, address, 600)
+    beat = pb.HeartbeatRequest(group="g", agent_id="a", token=pb.FencingToken(incarnation=incarnation))
+    register = pb.RegisterRequest(request_id="r2", group="g", agent_id="b")
+    shed_before = metrics.SHED.labels("write")._value.get()
+
+    await lag(replica, 0.5)  # between the bounds: writes are shed, heartbeats served
+    err = await asyncio.to_thread(refusal, address, "Register", register)
+    assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailers = dict(err.trailing_metadata())
+    assert trailers[REASON_METADATA_KEY] == "REASON_OVERLOADED" and float(trailers[RETRY_AFTER_METADATA_KEY]) >= 0.2
+    assert overload_hint(err) == float(trailers[RETRY_AFTER_METADATA_KEY])
+    assert metrics.SHED.labels("write")._value.get() == shed_before + 1
+    assert await asyncio.to_thread(refusal, address, "Heartbeat", beat) is None
+    assert replica.read_state().agent("g", "b") is None  # nothing was proposed
+
+    await lag(replica, 2.0)  # past the keepalive bound: heartbeats are shed too
+    err = await asyncio.to_thread(refusal, address, "Heartbeat", beat)
+    assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and overload_hint(err) >= 1.0
+
+    # The client waits the hint and retries with the same request: it gets through once the lag is gone.
+    with Connection([address], deadline=20) as conn:
+        call = asyncio.create_task(asyncio.to_thread(conn.call, "AgentService", "Register", register))
+        await asyncio.sleep(0.5)
+        assert not call.done()
+        await lag(replica, 0.0)
+        assert (await asyncio.wait_for(call, 15)).incarnation == 1
+
+
+async def test_no_agent_is_declared_failed_while_the_leader_lags(node) -> None:
+    replica, address = node
+    incarnation = await asyncio.to_thread(set_up, address, 1.0)
+    credit_before = metrics.LEASE_CREDIT_SECONDS._value.get()
+    # Lagging: the agent's heartbeats would be shed, so it sends none; the leader must not blame it.
+    await lag(replica, 2.0)
+    await asyncio.sleep(3.0)  # three lease lifetimes
+    assert agent_state(replica, "a") is AgentState.ALIVE
+    assert metrics.LEASE_CREDIT_SECONDS._value.get() > credit_before
+    # Healthy again and still silent: now the silence is the agent's, and it is declared failed.
+    await lag(replica, 0.0)
+    deadline = time.monotonic() + 10
+    while agent_state(replica, "a") is AgentState.ALIVE:
+        assert time.monotonic() < deadline, "a silent agent was never declared failed after the lag ended"
+        await asyncio.sleep(0.1)
+    assert incarnation == 1
