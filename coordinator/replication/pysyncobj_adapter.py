@@ -27,6 +27,7 @@ from coordinator.replication.journal import ConflictAwareJournal
 
 SUPPORTED_VERSION = "0.3.17"
 _PYSYNCOBJ_LOGGER = "pysyncobj.syncobj"
+log = logging.getLogger(__name__)
 _FALSE_ALARM = "truncating already-applied log entries"
 
 
@@ -148,6 +149,20 @@ def commit_only_what_the_leader_sent(node: SyncObj, handle: Callable[[Any, Any],
     if commit > allowed:
         node._SyncObj__raftCommitIndex = allowed
         raft_log(node).setRaftCommitIndex(allowed)
+        held = _entry_term(node, allowed + 1)
+        # An older term than the leader's is a deposed leader's tail, once per heal and
+        # worth seeing; the same term is a late, shorter message, frequent under load.
+        log.log(logging.INFO if held is not None and held < message.get("term", 0) else logging.DEBUG,
+                "commit index held at %d, not %d: the entries after it (term %s) are not yet known to "
+                "match the log of the leader of term %s", allowed, commit, held, message.get("term"))
+
+
+def _entry_term(node: SyncObj, index: int) -> int | None:
+    journal = raft_log(node)
+    if len(journal) == 0:
+        return None
+    position = index - journal[0][1]
+    return journal[position][2] if 0 <= position < len(journal) else None
 
 
 def _last_entry_sent(node: SyncObj, message: dict, applied_before: int) -> int:

@@ -12,6 +12,7 @@ dedupe table). Here the same messages are fed to one node's handler directly.
 """
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 from typing import Iterator
@@ -121,3 +122,14 @@ def test_the_new_leaders_entries_replace_the_tail_and_commit(cluster: tuple[Regi
     # A late copy of an earlier, shorter message neither drops nor uncommits anything.
     node.receive(new_leader, term=NEW_TERM, commit_index=50, entries=theirs[:1], prevLogIdx=3, prevLogTerm=OLD_TERM)
     assert node.raftCommitIndex == 5 and len(node._SyncObj__raftLog) == 5
+
+
+def test_holding_back_a_deposed_leaders_tail_is_logged(cluster: tuple[Register, TCPNode, TCPNode],
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    node, old_leader, new_leader = cluster
+    deposed(node, old_leader)
+    with caplog.at_level(logging.INFO, logger=pysyncobj_adapter.__name__):
+        node.receive(new_leader, term=NEW_TERM, commit_index=50, serialized=(b"first chunk", True, False))
+    assert [r.getMessage() for r in caplog.records] == [
+        "commit index held at 3, not 4: the entries after it (term 1) are not yet known to match the log of "
+        "the leader of term 2"]
