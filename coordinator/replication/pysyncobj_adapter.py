@@ -150,7 +150,7 @@ def commit_only_what_the_leader_sent(node: SyncObj, handle: Callable[[Any, Any],
         node._SyncObj__raftCommitIndex = allowed
         raft_log(node).setRaftCommitIndex(allowed)
         held = _entry_term(node, allowed + 1)
-        # An older term than the leader's is a deposed leader's tail, once per heal and
+        # An older term than the leader's is a deposed leader's tail, a few times per heal and
         # worth seeing; the same term is a late, shorter message, frequent under load.
         log.log(logging.INFO if held is not None and held < message.get("term", 0) else logging.DEBUG,
                 "commit index held at %d, not %d: the entries after it (term %s) are not yet known to "
