@@ -158,6 +158,7 @@ def commit_only_what_the_leader_sent(node: SyncObj, handle: Callable[[Any, Any],
 
 
 def _entry_term(node: SyncObj, index: int) -> int | None:
+    """The term of the log entry at `index`, None when the log does not hold it."""
     journal = raft_log(node)
     if len(journal) == 0:
         return None

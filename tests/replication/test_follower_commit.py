@@ -74,7 +74,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Register, TCPNode, TCPNode]]:
 def deposed(node: Register, old_leader: TCPNode) -> None:
     """Entries 2 and 3 committed in the old term, and 4 that no majority ever held:
     the log a leader has when it is cut off right after appending a client's write."""
-    assert node.raftCommitIndex == 1 and len(node._SyncObj__raftLog) == 1  # the initial no-op only
+    assert node.raftCommitIndex == 1 and len(pysyncobj_adapter.raft_log(node)) == 1  # the initial no-op only
     entries = [(node.command("a"), 2, OLD_TERM), (node.command("b"), 3, OLD_TERM)]
     node.receive(old_leader, term=OLD_TERM, commit_index=3, entries=entries, prevLogIdx=1, prevLogTerm=0)
     node.receive(old_leader, term=OLD_TERM, commit_index=3, entries=[(node.command("stale"), 4, OLD_TERM)],
@@ -121,7 +121,7 @@ def test_the_new_leaders_entries_replace_the_tail_and_commit(cluster: tuple[Regi
     assert apply_committed(node) == ["a", "b", "retry", "c"]
     # A late copy of an earlier, shorter message neither drops nor uncommits anything.
     node.receive(new_leader, term=NEW_TERM, commit_index=50, entries=theirs[:1], prevLogIdx=3, prevLogTerm=OLD_TERM)
-    assert node.raftCommitIndex == 5 and len(node._SyncObj__raftLog) == 5
+    assert node.raftCommitIndex == 5 and len(pysyncobj_adapter.raft_log(node)) == 5
 
 
 def test_holding_back_a_deposed_leaders_tail_is_logged(cluster: tuple[Register, TCPNode, TCPNode],
