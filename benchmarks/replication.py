@@ -50,9 +50,11 @@ def make_raw(cfg, conflict_aware_journal: bool):
 
     from pysyncobj.transport import TCPTransport
     transport = TCPTransport
+    journal = str(Path(cfg.data_dir) / "raw.journal")
     if conflict_aware_journal:
-        from coordinator.replication import pysyncobj_adapter
+        from coordinator.replication import journal_format, pysyncobj_adapter
         pysyncobj_adapter.install()
+        pysyncobj_adapter.use_journal_key(journal, journal_format.record_key(cfg.password()))
         transport = pysyncobj_adapter.FlushingTransport
 
     class Counter(SyncObj):
@@ -62,7 +64,7 @@ def make_raw(cfg, conflict_aware_journal: bool):
                                autoTickPeriod=cfg.auto_tick_period, appendEntriesUseBatch=cfg.append_entries_batch,
                                appendEntriesPeriod=cfg.append_entries_period, raftMinTimeout=cfg.raft_min_timeout,
                                raftMaxTimeout=cfg.raft_max_timeout, leaderFallbackTimeout=cfg.leader_fallback_timeout,
-                               journalFile=str(Path(cfg.data_dir) / "raw.journal"), dynamicMembershipChange=True,
+                               journalFile=journal, dynamicMembershipChange=True,
                                logCompactionMinEntries=cfg.compaction_min_entries,
                                fullDumpFile=str(Path(cfg.data_dir) / "raw.dump"))
             super().__init__(cfg.raft_address, [p.raft for p in cfg.peer_list()], conf, transportClass=transport)

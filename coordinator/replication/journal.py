@@ -9,10 +9,14 @@ second under load on loopback.
 
 This journal defers the deletion: incoming entries that match what is stored are
 skipped, the first conflicting one truncates from its position, and a tail that
-matches is kept. It is durable (journal_file.DurableJournal);
-pysyncobj_adapter.FlushingTransport makes every outgoing message wait for the
-entries it may reflect, and pysyncobj_adapter.install() makes pysyncobj create
-this journal.
+matches is kept. A kept tail may also be one no leader vouched for (a deposed
+leader's entries of its old term): pysyncobj would commit up to the end of the
+log, so pysyncobj_adapter.commit_only_what_the_leader_sent holds the commit index
+to the last entry the leader's message carried, as Raft requires.
+
+It is durable (journal_file.DurableJournal); pysyncobj_adapter.FlushingTransport
+makes every outgoing message wait for the entries it may reflect, and
+pysyncobj_adapter.install() makes pysyncobj create this journal.
 """
 from __future__ import annotations
 

@@ -326,6 +326,12 @@ class CoordinatorNode(SyncObj):
             fail_stop(f"{exc}; the file was moved to {aside}. {REBUILD_FROM_PEERS}", EXIT_DAMAGED)
 
     def _install_snapshot(self, path: str) -> tuple:
+        """Load the snapshot's store image unless the store already holds its index.
+
+        A store at or past the snapshot's index is kept, and pysyncobj's replay of the
+        entries up to the store's index is skipped in apply_entry: right because this
+        node applies committed entries only (pysyncobj_adapter.commit_only_what_the_leader_sent),
+        which are the same entries on every node."""
         with snapshots.open_received(path, self.config.raft_address, self._key) as received:
             last, previous, _members = received.raft_data
             self._journal.align_to_snapshot(previous, last)

@@ -2,11 +2,12 @@
 
 The node relies on pysyncobj 0.3.17 beyond its public API: the journal factory
 it calls, the name-mangled `SyncObj.__*` attributes holding the log, the applied
-index, the Raft role and the AppendEntries sender, the transport's back-reference
-to its node and its not-yet-identified connections, the TCP connection's read
-buffer and the connection class its server builds, the wire framing and key
-exchange of its TCP transport (for the probe of a new member), and the text of
-one log message. Each use is a small function here, so an
+index, the commit index, the Raft role and the AppendEntries sender and the shape
+of an AppendEntries message, the transport's back-reference to its node and its
+not-yet-identified connections, the TCP connection's read buffer and the
+connection class its server builds, the wire framing and key exchange of its TCP
+transport (for the probe of a new member), and the text of one log message. Each
+use is a small function here, so an
 upgrade is checked in this module alone, and `install()` refuses any other
 version instead of letting a changed internal corrupt a replica quietly.
 
@@ -199,7 +200,8 @@ class GuardedConnection(TcpConnection):
 # ---- the transport: journal flush and the guard ------------------------------------
 class FlushingTransport(TCPTransport):
     """pysyncobj's TCP transport, with the journal flushed before any message leaves,
-    and the Raft port guarded (RaftPortLimits).
+    Raft's commit rule kept on every AppendEntries received (see
+    commit_only_what_the_leader_sent), and the Raft port guarded (RaftPortLimits).
 
     Every Raft message a node sends goes through send(): vote requests and grants
     (term and vote are already durable: setCurrentTerm stores them synchronously),
@@ -236,6 +238,16 @@ class FlushingTransport(TCPTransport):
                 conn.refuse("unnamed" if conn.authenticated else "idle",
                             f"{'named no node' if conn.authenticated else 'did not authenticate'} "
                             f"within {timeout:g} s")
+
+    def setOnMessageReceivedCallback(self, callback) -> None:  # type: ignore[no-untyped-def]
+        """pysyncobj registers its message handler here; every AppendEntries it handles
+        then passes through commit_only_what_the_leader_sent."""
+        if callback is None:
+            super().setOnMessageReceivedCallback(None)
+            return
+        owner = transport_owner(self)
+        super().setOnMessageReceivedCallback(
+            lambda peer, message: commit_only_what_the_leader_sent(owner, callback, peer, message))
 
 
 def transport_owner(transport: TCPTransport) -> SyncObj:
@@ -292,6 +304,65 @@ def probe_password(node: SyncObj, address: str, timeout: float) -> None:
         raise RaftProbeFailed("its answer does not decrypt with this cluster's password") from None
     if echoed != ours:
         raise RaftProbeFailed("its answer does not carry the key this node sent")
+
+# ---- the follower's commit index -----------------------------------------------------
+def commit_only_what_the_leader_sent(node: SyncObj, handle: Callable[[Any, Any], None], peer: Any,
+                                     message: Any) -> None:
+    """Let pysyncobj handle `message`, then hold the commit index to Raft's rule for an
+    AppendEntries: it rises to min(leaderCommit, index of the last entry the message
+    carried), never further.
+
+    pysyncobj 0.3.17 raises it to min(leaderCommit, last index of the follower's log).
+    That is Raft's rule only for a log whose tail the message has just replaced, and
+    ConflictAwareJournal keeps a tail that no incoming entry contradicted. A deposed
+    leader's log ends with entries of its old term that no majority ever held; the
+    first AppendEntries of the new leader that matches without reaching them (one
+    carrying only entries it already has, or any chunk of a snapshot transfer, which
+    pysyncobj counts as carrying everything) would commit them, and this node would
+    apply writes the cluster never made. A snapshot then replaces the journal, and
+    the store keeps those writes at an index the others hold different ones at.
+    """
+    if not isinstance(message, dict) or message.get("type") != "append_entries":
+        handle(peer, message)
+        return
+    commit_before, applied_before = node.raftCommitIndex, node.raftLastApplied
+    handle(peer, message)
+    commit = node.raftCommitIndex
+    if commit <= commit_before:
+        return
+    allowed = max(commit_before, _last_entry_sent(node, message, applied_before))
+    if commit > allowed:
+        node._SyncObj__raftCommitIndex = allowed
+        raft_log(node).setRaftCommitIndex(allowed)
+        held = _entry_term(node, allowed + 1)
+        # An older term than the leader's is a deposed leader's tail, a few times per heal and
+        # worth seeing; the same term is a late, shorter message, frequent under load.
+        log.log(logging.INFO if held is not None and held < message.get("term", 0) else logging.DEBUG,
+                "commit index held at %d, not %d: the entries after it (term %s) are not yet known to "
+                "match the log of the leader of term %s", allowed, commit, held, message.get("term"))
+
+
+def _entry_term(node: SyncObj, index: int) -> int | None:
+    """The term of the log entry at `index`, None when the log does not hold it."""
+    journal = raft_log(node)
+    if len(journal) == 0:
+        return None
+    position = index - journal[0][1]
+    return journal[position][2] if 0 <= position < len(journal) else None
+
+
+def _last_entry_sent(node: SyncObj, message: dict, applied_before: int) -> int:
+    """The index of the last entry `message` made this node's log agree on with the
+    leader's: the last entry it carried, the snapshot it completed, or nothing (0)."""
+    if "prevLogIdx" in message:
+        if message["prevLogIdx"] is None:
+            return 0
+        # One entry too large for a message comes in pieces; only the last one carries it.
+        carried = 1 if message.get("transmission") == "finish" else len(message.get("entries", ()))
+        return message["prevLogIdx"] + carried
+    if node.raftLastApplied != applied_before:
+        return current_log_index(node)  # a snapshot was installed: the log is the snapshot's two entries
+    return 0
 
 
 # ---- patches -----------------------------------------------------------------------
