@@ -37,7 +37,8 @@ def test_a_huge_request_id_is_refused_without_a_huge_log_line(capfd: pytest.Capt
     from coordinator.api.v1 import coordinator_pb2 as pb
 
     huge = "x" * 1_000_000
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    # verbose: the refusal's log line must reach stderr whatever logging earlier tests set up
+    with InProcessCoordinator(verbose=True) as coordinator, Connection([coordinator.address]) as conn:
         capfd.readouterr()
         with pytest.raises(Rejected) as info:
             conn.call("AgentService", "Register", pb.RegisterRequest(request_id=huge, group="g", agent_id="a"))
