@@ -239,7 +239,7 @@ class CoordinatorNode(SyncObj):
         return self._voters
 
     def probe_member(self, raft_address: str, timeout: float) -> None:
-        """Raise pysyncobj_adapter.RaftProbeFailed unless `raft_address` answers with
+        """Raise replica.RaftProbeFailed unless `raft_address` answers with
         this cluster's Raft password. Blocking."""
         pysyncobj_adapter.probe_password(self, raft_address, timeout)
 

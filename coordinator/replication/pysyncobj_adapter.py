@@ -37,6 +37,7 @@ from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from coordinator.replication.journal import ConflictAwareJournal
+from coordinator.replication.replica import RaftProbeFailed
 
 SUPPORTED_VERSION = "0.3.17"
 _PYSYNCOBJ_LOGGER = "pysyncobj.syncobj"
@@ -256,8 +257,6 @@ def transport_owner(transport: TCPTransport) -> SyncObj:
 
 
 # ---- probing a would-be member ------------------------------------------------------
-class RaftProbeFailed(Exception):
-    """The address does not answer pysyncobj's key exchange with this cluster's password."""
 
 
 def _frame(node: SyncObj, message: object) -> bytes:

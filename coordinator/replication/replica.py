@@ -64,6 +64,12 @@ class Replica(Protocol):
     def leader_raft_address(self) -> str | None: ...
 
 
+class RaftProbeFailed(Exception):
+    """The address does not answer pysyncobj's key exchange with this cluster's password.
+    Defined beside the Membership protocol, not in the adapter, so the transport can
+    catch it without importing pysyncobj (the in-process coordinator never loads it)."""
+
+
 @runtime_checkable
 class Membership(Protocol):
     """What AddNode/RemoveNode need besides the Replica: CoordinatorNode has it; a
@@ -72,7 +78,7 @@ class Membership(Protocol):
     def voters(self) -> tuple[frozenset[str], frozenset[str]]:
         """(every voter's Raft address, the voters this node hears from), itself included."""
     def probe_member(self, raft_address: str, timeout: float) -> None:
-        """Raise unless `raft_address` answers with this cluster's Raft password. Blocking."""
+        """Raise RaftProbeFailed unless `raft_address` answers with this cluster's Raft password. Blocking."""
     def change_membership(self, raft_address: str, *, add: bool, callback: Callable[[object, int], None]) -> None:
         """Propose adding or removing one voter; callback(result, error) once decided."""
     def tick_lag_since(self, since: float) -> float:

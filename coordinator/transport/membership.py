@@ -28,8 +28,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import ids, membership
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.observability import raft_log
-from coordinator.replication.pysyncobj_adapter import RaftProbeFailed
-from coordinator.replication.replica import Membership
+from coordinator.replication.replica import Membership, RaftProbeFailed
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import abort_with
 
