@@ -17,7 +17,7 @@ import grpc
 from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_delay,
                       wait_random_exponential)
 
-from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
+from coordinator.api.metadata import AUTHORIZATION_METADATA_KEY, ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -54,6 +54,20 @@ def issued_now() -> tuple[tuple[str, str], ...]:
     return ((ISSUED_AT_METADATA_KEY, repr(time.time())),)
 
 
+def bearer(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The call metadata that presents `token` (none without one)."""
+    return ((AUTHORIZATION_METADATA_KEY, f"Bearer {token}"),) if token else ()
+
+
+def read_token_file(path: str) -> str:
+    """A bearer token kept in a file (its first line), as `--token-file` names it."""
+    with open(path, encoding="utf-8") as f:
+        token = f.readline().strip()
+    if not token:
+        raise ValueError(f"token file {path!r} is empty")
+    return token
+
+
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, grpc.RpcError) and exc.code() in RETRYABLE
 
@@ -80,9 +94,11 @@ def _trailer(err: grpc.RpcError, key: str) -> str | None:
 class _Targets:
     """Which node to talk to next: where a follower said the leader is, else round robin."""
 
-    def __init__(self, endpoints: Sequence[str]) -> None:
+    def __init__(self, endpoints: Sequence[str], token: str | None = None) -> None:
         if not endpoints:
             raise ValueError("at least one coordinator endpoint is required")
+        # Sent with every call: the coordinator maps the token to an identity and its role.
+        self.credentials: tuple[tuple[str, str], ...] = bearer(token)
         self.endpoints = list(endpoints)
         self.target = self.endpoints[0]
         self._lock = threading.Lock()
@@ -112,8 +128,9 @@ class _Targets:
 class Connection(_Targets):
     """Blocking client; thread-safe (channels are shared, one per node)."""
 
-    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
-        super().__init__(endpoints)
+    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
+                 token: str | None = None) -> None:
+        super().__init__(endpoints, token)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.Channel] = {}
@@ -130,7 +147,7 @@ class Connection(_Targets):
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
-        metadata = issued_now()
+        metadata = issued_now() + self.credentials
 
         def attempt() -> Any:
             try:
@@ -148,7 +165,8 @@ class Connection(_Targets):
         def attempt() -> list[Any]:
             items: list[Any] = []
             try:
-                for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
+                for item in getattr(self._stub(service, self.target), method)(request, timeout=window,
+                                                                                metadata=self.credentials):
                     items.append(item)
             except grpc.RpcError as err:
                 if not self.window_closed(err):
@@ -161,7 +179,7 @@ class Connection(_Targets):
         """Open a server stream on the current target, without retries: the caller (a
         watcher loop) reconnects. Returns (call, iterator); call.cancel() ends it.
         A RETRYABLE error from the iterator should be passed to redirect()."""
-        call = getattr(self._stub(service, self.target), method)(request, timeout=timeout)
+        call = getattr(self._stub(service, self.target), method)(request, timeout=timeout, metadata=self.credentials)
         return call, call
 
     @staticmethod
@@ -188,8 +206,9 @@ class AsyncConnection(_Targets):
     """The asyncio twin of Connection (grpc.aio channels, tenacity's AsyncRetrying).
     Use from one event loop."""
 
-    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
-        super().__init__(endpoints)
+    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
+                 token: str | None = None) -> None:
+        super().__init__(endpoints, token)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -201,7 +220,7 @@ class AsyncConnection(_Targets):
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     async def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
-        metadata = issued_now()
+        metadata = issued_now() + self.credentials
 
         async def attempt() -> Any:
             try:
@@ -219,7 +238,8 @@ class AsyncConnection(_Targets):
         async def attempt() -> list[Any]:
             items: list[Any] = []
             try:
-                async for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
+                async for item in getattr(self._stub(service, self.target), method)(request, timeout=window,
+                                                                                metadata=self.credentials):
                     items.append(item)
             except grpc.RpcError as err:
                 if not self.window_closed(err):
@@ -231,7 +251,7 @@ class AsyncConnection(_Targets):
     def stream(self, service: str, method: str, request: Any, *, timeout: float) -> Any:
         """Open a server stream on the current target, without retries (the caller's
         watcher loop reconnects): an async iterable call; call.cancel() ends it."""
-        return getattr(self._stub(service, self.target), method)(request, timeout=timeout)
+        return getattr(self._stub(service, self.target), method)(request, timeout=timeout, metadata=self.credentials)
 
     @staticmethod
     async def _with_retries(attempt: Callable[[], Awaitable[T]], what: str, deadline: float) -> T:

@@ -28,6 +28,7 @@ from coordinator.service import ports
 from coordinator.storage.protocol import EXIT_DAMAGED, REBUILD_FROM_PEERS, STORE_DIR, DamagedAtRest
 from coordinator.service import digest_audit
 from coordinator.service.node_server import serve
+from coordinator.transport.auth import INSECURE_WARNING, AuthConfigError, Authorizer, AuthSettings, authorizer_for
 from coordinator.transport.server import ServerLimits
 
 log = logging.getLogger("raftpoint.node")
@@ -53,7 +54,18 @@ def _stop_diverged(message: str) -> None:
     fail_stop(f"{message}. {REBUILD_FROM_PEERS}", EXIT_DAMAGED)
 
 
-async def _main(cfg: NodeConfig) -> None:
+def authorizer_of(cfg: NodeConfig) -> Authorizer | None:
+    """The node's authorizer (None: auth off, announced loudly); raises AuthConfigError
+    for settings that would leave the node open or that cannot be read."""
+    authorizer = authorizer_for(AuthSettings(bindings_file=cfg.auth_bindings_file, tokens_file=cfg.auth_tokens_file,
+                                             tls=False, client_certs=False))  # this server speaks plaintext gRPC
+    if authorizer is None:
+        log.warning(INSECURE_WARNING)
+        print(f"{PROG}: WARNING: {INSECURE_WARNING}", file=sys.stderr)
+    return authorizer
+
+
+async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -71,7 +83,8 @@ async def _main(cfg: NodeConfig) -> None:
             audit = asyncio.create_task(digest_audit.run(node, cfg.raft_address, peers, cfg.digest_audit_s, stop,
                                                          _stop_diverged)) if cfg.digest_audit_s and peers else None
             await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
-                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs))
+                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs),
+                        authorizer=authorizer)
             if audit is not None:
                 await audit
         finally:
@@ -88,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     configure_logging(cfg.log_level)
     try:
-        asyncio.run(_main(cfg))
+        authorizer = authorizer_of(cfg)
+    except AuthConfigError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_main(cfg, authorizer))
     except DamagedAtRest as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_DAMAGED

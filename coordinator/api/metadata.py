@@ -14,6 +14,8 @@ LEADER_METADATA_KEY = "raftpoint-leader"
 ISSUED_AT_METADATA_KEY = "raftpoint-issued-at"
 # Trailing, on a refusal the coordinator decided: the ReasonCode value's name.
 REASON_METADATA_KEY = "raftpoint-reason"
+# Request: "Bearer <token>", the caller's identity when it has no client certificate.
+AUTHORIZATION_METADATA_KEY = "authorization"
 
 
 def reason_value(reason_code: int) -> str:

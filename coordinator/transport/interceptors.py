@@ -1,5 +1,7 @@
-"""Cross-cutting RPC concerns in one place: request-id-bound logging, latency metrics
-and the refusal of requests that do not decode.
+"""Cross-cutting RPC concerns in one place: request-id-bound logging, latency metrics,
+the refusal of requests that do not decode, and admission: who is calling and
+whether they may (transport.auth), and agent secrets replaced by their hashes,
+before any handler runs and so before anything is proposed.
 
 Kept out of the servicers so every handler gets the same log context and the same
 metric labels without repeating them.
@@ -17,6 +19,8 @@ from coordinator.api.metadata import REASON_METADATA_KEY
 from coordinator.core.errors import Rejection
 from coordinator.core.ids import MAX_REQUEST_ID_CHARS
 from coordinator.observability import metrics
+from coordinator.transport import auth
+from coordinator.transport.auth import Authorizer
 from coordinator.transport.status_map import abort_with
 
 log = structlog.get_logger("raftpoint.rpc")
@@ -26,10 +30,12 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
     """RPC latency by method and status code; the request id bound to every log line
     the handler emits, and refused requests logged with their reason code and text."""
 
-    def __init__(self) -> None:
+    def __init__(self, authorizer: Authorizer | None = None) -> None:
         # Wrapped once per method: building handlers on every call was a measurable
         # share of a small RPC's cost.
         self._wrapped: dict[str, grpc.RpcMethodHandler | None] = {}
+        # None: the insecure development mode, every caller admitted.
+        self.authorizer = authorizer
 
     async def intercept_service(self, continuation, details):
         try:
@@ -39,13 +45,16 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         wrapped = handler
         method = details.method.rsplit("/", 1)[-1]
+        admit = _Admission(method, self.authorizer, guarded=details.method.startswith(auth.GUARDED_SERVICES))
         if handler is not None and handler.unary_unary is not None:
             wrapped = grpc.unary_unary_rpc_method_handler(
-                _unary(method, handler.unary_unary), request_deserializer=_tolerant(handler.request_deserializer),
+                _unary(method, handler.unary_unary, admit),
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
         elif handler is not None and handler.unary_stream is not None:
             wrapped = grpc.unary_stream_rpc_method_handler(
-                _stream(method, handler.unary_stream), request_deserializer=_tolerant(handler.request_deserializer),
+                _stream(method, handler.unary_stream, admit),
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
         if handler is not None:
             self._wrapped[details.method] = wrapped
@@ -77,9 +86,23 @@ def _tolerant(deserializer):
     return decode
 
 
-async def _refuse_undecodable(request, context: grpc.aio.ServicerContext) -> None:
-    if isinstance(request, Undecodable):
-        await abort_with(context, Rejection.invalid("request", f"does not decode: {request.error}"))
+class _Admission:
+    """One method's admission: decodable, authorized (when auth is on), secrets sealed."""
+
+    def __init__(self, method: str, authorizer: Authorizer | None, guarded: bool) -> None:
+        self.method, self.authorizer, self.guarded = method, authorizer, guarded
+
+    async def __call__(self, request, context: grpc.aio.ServicerContext) -> None:
+        if isinstance(request, Undecodable):
+            await abort_with(context, Rejection.invalid("request", f"does not decode: {request.error}"))
+        if not self.guarded:
+            return
+        try:
+            grant = self.authorizer.admit(self.method, request, context) if self.authorizer else None
+            auth.PRINCIPAL.set(grant)
+            auth.seal_secrets(request)
+        except Rejection as r:
+            await abort_with(context, r)
 
 
 class _Observed:
@@ -109,18 +132,18 @@ class _Observed:
         structlog.contextvars.clear_contextvars()
 
 
-def _unary(method: str, inner):
+def _unary(method: str, inner, admit: _Admission):
     async def observed(request, context):
         with _Observed(method, request, context):
-            await _refuse_undecodable(request, context)
+            await admit(request, context)
             return await inner(request, context)
     return observed
 
 
-def _stream(method: str, inner):
+def _stream(method: str, inner, admit: _Admission):
     async def observed(request, context):
         with _Observed(method, request, context):
-            await _refuse_undecodable(request, context)
+            await admit(request, context)
             async for item in inner(request, context):
                 yield item
     return observed

@@ -18,6 +18,7 @@ from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
 from coordinator.transport.heavy_reads import HeavyReads
+from coordinator.transport.auth import Authorizer
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
@@ -88,13 +89,16 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
 
 @contextlib.asynccontextmanager
 async def running(batcher: Batcher, leases: Leases, address: str,
-                  limits: ServerLimits = ServerLimits()) -> AsyncIterator[None]:
+                  limits: ServerLimits = ServerLimits(), authorizer: Authorizer | None = None) -> AsyncIterator[None]:
     """The gRPC server (and its health reports) on `address` while the block runs.
+
+    `authorizer`: who may call what (transport.auth); None only in the insecure
+    development mode, where every caller may do anything.
 
     Raises OSError before the block when the address cannot be bound.
     """
     node = batcher.replica
-    server = grpc.aio.server(interceptors=[RequestInterceptor()], maximum_concurrent_rpcs=limits.max_rpcs, options=[
+    server = grpc.aio.server(interceptors=[RequestInterceptor(authorizer)], maximum_concurrent_rpcs=limits.max_rpcs, options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         # gRPC sets SO_REUSEPORT by default: a second server on this port would share
