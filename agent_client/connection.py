@@ -17,7 +17,7 @@ import grpc
 from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_delay,
                       wait_random_exponential)
 
-from coordinator.api.metadata import AUTHORIZATION_METADATA_KEY, ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
+from coordinator.api.metadata import bearer, ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -52,11 +52,6 @@ def issued_now() -> tuple[tuple[str, str], ...]:
     retry: the coordinator deduplicates by request id for a window measured from it,
     and refuses a retry older than that rather than risk applying it twice."""
     return ((ISSUED_AT_METADATA_KEY, repr(time.time())),)
-
-
-def bearer(token: str | None) -> tuple[tuple[str, str], ...]:
-    """The call metadata that presents `token` (none without one)."""
-    return ((AUTHORIZATION_METADATA_KEY, f"Bearer {token}"),) if token else ()
 
 
 def read_token_file(path: str) -> str:

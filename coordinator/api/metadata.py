@@ -18,6 +18,11 @@ REASON_METADATA_KEY = "raftpoint-reason"
 AUTHORIZATION_METADATA_KEY = "authorization"
 
 
+def bearer(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The call metadata that presents `token` (none without one)."""
+    return ((AUTHORIZATION_METADATA_KEY, f"Bearer {token}"),) if token else ()
+
+
 def reason_value(reason_code: int) -> str:
     """A ReasonCode as the metadata carries it: its name, readable in any language."""
     return pb.ReasonCode.Name(reason_code)

@@ -38,6 +38,9 @@ BEARER = "bearer "
 GUARDED_SERVICES = ("/raftpoint.v1.AgentService/", "/raftpoint.v1.AdminService/")
 # The grant the current RPC was admitted with, for the proposer to put in the entry.
 PRINCIPAL: contextvars.ContextVar[Grant | None] = contextvars.ContextVar("raftpoint_principal", default=None)
+# The cluster's nodes, reading each other's status (the digest audit): observers.
+NODE_IDENTITY = "raftpoint-node"
+NODE_GRANT = Grant(NODE_IDENTITY, Role.OBSERVER)
 _IDENTITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,255}$")
 _HEX_HASH = re.compile(r"^[0-9a-f]{64}$")
 
@@ -52,6 +55,12 @@ def token_hash(token: str) -> str:
     """What the tokens file holds for a token: SHA-256, hex. A token is 256 random
     bits, so a plain hash is enough (no salt or stretching needed against guessing)."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def node_token(raft_password: str) -> str:
+    """The bearer token nodes present to each other: derived from the Raft password
+    every member holds already, so peers need no token of their own to configure."""
+    return hmac.new(raft_password.encode(), b"raftpoint node status", hashlib.sha256).hexdigest()
 
 
 def parse_tokens(text: str, source: str = "tokens file") -> tuple[tuple[str, str], ...]:
@@ -134,10 +143,12 @@ class Caller:
 class Authorizer:
     """Admits or refuses each guarded RPC before its handler runs."""
 
-    def __init__(self, bindings_file: str, tokens_file: str = "", client_certs: bool = False) -> None:
+    def __init__(self, bindings_file: str, tokens_file: str = "", client_certs: bool = False,
+                 node_token: str = "") -> None:
         self.bindings = WatchedFile(bindings_file, parse_bindings, {})
         self.tokens = WatchedFile(tokens_file, parse_tokens, ()) if tokens_file else None
         self.client_certs = client_certs
+        self._node_token_hash = token_hash(node_token) if node_token else ""
 
     def caller(self, context: grpc.aio.ServicerContext) -> Caller:
         presented = _bearer(context)
@@ -151,11 +162,12 @@ class Authorizer:
         return Caller(None)
 
     def _token_identity(self, presented: str) -> str | None:
-        if self.tokens is None:
-            return None
         digest = token_hash(presented)
         found = None
-        for identity, stored in self.tokens.current():  # every line compared: no early exit to time
+        known = self.tokens.current() if self.tokens is not None else ()
+        if self._node_token_hash:
+            known = ((NODE_IDENTITY, self._node_token_hash), *known)
+        for identity, stored in known:  # every line compared: no early exit to time
             if hmac.compare_digest(digest, stored):
                 found = identity
         return found
@@ -166,7 +178,10 @@ class Authorizer:
         if caller.identity is None and caller.why_not:
             raise Rejection.because(ReasonCode.UNAUTHENTICATED, caller.why_not)
         group, agent_id = request_target(request)
-        return authz.check(authz.decide(caller.identity, self.bindings.current(), rpc, group, agent_id))
+        grants = self.bindings.current()
+        if caller.identity == NODE_IDENTITY:
+            grants = {NODE_IDENTITY: NODE_GRANT}
+        return authz.check(authz.decide(caller.identity, grants, rpc, group, agent_id))
 
 
 def certificate_identity(auth_context: Mapping[str, Any]) -> str | None:
@@ -215,6 +230,8 @@ class AuthSettings:
     tokens_file: str = ""
     tls: bool = False
     client_certs: bool = False
+    # What the cluster's own nodes present to each other (node_token).
+    node_token: str = ""
 
 
 INSECURE_WARNING = ("AUTHENTICATION IS OFF: this node runs without TLS and without an identity source, so "
@@ -238,4 +255,4 @@ def authorizer_for(settings: AuthSettings) -> Authorizer | None:
     if not settings.bindings_file:
         raise AuthConfigError("an identity source is configured but no auth_bindings_file: nobody would "
                               "have a role")
-    return Authorizer(settings.bindings_file, settings.tokens_file, settings.client_certs)
+    return Authorizer(settings.bindings_file, settings.tokens_file, settings.client_certs, settings.node_token)

@@ -79,7 +79,7 @@ def test_a_write_waiting_on_a_deposed_leader_is_answered_when_it_steps_down(chao
     chaos.network.partition([[old]], Partition.BLACKHOLE)
     started = time.monotonic()
     request = pb.CommitCheckpointRequest(
-        request_id="cp-unknown", token=pb.FencingToken(incarnation=1),
+        request_id="cp-unknown", token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
         checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=2, kind=pb.BASIC,
                                      blob_uri="file:///blobs/a/2", sha256="c" * 64, size=200))
     with grpc.insecure_channel(chaos.nodes[old].grpc) as channel:

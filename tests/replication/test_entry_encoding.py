@@ -63,7 +63,7 @@ def test_an_entry_decodes_to_the_command_it_was_built_from(command: c.Command) -
 def test_a_request_decoded_by_a_servicer_survives_the_log() -> None:
     """What a client sends, through the servicer's decoder and the log, is what it meant;
     the checkpoint fields only the coordinator sets (created_at, ...) are not taken from it."""
-    request = pb.CommitCheckpointRequest(request_id="r", token=pb.FencingToken(incarnation=3, epoch=7),
+    request = pb.CommitCheckpointRequest(request_id="r", token=pb.FencingToken(secret=b"s" * 16, incarnation=3, epoch=7),
                                          checkpoint=wire.checkpoint_to_pb(CHECKPOINT))
     request.checkpoint.created_at, request.checkpoint.stable = 5.0, True
     command = wire.commit_checkpoint_from_pb(request)
