@@ -3,32 +3,29 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.harness.local_cluster import read_endpoints
+from raftpoint.cli import target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("members", help="add or remove one cluster member (one change at a time)")
     parser.add_argument("action", choices=("add", "remove"))
     parser.add_argument("node", help="the member's Raft address, host:port")
-    parser.add_argument("--endpoints", help="comma-separated gRPC addresses (default: from --data-dir)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"))
+    target.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        endpoints = ([e.strip() for e in args.endpoints.split(",") if e.strip()] if args.endpoints
-                     else read_endpoints(args.data_dir))
+        where = target.resolve(args)
     except (OSError, ValueError) as exc:
-        print(f"raftpoint members {args.action}: no --endpoints and {exc}", file=sys.stderr)
+        print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
         return 2
     method = "AddNode" if args.action == "add" else "RemoveNode"
     try:
-        with Connection(endpoints, deadline=30, rpc_timeout=35) as conn:
+        with Connection(where.endpoints, deadline=30, rpc_timeout=35, token=where.token) as conn:
             conn.call("AdminService", method, pb.MembershipRequest(node=args.node))
     except (CoordinatorUnavailable, Rejected) as exc:
         print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
