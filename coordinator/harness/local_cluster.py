@@ -277,6 +277,11 @@ class LocalCluster:
         return [n.grpc for n in self.nodes]
 
     @property
+    def token_file(self) -> Path:
+        """Where the admin token is kept (for `--token-file`)."""
+        return self.root / AUTH_DIR / ADMIN_TOKEN_FILE
+
+    @property
     def credentials(self) -> tuple[tuple[str, str], ...]:
         """Call metadata with the cluster's admin token (none without authentication)."""
         return bearer(self.token)
@@ -316,6 +321,7 @@ def _ports(layout: list[tuple[str, str, str]]) -> str:
 
 
 AUTH_DIR = "auth"
+ADMIN_TOKEN_FILE = "admin.token"
 
 
 def write_auth_config(root: Path) -> tuple[dict[str, str], str]:
@@ -327,7 +333,7 @@ def write_auth_config(root: Path) -> tuple[dict[str, str], str]:
 
     directory = Path(root) / AUTH_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    token = _kept_secret(directory / "admin.token")
+    token = _kept_secret(directory / ADMIN_TOKEN_FILE)
     tokens, bindings = directory / "tokens", directory / "bindings.toml"
     if not tokens.exists():
         tokens.write_text(f"# <identity> <sha256 of its bearer token>\nharness-admin {token_hash(token)}\n")
@@ -339,7 +345,7 @@ def write_auth_config(root: Path) -> tuple[dict[str, str], str]:
 def admin_token(root: Path) -> str | None:
     """The admin token of the cluster in `root`, if it runs with authentication."""
     try:
-        return (Path(root) / AUTH_DIR / "admin.token").read_text().strip()
+        return (Path(root) / AUTH_DIR / ADMIN_TOKEN_FILE).read_text().strip()
     except FileNotFoundError:
         return None
 
