@@ -9,6 +9,7 @@ policy is one declaration instead of a hand-written loop.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Awaitable, Callable, Iterator, Sequence, TypeVar
@@ -52,6 +53,16 @@ def issued_now() -> tuple[tuple[str, str], ...]:
     retry: the coordinator deduplicates by request id for a window measured from it,
     and refuses a retry older than that rather than risk applying it twice."""
     return ((ISSUED_AT_METADATA_KEY, repr(time.time())),)
+
+
+# Names the file with the bearer token, for programs that take no token argument.
+TOKEN_FILE_ENV = "RAFTPOINT_TOKEN_FILE"
+
+
+def token_from_env() -> str | None:
+    """The token the file named by $RAFTPOINT_TOKEN_FILE holds; None when it is not set."""
+    path = os.environ.get(TOKEN_FILE_ENV)
+    return read_token_file(path) if path else None
 
 
 def read_token_file(path: str) -> str:

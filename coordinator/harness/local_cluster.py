@@ -67,15 +67,26 @@ class NodeProcess:
         return self.process is not None and self.process.poll() is None
 
 
-# The admin token of each harness node's gRPC address, so a status probe of a node
-# this process started needs no token passed around.
-_TOKENS: dict[str, str] = {}
+# The admin token (and its file) of each gRPC address of a harness cluster this process
+# started, proxied addresses included: status probes and the chaos suite's clients
+# and agent processes, which know a cluster only by its endpoints, find it here.
+_ACCESS: dict[str, tuple[str, Path]] = {}
+
+
+def register_access(addresses: Collection[str], token: str, token_file: Path) -> None:
+    _ACCESS.update((a, (token, token_file)) for a in addresses)
+
+
+def harness_access(endpoints: Collection[str]) -> tuple[str, Path] | None:
+    """The admin token and token file of the harness cluster at `endpoints`, if any."""
+    return next((_ACCESS[e] for e in endpoints if e in _ACCESS), None)
 
 
 def credentials_for(grpc_address: str) -> tuple[tuple[str, str], ...]:
     """Call metadata with the admin token of the harness node at `grpc_address` (none
     for a node this process did not start, or one without authentication)."""
-    return bearer(_TOKENS.get(grpc_address))
+    access = harness_access([grpc_address])
+    return bearer(access[0] if access else None)
 
 
 def node_status(grpc_address: str, timeout: float = 1.0, token: str | None = None) -> pb.NodeStatus | None:
@@ -138,7 +149,7 @@ class LocalCluster:
         self.nodes = [NodeProcess(i, raft, grpc, metrics, self.root / f"node{i}")
                       for i, (raft, grpc, metrics) in enumerate(addresses)]
         if self.token:
-            _TOKENS.update((n.grpc, self.token) for n in self.nodes)
+            register_access([n.grpc for n in self.nodes], self.token, self.token_file)
         self.log_files: list = []
 
     @classmethod

@@ -11,10 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_client.connection import read_token_file
+from agent_client.connection import TOKEN_FILE_ENV, read_token_file
 from coordinator.harness.local_cluster import admin_token, read_endpoints
-
-TOKEN_FILE_ENV = "RAFTPOINT_TOKEN_FILE"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
