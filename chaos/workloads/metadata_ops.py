@@ -146,3 +146,9 @@ def what_if(rid: str, group: str, failed: list[str]) -> Request:
     return Request("what_if", ADMIN, "WhatIf", pb.WhatIfRequest(group=group, failed=failed),
                    {"rid": rid, "group": group, "failed": sorted(failed)},
                    lambda r: {"targets": {t.agent_id: t.checkpoint_index for t in r.targets}})
+
+
+def intrude(rid: str, identity: str, service: str, method: str, message: Any, target: str) -> Request:
+    """A write by an identity whose role does not allow it: it must be refused. The
+    group it aims at is `target`, not "group", so it counts as none of the group's requests."""
+    return Request("intrude", service, method, message, {"rid": rid, "as": identity, "rpc": method, "target": target})

@@ -333,6 +333,7 @@ def _ports(layout: list[tuple[str, str, str]]) -> str:
 
 AUTH_DIR = "auth"
 ADMIN_TOKEN_FILE = "admin.token"
+TOKENS_FILE, BINDINGS_FILE = "tokens", "bindings.toml"
 
 
 def write_auth_config(root: Path) -> tuple[dict[str, str], str]:
@@ -345,7 +346,7 @@ def write_auth_config(root: Path) -> tuple[dict[str, str], str]:
     directory = Path(root) / AUTH_DIR
     directory.mkdir(parents=True, exist_ok=True)
     token = _kept_secret(directory / ADMIN_TOKEN_FILE)
-    tokens, bindings = directory / "tokens", directory / "bindings.toml"
+    tokens, bindings = directory / TOKENS_FILE, directory / BINDINGS_FILE
     if not tokens.exists():
         tokens.write_text(f"# <identity> <sha256 of its bearer token>\nharness-admin {token_hash(token)}\n")
     if not bindings.exists():

@@ -18,6 +18,8 @@ import hmac
 import logging
 import os
 import re
+import secrets
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,7 @@ NODE_IDENTITY = "raftpoint-node"
 NODE_GRANT = Grant(NODE_IDENTITY, Role.OBSERVER)
 _IDENTITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,255}$")
 _HEX_HASH = re.compile(r"^[0-9a-f]{64}$")
+TOKEN_BYTES = 32  # 256 random bits
 
 T = TypeVar("T")
 
@@ -76,6 +79,36 @@ def parse_tokens(text: str, source: str = "tokens file") -> tuple[tuple[str, str
             raise AuthConfigError(f"{source} line {number}: expected '<identity> <sha256 hex of the token>'")
         entries.append((parts[0], parts[1]))
     return tuple(entries)
+
+
+def add_token(path: Path, identity: str, *, keep_old: bool = False) -> str:
+    """Write a new token's hash for `identity` into `path` (atomically, owner-only) and return the token."""
+    text = path.read_text() if path.exists() else ""
+    entries = [e for e in parse_tokens(text, str(path)) if keep_old or e[0] != identity]
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    entries.append((identity, token_hash(token)))
+    parse_tokens(f"{identity} {token_hash(token)}\n", "identity")  # refuse a malformed identity
+    body = "# <identity> <sha256 of its bearer token>\n" + "".join(f"{i} {h}\n" for i, h in entries)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return token
+
+
+def add_binding(path: Path, identity: str, role: Role, group: str = "", pattern: str = "") -> None:
+    """Append `identity`'s binding to a bindings file (refused if it would not parse)."""
+    table = f'\n["{identity}"]\nrole = "{role.value}"\n' + (f'group = "{group}"\npattern = "{pattern}"\n' if group else "")
+    text = (path.read_text() if path.exists() else "") + table
+    parse_bindings(text, str(path))
+    path.write_text(text)
 
 
 def parse_bindings(text: str, source: str = "bindings file") -> dict[str, Grant]:

@@ -8,15 +8,10 @@ one beside them, to move clients over before removing the old line by hand.
 from __future__ import annotations
 
 import argparse
-import os
-import secrets
 import sys
-import tempfile
 from pathlib import Path
 
-from coordinator.transport.auth import AuthConfigError, parse_tokens, token_hash
-
-TOKEN_BYTES = 32  # 256 random bits
+from coordinator.transport.auth import AuthConfigError, add_token
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,28 +22,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--tokens-file", type=Path, required=True, help="the node's auth_tokens_file")
     add.add_argument("--keep-old", action="store_true", help="keep the identity's existing tokens valid")
     add.set_defaults(func=run_add_token)
-
-
-def add_token(path: Path, identity: str, *, keep_old: bool = False) -> str:
-    """Write a new token's hash for `identity` into `path` (atomically, owner-only) and return the token."""
-    text = path.read_text() if path.exists() else ""
-    entries = [e for e in parse_tokens(text, str(path)) if keep_old or e[0] != identity]
-    token = secrets.token_urlsafe(TOKEN_BYTES)
-    entries.append((identity, token_hash(token)))
-    parse_tokens(f"{identity} {token_hash(token)}\n", "identity")  # refuse a malformed identity
-    body = "# <identity> <sha256 of its bearer token>\n" + "".join(f"{i} {h}\n" for i, h in entries)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return token
 
 
 def run_add_token(args: argparse.Namespace) -> int:

@@ -62,6 +62,7 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
     ("leader-kill-loop", "gc-too-eager", "gc-collects-only-unneeded"),
     ("follower-pause", "stale-list", "reads-reflect-acknowledged-writes"),
     ("leader-kill-loop", "drop-dependency", "recovery-lines-consistent-and-maximal"),
+    ("leader-kill-loop", "skip-authz", "unauthorized-writes-refused"),
 ])
 def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, caught_by: str) -> None:
     code, report = chaos_run(tmp_path, scenario, "--bug", bug)

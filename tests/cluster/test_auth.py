@@ -17,7 +17,7 @@ from coordinator.api.metadata import REASON_METADATA_KEY, bearer
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
-from raftpoint.cli.auth import add_token
+from coordinator.transport.auth import add_token
 from tests.support.cluster import FAST
 
 pytestmark = pytest.mark.cluster

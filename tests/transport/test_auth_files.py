@@ -12,7 +12,7 @@ import pytest
 from coordinator.core.authz import Grant, Role
 from coordinator.transport.auth import (AuthConfigError, AuthSettings, Authorizer, WatchedFile, authorizer_for,
                                         certificate_identity, parse_bindings, parse_tokens, token_hash)
-from raftpoint.cli.auth import add_token
+from coordinator.transport.auth import add_token
 
 
 def test_without_tls_and_identity_source_auth_is_off() -> None:
