@@ -116,6 +116,6 @@ def test_async_connection_follows_the_leader(coordinator: InProcessCoordinator) 
 def test_real_follower_redirects_to_the_real_leader(cluster) -> None:
     leader = cluster.leader()
     followers = [n.grpc for n in cluster.nodes if n.index != leader.index]
-    with Connection(followers[:1]) as conn:
+    with Connection(followers[:1], token=cluster.token) as conn:
         conn.call("AdminService", "CreateGroup", create("cg-real"))
         assert conn.target == leader.grpc
