@@ -94,7 +94,8 @@ def test_an_orphan_is_refused_by_the_cluster_and_not_delivered(cluster: LocalClu
     assert b.unwrap(in_flight) is None and b.orphans == 1
     with pytest.raises(grpc.RpcError) as info:  # the refusal itself, as any client sees it
         client.call("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
-            request_id="deps-orphan", group="g", agent_id="b", token=pb.FencingToken(secret=b"s" * 16, incarnation=b.incarnation),
+            request_id="deps-orphan", group="g", agent_id="b",
+            token=pb.FencingToken(secret=b.core.secret, incarnation=b.incarnation),  # as b itself
             records=[pb.DependencyRecord(sender="a", send_interval=2, receiver="b", receive_interval=1,
                                          message_id="a.1.7", send_generation=a.generation)]))
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
