@@ -58,11 +58,11 @@ class ChaosCluster:
             self.addresses: dict[str, int] = {}
             for n in self.local.nodes:
                 self.addresses[n.raft] = self.addresses[n.grpc] = n.index
-            if self.local.token:
-                register_access(self.endpoints(), self.local.token, self.local.token_file)
                 self.addresses[self.proxy.add_link(grpc_link_name(n.index), n.grpc)] = n.index
             for link in self.raft_links.values():
                 self.addresses[self.proxy.add_link(link.name, self.local.nodes[link.listener].raft)] = link.listener
+            if self.local.token:
+                register_access(self.endpoints(), self.local.token, self.local.token_file)
         except BaseException:
             self.proxy.close()
             raise
