@@ -18,7 +18,8 @@ import grpc
 from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_delay,
                       wait_random_exponential)
 
-from coordinator.api.metadata import bearer, ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
+from coordinator.api.metadata import (ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, bearer,
+                                      parse_reason)
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 

@@ -49,7 +49,8 @@ def create_group(rid: str, spec: pb.GroupSpec) -> Request:
 
 
 def register(rid: str, group: str, agent: str) -> Request:
-    return Request("register", AGENT, "Register", pb.RegisterRequest(secret=SECRET, request_id=rid, group=group, agent_id=agent),
+    return Request("register", AGENT, "Register",
+                   pb.RegisterRequest(secret=SECRET, request_id=rid, group=group, agent_id=agent),
                    {"rid": rid, "group": group, "agent": agent},
                    lambda r: {"incarnation": r.incarnation, "current_epoch": r.current_epoch,
                               "stable_epoch": r.stable_epoch, "recovery_id": r.recovery_id})
@@ -83,7 +84,8 @@ def report_deps(rid: str, group: str, agent: str, incarnation: int, deps: list[t
     records = [pb.DependencyRecord(sender=s, send_interval=si, receiver=r, receive_interval=ri, message_id=m,
                                    send_generation=gen) for (s, si, r, ri, m), gen in zip(deps, generations)]
     message = pb.ReportDependenciesRequest(request_id=rid, group=group, agent_id=agent,
-                                           token=pb.FencingToken(secret=SECRET, incarnation=incarnation), records=records)
+                                           token=pb.FencingToken(secret=SECRET, incarnation=incarnation),
+                                           records=records)
     value = {"rid": rid, "group": group, "agent": agent, "incarnation": incarnation, "deps": [list(d) for d in deps],
              "send_generations": generations}
     return Request("report_deps", AGENT, "ReportDependencies", message, value, lambda r: {"accepted": r.accepted})
@@ -131,7 +133,8 @@ def list_checkpoints(rid: str, group: str) -> Request:
 
 
 def watch_orders(rid: str, group: str, agent: str, incarnation: int, window: float) -> Request:
-    message = pb.WatchOrdersRequest(group=group, agent_id=agent, token=pb.FencingToken(secret=SECRET, incarnation=incarnation))
+    message = pb.WatchOrdersRequest(group=group, agent_id=agent,
+                                    token=pb.FencingToken(secret=SECRET, incarnation=incarnation))
     return Request("watch_orders", AGENT, "WatchOrders", message, {"rid": rid, "group": group, "agent": agent},
                    lambda orders: {"orders": [_order_value(o) for o in orders]}, window=window)
 

@@ -105,7 +105,9 @@ def add_token(path: Path, identity: str, *, keep_old: bool = False) -> str:
 
 def add_binding(path: Path, identity: str, role: Role, group: str = "", pattern: str = "") -> None:
     """Append `identity`'s binding to a bindings file (refused if it would not parse)."""
-    table = f'\n["{identity}"]\nrole = "{role.value}"\n' + (f'group = "{group}"\npattern = "{pattern}"\n' if group else "")
+    table = f'\n["{identity}"]\nrole = "{role.value}"\n'
+    if group:
+        table += f'group = "{group}"\npattern = "{pattern}"\n'
     text = (path.read_text() if path.exists() else "") + table
     parse_bindings(text, str(path))
     path.write_text(text)

@@ -98,7 +98,8 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     Raises OSError before the block when the address cannot be bound.
     """
     node = batcher.replica
-    server = grpc.aio.server(interceptors=[RequestInterceptor(authorizer)], maximum_concurrent_rpcs=limits.max_rpcs, options=[
+    interceptors = [RequestInterceptor(authorizer)]
+    server = grpc.aio.server(interceptors=interceptors, maximum_concurrent_rpcs=limits.max_rpcs, options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         # gRPC sets SO_REUSEPORT by default: a second server on this port would share
