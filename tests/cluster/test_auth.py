@@ -13,6 +13,8 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
+from agent_client.connection import Rejected
+from agent_client.session import connect
 from coordinator.api.metadata import REASON_METADATA_KEY, bearer
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
@@ -229,3 +231,13 @@ def test_a_rotated_token_is_refused_once_the_file_changes_without_a_restart(worl
     lines = [ln for ln in world.tokens_file.read_text().splitlines() if not ln.startswith(("rotating", "#"))]
     world.tokens_file.write_text("\n".join(lines) + "\n")  # revoked
     world.refused("AdminService", "GetGroup", request, new, C.UNAUTHENTICATED, "REASON_UNAUTHENTICATED")
+
+
+def test_an_agent_library_session_presents_its_token(world: World, tmp_path: Path) -> None:
+    with connect(world.cluster.endpoints(), token=world.tokens["w1"], data_dir=tmp_path, deadline=10) as rp:
+        with rp.group("g").agent("a2", state={"n": 0}) as agent:
+            assert agent.checkpoint({"n": 1}) >= 1
+    with connect(world.cluster.endpoints(), token=world.tokens["eye"], data_dir=tmp_path, deadline=10) as rp:
+        with pytest.raises(Rejected) as refused:
+            rp.group("g").agent("a3", state={}).start()
+        assert refused.value.reason_name == "REASON_ROLE_FORBIDS"
