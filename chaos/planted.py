@@ -51,7 +51,8 @@ def _accept_stale_epoch() -> None:
     def lenient(state: Any, group: Any, agent_id: str, token: Token) -> Any:
         agent = state.agent(group.spec.name, agent_id)
         if agent is not None:
-            token = Token(agent.incarnation, min(token.epoch, group.current_epoch))
+            token = dataclasses.replace(token, incarnation=agent.incarnation,
+                                        epoch=min(token.epoch, group.current_epoch))
         return fenced(state, group, agent_id, token)
 
     commit = state_machine._HANDLERS[CommitCheckpoint]
