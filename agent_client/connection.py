@@ -11,6 +11,7 @@ policy is one declaration instead of a hand-written loop.
 """
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -21,7 +22,7 @@ from tenacity import (AsyncRetrying, RetryCallState, RetryError, Retrying, retry
                       wait_random_exponential)
 
 from coordinator.api.metadata import (ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY,
-                                      RETRY_AFTER_METADATA_KEY, parse_reason, parse_retry_after)
+                                      RETRY_AFTER_METADATA_KEY, bearer, parse_reason, parse_retry_after)
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -68,6 +69,25 @@ def overload_hint(exc: BaseException) -> float | None:
     return parse_retry_after(_trailer(exc, RETRY_AFTER_METADATA_KEY)) or 0.0
 
 
+# Names the file with the bearer token, for programs that take no token argument.
+TOKEN_FILE_ENV = "RAFTPOINT_TOKEN_FILE"
+
+
+def token_from_env() -> str | None:
+    """The token the file named by $RAFTPOINT_TOKEN_FILE holds; None when it is not set."""
+    path = os.environ.get(TOKEN_FILE_ENV)
+    return read_token_file(path) if path else None
+
+
+def read_token_file(path: str) -> str:
+    """A bearer token kept in a file (its first line), as `--token-file` names it."""
+    with open(path, encoding="utf-8") as f:
+        token = f.readline().strip()
+    if not token:
+        raise ValueError(f"token file {path!r} is empty")
+    return token
+
+
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, grpc.RpcError) and (exc.code() in RETRYABLE or overload_hint(exc) is not None)
 
@@ -104,9 +124,11 @@ def _trailer(err: grpc.RpcError, key: str) -> str | None:
 class _Targets:
     """Which node to talk to next: where a follower said the leader is, else round robin."""
 
-    def __init__(self, endpoints: Sequence[str]) -> None:
+    def __init__(self, endpoints: Sequence[str], token: str | None = None) -> None:
         if not endpoints:
             raise ValueError("at least one coordinator endpoint is required")
+        # Sent with every call: the coordinator maps the token to an identity and its role.
+        self.credentials: tuple[tuple[str, str], ...] = bearer(token)
         self.endpoints = list(endpoints)
         self.target = self.endpoints[0]
         self._lock = threading.Lock()
@@ -136,8 +158,9 @@ class _Targets:
 class Connection(_Targets):
     """Blocking client; thread-safe (channels are shared, one per node)."""
 
-    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
-        super().__init__(endpoints)
+    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
+                 token: str | None = None) -> None:
+        super().__init__(endpoints, token)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.Channel] = {}
@@ -154,7 +177,7 @@ class Connection(_Targets):
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
-        metadata = issued_now()
+        metadata = issued_now() + self.credentials
 
         def attempt() -> Any:
             try:
@@ -172,7 +195,8 @@ class Connection(_Targets):
         def attempt() -> list[Any]:
             items: list[Any] = []
             try:
-                for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
+                for item in getattr(self._stub(service, self.target), method)(request, timeout=window,
+                                                                                metadata=self.credentials):
                     items.append(item)
             except grpc.RpcError as err:
                 if not self.window_closed(err):
@@ -185,7 +209,7 @@ class Connection(_Targets):
         """Open a server stream on the current target, without retries: the caller (a
         watcher loop) reconnects. Returns (call, iterator); call.cancel() ends it.
         A RETRYABLE error from the iterator should be passed to redirect()."""
-        call = getattr(self._stub(service, self.target), method)(request, timeout=timeout)
+        call = getattr(self._stub(service, self.target), method)(request, timeout=timeout, metadata=self.credentials)
         return call, call
 
     @staticmethod
@@ -212,8 +236,9 @@ class AsyncConnection(_Targets):
     """The asyncio twin of Connection (grpc.aio channels, tenacity's AsyncRetrying).
     Use from one event loop."""
 
-    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
-        super().__init__(endpoints)
+    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
+                 token: str | None = None) -> None:
+        super().__init__(endpoints, token)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -225,7 +250,7 @@ class AsyncConnection(_Targets):
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     async def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
-        metadata = issued_now()
+        metadata = issued_now() + self.credentials
 
         async def attempt() -> Any:
             try:
@@ -243,7 +268,8 @@ class AsyncConnection(_Targets):
         async def attempt() -> list[Any]:
             items: list[Any] = []
             try:
-                async for item in getattr(self._stub(service, self.target), method)(request, timeout=window):
+                async for item in getattr(self._stub(service, self.target), method)(request, timeout=window,
+                                                                                metadata=self.credentials):
                     items.append(item)
             except grpc.RpcError as err:
                 if not self.window_closed(err):
@@ -255,7 +281,7 @@ class AsyncConnection(_Targets):
     def stream(self, service: str, method: str, request: Any, *, timeout: float) -> Any:
         """Open a server stream on the current target, without retries (the caller's
         watcher loop reconnects): an async iterable call; call.cancel() ends it."""
-        return getattr(self._stub(service, self.target), method)(request, timeout=timeout)
+        return getattr(self._stub(service, self.target), method)(request, timeout=timeout, metadata=self.credentials)
 
     @staticmethod
     async def _with_retries(attempt: Callable[[], Awaitable[T]], what: str, deadline: float) -> T:

@@ -31,6 +31,7 @@ sender). Senders never re-send; receivers never lose a message.
 from __future__ import annotations
 
 import logging
+import secrets
 import uuid
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
@@ -47,7 +48,7 @@ from agent_client.restore_check import CheckpointRejected, RejectReason, load_ve
 from agent_client.restored import Restored, RestoreKind
 from agent_client.rules import Rule, rule_for
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.core import cic, fences
+from coordinator.core import agent_secret, cic, fences
 from coordinator.core.model import Fence
 
 log = logging.getLogger("agent_client")
@@ -90,6 +91,8 @@ class AgentProtocol:
         self.dependency_batch = max(1, dependency_batch)
         self.after_blob_write, self.after_commit, self.before_ack = after_blob_write, after_commit, before_ack
         self.incarnation = self.generation = self.epoch = self.cut_epoch = self.stable_epoch = 0
+        # This incarnation's registration secret (see register()); never persisted.
+        self.secret = b""
         self.lease_ttl_s = 0.0
         self.mode = pb.GROUP_MODE_UNSPECIFIED
         self.last_index = 0
@@ -126,7 +129,7 @@ class AgentProtocol:
         return f"{op}-{self._session}-{self.incarnation}-{key}"
 
     def token(self) -> pb.FencingToken:
-        return pb.FencingToken(incarnation=self.incarnation, epoch=self.epoch)
+        return pb.FencingToken(incarnation=self.incarnation, epoch=self.epoch, secret=self.secret)
 
     def watch_request(self) -> pb.WatchOrdersRequest:
         return pb.WatchOrdersRequest(group=self.group, agent_id=self.agent_id, token=self.token())
@@ -152,8 +155,13 @@ class AgentProtocol:
     def register(self) -> Op[pb.RegisterResponse]:
         """A new incarnation and generation; if this agent was alive, the coordinator
         treats the old one as crashed and computes a recovery line. Restore next."""
+        # Drawn here, per registration, and kept in memory beside the incarnation: the
+        # coordinator stores only its hash, and a retry of this request repeats it.
+        secret = secrets.token_bytes(agent_secret.MIN_SECRET_BYTES)
         resp = yield Rpc("AgentService", "Register", pb.RegisterRequest(
-            request_id=self.rid("reg", uuid.uuid4().hex[:8]), group=self.group, agent_id=self.agent_id))
+            request_id=self.rid("reg", uuid.uuid4().hex[:8]), group=self.group, agent_id=self.agent_id,
+            secret=secret))
+        self.secret = secret
         self.incarnation, self.generation = resp.incarnation, resp.generation
         self.epoch, self.mode, self.stable_epoch, self.lease_ttl_s = (resp.current_epoch, resp.mode,
                                                                       resp.stable_epoch, resp.lease_ttl_s)
@@ -243,7 +251,7 @@ class AgentProtocol:
         yield Blocking(self.deliveries.sync)  # what the checkpoint depends on is on disk first
         resp = yield Rpc("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
             request_id=self.rid("cp", f"{index}-{blob.sha256[:16]}"),
-            token=pb.FencingToken(incarnation=self.incarnation, epoch=max(self.epoch, cut)),
+            token=pb.FencingToken(incarnation=self.incarnation, epoch=max(self.epoch, cut), secret=self.secret),
             checkpoint=pb.CheckpointMeta(group=self.group, agent_id=self.agent_id, index=index, epoch=cut,
                                          kind=kind, blob_uri=blob.uri, sha256=blob.sha256, size=blob.size,
                                          schema_version=self.schema_version, config_hash=self.config_hash)))

@@ -82,8 +82,9 @@ class SessionBase:
     """What both sessions hold besides their connection: endpoints and where agent data goes."""
 
     def __init__(self, endpoints: Sequence[str], *, identity: str | None = None, data_dir: str | Path | None = None,
-                 blob_store: BlobStore | None = None) -> None:
+                 blob_store: BlobStore | None = None, token: str | None = None) -> None:
         self.endpoints = list(endpoints)
+        self.token = token  # bearer token for every call, the agents' included
         self.identity = identity or default_identity()
         self.blob_store: BlobStore | Path = blob_store if blob_store is not None else agent_data_dir(
             data_dir, self.identity)
@@ -148,7 +149,8 @@ class Group:
     def agent(self, agent_id: str, *, state: Any = None, **options: Any) -> Agent:
         """An agent of this group; `with` starts it (register, restore, pending orders)
         and closes it. `state` is the initial state of a cold start; options go to AgentClient."""
-        return Agent(self.name, agent_id, self.session.endpoints, self.session.blob_store, state, **options)
+        return Agent(self.name, agent_id, self.session.endpoints, self.session.blob_store, state,
+                     **{"token": self.session.token, **options})
 
 
 class Raftpoint(SessionBase):
@@ -156,7 +158,7 @@ class Raftpoint(SessionBase):
 
     def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, **where: Any) -> None:
         super().__init__(endpoints, **where)
-        self.conn = Connection(self.endpoints, deadline=deadline)
+        self.conn = Connection(self.endpoints, deadline=deadline, token=self.token)
 
     def group(self, name: str, *, mode: str | None = None, create: bool = False, **spec: Any) -> Group:
         """The group `name`; with create=True it is created if missing (mode required;
@@ -183,5 +185,6 @@ class Raftpoint(SessionBase):
 def connect(endpoints: Sequence[str] | str, **options: Any) -> Raftpoint:
     """A session with the coordinator at `endpoints` (a list, or one address).
     Options: identity (default: the host name), data_dir (default: ./.raftpoint/<identity>),
-    blob_store (instead of a directory), deadline (seconds a call may retry)."""
+    blob_store (instead of a directory), deadline (seconds a call may retry), token (the
+    bearer token the coordinator knows this process by)."""
     return Raftpoint([endpoints] if isinstance(endpoints, str) else endpoints, **options)

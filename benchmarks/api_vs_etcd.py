@@ -172,12 +172,12 @@ async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
         await admin.CreateGroup(pb.CreateGroupRequest(request_id="bench-g", spec=pb.GroupSpec(
             group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600)))
         for a in range(max(CONCURRENCY)):
-            await agent.Register(pb.RegisterRequest(request_id=f"bench-r{a}", group="bench", agent_id=f"a{a}"))
+            await agent.Register(pb.RegisterRequest(secret=b"s" * 16, request_id=f"bench-r{a}", group="bench", agent_id=f"a{a}"))
         next_index: dict[int, int] = {}
         for c in CONCURRENCY:
             def make(n: int, i: int, c=c):
                 index = next_index[n] = next_index.get(n, 0) + 1
-                request = pb.CommitCheckpointRequest(request_id=f"c{c}-{n}-{i}", token=pb.FencingToken(incarnation=1),
+                request = pb.CommitCheckpointRequest(request_id=f"c{c}-{n}-{i}", token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
                     checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{n}", index=index, kind=pb.BASIC,
                                                  blob_uri=f"file:///blobs/a{n}/{index}", sha256="ab" * 32, size=4096))
                 return lambda: agent.CommitCheckpoint(request, timeout=10)
@@ -189,7 +189,7 @@ async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
                                                receive_interval=10_000, message_id=f"m{c}-{n}-{i}-{k}")
                            for k in range(100)]
                 request = pb.ReportDependenciesRequest(request_id=f"d{c}-{n}-{i}", group="bench", agent_id=f"a{n}",
-                                                       token=pb.FencingToken(incarnation=1), records=records)
+                                                       token=pb.FencingToken(secret=b"s" * 16, incarnation=1), records=records)
                 return lambda: agent.ReportDependencies(request, timeout=10)
             out[f"deps{c}"] = await run_load(deps, c, seconds, max_ops)
     return out
@@ -210,7 +210,7 @@ def failover_raftpoint(cluster: LocalCluster, kills: int) -> list[float]:
     every node has caught up; `kills` times."""
     times = []
     for k in range(kills):
-        conn = Connection(cluster.endpoints(), deadline=30)
+        conn = Connection(cluster.endpoints(), deadline=30, token=cluster.token)
         leader = cluster.leader()
         cluster.kill(leader.index)
         started = time.monotonic()

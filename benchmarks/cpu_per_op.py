@@ -30,6 +30,8 @@ from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+SECRET = b"s" * 16  # the agent secret Register takes and every agent write repeats
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
@@ -39,7 +41,8 @@ def cpu_of(cluster: LocalCluster) -> dict[int, float]:
     return {n.index: cpu_seconds(n.process.pid) for n in cluster.nodes}
 
 
-async def commits(leader: str, concurrency: int, seconds: float) -> tuple[int, list[float]]:
+async def commits(leader: str, concurrency: int, seconds: float, metadata: tuple = ()) -> tuple[int, list[float]]:
+    """`metadata`: the cluster's admin token, on every call."""
     latencies: list[float] = []
     shed = [0]
     # Several connections: one carries at most 128 calls at once (ServerLimits).
@@ -49,11 +52,12 @@ async def commits(leader: str, concurrency: int, seconds: float) -> tuple[int, l
         stubs = [pb_grpc.AgentServiceStub(c) for c in channels]
         group = f"bench-{concurrency}"
         await admin.CreateGroup(pb.CreateGroupRequest(request_id=f"cg-{group}", spec=pb.GroupSpec(
-            group=group, mode=pb.UNCOORDINATED, lease_ttl_s=3600)), timeout=10)
+            group=group, mode=pb.UNCOORDINATED, lease_ttl_s=3600)), timeout=10, metadata=metadata)
         incarnations = {}
         for lane in range(concurrency):
             reply = await stubs[lane % 4].Register(pb.RegisterRequest(request_id=f"r-{group}-{lane}", group=group,
-                                                           agent_id=f"a{lane}"), timeout=10)
+                                                           agent_id=f"a{lane}", secret=SECRET), timeout=10,
+                                                      metadata=metadata)
             incarnations[lane] = reply.incarnation
         end = time.monotonic() + seconds
 
@@ -63,12 +67,12 @@ async def commits(leader: str, concurrency: int, seconds: float) -> tuple[int, l
                 index += 1
                 started = time.perf_counter()
                 request = pb.CommitCheckpointRequest(
-                    request_id=f"c-{group}-{lane}-{index}", token=pb.FencingToken(incarnation=incarnations[lane]),
+                    request_id=f"c-{group}-{lane}-{index}", token=pb.FencingToken(incarnation=incarnations[lane], secret=SECRET),
                     checkpoint=pb.CheckpointMeta(group=group, agent_id=f"a{lane}", index=index, kind=pb.BASIC,
                                                  blob_uri=f"file:///b/{lane}/{index}", sha256="c" * 64, size=200))
                 while True:
                     try:
-                        await stubs[lane % 4].CommitCheckpoint(request, timeout=10)
+                        await stubs[lane % 4].CommitCheckpoint(request, timeout=10, metadata=metadata)
                         break
                     except grpc.RpcError as err:  # shed: wait the node's hint, as the client does
                         hint = overload_hint(err)
@@ -106,7 +110,7 @@ def main() -> int:
         print("|---|---|---|---|---|")
         for concurrency in (1, 128):
             before, started = cpu_of(cluster), time.monotonic()
-            n, latencies = asyncio.run(commits(leader.grpc, concurrency, args.seconds))
+            n, latencies = asyncio.run(commits(leader.grpc, concurrency, args.seconds, cluster.credentials))
             elapsed = time.monotonic() - started
             spent = sum(cpu_of(cluster).values()) - sum(before.values())
             print(f"| {concurrency} | {n / args.seconds:.0f} | {1000 * statistics.median(latencies):.1f} | "

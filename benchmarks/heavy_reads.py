@@ -36,19 +36,19 @@ def build_state(channel: grpc.Channel, reports: int, records: int) -> None:
     admin.CreateGroup(pb.CreateGroupRequest(request_id="cg", spec=pb.GroupSpec(
         group="g", mode=pb.CIC_BCS, lease_ttl_s=3600)), timeout=30)
     for i in range(AGENTS):
-        agent.Register(pb.RegisterRequest(request_id=f"reg-{i}", group="g", agent_id=f"a{i}"), timeout=30)
-        agent.CommitCheckpoint(pb.CommitCheckpointRequest(request_id=f"cp-{i}", token=pb.FencingToken(incarnation=1),
+        agent.Register(pb.RegisterRequest(secret=b"s" * 16, request_id=f"reg-{i}", group="g", agent_id=f"a{i}"), timeout=30)
+        agent.CommitCheckpoint(pb.CommitCheckpointRequest(request_id=f"cp-{i}", token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
                                                           checkpoint=pb.CheckpointMeta(
             group="g", agent_id=f"a{i}", index=1, kind=pb.BASIC, blob_uri=f"file:///b/{i}", sha256="c" * 64,
             size=1)), timeout=30)
     for r in range(reports):
         receiver = f"a{r % AGENTS}"
         agent.ReportDependencies(pb.ReportDependenciesRequest(
-            request_id=f"dep-{r}", group="g", agent_id=receiver, token=pb.FencingToken(incarnation=1),
+            request_id=f"dep-{r}", group="g", agent_id=receiver, token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
             records=[pb.DependencyRecord(sender=f"a{(r + 1) % AGENTS}", send_interval=2, receiver=receiver,
                                          receive_interval=2, message_id=f"m-{r}-{k}", send_generation=1)
                      for k in range(records)]), timeout=60)
-    agent.Register(pb.RegisterRequest(request_id="reg-hb", group="g", agent_id="honest"), timeout=30)
+    agent.Register(pb.RegisterRequest(secret=b"s" * 16, request_id="reg-hb", group="g", agent_id="honest"), timeout=30)
 
 
 def measure(address: str, concurrent: int, seconds: float) -> dict[str, object]:
@@ -83,7 +83,7 @@ def measure(address: str, concurrent: int, seconds: float) -> dict[str, object]:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             t0 = time.perf_counter()
-            agent.Heartbeat(pb.HeartbeatRequest(group="g", agent_id="honest", token=pb.FencingToken(incarnation=1)),
+            agent.Heartbeat(pb.HeartbeatRequest(group="g", agent_id="honest", token=pb.FencingToken(secret=b"s" * 16, incarnation=1)),
                             timeout=60)
             beats.append(time.perf_counter() - t0)
             time.sleep(HEARTBEAT_PERIOD_S)

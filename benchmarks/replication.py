@@ -102,7 +102,7 @@ def make_ours(cfg, agents: int):
             group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600))), lambda r, e: done.release())
         done.acquire(timeout=30)
         for a in range(agents):
-            node.propose(entry(f"bench-reg-{a}", register=pb.RegisterRequest(
+            node.propose(entry(f"bench-reg-{a}", register=pb.RegisterRequest(secret=b"s" * 16, 
                 request_id=f"bench-reg-{a}", group="bench", agent_id=f"a{a}")), lambda r, e: done.release())
         for _ in range(agents):
             done.acquire(timeout=30)
@@ -111,7 +111,7 @@ def make_ours(cfg, agents: int):
         index = counters[proposer] = counters.get(proposer, 0) + 1
         rid = f"c-{proposer}-{index}"
         data = entry(rid, commit_checkpoint=pb.CommitCheckpointRequest(
-            request_id=rid, token=pb.FencingToken(incarnation=1),
+            request_id=rid, token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
             checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{proposer}", index=index, kind=pb.BASIC,
                                          blob_uri=f"file:///blobs/a{proposer}/{index}", sha256="ab" * 32,
                                          size=4096, config_hash="cfg-1")))

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Iterable
 
 from chaos.history import CRASHED, FAULT, NEMESIS, Op, calls, load
-from chaos.invariants import (availability, clocks, collection, convergence, damage, durability, epochs, fencing,
-                              reads, recovery_lines, retries)
+from chaos.invariants import (authorization, availability, clocks, collection, convergence, damage, durability,
+                              epochs, fencing, reads, recovery_lines, retries)
 from chaos.invariants.facts import Facts
 from chaos.tokens import invariants as agents
 from chaos.report import InvariantResult, Report
@@ -32,6 +32,7 @@ def check(ops: Iterable[Op], *, extra: Iterable[InvariantResult] = (),
         convergence.check(facts),
         recovery_lines.check(facts),
         retries.check(facts),
+        authorization.check(facts),
         fencing.check(facts),
         availability.check(facts, serve_bound_s),
         collection.check(facts),

@@ -13,9 +13,10 @@ from typing import Any, Callable, Sequence
 
 import grpc
 
-from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
+from agent_client.connection import Connection, CoordinatorUnavailable, Rejected, token_from_env
 from chaos.history import FAIL, INFO, OK, History, Op
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.harness.local_cluster import harness_access
 
 # Codes only the coordinator's own checks answer with. INTERNAL is not here: a
 # transport can produce it too, so it proves nothing about the request.
@@ -67,10 +68,14 @@ class RecordingClient:
     and at most one open operation, as a Jepsen process."""
 
     def __init__(self, history: History, process: str, endpoints: Sequence[str], *,
-                 deadline: float, rpc_timeout: float) -> None:
+                 deadline: float, rpc_timeout: float, token: str | None = None) -> None:
+        """`token`: default, the admin token of the harness cluster at `endpoints`, else
+        the one $RAFTPOINT_TOKEN_FILE names (a cluster someone else runs)."""
         self.history = history
         self.process = process
-        self.conn = Connection(endpoints, deadline=deadline, rpc_timeout=rpc_timeout)
+        access = harness_access(endpoints)
+        token = token or (access[0] if access else token_from_env())
+        self.conn = Connection(endpoints, deadline=deadline, rpc_timeout=rpc_timeout, token=token)
 
     def send(self, request: Request, retry_of: int | None = None) -> Outcome:
         """Invoke, call (a unary RPC, or the items a stream yields within its window),

@@ -29,7 +29,7 @@ from chaos.netproxy import LinkStats, NetProxy
 from chaos.network_faults import NetworkFaults
 from chaos.topology import grpc_link_name, raft_links
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.harness.local_cluster import LocalCluster, NodeProcess, wait_for
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess, register_access, wait_for
 
 
 def node_host(index: int) -> str:
@@ -61,6 +61,8 @@ class ChaosCluster:
                 self.addresses[self.proxy.add_link(grpc_link_name(n.index), n.grpc)] = n.index
             for link in self.raft_links.values():
                 self.addresses[self.proxy.add_link(link.name, self.local.nodes[link.listener].raft)] = link.listener
+            if self.local.token:
+                register_access(self.endpoints(), self.local.token, self.local.token_file)
         except BaseException:
             self.proxy.close()
             raise

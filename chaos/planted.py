@@ -18,6 +18,8 @@ knows about it. Bugs:
   a lagging replica would.
 - `drop-dependency`: dependency reports are acknowledged but not stored, so recovery
   lines no longer see the messages.
+- `skip-authz`: the authorization decision allows everything (as admin), in the
+  transport and in the state machine's re-check alike.
 """
 from __future__ import annotations
 
@@ -49,7 +51,8 @@ def _accept_stale_epoch() -> None:
     def lenient(state: Any, group: Any, agent_id: str, token: Token) -> Any:
         agent = state.agent(group.spec.name, agent_id)
         if agent is not None:
-            token = Token(agent.incarnation, min(token.epoch, group.current_epoch))
+            token = dataclasses.replace(token, incarnation=agent.incarnation,
+                                        epoch=min(token.epoch, group.current_epoch))
         return fenced(state, group, agent_id, token)
 
     commit = state_machine._HANDLERS[CommitCheckpoint]
@@ -137,6 +140,19 @@ def _drop_dependency() -> None:
     state_machine._HANDLERS[ReportDependencies] = forgetful
 
 
+def _skip_authz() -> None:
+    from coordinator.core import authz
+
+    def allow(identity: Any, grants: Any, rpc: str, group: str = "", agent_id: str = "") -> Any:
+        return authz.Allowed(authz.Grant(identity or "anyone", authz.Role.ADMIN))
+
+    def allow_grant(grant: Any, rpc: str, group: str = "", agent_id: str = "") -> Any:
+        return authz.Allowed(grant)
+
+    authz.decide = allow
+    authz.permits = allow_grant
+
+
 BUGS: dict[str, Callable[[], None]] = {
     "no-dedupe": _no_dedupe,
     "accept-stale-epoch": _accept_stale_epoch,
@@ -145,6 +161,7 @@ BUGS: dict[str, Callable[[], None]] = {
     "gc-too-eager": _gc_too_eager,
     "stale-list": _stale_list,
     "drop-dependency": _drop_dependency,
+    "skip-authz": _skip_authz,
 }
 
 

@@ -26,7 +26,7 @@ CONFIG_ENV = ENV_PREFIX + "CONFIG"
 # RAFTPOINT_* variables read by the other programs of the project (the agent
 # library's blob encryption key, the demo agents' planted faults), which may share
 # the node's environment; every other RAFTPOINT_* variable must name a setting.
-FOREIGN_ENV_PREFIXES = (ENV_PREFIX + "AEAD_", ENV_PREFIX + "DEMO_")
+FOREIGN_ENV_PREFIXES = (ENV_PREFIX + "AEAD_", ENV_PREFIX + "DEMO_", ENV_PREFIX + "TOKEN_FILE")
 
 
 class ConfigError(ValueError):
@@ -102,6 +102,12 @@ class NodeConfig:
     # a node that disagrees with the majority at an index stops (service/digest_audit.py).
     digest_audit_s: float = 30.0
     log_level: str = "info"
+    # Authentication and roles (coordinator/transport/auth.py): a file of
+    # "<identity> <sha256 of its token>" lines (bearer tokens; `raftpoint auth
+    # add-token` writes it), and a TOML file binding identities to roles. Both are
+    # re-read when they change. Neither set on a plaintext node: auth is off (dev mode).
+    auth_tokens_file: str = ""
+    auth_bindings_file: str = ""
     # gRPC connections this node accepts at once (more are closed at once), and calls
     # it serves at once (more are refused RESOURCE_EXHAUSTED). Every agent holds one
     # connection and one long-lived WatchOrders call on the leader.

@@ -28,6 +28,9 @@ from coordinator.service import ports
 from coordinator.storage.protocol import EXIT_DAMAGED, REBUILD_FROM_PEERS, STORE_DIR, DamagedAtRest
 from coordinator.service import digest_audit
 from coordinator.service.node_server import serve
+from coordinator.api.metadata import bearer
+from coordinator.transport.auth import (INSECURE_WARNING, AuthConfigError, Authorizer, AuthSettings, authorizer_for,
+                                        node_token)
 from coordinator.transport.server import ServerLimits
 
 log = logging.getLogger("raftpoint.node")
@@ -58,7 +61,19 @@ def _stop_diverged(message: str) -> None:
     fail_stop(f"{message}. {REBUILD_FROM_PEERS}", EXIT_DAMAGED)
 
 
-async def _main(cfg: NodeConfig) -> None:
+def authorizer_of(cfg: NodeConfig) -> Authorizer | None:
+    """The node's authorizer (None: auth off, announced loudly); raises AuthConfigError
+    for settings that would leave the node open or that cannot be read."""
+    authorizer = authorizer_for(AuthSettings(bindings_file=cfg.auth_bindings_file, tokens_file=cfg.auth_tokens_file,
+                                             tls=False, client_certs=False,  # this server speaks plaintext gRPC
+                                             node_token=node_token(cfg.password())))
+    if authorizer is None:
+        log.warning(INSECURE_WARNING)
+        print(f"{PROG}: WARNING: {INSECURE_WARNING}", file=sys.stderr)
+    return authorizer
+
+
+async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -73,10 +88,13 @@ async def _main(cfg: NodeConfig) -> None:
             log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address,
                      cfg.metrics_address)
             peers = [p.grpc for p in cfg.peer_list()]
+            peer_credentials = bearer(node_token(cfg.password()))
             audit = asyncio.create_task(digest_audit.run(node, cfg.raft_address, peers, cfg.digest_audit_s, stop,
-                                                         _stop_diverged)) if cfg.digest_audit_s and peers else None
+                                                         _stop_diverged, peer_credentials)
+                                        ) if cfg.digest_audit_s and peers else None
             await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
-                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs))
+                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs),
+                        authorizer=authorizer)
             if audit is not None:
                 await audit
         finally:
@@ -94,7 +112,12 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
-        asyncio.run(_main(cfg))
+        authorizer = authorizer_of(cfg)
+    except AuthConfigError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_main(cfg, authorizer))
     except DamagedAtRest as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_DAMAGED

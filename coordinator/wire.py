@@ -10,6 +10,7 @@ from typing import Any, Callable
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import log_pb2
 from coordinator.core import commands as c
+from coordinator.core.authz import Grant, Role
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.history import Dependency
 from coordinator.core.model import (
@@ -55,7 +56,18 @@ def spec_from_pb(msg: pb.GroupSpec) -> GroupSpec:
 
 
 def token_from_pb(msg: pb.FencingToken) -> c.Token:
-    return c.Token(incarnation=msg.incarnation, epoch=msg.epoch)
+    """A token as proposed: its secret field already holds the SHA-256 (transport.auth.seal_secrets)."""
+    return c.Token(incarnation=msg.incarnation, epoch=msg.epoch, secret_hash=msg.secret.hex())
+
+
+def principal_from_pb(msg: log_pb2.Principal) -> Grant:
+    return Grant(msg.identity, _enum({r.value: r for r in Role}, msg.role, "principal.role"), msg.group,
+                 msg.pattern)
+
+
+def principal_to_pb(grant: Grant) -> log_pb2.Principal:
+    return log_pb2.Principal(identity=grant.identity, role=grant.role.value, group=grant.group,
+                             pattern=grant.pattern)
 
 
 def checkpoint_from_pb(msg: pb.CheckpointMeta) -> Checkpoint:
@@ -80,7 +92,7 @@ def create_group_from_pb(m: pb.CreateGroupRequest) -> c.CreateGroup:
 
 
 def register_from_pb(m: pb.RegisterRequest) -> c.Register:
-    return c.Register(m.group, m.agent_id)
+    return c.Register(m.group, m.agent_id, m.secret.hex())
 
 
 def commit_checkpoint_from_pb(m: pb.CommitCheckpointRequest) -> c.CommitCheckpoint:
@@ -139,7 +151,8 @@ def command_from_pb(entry: log_pb2.LogEntry) -> c.Command:
 
 def entry_from_pb(msg: log_pb2.LogEntry, proposed_at: float) -> c.Entry:
     """Raises Rejection for a malformed command."""
-    return c.Entry(msg.request_id, proposed_at, command_from_pb(msg), msg.issued_at)
+    principal = principal_from_pb(msg.principal) if msg.HasField("principal") else None
+    return c.Entry(msg.request_id, proposed_at, command_from_pb(msg), msg.issued_at, principal)
 
 
 def proposal_from_bytes(data: bytes) -> c.Proposal:
@@ -213,7 +226,7 @@ def dependency_to_pb(dep: Dependency) -> pb.DependencyRecord:
 
 
 def token_to_pb(token: c.Token) -> pb.FencingToken:
-    return pb.FencingToken(incarnation=token.incarnation, epoch=token.epoch)
+    return pb.FencingToken(incarnation=token.incarnation, epoch=token.epoch, secret=bytes.fromhex(token.secret_hash))
 
 
 def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
@@ -225,12 +238,15 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
     entry's request id, as the requests that carried them did.
     """
     msg = log_pb2.LogEntry(request_id=entry.request_id, issued_at=entry.issued_at)
+    if entry.principal is not None:
+        msg.principal.CopyFrom(principal_to_pb(entry.principal))
     rid = entry.request_id
     match entry.command:
         case c.CreateGroup(spec=spec):
             msg.create_group.CopyFrom(pb.CreateGroupRequest(request_id=rid, spec=spec_to_pb(spec)))
-        case c.Register(group=group, agent_id=agent_id):
-            msg.register.CopyFrom(pb.RegisterRequest(request_id=rid, group=group, agent_id=agent_id))
+        case c.Register(group=group, agent_id=agent_id, secret_hash=secret_hash):
+            msg.register.CopyFrom(pb.RegisterRequest(request_id=rid, group=group, agent_id=agent_id,
+                                                     secret=bytes.fromhex(secret_hash)))
         case c.CommitCheckpoint(token=token, checkpoint=cp):
             msg.commit_checkpoint.CopyFrom(pb.CommitCheckpointRequest(
                 request_id=rid, token=token_to_pb(token), checkpoint=checkpoint_to_pb(cp)))

@@ -39,6 +39,7 @@ from typing import Any, TextIO
 
 from agent_client.agent import AgentClient, RestoreKind
 from agent_client.blobstore import PutResult
+from agent_client.connection import token_from_env
 from agent_client.envelope import Envelope
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -93,7 +94,7 @@ class TokenAgent:
                                   on_redeliver=self._redelivered,
                                   members=args.members.split(",") if args.members else (),
                                   after_blob_write=self._maybe_crash, after_commit=self._committed,
-                                  before_ack=self._before_ack, deadline=args.deadline)
+                                  before_ack=self._before_ack, deadline=args.deadline, token=token_from_env())
 
     def _maybe_crash(self, blob: PutResult) -> None:
         self._blobs_written += 1

@@ -18,6 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from agent_client.connection import TOKEN_FILE_ENV
+from coordinator.harness.local_cluster import harness_access
+
 REPLY_TIMEOUT_S = 30.0
 
 
@@ -34,6 +37,7 @@ class AgentProcess:
         self.agent_id = agent_id
         self._log_path = Path(log_dir) / f"{group}-{agent_id}.log"
         self.events_path = Path(log_dir) / f"{group}-{agent_id}.events.jsonl"
+        self._endpoints = list(endpoints)
         self._argv = [sys.executable, "-m", "chaos.tokens.agent", "--group", group, "--agent", agent_id,
                       "--endpoints", ",".join(endpoints), "--blob-dir", str(blob_dir),
                       "--members", ",".join(members), "--tokens", str(tokens), "--events", str(self.events_path),
@@ -50,12 +54,18 @@ class AgentProcess:
         other.proc, other._replies = None, queue.Queue()
         return other
 
+    def _token_env(self) -> dict[str, str]:
+        """Points the agent at the admin token of the harness cluster it talks to, if any."""
+        access = harness_access(self._endpoints)
+        return {TOKEN_FILE_ENV: str(access[1])} if access else {}
+
     def spawn(self, env: dict[str, str] | None = None) -> "AgentProcess":
         self._replies = queue.Queue()
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self._log_path, "ab")
         self.proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                     env={**os.environ, **self._env, **(env or {})}, start_new_session=True)
+                                     env={**os.environ, **self._token_env(), **self._env, **(env or {})},
+                                     start_new_session=True)
         log.close()
         threading.Thread(target=self._read, args=(self.proc, self._replies), daemon=True).start()
         return self

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import random
+import secrets
 import sys
 import time
 from collections import Counter
@@ -25,8 +26,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from agent_client.connection import AsyncConnection, overload_hint
-from coordinator.api.metadata import LEADER_METADATA_KEY
+from agent_client.connection import AsyncConnection, overload_hint, read_token_file, token_from_env
+from coordinator.api.metadata import LEADER_METADATA_KEY, bearer
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -65,8 +66,9 @@ class Tally:
 class Leader:
     """Channels to the node believed to lead; moved when a node names another leader."""
 
-    def __init__(self, endpoints: list[str]) -> None:
+    def __init__(self, endpoints: list[str], token: str | None) -> None:
         self.endpoints = endpoints
+        self.metadata = bearer(token)  # the caller's identity, on every call
         self.target = endpoints[0]
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
         self._next = 0
@@ -98,7 +100,7 @@ async def call(leader: Leader, tally: Tally, method: str, request, until: float)
     `until`); None when it got no answer (counted by outcome)."""
     while True:
         try:
-            reply = await getattr(leader.stub(), method)(request, timeout=RPC_TIMEOUT_S)
+            reply = await getattr(leader.stub(), method)(request, timeout=RPC_TIMEOUT_S, metadata=leader.metadata)
             tally.count(method, "OK")
             return reply
         except grpc.RpcError as err:
@@ -115,9 +117,10 @@ async def call(leader: Leader, tally: Tally, method: str, request, until: float)
             await asyncio.sleep(wait)
 
 
-async def heartbeats(leader: Leader, tally: Tally, i: int, incarnation: int, interval: float, end: float) -> None:
+async def heartbeats(leader: Leader, tally: Tally, i: int, token: pb.FencingToken, interval: float,
+                     end: float) -> None:
     agent, group = agent_of(i), group_of(i)
-    request = pb.HeartbeatRequest(group=group, agent_id=agent, token=pb.FencingToken(incarnation=incarnation))
+    request = pb.HeartbeatRequest(group=group, agent_id=agent, token=token)
     answered = tally.beats.setdefault(agent, [])
     await asyncio.sleep(random.uniform(0, interval))  # agents start at different times
     while time.monotonic() < end:
@@ -127,13 +130,13 @@ async def heartbeats(leader: Leader, tally: Tally, i: int, incarnation: int, int
         await asyncio.sleep(max(0.0, beat_at + interval - time.monotonic()))
 
 
-async def commits(leader: Leader, tally: Tally, i: int, incarnation: int, end: float) -> None:
+async def commits(leader: Leader, tally: Tally, i: int, token: pb.FencingToken, end: float) -> None:
     """Back-to-back checkpoints of agent i (so its checkpoint index only grows)."""
     index = 0
     while time.monotonic() < end:
         index += 1
         request = pb.CommitCheckpointRequest(
-            request_id=f"flood-cp-{i}-{index}", token=pb.FencingToken(incarnation=incarnation),
+            request_id=f"flood-cp-{i}-{index}", token=token,
             checkpoint=pb.CheckpointMeta(group=group_of(i), agent_id=agent_of(i), index=index, kind=pb.BASIC,
                                          blob_uri=f"file:///flood/{i}/{index}", sha256="f" * 64, size=200))
         if await call(leader, tally, "CommitCheckpoint", request, until=end) is None:
@@ -141,8 +144,8 @@ async def commits(leader: Leader, tally: Tally, i: int, incarnation: int, end: f
             await asyncio.sleep(0.05)
 
 
-async def create_groups(endpoints: list[str], agents: int) -> None:
-    async with AsyncConnection(endpoints, deadline=60.0) as conn:
+async def create_groups(endpoints: list[str], agents: int, token: str | None) -> None:
+    async with AsyncConnection(endpoints, deadline=60.0, token=token) as conn:
         for g in range((agents + GROUP_SIZE - 1) // GROUP_SIZE):
             await conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
                 request_id=f"flood-cg-{g}", spec=pb.GroupSpec(group=f"flood-{g}", mode=pb.UNCOORDINATED,
@@ -153,7 +156,8 @@ async def agent(leader: Leader, tally: Tally, gate: asyncio.Semaphore, i: int, c
                 interval: float, end: float) -> None:
     """One agent's life: register (retried after hints until it gets in), then heartbeat
     at once, as a real agent does, and commit back to back if it is a committer."""
-    request = pb.RegisterRequest(request_id=f"flood-reg-{i}", group=group_of(i), agent_id=agent_of(i))
+    secret = secrets.token_bytes(16)  # the agent's own, as agent_client makes one per registration
+    request = pb.RegisterRequest(request_id=f"flood-reg-{i}", group=group_of(i), agent_id=agent_of(i), secret=secret)
     async with gate:
         reply = None
         while reply is None and time.monotonic() < end:
@@ -161,15 +165,17 @@ async def agent(leader: Leader, tally: Tally, gate: asyncio.Semaphore, i: int, c
     if reply is None:
         return
     tally.registered[agent_of(i)] = time.time()
-    work = [heartbeats(leader, tally, i, reply.incarnation, interval, end)]
+    token = pb.FencingToken(incarnation=reply.incarnation, secret=secret)
+    work = [heartbeats(leader, tally, i, token, interval, end)]
     if commit:
-        work.append(commits(leader, tally, i, reply.incarnation, end))
+        work.append(commits(leader, tally, i, token, end))
     await asyncio.gather(*work)
 
 
-async def flood(endpoints: list[str], agents: int, seconds: float, committers: int) -> dict:
-    await create_groups(endpoints, agents)
-    leader, tally = Leader(endpoints), Tally()
+async def flood(endpoints: list[str], agents: int, seconds: float, committers: int,
+                token: str | None = None) -> dict:
+    await create_groups(endpoints, agents, token)
+    leader, tally = Leader(endpoints, token), Tally()
     interval = min(5.0, max(0.1, LEASE_TTL_S / 3))  # the client's default heartbeat period
     started = time.time()
     end = time.monotonic() + seconds
@@ -189,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--committers", type=int, default=128)
     parser.add_argument("--out", required=True, help="where to write the JSON result")
+    parser.add_argument("--token-file", help="the bearer token to present (default: $RAFTPOINT_TOKEN_FILE)")
     args = parser.parse_args(argv)
-    result = asyncio.run(flood(args.endpoints.split(","), args.agents, args.seconds, args.committers))
+    token = read_token_file(args.token_file) if args.token_file else token_from_env()
+    result = asyncio.run(flood(args.endpoints.split(","), args.agents, args.seconds, args.committers, token))
     with open(args.out, "w") as f:
         json.dump(result, f)
     return 0

@@ -46,6 +46,11 @@ from chaos.workloads import metadata_ops as ops
 from chaos.workloads.metadata_model import AgentModel, Beliefs, GroupModel
 from chaos.workloads.metadata_processes import MAX_TRIES, ClientProcess, RunBudget
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.core.authz import Role
+from coordinator.harness.local_cluster import BINDINGS_FILE as HARNESS_BINDINGS_FILE
+from coordinator.harness.local_cluster import TOKENS_FILE as HARNESS_TOKENS_FILE
+from coordinator.harness.local_cluster import harness_access
+from coordinator.transport.auth import add_binding, add_token
 
 MODES = {"COORDINATED": pb.COORDINATED, "CIC_BCS": pb.CIC_BCS, "UNCOORDINATED": pb.UNCOORDINATED}
 LOCK_WAIT_S = 0.5
@@ -103,6 +108,8 @@ class MetadataWorkload:
         self._ids = itertools.count(1)
         self._processes: list[ClientProcess] = []
         self.sampler = NodeSampler(history, self.endpoints, config.sample_period_s)
+        # Identities without the right role, when the cluster is a local harness one.
+        self.intruders = _intruder_tokens(self.endpoints, f"{config.prefix}-{self.run_id}")
         # Whether a fault is in force now; whoever injects faults sets it (the runner: the nemesis's).
         self.faults_in_force: Callable[[], bool] = lambda: False
 
@@ -135,8 +142,9 @@ class MetadataWorkload:
         loops: list[tuple[str, Callable[[ClientProcess], None]]] = [
             (f"p{i}", self._agent_loop) for i in range(self.config.agent_processes)]
         loops += [("epochs", self._epoch_loop), ("recoverer", self._recovery_loop), ("zombie", self._zombie_loop)]
+        loops += [(f"intruder-{role}", self._intruder_loop) for role in self.intruders]
         for name, loop in loops:
-            proc = self._process(name)
+            proc = self._process(name, token=self.intruders.get(name.removeprefix("intruder-")))
             proc.thread = threading.Thread(target=self._guarded, args=(loop, proc), name=f"chaos-{name}", daemon=True)
             proc.thread.start()
 
@@ -180,9 +188,9 @@ class MetadataWorkload:
             proc.close()
 
     # ---- processes ---------------------------------------------------------------
-    def _process(self, name: str, deadline: float | None = None) -> ClientProcess:
+    def _process(self, name: str, deadline: float | None = None, token: str | None = None) -> ClientProcess:
         client = RecordingClient(self.history, name, self.endpoints, deadline=deadline or self.config.deadline_s,
-                                 rpc_timeout=self.config.rpc_timeout_s)
+                                 rpc_timeout=self.config.rpc_timeout_s, token=token)
         proc = ClientProcess(client, random.Random(f"{self.config.seed}-{name}"), self.budget)
         if self.config.hurried_share > 0 and deadline is None:
             proc.hurried = RecordingClient(self.history, name, self.endpoints,
@@ -370,6 +378,28 @@ class MetadataWorkload:
         rolled = [g.agents[t.agent_id] for t in predicted.response.targets] if predicted.ok else []
         self._settle_orders(proc, g, rolled or list(g.agents.values()))
 
+    def _intruder_loop(self, proc: ClientProcess) -> None:
+        """Writes the caller's role does not allow: an agent identity bound to another
+        group acting for this group's agents and administering it, and an observer
+        writing. Each must be refused (invariant unauthorized-writes-refused)."""
+        identity = proc.name.removeprefix("intruder-")
+        while self.budget.pause(self.config.zombie_period_s):
+            g = proc.rng.choice(list(self.groups.values()))
+            a = proc.rng.choice(list(g.agents.values()))
+            rid = self._rid(proc)
+            attempts = [
+                ("AgentService", "Register", pb.RegisterRequest(request_id=rid, group=g.name, agent_id=a.agent,
+                                                                secret=ops.SECRET)),
+                ("AgentService", "Deregister", pb.DeregisterRequest(
+                    request_id=rid, group=g.name, agent_id=a.agent,
+                    token=pb.FencingToken(incarnation=a.incarnation, secret=ops.SECRET))),
+                ("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id=rid, group=g.name)),
+                ("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id=rid, spec=pb.GroupSpec(
+                    group=f"{g.name}-intruded", mode=pb.CIC_BCS))),
+            ]
+            service, method, message = proc.rng.choice(attempts)
+            proc.send(ops.intrude(rid, identity, service, method, message, g.name), resolve=False)
+
     def _zombie_loop(self, proc: ClientProcess) -> None:
         while self.budget.pause(self.config.zombie_period_s):
             g = proc.rng.choice(list(self.groups.values()))
@@ -401,3 +431,19 @@ class MetadataWorkload:
             others = [b.agent for b in g.agents.values() if b is not a]
             deps = [(rng.choice(others), 1, a.agent, a.last_index + 1, f"z{self.run_id}-{next(self._ids)}")]
             proc.send(ops.report_deps(self._rid(proc), g.name, a.agent, incarnation, deps), resolve=False)
+
+
+def _intruder_tokens(endpoints: Sequence[str], home_group: str) -> dict[str, str]:
+    """Tokens of an agent identity bound to another group (`home_group`) and of an
+    observer, added to the harness cluster's tokens and bindings files (re-read by the
+    nodes); none for a cluster this process did not start."""
+    access = harness_access(endpoints)
+    if access is None:
+        return {}
+    directory = access[1].parent
+    tokens: dict[str, str] = {}
+    for role, (group, pattern) in {Role.AGENT: (home_group, "own-*"), Role.OBSERVER: ("", "")}.items():
+        identity = f"{home_group}-{role.value}"
+        tokens[role.value] = add_token(directory / HARNESS_TOKENS_FILE, identity)
+        add_binding(directory / HARNESS_BINDINGS_FILE, identity, role, group, pattern)
+    return tokens

@@ -28,6 +28,9 @@ from typing import Any
 from chaos.client import Request
 from coordinator.api.v1 import coordinator_pb2 as pb
 
+# The workload's agents all register with this secret: the workload checks the
+# coordinator's metadata rules, not the secrecy of one agent from another.
+SECRET = b"metadata-workload-secret"
 WRITES = frozenset({"create_group", "register", "commit", "report_deps", "start_epoch", "ack_order", "gc"})
 AGENT, ADMIN = "AgentService", "AdminService"
 
@@ -46,7 +49,8 @@ def create_group(rid: str, spec: pb.GroupSpec) -> Request:
 
 
 def register(rid: str, group: str, agent: str) -> Request:
-    return Request("register", AGENT, "Register", pb.RegisterRequest(request_id=rid, group=group, agent_id=agent),
+    return Request("register", AGENT, "Register",
+                   pb.RegisterRequest(secret=SECRET, request_id=rid, group=group, agent_id=agent),
                    {"rid": rid, "group": group, "agent": agent},
                    lambda r: {"incarnation": r.incarnation, "current_epoch": r.current_epoch,
                               "stable_epoch": r.stable_epoch, "recovery_id": r.recovery_id})
@@ -56,7 +60,7 @@ def commit(rid: str, group: str, agent: str, incarnation: int, index: int, epoch
     uri = f"mem://{group}/{agent}/{index}/{rid}"  # unique: a collected blob names one checkpoint
     sha = hashlib.sha256(uri.encode()).hexdigest()
     message = pb.CommitCheckpointRequest(
-        request_id=rid, token=pb.FencingToken(incarnation=incarnation, epoch=epoch),
+        request_id=rid, token=pb.FencingToken(secret=SECRET, incarnation=incarnation, epoch=epoch),
         checkpoint=pb.CheckpointMeta(group=group, agent_id=agent, index=index, epoch=epoch, kind=kind,
                                      blob_uri=uri, sha256=sha, size=100 + index))
     value = {"rid": rid, "group": group, "agent": agent, "incarnation": incarnation, "epoch": epoch,
@@ -80,7 +84,8 @@ def report_deps(rid: str, group: str, agent: str, incarnation: int, deps: list[t
     records = [pb.DependencyRecord(sender=s, send_interval=si, receiver=r, receive_interval=ri, message_id=m,
                                    send_generation=gen) for (s, si, r, ri, m), gen in zip(deps, generations)]
     message = pb.ReportDependenciesRequest(request_id=rid, group=group, agent_id=agent,
-                                           token=pb.FencingToken(incarnation=incarnation), records=records)
+                                           token=pb.FencingToken(secret=SECRET, incarnation=incarnation),
+                                           records=records)
     value = {"rid": rid, "group": group, "agent": agent, "incarnation": incarnation, "deps": [list(d) for d in deps],
              "send_generations": generations}
     return Request("report_deps", AGENT, "ReportDependencies", message, value, lambda r: {"accepted": r.accepted})
@@ -93,7 +98,7 @@ def start_epoch(rid: str, group: str) -> Request:
 
 def ack_order(rid: str, group: str, agent: str, incarnation: int, order_id: int) -> Request:
     message = pb.AckOrderRequest(request_id=rid, group=group, agent_id=agent,
-                                 token=pb.FencingToken(incarnation=incarnation), order_id=order_id)
+                                 token=pb.FencingToken(secret=SECRET, incarnation=incarnation), order_id=order_id)
     return Request("ack_order", AGENT, "AckOrder", message,
                    {"rid": rid, "group": group, "agent": agent, "incarnation": incarnation, "order_id": order_id},
                    lambda r: {"group_state": pb.GroupState.Name(r.group_state)})
@@ -128,7 +133,8 @@ def list_checkpoints(rid: str, group: str) -> Request:
 
 
 def watch_orders(rid: str, group: str, agent: str, incarnation: int, window: float) -> Request:
-    message = pb.WatchOrdersRequest(group=group, agent_id=agent, token=pb.FencingToken(incarnation=incarnation))
+    message = pb.WatchOrdersRequest(group=group, agent_id=agent,
+                                    token=pb.FencingToken(secret=SECRET, incarnation=incarnation))
     return Request("watch_orders", AGENT, "WatchOrders", message, {"rid": rid, "group": group, "agent": agent},
                    lambda orders: {"orders": [_order_value(o) for o in orders]}, window=window)
 
@@ -143,3 +149,9 @@ def what_if(rid: str, group: str, failed: list[str]) -> Request:
     return Request("what_if", ADMIN, "WhatIf", pb.WhatIfRequest(group=group, failed=failed),
                    {"rid": rid, "group": group, "failed": sorted(failed)},
                    lambda r: {"targets": {t.agent_id: t.checkpoint_index for t in r.targets}})
+
+
+def intrude(rid: str, identity: str, service: str, method: str, message: Any, target: str) -> Request:
+    """A write by an identity whose role does not allow it: it must be refused. The
+    group it aims at is `target`, not "group", so it counts as none of the group's requests."""
+    return Request("intrude", service, method, message, {"rid": rid, "as": identity, "rpc": method, "target": target})

@@ -17,6 +17,13 @@ REASON_METADATA_KEY = "raftpoint-reason"
 # Trailing, on RESOURCE_EXHAUSTED with REASON_OVERLOADED: seconds to wait before trying
 # again (float repr); the node picks it from how far behind it is.
 RETRY_AFTER_METADATA_KEY = "raftpoint-retry-after"
+# Request: "Bearer <token>", the caller's identity when it has no client certificate.
+AUTHORIZATION_METADATA_KEY = "authorization"
+
+
+def bearer(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The call metadata that presents `token` (none without one)."""
+    return ((AUTHORIZATION_METADATA_KEY, f"Bearer {token}"),) if token else ()
 
 
 def reason_value(reason_code: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.core.authz import Grant
 from coordinator.core.errors import Code, ReasonCode, Rejection
 from coordinator.core.history import Dependency
 from coordinator.core.model import Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState
@@ -19,6 +20,8 @@ class Token:
 
     incarnation: int
     epoch: int
+    # SHA-256 (hex) of the secret the writer sent: it must be the registered one.
+    secret_hash: str = ""
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class CreateGroup:
 class Register:
     group: str
     agent_id: str
+    # SHA-256 (hex) of the client's secret for this registration (core.agent_secret).
+    secret_hash: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,9 @@ class Entry:
     command: Command
     # When the client first sent the request, repeated on retries (0: proposed_at).
     issued_at: float = 0.0
+    # Who proposed it and what their binding allowed (core.authz); None: the leader
+    # itself, or a node without authentication.
+    principal: Grant | None = None
 
 
 @dataclass(frozen=True)

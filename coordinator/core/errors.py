@@ -21,6 +21,8 @@ class Code(StrEnum):
     FAILED_PRECONDITION = "FAILED_PRECONDITION"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     INTERNAL = "INTERNAL"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
 
 
 class ReasonCode(StrEnum):
@@ -68,6 +70,12 @@ class ReasonCode(StrEnum):
     OVERLOADED = "OVERLOADED"  # the node sheds load: retry after the hint (never stored: decided before proposing)
     # INTERNAL
     INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in the state machine; nothing was written
+    # UNAUTHENTICATED
+    UNAUTHENTICATED = "UNAUTHENTICATED"  # no credentials, or ones that name no known identity
+    # PERMISSION_DENIED
+    ROLE_FORBIDS = "ROLE_FORBIDS"  # the caller's role (or lack of one) does not allow this RPC
+    FOREIGN_AGENT = "FOREIGN_AGENT"  # an agent identity acting outside its group or agent-id pattern
+    WRONG_AGENT_SECRET = "WRONG_AGENT_SECRET"  # not the secret the agent registered with
 
     @property
     def code(self) -> Code:
@@ -96,6 +104,9 @@ _STATUS: dict[ReasonCode, Code] = {
     ReasonCode.DEPENDENCY_QUOTA: Code.RESOURCE_EXHAUSTED,
     ReasonCode.OVERLOADED: Code.RESOURCE_EXHAUSTED,
     ReasonCode.INTERNAL_ERROR: Code.INTERNAL,
+    ReasonCode.UNAUTHENTICATED: Code.UNAUTHENTICATED,
+    **dict.fromkeys((ReasonCode.ROLE_FORBIDS, ReasonCode.FOREIGN_AGENT, ReasonCode.WRONG_AGENT_SECRET),
+                    Code.PERMISSION_DENIED),
 }
 
 

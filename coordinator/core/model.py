@@ -107,6 +107,9 @@ class Agent:
     # No recovery line can take the agent below this checkpoint any more (what garbage
     # collection kept): the agent may forget what it logged to re-deliver before it.
     rollback_floor: int = 0
+    # SHA-256 (hex) of the secret this incarnation registered with (core.agent_secret);
+    # never shown by a read.
+    secret_hash: str = ""
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,16 @@ def is_live(agent: Agent, incarnation: int) -> bool:
 
 
 def live_agent(state: State, group: str, agent_id: str, token: Token) -> Agent:
-    """The agent, if `token` holds its live incarnation; else the Rejection that fences it."""
+    """The agent, if `token` holds its live incarnation and the secret it registered with;
+    else the Rejection that fences it. The incarnation is public (reads show it), the
+    secret is not: knowing the number alone does not let a caller act as the agent."""
     agent = registered_agent(state, group, agent_id)
     if is_live(agent, token.incarnation):
+        # After the incarnation check: a zombie is told it is stale, whatever it sends.
+        if token.secret_hash != agent.secret_hash:
+            raise Rejection.because(ReasonCode.WRONG_AGENT_SECRET,
+                                    f"not the secret agent {agent_id!r} registered incarnation "
+                                    f"{agent.incarnation} with", "token.secret")
         return agent
     if token.incarnation != agent.incarnation:
         raise Rejection.because(

@@ -15,7 +15,7 @@ from coordinator.core.commands import (
     GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult, ReportDependencies, Result, RollbackTarget,
     StartEpoch, Token,
 )
-from coordinator.core import fences, queries
+from coordinator.core import authz, fences, queries
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
     RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
@@ -39,6 +39,10 @@ def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
     try:
         if not validated:
             validate(entry.command)
+        if entry.principal is not None:
+            # The proposer checked this already; re-checked here from the entry alone so
+            # every replica decides the same, whatever a proposer got wrong.
+            authz.check(authz.permits(entry.principal, *authz.command_target(entry.command)))
         return handler(state, entry.command, entry.proposed_at)
     except Rejection as rejection:
         return Failure.of(rejection)
@@ -103,7 +107,8 @@ def _register(state: State, cmd: Register, now: float) -> Result:
     agent = state.agent(cmd.group, cmd.agent_id)
     left = False
     if agent is None:
-        agent = Agent(cmd.group, cmd.agent_id, incarnation=1, registered_at=now, generation=1)
+        agent = Agent(cmd.group, cmd.agent_id, incarnation=1, registered_at=now, generation=1,
+                      secret_hash=cmd.secret_hash)
     else:
         left = agent.state is AgentState.DEREGISTERED
         if agent.state is AgentState.ALIVE:
@@ -115,7 +120,8 @@ def _register(state: State, cmd: Register, now: float) -> Result:
         # left and comes back resumes from its newest usable checkpoint, so what it sent
         # after that point is undone the same way.
         agent = dataclasses.replace(agent, incarnation=agent.incarnation + 1, state=AgentState.ALIVE,
-                                    registered_at=now, generation=agent.generation + 1)
+                                    registered_at=now, generation=agent.generation + 1,
+                                    secret_hash=cmd.secret_hash)
     resume = _resume_point(state, group, agent)
     if left:
         agent = dataclasses.replace(agent, fences=fences.add(

@@ -18,6 +18,7 @@ from typing import Callable, Collection, TypeVar
 
 import grpc
 
+from coordinator.api.metadata import bearer
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -66,10 +67,34 @@ class NodeProcess:
         return self.process is not None and self.process.poll() is None
 
 
-def node_status(grpc_address: str, timeout: float = 1.0) -> pb.NodeStatus | None:
+# The admin token (and its file) of each gRPC address of a harness cluster this process
+# started, proxied addresses included: status probes and the chaos suite's clients
+# and agent processes, which know a cluster only by its endpoints, find it here.
+_ACCESS: dict[str, tuple[str, Path]] = {}
+
+
+def register_access(addresses: Collection[str], token: str, token_file: Path) -> None:
+    _ACCESS.update((a, (token, token_file)) for a in addresses)
+
+
+def harness_access(endpoints: Collection[str]) -> tuple[str, Path] | None:
+    """The admin token and token file of the harness cluster at `endpoints`, if any."""
+    return next((_ACCESS[e] for e in endpoints if e in _ACCESS), None)
+
+
+def credentials_for(grpc_address: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata with the admin token of the harness node at `grpc_address` (none
+    for a node this process did not start, or one without authentication)."""
+    access = harness_access([grpc_address])
+    return bearer(access[0] if access else None)
+
+
+def node_status(grpc_address: str, timeout: float = 1.0, token: str | None = None) -> pb.NodeStatus | None:
+    metadata = bearer(token) if token else credentials_for(grpc_address)
     try:
         with grpc.insecure_channel(grpc_address) as channel:
-            return pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=timeout).node
+            return pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=timeout,
+                                                                   metadata=metadata).node
     except grpc.RpcError:
         return None
 
@@ -88,7 +113,7 @@ class LocalCluster:
                  password: str | None = None, base_port: int | None = None, hosts: list[str] | None = None,
                  peer_spec: PeerSpec = direct_peer,
                  program: Callable[[int], list[str]] | None = None,
-                 addresses: list[tuple[str, str, str]] | None = None) -> None:
+                 addresses: list[tuple[str, str, str]] | None = None, auth: bool = True) -> None:
         """`base_port`: node i gets raft/grpc/metrics on base+3i, +1, +2 (stable addresses for
         a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks).
 
@@ -98,11 +123,16 @@ class LocalCluster:
         per node everywhere), and `program(i)` the command before the node's flags
         that runs node i with the node's flags after it (e.g. a bug-planting wrapper).
         `addresses[i]`: node i's (raft, grpc, metrics), as recorded by an earlier run
-        (see reopen())."""
+        (see reopen()). `auth`: nodes require a bearer token; `token` is an admin one
+        (write_auth_config), for every client of this cluster."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
-        self.settings = settings or {}
+        self.settings = dict(settings or {})
+        self.token: str | None = None
+        if auth:
+            auth_settings, self.token = write_auth_config(self.root)
+            self.settings = {**auth_settings, **self.settings}
         self.peer_spec = peer_spec
         self.program = program
         hosts = hosts or ["127.0.0.1"] * size
@@ -118,6 +148,8 @@ class LocalCluster:
             raise ValueError(f"need one address triple per node: {size} nodes, {len(addresses)} triples")
         self.nodes = [NodeProcess(i, raft, grpc, metrics, self.root / f"node{i}")
                       for i, (raft, grpc, metrics) in enumerate(addresses)]
+        if self.token:
+            register_access([n.grpc for n in self.nodes], self.token, self.token_file)
         self.log_files: list = []
 
     @classmethod
@@ -230,7 +262,7 @@ class LocalCluster:
         """Status of every running node that answers, except the `exclude`d (e.g. nodes
         known to be stopped with SIGSTOP, which would only time out)."""
         return {n.index: s for n in self.nodes
-                if n.alive and n.index not in exclude and (s := node_status(n.grpc)) is not None}
+                if n.alive and n.index not in exclude and (s := node_status(n.grpc, token=self.token)) is not None}
 
     def leader(self, timeout: float = 30.0) -> NodeProcess:
         def find() -> NodeProcess | None:
@@ -254,6 +286,16 @@ class LocalCluster:
 
     def endpoints(self) -> list[str]:
         return [n.grpc for n in self.nodes]
+
+    @property
+    def token_file(self) -> Path:
+        """Where the admin token is kept (for `--token-file`)."""
+        return self.root / AUTH_DIR / ADMIN_TOKEN_FILE
+
+    @property
+    def credentials(self) -> tuple[tuple[str, str], ...]:
+        """Call metadata with the cluster's admin token (none without authentication)."""
+        return bearer(self.token)
 
     def write_endpoints(self) -> None:
         doc = [{"raft": n.raft, "grpc": n.grpc, "metrics": n.metrics, "pid": n.process.pid if n.process else None}
@@ -289,17 +331,50 @@ def _ports(layout: list[tuple[str, str, str]]) -> str:
     return f"{ports[0]}-{ports[-1]}"
 
 
-def _kept_password(root: Path) -> str:
-    """The Raft password kept in `root` (owner-only), made on first use."""
-    path = root / PASSWORD_FILE
+AUTH_DIR = "auth"
+ADMIN_TOKEN_FILE = "admin.token"
+TOKENS_FILE, BINDINGS_FILE = "tokens", "bindings.toml"
+
+
+def write_auth_config(root: Path) -> tuple[dict[str, str], str]:
+    """Turn authentication on for the cluster in `root`: a tokens file with one admin
+    token and the bindings that make it admin. Returns the node settings that name
+    the files, and the token (kept owner-only in `root`, so a reopened cluster and
+    the `raftpoint cluster` commands find the same one)."""
+    from coordinator.transport.auth import token_hash
+
+    directory = Path(root) / AUTH_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    token = _kept_secret(directory / ADMIN_TOKEN_FILE)
+    tokens, bindings = directory / TOKENS_FILE, directory / BINDINGS_FILE
+    if not tokens.exists():
+        tokens.write_text(f"# <identity> <sha256 of its bearer token>\nharness-admin {token_hash(token)}\n")
+    if not bindings.exists():
+        bindings.write_text('["harness-admin"]\nrole = "admin"\n')
+    return {"auth_tokens_file": str(tokens), "auth_bindings_file": str(bindings)}, token
+
+
+def admin_token(root: Path) -> str | None:
+    """The admin token of the cluster in `root`, if it runs with authentication."""
+    try:
+        return (Path(root) / AUTH_DIR / ADMIN_TOKEN_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+
+
+def _kept_secret(path: Path, make: Callable[[], str] = lambda: secrets.token_urlsafe(32)) -> str:
+    """A random secret kept in `path` (owner-only), made on first use."""
     try:
         return path.read_text().strip()
     except FileNotFoundError:
-        root.mkdir(parents=True, exist_ok=True)
-        password = secrets.token_hex(16)
+        secret = make()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(password + "\n")
-        return password
+            f.write(secret + "\n")
+        return secret
 
 
+def _kept_password(root: Path) -> str:
+    """The Raft password kept in `root` (owner-only), made on first use."""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    return _kept_secret(Path(root) / PASSWORD_FILE, lambda: secrets.token_hex(16))

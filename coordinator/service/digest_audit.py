@@ -55,7 +55,9 @@ def diverged(me: str, samples: Samples, cluster_size: int) -> tuple[int, str] | 
 
 
 async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, stop: asyncio.Event,
-              on_diverged: Callable[[str], None]) -> None:
+              on_diverged: Callable[[str], None], credentials: tuple[tuple[str, str], ...] = ()) -> None:
+    """`credentials`: call metadata that identifies this node to its peers (their
+    ClusterStatus needs a role when authentication is on)."""
     samples: Samples = {}
     async for _ in ticks.every(period, stop):
         try:
@@ -64,7 +66,7 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
             log.warning("digest audit: no digest of this node's store", exc_info=True)
             continue
         record(samples, me, index, digest)
-        for status in await asyncio.gather(*(_ask(peer) for peer in peers_grpc)):
+        for status in await asyncio.gather(*(_ask(peer, credentials) for peer in peers_grpc)):
             if status is not None:
                 record(samples, status.node, status.digest_index, status.content_digest)
         found = diverged(me, samples, len(peers_grpc) + 1)
@@ -76,11 +78,11 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
             return
 
 
-async def _ask(peer: str) -> pb.NodeStatus | None:
+async def _ask(peer: str, credentials: tuple[tuple[str, str], ...]) -> pb.NodeStatus | None:
     try:
         async with grpc.aio.insecure_channel(peer) as channel:
             reply = await pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(),
-                                                                           timeout=ASK_TIMEOUT_S)
+                                                                           timeout=ASK_TIMEOUT_S, metadata=credentials)
             return reply.node
     except grpc.RpcError:
         return None

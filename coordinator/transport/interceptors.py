@@ -1,5 +1,7 @@
-"""Cross-cutting RPC concerns in one place: admission (shedding under overload),
-request-id-bound logging, latency metrics and the refusal of requests that do not decode.
+"""Cross-cutting RPC concerns in one place: shedding under overload, request-id-bound
+logging, latency metrics, the refusal of requests that do not decode, and who is
+calling and whether they may (transport.auth), with agent secrets replaced by their
+hashes, before any handler runs and so before anything is proposed.
 
 Kept out of the servicers so every handler gets the same log context and the same
 metric labels without repeating them.
@@ -17,7 +19,9 @@ from coordinator.api.metadata import REASON_METADATA_KEY
 from coordinator.core.errors import Rejection
 from coordinator.core.ids import MAX_REQUEST_ID_CHARS
 from coordinator.observability import metrics
+from coordinator.transport import auth
 from coordinator.transport.admission import WORK_OF_METHOD, Admission, refuse
+from coordinator.transport.auth import Authorizer
 from coordinator.transport.status_map import abort_with
 
 log = structlog.get_logger("raftpoint.rpc")
@@ -27,11 +31,13 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
     """RPC latency by method and status code; the request id bound to every log line
     the handler emits, and refused requests logged with their reason code and text."""
 
-    def __init__(self, admission: Admission | None = None) -> None:
+    def __init__(self, admission: Admission | None = None, authorizer: Authorizer | None = None) -> None:
         # Wrapped once per method: building handlers on every call was a measurable
         # share of a small RPC's cost.
         self._wrapped: dict[str, grpc.RpcMethodHandler | None] = {}
         self.admission = admission
+        # None: the insecure development mode, every caller admitted.
+        self.authorizer = authorizer
 
     async def intercept_service(self, continuation, details):
         try:
@@ -42,15 +48,16 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         wrapped = handler
         method = details.method.rsplit("/", 1)[-1]
         work = WORK_OF_METHOD.get(method)
+        checks = _Checks(method, self.authorizer, guarded=details.method.startswith(auth.GUARDED_SERVICES))
         if handler is not None and handler.unary_unary is not None:
-            inner = _unary(method, handler.unary_unary)
+            inner = _unary(method, handler.unary_unary, checks)
             if self.admission is not None and work is not None:
                 inner = _admitted(self.admission, work, inner)
             wrapped = grpc.unary_unary_rpc_method_handler(
                 inner, request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
         elif handler is not None and handler.unary_stream is not None:
-            stream = _stream(method, handler.unary_stream)
+            stream = _stream(method, handler.unary_stream, checks)
             if self.admission is not None and work is not None:
                 stream = _admitted_stream(self.admission, work, stream)
             wrapped = grpc.unary_stream_rpc_method_handler(
@@ -86,9 +93,24 @@ def _tolerant(deserializer):
     return decode
 
 
-async def _refuse_undecodable(request, context: grpc.aio.ServicerContext) -> None:
-    if isinstance(request, Undecodable):
-        await abort_with(context, Rejection.invalid("request", f"does not decode: {request.error}"))
+class _Checks:
+    """One method's checks of a request: decodable, authorized (when auth is on),
+    secrets sealed."""
+
+    def __init__(self, method: str, authorizer: Authorizer | None, guarded: bool) -> None:
+        self.method, self.authorizer, self.guarded = method, authorizer, guarded
+
+    async def __call__(self, request, context: grpc.aio.ServicerContext) -> None:
+        if isinstance(request, Undecodable):
+            await abort_with(context, Rejection.invalid("request", f"does not decode: {request.error}"))
+        if not self.guarded:
+            return
+        try:
+            grant = self.authorizer.admit(self.method, request, context) if self.authorizer else None
+            auth.PRINCIPAL.set(grant)
+            auth.seal_secrets(request)
+        except Rejection as r:
+            await abort_with(context, r)
 
 
 class _Observed:
@@ -130,18 +152,18 @@ def _latency(method: str, code: str):
     return child
 
 
-def _unary(method: str, inner):
+def _unary(method: str, inner, checks: _Checks):
     async def observed(request, context):
         with _Observed(method, request, context):
-            await _refuse_undecodable(request, context)
+            await checks(request, context)
             return await inner(request, context)
     return observed
 
 
-def _stream(method: str, inner):
+def _stream(method: str, inner, checks: _Checks):
     async def observed(request, context):
         with _Observed(method, request, context):
-            await _refuse_undecodable(request, context)
+            await checks(request, context)
             async for item in inner(request, context):
                 yield item
     return observed

@@ -20,6 +20,7 @@ from coordinator.core.errors import ReasonCode, Rejection, shown
 from coordinator.replication.batcher import Batcher, OutcomeUnknown
 from coordinator.replication.replica import NotLeader, Overloaded
 from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
+from coordinator.transport import auth
 from coordinator.transport.status_map import abort_with
 
 
@@ -50,7 +51,9 @@ class Proposer:
         async def propose() -> Result:
             ids.check_request_id(request.request_id)
             issued_at = self._issued_at(context)
-            return await self.batcher.propose(Entry(request.request_id, 0.0, to_command(request), issued_at))
+            # The grant admission found (transport.auth): the state machine re-checks it.
+            return await self.batcher.propose(Entry(request.request_id, 0.0, to_command(request), issued_at,
+                                                    auth.PRINCIPAL.get()))
 
         result = await self._outcome(context, propose())
         if isinstance(result, Failure):

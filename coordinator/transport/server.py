@@ -19,6 +19,7 @@ from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
 from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads
+from coordinator.transport.auth import Authorizer
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
 from coordinator.transport.membership import JOINING_SERVICE
@@ -108,15 +109,20 @@ def gate_for(batcher: Batcher) -> Admission:
 
 @contextlib.asynccontextmanager
 async def running(batcher: Batcher, leases: Leases, address: str,
-                  limits: ServerLimits = ServerLimits(), admission: Admission | None = None) -> AsyncIterator[None]:
+                  limits: ServerLimits = ServerLimits(), admission: Admission | None = None,
+                  authorizer: Authorizer | None = None) -> AsyncIterator[None]:
     """The gRPC server (and its health reports, and the admission gate's lag
     measurement) on `address` while the block runs.
+
+    `authorizer`: who may call what (transport.auth); None only in the insecure
+    development mode, where every caller may do anything.
 
     Raises OSError before the block when the address cannot be bound.
     """
     node = batcher.replica
     admission = admission or gate_for(batcher)
-    server = grpc.aio.server(interceptors=[RequestInterceptor(admission)], maximum_concurrent_rpcs=limits.max_rpcs, options=[
+    interceptors = [RequestInterceptor(admission, authorizer)]
+    server = grpc.aio.server(interceptors=interceptors, maximum_concurrent_rpcs=limits.max_rpcs, options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         # gRPC sets SO_REUSEPORT by default: a second server on this port would share

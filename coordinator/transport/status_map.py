@@ -21,6 +21,8 @@ GRPC_CODE = {
     Code.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
     Code.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Code.INTERNAL: grpc.StatusCode.INTERNAL,
+    Code.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Code.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
 }
 # The proto enum spells each core reason REASON_<name>.
 REASON_TO_PB: dict[ReasonCode, int] = {r: pb.ReasonCode.Value(f"REASON_{r.name}") for r in ReasonCode}

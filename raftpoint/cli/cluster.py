@@ -71,6 +71,8 @@ def run_up(args: argparse.Namespace) -> int:
         for n in cluster.nodes:
             print(f"node{n.index}: raft {n.raft}  grpc {n.grpc}  metrics http://{n.metrics}/metrics  pid {n.process.pid}")
         print(f"leader: node{leader.index} ({leader.grpc})")
+        if cluster.token:
+            print(f"admin token in {cluster.token_file} (pass it with --token-file, or token= in Connection)")
         print(f"endpoints written to {args.data_dir / 'endpoints.json'}; Ctrl-C stops the cluster", flush=True)
         return _watch(cluster, stop)
     finally:

@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
         with LocalCluster(root / "cluster", 3).start_all() as cluster:
             leader = cluster.leader()
             say(f"leader elected: node{leader.index} ({leader.grpc})")
-            with Connection(cluster.endpoints()) as conn:
+            with Connection(cluster.endpoints(), token=cluster.token) as conn:
                 for n, name in enumerate(phases):
                     if n:
                         _kill_leader(cluster, conn)

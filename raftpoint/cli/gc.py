@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from agent_client import blob_gc
 from agent_client.blobs.errors import BlobError
 from agent_client.blobs.gc import DEFAULT_GRACE_S, GcResult
 from agent_client.blobs.location import open_blob_store
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from coordinator.harness.local_cluster import read_endpoints
+from raftpoint.cli import target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="SECONDS",
                         help="never delete a chunk younger than this: a checkpoint may be being written "
                              f"(default {DEFAULT_GRACE_S:.0f})")
-    parser.add_argument("--endpoints", help="comma-separated gRPC addresses (default: from --data-dir)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"))
+    target.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -51,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.group:
             _say_result(store.delete_checkpoints(args.uri, grace_s=args.grace))
             return 0
-        endpoints = ([e.strip() for e in args.endpoints.split(",") if e.strip()] if args.endpoints
-                     else read_endpoints(args.data_dir))
-        with Connection(endpoints) as conn:
+        where = target.resolve(args)
+        with Connection(where.endpoints, token=where.token) as conn:
             report = blob_gc.collect(conn, store, args.group, grace_s=args.grace)
         if args.uri:
             _say_result(store.delete_checkpoints(args.uri, grace_s=args.grace))

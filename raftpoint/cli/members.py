@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.harness.local_cluster import read_endpoints
+from raftpoint.cli import target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,23 +20,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--grpc", default="", help="add: the new node's gRPC address, where its health must say "
                         "it is waiting to join (default: its Raft host with the cluster's gRPC port)")
     parser.add_argument("--force", action="store_true", help="remove: even below 3 voters or below a live quorum")
-    parser.add_argument("--endpoints", help="comma-separated gRPC addresses (default: from --data-dir)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"))
+    target.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        endpoints = ([e.strip() for e in args.endpoints.split(",") if e.strip()] if args.endpoints
-                     else read_endpoints(args.data_dir))
+        where = target.resolve(args)
     except (OSError, ValueError) as exc:
-        print(f"raftpoint members {args.action}: no --endpoints and {exc}", file=sys.stderr)
+        print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
         return 2
     method = "AddNode" if args.action == "add" else "RemoveNode"
     try:
-        with Connection(endpoints, deadline=30, rpc_timeout=35) as conn:
-            conn.call("AdminService", method, pb.MembershipRequest(node=args.node, grpc=args.grpc,
-                                                                             force=args.force))
+        with Connection(where.endpoints, deadline=30, rpc_timeout=35, token=where.token) as conn:
+            conn.call("AdminService", method, pb.MembershipRequest(node=args.node, grpc=args.grpc, force=args.force))
     except (CoordinatorUnavailable, Rejected) as exc:
         print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
         return 1

@@ -3,32 +3,28 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from coordinator.harness.local_cluster import node_status, read_endpoints
+from coordinator.harness.local_cluster import node_status
+from raftpoint.cli import target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("status", help="show role, term and indexes of every node")
-    parser.add_argument("--endpoints", help="comma-separated gRPC addresses (default: from --data-dir)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"))
+    target.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.endpoints:
-        endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
-    else:
-        try:
-            endpoints = read_endpoints(args.data_dir)
-        except (OSError, ValueError) as exc:
-            print(f"raftpoint status: no --endpoints and {exc}", file=sys.stderr)
-            return 2
+    try:
+        where = target.resolve(args)
+    except (OSError, ValueError) as exc:
+        print(f"raftpoint status: {exc}", file=sys.stderr)
+        return 2
     row = "{:<22} {:<10} {:>5} {:>8} {:>8} {:>8} {:>9} {:>9}  {}"
     print(row.format("node (grpc)", "role", "term", "commit", "applied", "log", "snapshot", "snap age", "digest"))
     leaders = 0
-    for endpoint in endpoints:
-        s = node_status(endpoint)
+    for endpoint in where.endpoints:
+        s = node_status(endpoint, token=where.token)
         if s is None:
             print(row.format(endpoint, "DOWN", "-", "-", "-", "-", "-", "-", "-"))
             continue

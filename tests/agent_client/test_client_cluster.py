@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cluster
 
 def agent(cluster: LocalCluster, tmp_path: Path, name: str, state: dict, **kw) -> AgentClient:
     kw.setdefault("background", False)  # these tests carry out orders by hand
-    client = AgentClient("g", name, cluster.endpoints(), tmp_path / "blobs",
+    client = AgentClient("g", name, cluster.endpoints(), tmp_path / "blobs", token=cluster.token,
                          snapshot=lambda: repr(sorted(state.items())).encode(), **kw)
     client.register()
     return client
@@ -94,7 +94,8 @@ def test_an_orphan_is_refused_by_the_cluster_and_not_delivered(cluster: LocalClu
     assert b.unwrap(in_flight) is None and b.orphans == 1
     with pytest.raises(grpc.RpcError) as info:  # the refusal itself, as any client sees it
         client.call("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
-            request_id="deps-orphan", group="g", agent_id="b", token=pb.FencingToken(incarnation=b.incarnation),
+            request_id="deps-orphan", group="g", agent_id="b",
+            token=pb.FencingToken(secret=b.core.secret, incarnation=b.incarnation),  # as b itself
             records=[pb.DependencyRecord(sender="a", send_interval=2, receiver="b", receive_interval=1,
                                          message_id="a.1.7", send_generation=a.generation)]))
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -115,6 +116,7 @@ def test_async_client_on_a_cluster_redelivers_after_a_restart(cluster: LocalClus
             def redeliver(payload: bytes, sender: str) -> None:
                 tokens[name] += int(payload)
             return AsyncAgentClient("g", name, cluster.endpoints(), tmp_path / "blobs", members=members,
+                                    token=cluster.token,
                                     snapshot=lambda: {"tokens": tokens[name]}, on_redeliver=redeliver)
 
         async with make("a") as a, make("b") as b:

@@ -79,11 +79,11 @@ def test_a_retried_write_is_applied_once(coordinator: InProcessCoordinator) -> N
     server, address, fake = follower(coordinator.address, forward_first=True)
     try:
         with Connection([address]) as conn:
-            register = pb.RegisterRequest(request_id="reg-once", group="g", agent_id="a")
+            register = pb.RegisterRequest(secret=b"s" * 16, request_id="reg-once", group="g", agent_id="a")
             # the forwarded attempt registered the agent; the retry (same id) must not
             # register it again, which would count as a crash and bump the incarnation
             assert conn.call("AgentService", "Register", register).incarnation == 1 and fake.calls == 1
-            again = pb.RegisterRequest(request_id="reg-new", group="g", agent_id="a")
+            again = pb.RegisterRequest(secret=b"s" * 16, request_id="reg-new", group="g", agent_id="a")
             assert conn.call("AgentService", "Register", again).incarnation == 2  # a new id is a new write
     finally:
         server.stop(None)
@@ -92,7 +92,7 @@ def test_a_retried_write_is_applied_once(coordinator: InProcessCoordinator) -> N
 def test_rejections_are_not_retried_and_dead_endpoints_time_out(coordinator: InProcessCoordinator) -> None:
     with Connection([coordinator.address]) as conn:
         with pytest.raises(Rejected) as info:
-            conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r", group="nope", agent_id="a"))
+            conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="r", group="nope", agent_id="a"))
         assert info.value.code == grpc.StatusCode.NOT_FOUND
     with Connection([f"127.0.0.1:{free_ports(1)[0]}"], deadline=0.5, rpc_timeout=0.2) as conn:
         with pytest.raises(CoordinatorUnavailable, match="no leader answered"):
@@ -116,6 +116,6 @@ def test_async_connection_follows_the_leader(coordinator: InProcessCoordinator) 
 def test_real_follower_redirects_to_the_real_leader(cluster) -> None:
     leader = cluster.leader()
     followers = [n.grpc for n in cluster.nodes if n.index != leader.index]
-    with Connection(followers[:1]) as conn:
+    with Connection(followers[:1], token=cluster.token) as conn:
         conn.call("AdminService", "CreateGroup", create("cg-real"))
         assert conn.target == leader.grpc

@@ -18,8 +18,8 @@ from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 
-def crash_mid_checkpoint_then_resume(endpoints: list[str], tmp_path: Path) -> None:
-    with Connection(endpoints) as admin:
+def crash_mid_checkpoint_then_resume(endpoints: list[str], tmp_path: Path, token: str | None = None) -> None:
+    with Connection(endpoints, token=token) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="cg-crash", spec=pb.GroupSpec(
             group="g", mode=pb.CIC_BCS, lease_ttl_s=30)))
         agent = AgentProcess("a", group="g", endpoints=endpoints, blob_dir=tmp_path / "blobs",
@@ -54,4 +54,4 @@ def test_crash_between_blob_write_and_commit_in_process(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_crash_between_blob_write_and_commit_on_a_cluster(cluster, tmp_path: Path) -> None:
-    crash_mid_checkpoint_then_resume(cluster.endpoints(), tmp_path)
+    crash_mid_checkpoint_then_resume(cluster.endpoints(), tmp_path, cluster.token)

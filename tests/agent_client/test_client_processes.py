@@ -36,7 +36,7 @@ class Agents:
         self.group, self.mode, self.tmp, self.names = group, mode, tmp, names
         self.members = sorted({*names, "elsewhere"})  # a peer that never runs: sends to it stay in flight
         self.endpoints = cluster.endpoints()
-        self.admin = Connection(self.endpoints)
+        self.admin = Connection(self.endpoints, token=cluster.token)
         self.admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id=f"cg-{group}", spec=pb.GroupSpec(group=group, mode=mode, lease_ttl_s=30,
                                                         checkpoint_interval_s=3600)))

@@ -9,6 +9,7 @@ import pytest
 from agent_client.connection import Connection
 from chaos.controller import ChaosCluster
 from chaos.history import History
+from coordinator.harness.local_cluster import harness_access
 from tests.support.cluster import FAST, Client
 
 
@@ -17,7 +18,8 @@ class ProxiedClient(Client):
     endpoints: it follows `raftpoint-leader` redirects and retries with the same request."""
 
     def __init__(self, endpoints: list[str], deadline: float = 20.0) -> None:
-        self.connection = Connection(endpoints, deadline=deadline, rpc_timeout=2.0)
+        access = harness_access(endpoints)
+        self.connection = Connection(endpoints, deadline=deadline, rpc_timeout=2.0, token=access and access[0])
 
     def call(self, service: str, method: str, request: Any, *, retry: bool = True) -> Any:
         return self.connection.call(service, method, request, deadline=None if retry else 0.0)

@@ -48,6 +48,8 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
     injected = sum(report["summary"]["faults_by_kind"].values())
     assert injected >= len(planned) - len(report["skipped_faults"]) > 0, report["summary"]
     assert report["summary"]["ok"] > 100, "the workload kept making progress"
+    intrusions = next(i for i in report["invariants"] if i["name"] == "unauthorized-writes-refused")["counts"]
+    assert intrusions["attempts"] >= intrusions["refused"] > 0, intrusions  # the rest met a fault: no answer
     agent_checks = {i["name"] for i in report["invariants"] if i["name"].startswith("agent-")}
     if SCENARIOS[scenario].agents:  # the token-passing agents ran, were crashed and were judged
         assert {"agent-tokens-conserved", "agent-no-orphans", "agent-workload"} <= agent_checks, agent_checks
@@ -62,6 +64,7 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
     ("leader-kill-loop", "gc-too-eager", "gc-collects-only-unneeded"),
     ("follower-pause", "stale-list", "reads-reflect-acknowledged-writes"),
     ("leader-kill-loop", "drop-dependency", "recovery-lines-consistent-and-maximal"),
+    ("leader-kill-loop", "skip-authz", "unauthorized-writes-refused"),
 ])
 def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, caught_by: str) -> None:
     code, report = chaos_run(tmp_path, scenario, "--bug", bug)

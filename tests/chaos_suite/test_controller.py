@@ -18,7 +18,7 @@ from chaos.history import NEMESIS
 from chaos.linkfaults import Partition
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import wait_for
+from coordinator.harness.local_cluster import credentials_for, wait_for
 from tests.chaos_suite.conftest import ProxiedClient
 from tests.support.cluster import FAST
 
@@ -79,12 +79,13 @@ def test_a_write_waiting_on_a_deposed_leader_is_answered_when_it_steps_down(chao
     chaos.network.partition([[old]], Partition.BLACKHOLE)
     started = time.monotonic()
     request = pb.CommitCheckpointRequest(
-        request_id="cp-unknown", token=pb.FencingToken(incarnation=1),
+        request_id="cp-unknown", token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
         checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=2, kind=pb.BASIC,
                                      blob_uri="file:///blobs/a/2", sha256="c" * 64, size=200))
     with grpc.insecure_channel(chaos.nodes[old].grpc) as channel:
         with pytest.raises(grpc.RpcError) as err:
-            pb_grpc.AgentServiceStub(channel).CommitCheckpoint(request, timeout=8)
+            pb_grpc.AgentServiceStub(channel).CommitCheckpoint(request, timeout=8,
+                                                               metadata=credentials_for(chaos.nodes[old].grpc))
     waited = time.monotonic() - started
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "outcome unknown" in err.value.details(), err.value
     assert waited < FAST["leader_fallback_timeout"] + 2.5, waited
@@ -172,7 +173,8 @@ def test_redirects_keep_clients_behind_the_proxies(chaos: ChaosCluster) -> None:
     for follower in others(chaos, leader):
         with grpc.insecure_channel(endpoints[follower]) as channel:
             with pytest.raises(grpc.RpcError) as info:
-                pb_grpc.AdminServiceStub(channel).CreateGroup(request, timeout=5)
+                pb_grpc.AdminServiceStub(channel).CreateGroup(request, timeout=5,
+                                                              metadata=credentials_for(endpoints[follower]))
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert dict(info.value.trailing_metadata())[LEADER_METADATA_KEY] == endpoints[leader]
     # Cut clients off the leader's proxy: a client that starts at a follower is sent
@@ -194,9 +196,10 @@ def test_client_delay_slows_only_that_nodes_link(chaos: ChaosCluster) -> None:
     def round_trip(i: int) -> float:
         with grpc.insecure_channel(endpoints[i]) as channel:
             stub = pb_grpc.AdminServiceStub(channel)
-            stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)  # connect first
+            stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5,
+                               metadata=credentials_for(endpoints[i]))  # connect first
             started = time.monotonic()
-            stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+            stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5, metadata=credentials_for(endpoints[i]))
             return time.monotonic() - started
 
     chaos.network.delay_client(0, 150)

@@ -18,7 +18,7 @@ import pytest
 from agent_client.connection import Connection
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, credentials_for, node_status, wait_for
 from tests.support.cluster import Client
 from tests.support.metrics import scrape
 
@@ -30,7 +30,7 @@ C = grpc.StatusCode
 
 
 def tok(incarnation: int = 1, epoch: int = 0) -> pb.FencingToken:
-    return pb.FencingToken(incarnation=incarnation, epoch=epoch)
+    return pb.FencingToken(secret=b"s" * 16, incarnation=incarnation, epoch=epoch)
 
 
 def cp(group: str, agent: str, index: int, *, epoch: int = 0, kind: int = pb.BASIC, **fields) -> pb.CheckpointMeta:
@@ -83,7 +83,7 @@ def world(shared_cluster: LocalCluster) -> World:
     client.call("AgentService", "CommitCheckpoint", commit_req("e-setup-cp-rb-1", "e-rb", "e-rb-a", 1))
     assert client.register("e-rb-a", group="e-rb", rid="e-setup-reg-rb-2").incarnation == 2
     watch = pb.WatchOrdersRequest(group="e-co2", agent_id="e-co2-a", token=tok(1))
-    with Connection(shared_cluster.endpoints()) as conn:
+    with Connection(shared_cluster.endpoints(), token=shared_cluster.token) as conn:
         [order] = wait_for(lambda: conn.collect("AgentService", "WatchOrders", watch, window=0.6),
                            "e-co2-a's checkpoint order")
     return World(order_for_co2_a=order.order_id)
@@ -107,13 +107,13 @@ def case(id: str, method: str, request, code: grpc.StatusCode, says: str) -> Cas
 
 CASES = [
     # ---- Register
-    case("register-no-request-id", "Register", pb.RegisterRequest(group="e-cic", agent_id="x"),
+    case("register-no-request-id", "Register", pb.RegisterRequest(secret=b"s" * 16, group="e-cic", agent_id="x"),
          C.INVALID_ARGUMENT, "request_id"),
-    case("register-bad-agent-id", "Register", pb.RegisterRequest(request_id="e-r1", group="e-cic", agent_id="bad id"),
+    case("register-bad-agent-id", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="e-r1", group="e-cic", agent_id="bad id"),
          C.INVALID_ARGUMENT, "agent_id"),
-    case("register-bad-group", "Register", pb.RegisterRequest(request_id="e-r2", group="-g", agent_id="x"),
+    case("register-bad-group", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="e-r2", group="-g", agent_id="x"),
          C.INVALID_ARGUMENT, "group"),
-    case("register-unknown-group", "Register", pb.RegisterRequest(request_id="e-r3", group="e-nope", agent_id="x"),
+    case("register-unknown-group", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="e-r3", group="e-nope", agent_id="x"),
          C.NOT_FOUND, "group 'e-nope'"),
     # ---- CommitCheckpoint: input checked before proposing
     case("commit-no-request-id", "CommitCheckpoint", commit_req("", "e-cic", "e-a", 5), C.INVALID_ARGUMENT,
@@ -289,7 +289,7 @@ CASES = [
 def call(address: str, c: Case, request, timeout: float = 10.0):
     with grpc.insecure_channel(address) as channel:
         rpc = getattr(getattr(pb_grpc, f"{c.service}Stub")(channel), c.method)
-        result = rpc(request, timeout=timeout)
+        result = rpc(request, timeout=timeout, metadata=credentials_for(address))
         return list(result) if c.method == "WatchOrders" else result
 
 
@@ -323,7 +323,7 @@ def test_refused_with_status_and_reason_and_state_unchanged(shared_cluster: Loca
 
 def valid_requests(world: World) -> Iterator[tuple[str, str, object]]:
     """One acceptable request per RPC: a follower must redirect each without applying it."""
-    yield "AgentService", "Register", pb.RegisterRequest(request_id="e-f1", group="e-cic", agent_id="e-f")
+    yield "AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="e-f1", group="e-cic", agent_id="e-f")
     yield "AgentService", "Heartbeat", pb.HeartbeatRequest(group="e-cic", agent_id="e-a", token=tok())
     yield "AgentService", "CommitCheckpoint", commit_req("e-f2", "e-cic", "e-a", 9)
     yield "AgentService", "ReportDependencies", deps_req("e-f3", "e-cic", "e-b", [dep("e-a", "e-b", "mf")])
@@ -379,7 +379,8 @@ def test_deadlines_are_honoured_and_the_server_moves_on(shared_cluster: LocalClu
     with grpc.insecure_channel(leader.grpc) as channel:
         with pytest.raises(grpc.RpcError) as info:
             list(pb_grpc.AgentServiceStub(channel).WatchOrders(
-                pb.WatchOrdersRequest(group="e-cic", agent_id="e-a", token=tok()), timeout=0.5))
+                pb.WatchOrdersRequest(group="e-cic", agent_id="e-a", token=tok()), timeout=0.5,
+                metadata=credentials_for(leader.grpc)))
     assert info.value.code() == C.DEADLINE_EXCEEDED and time.monotonic() - started < 3
     wait_for(lambda: scrape_count(leader.metrics, "WatchOrders") > before, "the stream handler to finish", 10)
     # The node still answers promptly.
@@ -401,6 +402,6 @@ def test_a_bad_issued_at_is_refused_naming_the_metadata(shared_cluster: LocalClu
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.AdminServiceStub(channel).CreateGroup(
                 pb.CreateGroupRequest(request_id=f"e-issued-{value}", spec=pb.GroupSpec(group="e-issued")),
-                timeout=5, metadata=(("raftpoint-issued-at", value),))
+                timeout=5, metadata=(("raftpoint-issued-at", value), *credentials_for(leader)))
     assert info.value.code() == C.INVALID_ARGUMENT and "raftpoint-issued-at" in info.value.details()
     assert leader_state_digest(shared_cluster) == (leader, before)

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 def commit(client: Client, agent: str, index: int, epoch: int):
     return client.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
-        request_id=f"cp-{agent}-{index}-{epoch}", token=pb.FencingToken(incarnation=1, epoch=epoch),
+        request_id=f"cp-{agent}-{index}-{epoch}", token=pb.FencingToken(secret=b"s" * 16, incarnation=1, epoch=epoch),
         checkpoint=pb.CheckpointMeta(group="g", agent_id=agent, index=index, epoch=epoch, kind=pb.COORDINATED_CUT,
                                      blob_uri=f"file:///b/{agent}/{index}", sha256="f" * 64, size=1)))
 

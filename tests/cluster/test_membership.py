@@ -11,7 +11,8 @@ import pytest
 from coordinator.api.metadata import REASON_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import LocalCluster, NodeProcess, free_ports, node_status, wait_for
+from coordinator.harness.local_cluster import (LocalCluster, NodeProcess, credentials_for, free_ports, node_status,
+                                               wait_for)
 from raftpoint.cli.main import main
 from tests.support.cluster import FAST, Client
 from tests.support.metrics import scrape
@@ -23,7 +24,8 @@ def membership(leader: NodeProcess, method: str, node: str, **fields: object) ->
     """Call AddNode/RemoveNode on the leader: (status code, reason code metadata)."""
     with grpc.insecure_channel(leader.grpc) as channel:
         try:
-            getattr(pb_grpc.AdminServiceStub(channel), method)(pb.MembershipRequest(node=node, **fields), timeout=40)
+            getattr(pb_grpc.AdminServiceStub(channel), method)(pb.MembershipRequest(node=node, **fields), timeout=40,
+                                                              metadata=credentials_for(leader.grpc))
         except grpc.RpcError as exc:
             reason = dict(exc.trailing_metadata() or ()).get(REASON_METADATA_KEY, "")
             return exc.code(), reason
@@ -59,11 +61,12 @@ def test_add_then_remove_a_member(tmp_path: Path) -> None:
         endpoints = ",".join(n.grpc for n in cluster.nodes[:3])
         new = cluster.start(3, members=[0, 1, 2, 3])
         wait_for(lambda: node_status(new.grpc), "the new node's gRPC")
-        assert main(["members", "add", new.raft, "--grpc", new.grpc, "--endpoints", endpoints]) == 0
+        assert main(["members", "add", new.raft, "--grpc", new.grpc, "--endpoints", endpoints,
+                     "--token-file", str(cluster.token_file)]) == 0
         client.commit("a", 2)
         digest = cluster.converged(60)
         assert node_status(new.grpc).content_digest == digest
-        assert main(["members", "remove", new.raft, "--endpoints", endpoints]) == 0
+        assert main(["members", "remove", new.raft, "--endpoints", endpoints, "--token-file", str(cluster.token_file)]) == 0
         cluster.stop(3)
         client.commit("a", 3)  # the remaining three still form a majority
         assert client.checkpoints() == [1, 2, 3]
@@ -127,9 +130,11 @@ def test_removing_below_three_voters_is_refused_unless_forced(tmp_path: Path,
             still_serving(cluster, client, i)
         assert scrape(leader.metrics)['raftpoint_membership_requests_total{action="remove",outcome="TOO_FEW_VOTERS"}'] == 2
         endpoints = ",".join(cluster.endpoints())
-        assert main(["members", "remove", followers[0].raft, "--endpoints", endpoints]) == 1
+        assert main(["members", "remove", followers[0].raft, "--endpoints", endpoints,
+                     "--token-file", str(cluster.token_file)]) == 1
         assert "fewer than 3" in capsys.readouterr().err  # the CLI prints the refusal
-        assert main(["members", "remove", followers[0].raft, "--force", "--endpoints", endpoints]) == 0
+        assert main(["members", "remove", followers[0].raft, "--force", "--endpoints", endpoints,
+                     "--token-file", str(cluster.token_file)]) == 0
         cluster.stop(followers[0].index)
         leader = cluster.leader()
         client.commit("a", 3)  # two voters, both live
@@ -161,5 +166,5 @@ def test_removing_a_node_that_is_not_a_member_is_refused(tmp_path: Path,
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
         cluster.leader()
         endpoints = ",".join(cluster.endpoints())
-        assert main(["members", "remove", "127.0.0.1:1", "--endpoints", endpoints]) == 1
+        assert main(["members", "remove", "127.0.0.1:1", "--endpoints", endpoints, "--token-file", str(cluster.token_file)]) == 1
         assert "members remove" in capsys.readouterr().err

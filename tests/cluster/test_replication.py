@@ -9,7 +9,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, credentials_for, node_status, wait_for
 from tests.support.cluster import Client
 
 pytestmark = pytest.mark.cluster
@@ -64,9 +64,9 @@ def test_invalid_input_is_named_and_never_proposed(shared_cluster: LocalCluster,
     # so changes the content digest; read barriers write nothing.
     before = shared_cluster.converged()
     for request, field in [
-        (pb.RegisterRequest(request_id="r", group="inv", agent_id="bad id"), "agent_id"),
-        (pb.RegisterRequest(request_id="", group="inv", agent_id="a"), "request_id"),
-        (pb.RegisterRequest(request_id="bad id", group="inv", agent_id="a"), "request_id"),
+        (pb.RegisterRequest(secret=b"s" * 16, request_id="r", group="inv", agent_id="bad id"), "agent_id"),
+        (pb.RegisterRequest(secret=b"s" * 16, request_id="", group="inv", agent_id="a"), "request_id"),
+        (pb.RegisterRequest(secret=b"s" * 16, request_id="bad id", group="inv", agent_id="a"), "request_id"),
     ]:
         with pytest.raises(grpc.RpcError) as info:
             client.call("AgentService", "Register", request)
@@ -86,7 +86,8 @@ def test_follower_redirects_to_leader(shared_cluster: LocalCluster) -> None:
     with grpc.insecure_channel(follower.grpc) as channel:
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.AdminServiceStub(channel).CreateGroup(
-                pb.CreateGroupRequest(request_id="f", spec=pb.GroupSpec(group="fol")), timeout=5)
+                pb.CreateGroupRequest(request_id="f", spec=pb.GroupSpec(group="fol")), timeout=5,
+                metadata=credentials_for(follower.grpc))
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert dict(info.value.trailing_metadata())["raftpoint-leader"] == leader.grpc
 

@@ -72,13 +72,13 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
         conn = Connection([grpc[first]], deadline=30)
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="pod-g", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=3600)))
-        conn.call("AgentService", "Register", pb.RegisterRequest(request_id="pod-r", group="g", agent_id="a"))
+        conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="pod-r", group="g", agent_id="a"))
         victim = next(i for i in range(replicas) if i != first)
         procs[victim].send_signal(signal.SIGKILL)
         procs[victim].wait(10)
         shutil.rmtree(tmp_path / f"pvc-{victim}")  # the rescheduled pod gets an empty volume
         conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
-            request_id="pod-c", token=pb.FencingToken(incarnation=1),
+            request_id="pod-c", token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
             checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=1, kind=pb.BASIC,
                                          blob_uri="file:///b/1", sha256="e" * 64, size=1)))
         start(victim)

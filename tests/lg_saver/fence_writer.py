@@ -8,11 +8,12 @@ import sys
 
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
+from agent_client.connection import token_from_env
 from agent_client.langgraph import RaftpointSaver
 
 
 def main(endpoints: str, blobs: str, group: str, thread_id: str) -> None:
-    with RaftpointSaver(endpoints.split(","), blobs, group=group) as saver:
+    with RaftpointSaver(endpoints.split(","), blobs, group=group, token=token_from_env()) as saver:
         head = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
         base = head.checkpoint if head else empty_checkpoint()
         checkpoint = create_checkpoint(base, None, 99)

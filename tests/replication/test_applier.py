@@ -24,7 +24,7 @@ def group_entry(rid: str, name: str, at: float, issued_at: float = 0.0) -> log_p
 
 def commit_entry(rid: str, index: int, issued_at: float = 0.0) -> log_pb2.LogEntry:
     return log_pb2.LogEntry(request_id=rid, issued_at=issued_at, commit_checkpoint=pb.CommitCheckpointRequest(
-        token=pb.FencingToken(incarnation=1), checkpoint=pb.CheckpointMeta(
+        token=pb.FencingToken(secret=b"s" * 16, incarnation=1), checkpoint=pb.CheckpointMeta(
             group="g", agent_id="a", index=index, kind=pb.BASIC, blob_uri=f"file:///b/{index}", sha256="a" * 64,
             size=1)))
 
@@ -63,7 +63,7 @@ class Replica:
 
 def setup(r: Replica, at: float = 1000.0) -> None:
     r.apply(raft_entry(at, group_entry("cg", "g", at)))
-    r.apply(raft_entry(at, log_pb2.LogEntry(request_id="reg", register=pb.RegisterRequest(group="g", agent_id="a"))))
+    r.apply(raft_entry(at, log_pb2.LogEntry(request_id="reg", register=pb.RegisterRequest(secret=b"s" * 16, group="g", agent_id="a"))))
 
 
 def test_a_retry_within_the_window_is_answered_and_one_after_it_refused() -> None:
@@ -72,7 +72,7 @@ def test_a_retry_within_the_window_is_answered_and_one_after_it_refused() -> Non
     # Register is not idempotent (each application is a new incarnation): only the
     # dedupe table keeps a retry from registering again.
     register_b = log_pb2.LogEntry(request_id="reg-b", issued_at=1000.0,
-                                  register=pb.RegisterRequest(group="g", agent_id="b"))
+                                  register=pb.RegisterRequest(secret=b"s" * 16, group="g", agent_id="b"))
     first = r.apply(raft_entry(1000.0, register_b))
     assert first.agent.incarnation == 1
     for i in range(1, 12):  # other writes, up to a second before the window ends
@@ -126,7 +126,7 @@ def test_replicas_committing_at_different_moments_stay_identical() -> None:
     entries = []
     at = 1000.0
     entries.append(raft_entry(at, group_entry("cg", "g", at)))
-    entries.append(raft_entry(at, log_pb2.LogEntry(request_id="reg", register=pb.RegisterRequest(group="g",
+    entries.append(raft_entry(at, log_pb2.LogEntry(request_id="reg", register=pb.RegisterRequest(secret=b"s" * 16, group="g",
                                                                                                agent_id="a"))))
     index = 0
     for step in range(300):

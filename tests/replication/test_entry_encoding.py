@@ -17,10 +17,11 @@ from coordinator.api.v1 import log_pb2
 from coordinator.core import codec
 from coordinator.core import commands as c
 from coordinator.core.errors import Rejection
+from coordinator.core.authz import Grant, Role
 from coordinator.core.history import Dependency
 from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode
 
-TOKEN = c.Token(incarnation=3, epoch=7)
+TOKEN = c.Token(incarnation=3, epoch=7, secret_hash=(b"s" * 16).hex())  # the field as the proposer fills it
 CHECKPOINT = Checkpoint(group="g", agent_id="a", index=4, epoch=7, kind=CheckpointKind.FORCED,
                         blob_uri="file:///b/4", sha256="ab" * 32, size=123, schema_version=2, config_hash="cfg",
                         dependency_versions={"numpy": "1.26", "lib": "2"}, parent_index=3,
@@ -29,7 +30,7 @@ COMMANDS: list[c.Command] = [
     c.CreateGroup(GroupSpec("g", Mode.CIC_HMNR, retention=0, checkpoint_interval_s=1.5, checkpoint_cost_s=0.25,
                             mtbf_s=3600.0, lease_ttl_s=2.0, epoch_timeout_s=4.0)),
     c.CreateGroup(GroupSpec("defaults")),
-    c.Register("g", "a"),
+    c.Register("g", "a", "ab" * 32),
     c.CommitCheckpoint(TOKEN, CHECKPOINT),
     c.ReportDependencies("g", "a", TOKEN, (Dependency("b", 2, "a", 5, "m-1", 4), Dependency("c", 1, "a", 5, "m-2"))),
     c.StartEpoch("g"),
@@ -60,10 +61,16 @@ def test_an_entry_decodes_to_the_command_it_was_built_from(command: c.Command) -
     assert codec.encode(decoded.command) == codec.encode(command)
 
 
+@pytest.mark.parametrize("principal", [None, Grant("w1", Role.AGENT, "g", "a*"), Grant("root", Role.ADMIN)])
+def test_the_principal_survives_the_log(principal: Grant | None) -> None:
+    entry = c.Entry("rid-1", 1000.5, c.Register("g", "a", "ab" * 32), principal=principal)
+    assert through_the_log(entry) == entry
+
+
 def test_a_request_decoded_by_a_servicer_survives_the_log() -> None:
     """What a client sends, through the servicer's decoder and the log, is what it meant;
     the checkpoint fields only the coordinator sets (created_at, ...) are not taken from it."""
-    request = pb.CommitCheckpointRequest(request_id="r", token=pb.FencingToken(incarnation=3, epoch=7),
+    request = pb.CommitCheckpointRequest(request_id="r", token=pb.FencingToken(secret=b"s" * 16, incarnation=3, epoch=7),
                                          checkpoint=wire.checkpoint_to_pb(CHECKPOINT))
     request.checkpoint.created_at, request.checkpoint.stable = 5.0, True
     command = wire.commit_checkpoint_from_pb(request)

@@ -105,13 +105,13 @@ def create_group(rid: str = "g-1", group: str = "g") -> log_pb2.LogEntry:
 
 
 def register(rid: str, agent: str, group: str = "g") -> log_pb2.LogEntry:
-    return log_pb2.LogEntry(request_id=rid, proposed_at=2.0, register=pb.RegisterRequest(
+    return log_pb2.LogEntry(request_id=rid, proposed_at=2.0, register=pb.RegisterRequest(secret=b"s" * 16, 
         request_id=rid, group=group, agent_id=agent))
 
 
 def commit(rid: str, agent: str, index: int, incarnation: int = 1, group: str = "g") -> log_pb2.LogEntry:
     return log_pb2.LogEntry(request_id=rid, proposed_at=3.0, commit_checkpoint=pb.CommitCheckpointRequest(
-        request_id=rid, token=pb.FencingToken(incarnation=incarnation),
+        request_id=rid, token=pb.FencingToken(secret=b"s" * 16, incarnation=incarnation),
         checkpoint=pb.CheckpointMeta(group=group, agent_id=agent, index=index, kind=pb.BASIC,
                                      blob_uri=f"file:///b/{index}", sha256="a" * 64, size=10)))
 

@@ -36,10 +36,10 @@ def test_a_step_of_the_leaders_clock_fails_no_agent_and_refuses_no_write(step: f
     with InProcessCoordinator(clock=LeaderClock(wall)) as coordinator, Connection([coordinator.address]) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=LEASE_TTL_S)))
-        incarnation = conn.call("AgentService", "Register", pb.RegisterRequest(
+        incarnation = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, 
             request_id="reg-a", group="g", agent_id="a")).incarnation
-        conn.call("AgentService", "Register", pb.RegisterRequest(request_id="reg-b", group="g", agent_id="b"))
-        token = pb.FencingToken(incarnation=incarnation)
+        conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="reg-b", group="g", agent_id="b"))
+        token = pb.FencingToken(secret=b"s" * 16, incarnation=incarnation)
 
         def commit(index: int) -> None:
             conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(

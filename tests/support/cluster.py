@@ -28,7 +28,7 @@ class Client:
 
     def call(self, service: str, method: str, request, *, retry: bool = True):
         end = time.monotonic() + self.deadline
-        metadata = issued_now()  # the same on every retry of this call
+        metadata = issued_now() + self.cluster.credentials  # the same on every retry of this call
         while True:
             try:
                 with grpc.insecure_channel(self.target) as channel:
@@ -58,12 +58,12 @@ class Client:
                              group=group, mode=mode, lease_ttl_s=lease_ttl_s)))
 
     def register(self, agent: str, group: str = "g", rid: str | None = None):
-        return self.call("AgentService", "Register", pb.RegisterRequest(request_id=rid or f"reg-{agent}", group=group,
+        return self.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id=rid or f"reg-{agent}", group=group,
                                                                        agent_id=agent))
 
     def commit(self, agent: str, index: int, incarnation: int = 1, group: str = "g", rid: str | None = None):
         return self.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
-            request_id=rid or f"cp-{agent}-{index}", token=pb.FencingToken(incarnation=incarnation),
+            request_id=rid or f"cp-{agent}-{index}", token=pb.FencingToken(secret=b"s" * 16, incarnation=incarnation),
             checkpoint=pb.CheckpointMeta(group=group, agent_id=agent, index=index, kind=pb.BASIC,
                                          blob_uri=f"file:///blobs/{agent}/{index}", sha256="c" * 64, size=200)))
 

@@ -23,6 +23,9 @@ from coordinator.service import node_server
 pytestmark = pytest.mark.slow
 
 
+SECRET = b"s" * 16  # the agent secret Register takes and every agent write repeats
+
+
 class LaggingReplica(LocalReplica):
     """A replica whose Raft tick lags by whatever the test sets."""
 
@@ -68,7 +71,8 @@ def set_up(address: str, lease_ttl_s: float) -> int:
     with Connection([address], deadline=10) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.UNCOORDINATED, lease_ttl_s=lease_ttl_s)))
-        return conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r1", group="g", agent_id="a")
+        return conn.call("AgentService", "Register",
+                         pb.RegisterRequest(request_id="r1", group="g", agent_id="a", secret=SECRET)
                          ).incarnation
 
 
@@ -81,8 +85,8 @@ def agent_state(replica: LocalReplica, agent: str) -> AgentState:
 async def test_work_is_shed_before_heartbeats_with_a_reason_and_a_retry_hint(node) -> None:
     replica, address = node
     incarnation = await asyncio.to_thread(set_up, address, 600)
-    beat = pb.HeartbeatRequest(group="g", agent_id="a", token=pb.FencingToken(incarnation=incarnation))
-    register = pb.RegisterRequest(request_id="r2", group="g", agent_id="b")
+    beat = pb.HeartbeatRequest(group="g", agent_id="a", token=pb.FencingToken(incarnation=incarnation, secret=SECRET))
+    register = pb.RegisterRequest(request_id="r2", group="g", agent_id="b", secret=SECRET)
     shed_before = metrics.SHED.labels("write")._value.get()
 
     await lag(replica, 0.5)  # between the bounds: writes are shed, heartbeats served

@@ -14,11 +14,11 @@ def test_delete_group_frees_every_record_of_a_finished_group_and_only_then() -> 
         empty = coordinator.replica.state_digest()
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.COORDINATED, lease_ttl_s=600)))
-        inc = conn.call("AgentService", "Register", pb.RegisterRequest(
+        inc = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, 
             request_id="r", group="g", agent_id="a")).incarnation
         conn.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id="e1", group="g"))
         conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
-            request_id="cp", token=pb.FencingToken(incarnation=inc, epoch=1),
+            request_id="cp", token=pb.FencingToken(secret=b"s" * 16, incarnation=inc, epoch=1),
             checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=1, epoch=1, kind=pb.COORDINATED_CUT,
                                          blob_uri="file:///b/a/1", sha256="c" * 64, size=7)))
 
@@ -29,7 +29,7 @@ def test_delete_group_frees_every_record_of_a_finished_group_and_only_then() -> 
         assert conn.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).agents
 
         conn.call("AgentService", "Deregister", pb.DeregisterRequest(
-            request_id="dr", group="g", agent_id="a", token=pb.FencingToken(incarnation=inc, epoch=1)))
+            request_id="dr", group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=inc, epoch=1)))
         deleted = conn.call("AdminService", "DeleteGroup", pb.DeleteGroupRequest(request_id="d2", group="g"))
         assert list(deleted.deletable_blob_uris) == ["file:///b/a/1"] and deleted.bytes == 7
         assert coordinator.replica.state_digest() == empty, "records of the deleted group remain"

@@ -30,7 +30,7 @@ def test_a_heartbeat_is_answered_while_slow_what_ifs_compute(monkeypatch: pytest
     with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
-        incarnation = conn.call("AgentService", "Register", pb.RegisterRequest(
+        incarnation = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, 
             request_id="r", group="g", agent_id="a")).incarnation
         with ThreadPoolExecutor(2) as pool:
             what_ifs = [pool.submit(conn.call, "AdminService", "WhatIf", pb.WhatIfRequest(group="g", failed=["a"]))
@@ -38,7 +38,7 @@ def test_a_heartbeat_is_answered_while_slow_what_ifs_compute(monkeypatch: pytest
             time.sleep(0.2)  # let them reach the server; the heartbeat must not wait for them
             started = time.perf_counter()
             conn.call("AgentService", "Heartbeat", pb.HeartbeatRequest(
-                group="g", agent_id="a", token=pb.FencingToken(incarnation=incarnation)))
+                group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=incarnation)))
             heartbeat_s = time.perf_counter() - started
             assert [t.agent_id for t in what_ifs[0].result(30).targets] == ["a"]
     assert heartbeat_s < READ_S / 2, f"the heartbeat waited {heartbeat_s:.2f}s behind the what-ifs"

@@ -15,11 +15,11 @@ def test_list_checkpoints_and_get_group_page_through_everything() -> None:
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.UNCOORDINATED, lease_ttl_s=600, retention=10)))
         expected = set()
         for agent in ("a", "b", "c"):
-            inc = conn.call("AgentService", "Register", pb.RegisterRequest(
+            inc = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, 
                 request_id=f"r-{agent}", group="g", agent_id=agent)).incarnation
             for index in (1, 2):
                 conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
-                    request_id=f"cp-{agent}-{index}", token=pb.FencingToken(incarnation=inc),
+                    request_id=f"cp-{agent}-{index}", token=pb.FencingToken(secret=b"s" * 16, incarnation=inc),
                     checkpoint=pb.CheckpointMeta(group="g", agent_id=agent, index=index, kind=pb.BASIC,
                                                  blob_uri=f"file:///b/{agent}/{index}", sha256="c" * 64, size=1)))
                 expected.add((agent, index))

@@ -78,7 +78,7 @@ class Batcher:
 
 
 def register(request_id: str = "r-1") -> pb.RegisterRequest:
-    return pb.RegisterRequest(request_id=request_id, group="g", agent_id="a")
+    return pb.RegisterRequest(secret=b"s" * 16, request_id=request_id, group="g", agent_id="a")
 
 
 async def submit(batcher: Batcher, context: Context, request: Any = None) -> Result:
@@ -89,7 +89,7 @@ async def test_a_request_is_proposed_as_its_command_with_the_clients_issue_time(
     batcher = Batcher(EmptyResult())
     issued = time.time() - 5
     assert await submit(batcher, Context(((ISSUED_AT_METADATA_KEY, repr(issued)),))) == EmptyResult()
-    assert batcher.proposed == [Entry("r-1", 0.0, Register("g", "a"), issued)]
+    assert batcher.proposed == [Entry("r-1", 0.0, Register("g", "a", (b"s" * 16).hex()), issued)]
 
 
 @pytest.mark.parametrize("metadata, field", [

@@ -35,8 +35,8 @@ def coordinator():
     with InProcessCoordinator() as running, Connection([running.address]) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
-        conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r1", group="g", agent_id="a"))
-        conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r2", group="g", agent_id="a"))
+        conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="r1", group="g", agent_id="a"))
+        conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="r2", group="g", agent_id="a"))
         yield running
 
 
@@ -70,9 +70,9 @@ def test_a_retried_refusal_is_answered_with_the_same_reason(coordinator) -> None
     ("StartEpoch", pb.StartEpochRequest(request_id="bad id!", group="g"),
      grpc.StatusCode.INVALID_ARGUMENT, pb.REASON_INVALID_FIELD),
     ("GetGroup", pb.GetGroupRequest(group="nope"), grpc.StatusCode.NOT_FOUND, pb.REASON_GROUP_NOT_FOUND),
-    ("Heartbeat", pb.HeartbeatRequest(group="g", agent_id="a", token=pb.FencingToken(incarnation=1)),
+    ("Heartbeat", pb.HeartbeatRequest(group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=1)),
      grpc.StatusCode.FAILED_PRECONDITION, pb.REASON_STALE_INCARNATION),
-    ("CommitCheckpoint", pb.CommitCheckpointRequest(request_id="c1", token=pb.FencingToken(incarnation=2),
+    ("CommitCheckpoint", pb.CommitCheckpointRequest(request_id="c1", token=pb.FencingToken(secret=b"s" * 16, incarnation=2),
                                                     checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=1,
                                                                                  kind=pb.COORDINATED_CUT)),
      grpc.StatusCode.INVALID_ARGUMENT, pb.REASON_INVALID_FIELD),

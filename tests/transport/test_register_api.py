@@ -13,7 +13,7 @@ def test_register_answers_the_recovery_a_re_registration_started() -> None:
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.UNCOORDINATED, lease_ttl_s=600)))
 
         def register(rid: str, agent: str) -> pb.RegisterResponse:
-            return conn.call("AgentService", "Register", pb.RegisterRequest(request_id=rid, group="g", agent_id=agent))
+            return conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id=rid, group="g", agent_id=agent))
 
         first = register("r1", "a")
         assert (first.incarnation, first.recovery_id) == (1, 0)  # a new agent starts no recovery
@@ -21,6 +21,6 @@ def test_register_answers_the_recovery_a_re_registration_started() -> None:
         again = register("r3", "a")
         assert (again.incarnation, again.recovery_id) == (2, 1)
         orders = conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
-            group="g", agent_id="a", token=pb.FencingToken(incarnation=2)), window=0.5)
+            group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=2)), window=0.5)
         assert [o.roll_back.recovery_id for o in orders] == [1]
         assert register("r3", "a") == again  # a retry is answered with the first result

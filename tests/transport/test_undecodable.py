@@ -41,7 +41,7 @@ def test_a_huge_request_id_is_refused_without_a_huge_log_line(capfd: pytest.Capt
     with InProcessCoordinator(verbose=True) as coordinator, Connection([coordinator.address]) as conn:
         capfd.readouterr()
         with pytest.raises(Rejected) as info:
-            conn.call("AgentService", "Register", pb.RegisterRequest(request_id=huge, group="g", agent_id="a"))
+            conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id=huge, group="g", agent_id="a"))
     assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT and len(info.value.reason) < 300
     out, err = capfd.readouterr()
     assert "rpc refused" in out + err and len(out) + len(err) < 5_000

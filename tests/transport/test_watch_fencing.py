@@ -26,9 +26,9 @@ def _group(conn: Connection, group: str) -> None:
 def test_an_open_order_stream_of_a_replaced_incarnation_ends_without_the_new_order() -> None:
     with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
         _group(conn, "g")
-        first = conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r1", group="g", agent_id="a"))
+        first = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="r1", group="g", agent_id="a"))
         call, items = conn.stream("AgentService", "WatchOrders", pb.WatchOrdersRequest(
-            group="g", agent_id="a", token=pb.FencingToken(incarnation=first.incarnation)), timeout=10)
+            group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=first.incarnation)), timeout=10)
         seen: list[object] = []
         ended: list[grpc.RpcError] = []
 
@@ -40,14 +40,14 @@ def test_an_open_order_stream_of_a_replaced_incarnation_ends_without_the_new_ord
 
         watcher = threading.Thread(target=watch)
         watcher.start()
-        again = conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r2", group="g", agent_id="a"))
+        again = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="r2", group="g", agent_id="a"))
         watcher.join(5)
         call.cancel()
         assert not watcher.is_alive() and seen == []
         assert ended and ended[0].code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "stale incarnation 1" in ended[0].details()
         orders = conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
-            group="g", agent_id="a", token=pb.FencingToken(incarnation=again.incarnation)), window=0.5)
+            group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=again.incarnation)), window=0.5)
         assert [o.roll_back.recovery_id for o in orders] == [again.recovery_id]  # the live incarnation gets it
 
 

@@ -21,23 +21,23 @@ def test_what_if_matches_the_recovery_that_follows_while_an_agent_owes_an_ack() 
             return conn.call("AgentService", method, request)
 
         def register(agent: str) -> pb.RegisterResponse:
-            return agent_call("Register", pb.RegisterRequest(request_id=f"reg-{next(request_ids)}", group="g",
+            return agent_call("Register", pb.RegisterRequest(secret=b"s" * 16, request_id=f"reg-{next(request_ids)}", group="g",
                                                              agent_id=agent))
 
         def commit(agent: str, index: int, incarnation: int) -> None:
             agent_call("CommitCheckpoint", pb.CommitCheckpointRequest(
-                request_id=f"cp-{agent}-{index}", token=pb.FencingToken(incarnation=incarnation),
+                request_id=f"cp-{agent}-{index}", token=pb.FencingToken(secret=b"s" * 16, incarnation=incarnation),
                 checkpoint=pb.CheckpointMeta(group="g", agent_id=agent, index=index, kind=pb.BASIC,
                                              blob_uri=f"file:///blobs/{agent}/{index}", sha256="c" * 64, size=1)))
 
         def report(receiver: str, record: pb.DependencyRecord) -> None:
             agent_call("ReportDependencies", pb.ReportDependenciesRequest(
                 request_id=f"dep-{record.message_id}", group="g", agent_id=receiver,
-                token=pb.FencingToken(incarnation=1), records=[record]))
+                token=pb.FencingToken(secret=b"s" * 16, incarnation=1), records=[record]))
 
         def rollback_orders(agent: str, incarnation: int) -> list[pb.Order]:
             return [o for o in conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
-                group="g", agent_id=agent, token=pb.FencingToken(incarnation=incarnation)), window=0.5)
+                group="g", agent_id=agent, token=pb.FencingToken(secret=b"s" * 16, incarnation=incarnation)), window=0.5)
                 if o.WhichOneof("kind") == "roll_back"]
 
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
@@ -53,7 +53,7 @@ def test_what_if_matches_the_recovery_that_follows_while_an_agent_owes_an_ack() 
         [b_order] = rollback_orders("b", 1)
         assert {(t.agent_id, t.checkpoint_index) for t in a_order.roll_back.line} == {("a", 1), ("b", 1)}
         agent_call("AckOrder", pb.AckOrderRequest(request_id="ack-a", group="g", agent_id="a",
-                                                  token=pb.FencingToken(incarnation=2), order_id=a_order.order_id))
+                                                  token=pb.FencingToken(secret=b"s" * 16, incarnation=2), order_id=a_order.order_id))
         commit("a", 2, 2)
         # b has not acknowledged yet; c receives what b sent in its new generation.
         report("c", pb.DependencyRecord(sender="b", send_interval=2, receiver="c", receive_interval=2,

@@ -80,6 +80,10 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_DEPENDENCY_QUOTA: _ClassVar[ReasonCode]
     REASON_OVERLOADED: _ClassVar[ReasonCode]
     REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
+    REASON_UNAUTHENTICATED: _ClassVar[ReasonCode]
+    REASON_ROLE_FORBIDS: _ClassVar[ReasonCode]
+    REASON_FOREIGN_AGENT: _ClassVar[ReasonCode]
+    REASON_WRONG_AGENT_SECRET: _ClassVar[ReasonCode]
 GROUP_MODE_UNSPECIFIED: GroupMode
 COORDINATED: GroupMode
 CIC_BCS: GroupMode
@@ -136,14 +140,20 @@ REASON_TOO_FEW_LIVE_VOTERS: ReasonCode
 REASON_DEPENDENCY_QUOTA: ReasonCode
 REASON_OVERLOADED: ReasonCode
 REASON_INTERNAL_ERROR: ReasonCode
+REASON_UNAUTHENTICATED: ReasonCode
+REASON_ROLE_FORBIDS: ReasonCode
+REASON_FOREIGN_AGENT: ReasonCode
+REASON_WRONG_AGENT_SECRET: ReasonCode
 
 class FencingToken(_message.Message):
-    __slots__ = ("incarnation", "epoch")
+    __slots__ = ("incarnation", "epoch", "secret")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
     incarnation: int
     epoch: int
-    def __init__(self, incarnation: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    secret: bytes
+    def __init__(self, incarnation: _Optional[int] = ..., epoch: _Optional[int] = ..., secret: _Optional[bytes] = ...) -> None: ...
 
 class GroupSpec(_message.Message):
     __slots__ = ("group", "mode", "retention", "checkpoint_interval_s", "checkpoint_cost_s", "mtbf_s", "lease_ttl_s", "epoch_timeout_s")
@@ -337,14 +347,16 @@ class CreateGroupResponse(_message.Message):
     def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("request_id", "group", "agent_id")
+    __slots__ = ("request_id", "group", "agent_id", "secret")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     group: str
     agent_id: str
-    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    secret: bytes
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., agent_id: _Optional[str] = ..., secret: _Optional[bytes] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("incarnation", "mode", "current_epoch", "lease_ttl_s", "stable_epoch", "resume_from", "generation", "recovery_id")

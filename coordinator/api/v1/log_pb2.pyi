@@ -37,12 +37,25 @@ class Batch(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[LogEntry]
     def __init__(self, entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ...) -> None: ...
 
+class Principal(_message.Message):
+    __slots__ = ("identity", "role", "group", "pattern")
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    identity: str
+    role: str
+    group: str
+    pattern: str
+    def __init__(self, identity: _Optional[str] = ..., role: _Optional[str] = ..., group: _Optional[str] = ..., pattern: _Optional[str] = ...) -> None: ...
+
 class LogEntry(_message.Message):
-    __slots__ = ("request_id", "proposed_at", "issued_at", "dedupe_window_s", "create_group", "register", "commit_checkpoint", "report_dependencies", "start_epoch", "declare_agent_failed", "ack_order", "deregister", "abort_epoch", "garbage_collect", "read_barrier", "batch", "delete_group")
+    __slots__ = ("request_id", "proposed_at", "issued_at", "dedupe_window_s", "principal", "create_group", "register", "commit_checkpoint", "report_dependencies", "start_epoch", "declare_agent_failed", "ack_order", "deregister", "abort_epoch", "garbage_collect", "read_barrier", "batch", "delete_group")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_AT_FIELD_NUMBER: _ClassVar[int]
     ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
     DEDUPE_WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     CREATE_GROUP_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     COMMIT_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +73,7 @@ class LogEntry(_message.Message):
     proposed_at: float
     issued_at: float
     dedupe_window_s: float
+    principal: Principal
     create_group: _coordinator_pb2.CreateGroupRequest
     register: _coordinator_pb2.RegisterRequest
     commit_checkpoint: _coordinator_pb2.CommitCheckpointRequest
@@ -73,4 +87,4 @@ class LogEntry(_message.Message):
     read_barrier: ReadBarrier
     batch: Batch
     delete_group: _coordinator_pb2.DeleteGroupRequest
-    def __init__(self, request_id: _Optional[str] = ..., proposed_at: _Optional[float] = ..., issued_at: _Optional[float] = ..., dedupe_window_s: _Optional[float] = ..., create_group: _Optional[_Union[_coordinator_pb2.CreateGroupRequest, _Mapping]] = ..., register: _Optional[_Union[_coordinator_pb2.RegisterRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[_coordinator_pb2.CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[_coordinator_pb2.ReportDependenciesRequest, _Mapping]] = ..., start_epoch: _Optional[_Union[_coordinator_pb2.StartEpochRequest, _Mapping]] = ..., declare_agent_failed: _Optional[_Union[DeclareAgentFailed, _Mapping]] = ..., ack_order: _Optional[_Union[_coordinator_pb2.AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[_coordinator_pb2.DeregisterRequest, _Mapping]] = ..., abort_epoch: _Optional[_Union[AbortEpoch, _Mapping]] = ..., garbage_collect: _Optional[_Union[_coordinator_pb2.GarbageCollectRequest, _Mapping]] = ..., read_barrier: _Optional[_Union[ReadBarrier, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., delete_group: _Optional[_Union[_coordinator_pb2.DeleteGroupRequest, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., proposed_at: _Optional[float] = ..., issued_at: _Optional[float] = ..., dedupe_window_s: _Optional[float] = ..., principal: _Optional[_Union[Principal, _Mapping]] = ..., create_group: _Optional[_Union[_coordinator_pb2.CreateGroupRequest, _Mapping]] = ..., register: _Optional[_Union[_coordinator_pb2.RegisterRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[_coordinator_pb2.CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[_coordinator_pb2.ReportDependenciesRequest, _Mapping]] = ..., start_epoch: _Optional[_Union[_coordinator_pb2.StartEpochRequest, _Mapping]] = ..., declare_agent_failed: _Optional[_Union[DeclareAgentFailed, _Mapping]] = ..., ack_order: _Optional[_Union[_coordinator_pb2.AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[_coordinator_pb2.DeregisterRequest, _Mapping]] = ..., abort_epoch: _Optional[_Union[AbortEpoch, _Mapping]] = ..., garbage_collect: _Optional[_Union[_coordinator_pb2.GarbageCollectRequest, _Mapping]] = ..., read_barrier: _Optional[_Union[ReadBarrier, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., delete_group: _Optional[_Union[_coordinator_pb2.DeleteGroupRequest, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,293 @@
+"""Who is calling, and whether they may: the transport's half of authorization.
+
+The identity comes from a bearer token (`authorization: Bearer <token>`, looked up
+in the tokens file, which holds only SHA-256 hashes) or, failing that, from the
+client certificate gRPC verified (its CN, else its first subject alternative name).
+The decision itself is `coordinator.core.authz`'s, against the bindings file. Both
+files are re-read when they change, so a revoked or rotated token is refused
+without a restart; a file that no longer parses grants nothing (fail closed).
+
+Also here: agent secrets are replaced by their SHA-256 as soon as a request is
+decoded (`seal_secrets`), so no handler, log entry or stored record holds one.
+"""
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Generic, Mapping, TypeVar
+
+import grpc
+
+from coordinator.api.metadata import AUTHORIZATION_METADATA_KEY
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.core import agent_secret, authz
+from coordinator.core.authz import Grant, Role
+from coordinator.core.errors import ReasonCode, Rejection
+
+log = logging.getLogger("raftpoint.auth")
+
+BEARER = "bearer "
+# The services whose calls are authorized; health and reflection stay open (probes).
+GUARDED_SERVICES = ("/raftpoint.v1.AgentService/", "/raftpoint.v1.AdminService/")
+# The grant the current RPC was admitted with, for the proposer to put in the entry.
+PRINCIPAL: contextvars.ContextVar[Grant | None] = contextvars.ContextVar("raftpoint_principal", default=None)
+# The cluster's nodes, reading each other's status (the digest audit): observers.
+NODE_IDENTITY = "raftpoint-node"
+NODE_GRANT = Grant(NODE_IDENTITY, Role.OBSERVER)
+_IDENTITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,255}$")
+_HEX_HASH = re.compile(r"^[0-9a-f]{64}$")
+TOKEN_BYTES = 32  # 256 random bits
+
+T = TypeVar("T")
+
+
+class AuthConfigError(ValueError):
+    """A tokens or bindings file that cannot be used; the message names the line."""
+
+
+def token_hash(token: str) -> str:
+    """What the tokens file holds for a token: SHA-256, hex. A token is 256 random
+    bits, so a plain hash is enough (no salt or stretching needed against guessing)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def node_token(raft_password: str) -> str:
+    """The bearer token nodes present to each other: derived from the Raft password
+    every member holds already, so peers need no token of their own to configure."""
+    return hmac.new(raft_password.encode(), b"raftpoint node status", hashlib.sha256).hexdigest()
+
+
+def parse_tokens(text: str, source: str = "tokens file") -> tuple[tuple[str, str], ...]:
+    """`<identity> <sha256 hex>` per line; `#` starts a comment. An identity may have
+    several lines (rotation: add the new token, move clients, delete the old line)."""
+    entries: list[tuple[str, str]] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not _IDENTITY.match(parts[0]) or not _HEX_HASH.match(parts[1]):
+            raise AuthConfigError(f"{source} line {number}: expected '<identity> <sha256 hex of the token>'")
+        entries.append((parts[0], parts[1]))
+    return tuple(entries)
+
+
+def add_token(path: Path, identity: str, *, keep_old: bool = False) -> str:
+    """Write a new token's hash for `identity` into `path` (atomically, owner-only) and return the token."""
+    text = path.read_text() if path.exists() else ""
+    entries = [e for e in parse_tokens(text, str(path)) if keep_old or e[0] != identity]
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    entries.append((identity, token_hash(token)))
+    parse_tokens(f"{identity} {token_hash(token)}\n", "identity")  # refuse a malformed identity
+    body = "# <identity> <sha256 of its bearer token>\n" + "".join(f"{i} {h}\n" for i, h in entries)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return token
+
+
+def add_binding(path: Path, identity: str, role: Role, group: str = "", pattern: str = "") -> None:
+    """Append `identity`'s binding to a bindings file (refused if it would not parse)."""
+    table = f'\n["{identity}"]\nrole = "{role.value}"\n'
+    if group:
+        table += f'group = "{group}"\npattern = "{pattern}"\n'
+    text = (path.read_text() if path.exists() else "") + table
+    parse_bindings(text, str(path))
+    path.write_text(text)
+
+
+def parse_bindings(text: str, source: str = "bindings file") -> dict[str, Grant]:
+    """TOML, one table per identity: `role` (admin, agent, observer); the agent role
+    also needs `group` and `pattern` (fnmatch, e.g. "worker-*")."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise AuthConfigError(f"{source}: {exc}") from None
+    grants: dict[str, Grant] = {}
+    for identity, table in doc.items():
+        if not isinstance(table, dict) or not _IDENTITY.match(identity):
+            raise AuthConfigError(f"{source}: [{identity}] must be a table named by an identity")
+        unknown = set(table) - {"role", "group", "pattern"}
+        if unknown:
+            raise AuthConfigError(f"{source}: [{identity}] has unknown keys {sorted(unknown)}")
+        try:
+            role = Role(table.get("role"))
+        except ValueError:
+            raise AuthConfigError(f"{source}: [{identity}] role must be one of "
+                                  f"{[r.value for r in Role]}, got {table.get('role')!r}") from None
+        group, pattern = str(table.get("group", "")), str(table.get("pattern", ""))
+        if role is Role.AGENT and not (group and pattern):
+            raise AuthConfigError(f"{source}: [{identity}] the agent role needs a group and a pattern")
+        if role is not Role.AGENT and (group or pattern):
+            raise AuthConfigError(f"{source}: [{identity}] only the agent role takes a group and a pattern")
+        grants[identity] = Grant(identity, role, group, pattern)
+    return grants
+
+
+class WatchedFile(Generic[T]):
+    """A file parsed again whenever it changes (its mtime, size or inode), checked on
+    every use: a stat is cheap next to an RPC, and a revocation takes effect at once."""
+
+    def __init__(self, path: str, parse: Callable[[str, str], T], empty: T) -> None:
+        self.path, self._parse, self._empty = path, parse, empty
+        self._key: tuple[int, int, int] | None = None
+        self._value = empty
+        self.current(strict=True)
+
+    def current(self, strict: bool = False) -> T:
+        try:
+            st = os.stat(self.path)
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if key != self._key:
+                self._value, self._key = self._parse(Path(self.path).read_text(), self.path), key
+                log.info("auth file loaded: %s", self.path)
+        except (OSError, AuthConfigError) as exc:
+            if strict:
+                raise AuthConfigError(str(exc)) from None
+            if self._key is not None:
+                log.error("auth file %s unusable, granting nothing until it is fixed: %s", self.path, exc)
+            self._value, self._key = self._empty, None
+        return self._value
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a call comes from: an identity, or None with the reason there is none."""
+
+    identity: str | None
+    why_not: str = ""
+
+
+class Authorizer:
+    """Admits or refuses each guarded RPC before its handler runs."""
+
+    def __init__(self, bindings_file: str, tokens_file: str = "", client_certs: bool = False,
+                 node_token: str = "") -> None:
+        self.bindings = WatchedFile(bindings_file, parse_bindings, {})
+        self.tokens = WatchedFile(tokens_file, parse_tokens, ()) if tokens_file else None
+        self.client_certs = client_certs
+        self._node_token_hash = token_hash(node_token) if node_token else ""
+
+    def caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        presented = _bearer(context)
+        if presented is not None:
+            identity = self._token_identity(presented)
+            return Caller(identity, "" if identity else "unknown, revoked or rotated bearer token")
+        if self.client_certs:
+            identity = certificate_identity(context.auth_context())
+            if identity:
+                return Caller(identity)
+        return Caller(None)
+
+    def _token_identity(self, presented: str) -> str | None:
+        digest = token_hash(presented)
+        found = None
+        known = self.tokens.current() if self.tokens is not None else ()
+        if self._node_token_hash:
+            known = ((NODE_IDENTITY, self._node_token_hash), *known)
+        for identity, stored in known:  # every line compared: no early exit to time
+            if hmac.compare_digest(digest, stored):
+                found = identity
+        return found
+
+    def admit(self, rpc: str, request: Any, context: grpc.aio.ServicerContext) -> Grant:
+        """The caller's grant for this call; raises the Rejection that refuses it."""
+        caller = self.caller(context)
+        if caller.identity is None and caller.why_not:
+            raise Rejection.because(ReasonCode.UNAUTHENTICATED, caller.why_not)
+        group, agent_id = request_target(request)
+        grants = self.bindings.current()
+        if caller.identity == NODE_IDENTITY:
+            grants = {NODE_IDENTITY: NODE_GRANT}
+        return authz.check(authz.decide(caller.identity, grants, rpc, group, agent_id))
+
+
+def certificate_identity(auth_context: Mapping[str, Any]) -> str | None:
+    """The verified peer certificate's CN, else its first subject alternative name."""
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        values = auth_context.get(key) or ()
+        for value in values:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            if text:
+                return text
+    return None
+
+
+def _bearer(context: grpc.aio.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == AUTHORIZATION_METADATA_KEY:
+            text = value.decode() if isinstance(value, bytes) else value
+            return text[len(BEARER):].strip() if text.lower().startswith(BEARER) else ""
+    return None
+
+
+def request_target(request: Any) -> tuple[str, str]:
+    """The group and agent id a request acts on ("" where it names none)."""
+    if isinstance(request, pb.CommitCheckpointRequest):
+        return request.checkpoint.group, request.checkpoint.agent_id
+    if isinstance(request, pb.CreateGroupRequest):
+        return request.spec.group, ""
+    return getattr(request, "group", ""), getattr(request, "agent_id", "")
+
+
+def seal_secrets(request: Any) -> None:
+    """Replace an agent secret by its SHA-256 in place (and refuse a registration
+    without one): what is proposed, compared and stored is only ever the hash."""
+    if isinstance(request, pb.RegisterRequest):
+        agent_secret.check(request.secret)
+        request.secret = agent_secret.digest(request.secret)
+    elif "token" in type(request).DESCRIPTOR.fields_by_name:
+        request.token.secret = agent_secret.digest(request.token.secret)
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """How a node authenticates, from its settings."""
+
+    bindings_file: str = ""
+    tokens_file: str = ""
+    tls: bool = False
+    client_certs: bool = False
+    # What the cluster's own nodes present to each other (node_token).
+    node_token: str = ""
+
+
+INSECURE_WARNING = ("AUTHENTICATION IS OFF: this node runs without TLS and without an identity source, so "
+                    "anyone who reaches its gRPC port can create, change and delete any group and act as any "
+                    "agent. Configure auth_tokens_file (or client certificates) and auth_bindings_file.")
+
+
+def authorizer_for(settings: AuthSettings) -> Authorizer | None:
+    """The node's Authorizer; None for the insecure development mode (no TLS and no
+    identity source), which the caller must announce loudly. Raises AuthConfigError
+    for a configuration that would leave a TLS node open, or that is unusable."""
+    identity_source = bool(settings.tokens_file) or settings.client_certs
+    if not identity_source:
+        if settings.tls:
+            raise AuthConfigError("TLS is on but no identity source is configured: set a client CA (client "
+                                  "certificates) or auth_tokens_file, and auth_bindings_file")
+        if settings.bindings_file:
+            raise AuthConfigError("auth_bindings_file is set but no identity source: set auth_tokens_file "
+                                  "(or client certificates)")
+        return None
+    if not settings.bindings_file:
+        raise AuthConfigError("an identity source is configured but no auth_bindings_file: nobody would "
+                              "have a role")
+    return Authorizer(settings.bindings_file, settings.tokens_file, settings.client_certs, settings.node_token)

@@ -1,0 +1,41 @@
+"""Which cluster a command talks to, and with which bearer token: one set of flags
+for every subcommand that calls a running cluster.
+
+The token is read from --token-file (or RAFTPOINT_TOKEN_FILE); without one, a
+cluster that `raftpoint cluster up` started in --data-dir lends its admin token.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent_client.connection import TOKEN_FILE_ENV, read_token_file
+from coordinator.harness.local_cluster import admin_token, read_endpoints
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoints", help="comma-separated gRPC addresses (default: from --data-dir)")
+    parser.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"))
+    parser.add_argument("--token-file", default=None,
+                        help=f"file whose first line is the bearer token to present (default: ${TOKEN_FILE_ENV}; "
+                             "else the admin token of the cluster in --data-dir, if it has one)")
+
+
+@dataclass(frozen=True)
+class Target:
+    endpoints: list[str]
+    token: str | None
+
+
+def resolve(args: argparse.Namespace) -> Target:
+    """Raises OSError or ValueError (with the reason) when there is no cluster to talk to."""
+    if args.endpoints:
+        endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
+    else:
+        endpoints = read_endpoints(args.data_dir)
+    token_file = args.token_file or os.environ.get(TOKEN_FILE_ENV)
+    if token_file:
+        return Target(endpoints, read_token_file(token_file))
+    return Target(endpoints, None if args.endpoints else admin_token(args.data_dir))

@@ -1,0 +1,243 @@
+"""Authentication, roles and agent secrets against real node processes on loopback.
+
+The cluster runs with the harness's tokens file and a bindings file that adds an
+agent identity (group "g", agents "a*") and an observer. Every refusal must come
+before anything is proposed: the leader's state digest is unchanged after it.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import grpc
+import pytest
+
+from agent_client.connection import Rejected
+from agent_client.session import connect
+from coordinator.api.metadata import REASON_METADATA_KEY, bearer
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from coordinator.transport.auth import add_token
+from tests.support.cluster import FAST
+
+pytestmark = pytest.mark.cluster
+
+C = grpc.StatusCode
+SECRET = b"a1-registration-secret"
+OTHER_SECRET = b"b1-registration-secret"
+BINDINGS = '''
+["harness-admin"]
+role = "admin"
+
+["w1"]
+role = "agent"
+group = "g"
+pattern = "a*"
+
+["eye"]
+role = "observer"
+'''
+
+
+class World:
+    def __init__(self, cluster: LocalCluster, tokens: dict[str, str]) -> None:
+        self.cluster, self.tokens = cluster, tokens
+
+    @property
+    def tokens_file(self) -> Path:
+        return Path(self.cluster.settings["auth_tokens_file"])
+
+    def leader(self) -> str:
+        return self.cluster.leader().grpc
+
+    def digest(self) -> str:
+        status = node_status(self.leader(), timeout=5)
+        assert status is not None
+        return status.state_digest
+
+    def call(self, service: str, method: str, request: Any, token: str | None) -> Any:
+        """The response, or the grpc.RpcError that refused the call."""
+        with grpc.insecure_channel(self.leader()) as channel:
+            rpc = getattr(getattr(pb_grpc, f"{service}Stub")(channel), method)
+            try:
+                result = rpc(request, timeout=5 if method != "WatchOrders" else 1, metadata=bearer(token))
+                return list(result) if method == "WatchOrders" else result
+            except grpc.RpcError as err:
+                if method == "WatchOrders" and err.code() is C.DEADLINE_EXCEEDED:
+                    return []  # an admitted watch that simply had nothing to send
+                return err
+
+    def refused(self, service: str, method: str, request: Any, token: str | None, code: grpc.StatusCode,
+                reason: str) -> None:
+        before = self.digest()
+        err = self.call(service, method, request, token)
+        assert isinstance(err, grpc.RpcError), f"{method} was not refused: {err}"
+        assert err.code() is code, (method, err.code(), err.details())
+        assert dict(err.trailing_metadata() or ()).get(REASON_METADATA_KEY) == reason, (method, err.details())
+        assert self.digest() == before, f"a refused {method} changed the state"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("auth") / "cluster"
+    cluster = LocalCluster(root, 3, settings=FAST)
+    Path(cluster.settings["auth_bindings_file"]).write_text(BINDINGS)
+    tokens_file = Path(cluster.settings["auth_tokens_file"])
+    tokens = {"admin": cluster.token, "w1": add_token(tokens_file, "w1"), "eye": add_token(tokens_file, "eye")}
+    with cluster.start_all():
+        w = World(cluster, tokens)
+        w.cluster.leader()
+        assert not isinstance(w.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=3600)), tokens["admin"]),
+            grpc.RpcError)
+        for agent, secret in (("a1", SECRET), ("b1", OTHER_SECRET)):
+            reg = w.call("AgentService", "Register", pb.RegisterRequest(
+                request_id=f"reg-{agent}", group="g", agent_id=agent, secret=secret), tokens["admin"])
+            assert reg.incarnation == 1, reg
+        yield w
+
+
+def token(secret: bytes = SECRET, incarnation: int = 1) -> pb.FencingToken:
+    return pb.FencingToken(incarnation=incarnation, secret=secret)
+
+
+def checkpoint(agent: str, index: int) -> pb.CheckpointMeta:
+    return pb.CheckpointMeta(group="g", agent_id=agent, index=index, kind=pb.BASIC,
+                             blob_uri=f"file:///blobs/{agent}/{index}", sha256="c" * 64, size=10)
+
+
+def agent_requests(agent: str, secret: bytes = SECRET) -> list[tuple[str, str, Any]]:
+    """One request of every agent RPC, acting for `agent`."""
+    s = "AgentService"
+    return [
+        (s, "Register", pb.RegisterRequest(request_id=f"x-reg-{agent}", group="g", agent_id=agent, secret=secret)),
+        (s, "Heartbeat", pb.HeartbeatRequest(group="g", agent_id=agent, token=token(secret))),
+        (s, "CommitCheckpoint", pb.CommitCheckpointRequest(request_id=f"x-cp-{agent}", token=token(secret),
+                                                           checkpoint=checkpoint(agent, 5))),
+        (s, "ReportDependencies", pb.ReportDependenciesRequest(request_id=f"x-dep-{agent}", group="g",
+                                                               agent_id=agent, token=token(secret))),
+        (s, "WatchOrders", pb.WatchOrdersRequest(group="g", agent_id=agent, token=token(secret))),
+        (s, "AckOrder", pb.AckOrderRequest(request_id=f"x-ack-{agent}", group="g", agent_id=agent,
+                                           token=token(secret), order_id=1)),
+        (s, "Deregister", pb.DeregisterRequest(request_id=f"x-dereg-{agent}", group="g", agent_id=agent,
+                                               token=token(secret))),
+    ]
+
+
+ADMIN_REQUESTS = [
+    ("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="x-cg", spec=pb.GroupSpec(group="h"))),
+    ("AdminService", "StartEpoch", pb.StartEpochRequest(request_id="x-se", group="g")),
+    ("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id="x-gc", group="g")),
+    ("AdminService", "DeleteGroup", pb.DeleteGroupRequest(request_id="x-dg", group="g")),
+    ("AdminService", "AddNode", pb.MembershipRequest(node="127.0.0.1:1")),
+    ("AdminService", "RemoveNode", pb.MembershipRequest(node="127.0.0.1:1")),
+]
+READ_REQUESTS = [
+    ("AdminService", "GetGroup", pb.GetGroupRequest(group="g")),
+    ("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g")),
+    ("AdminService", "WhatIf", pb.WhatIfRequest(group="g", failed=["a1"])),
+    ("AdminService", "ClusterStatus", pb.ClusterStatusRequest()),
+]
+EVERY_RPC = [*agent_requests("a1"), *ADMIN_REQUESTS, *READ_REQUESTS]
+
+
+def test_every_rpc_of_the_api_is_exercised_here() -> None:
+    rpcs = {m.name for s in pb.DESCRIPTOR.services_by_name.values() for m in s.methods}
+    assert {method for _, method, _ in EVERY_RPC} == rpcs
+
+
+@pytest.mark.parametrize("service,method,request_", EVERY_RPC, ids=[m for _, m, _ in EVERY_RPC])
+def test_no_credentials_or_an_unknown_token_is_unauthenticated(world: World, service: str, method: str,
+                                                                request_: Any) -> None:
+    world.refused(service, method, request_, None, C.UNAUTHENTICATED, "REASON_UNAUTHENTICATED")
+    world.refused(service, method, request_, "not-a-token", C.UNAUTHENTICATED, "REASON_UNAUTHENTICATED")
+
+
+WRITES = [*agent_requests("a1"), *ADMIN_REQUESTS]
+
+
+@pytest.mark.parametrize("service,method,request_", WRITES, ids=[m for _, m, _ in WRITES])
+def test_an_observer_may_not_write(world: World, service: str, method: str, request_: Any) -> None:
+    world.refused(service, method, request_, world.tokens["eye"], C.PERMISSION_DENIED, "REASON_ROLE_FORBIDS")
+
+
+FOREIGN = agent_requests("b1", OTHER_SECRET)
+
+
+@pytest.mark.parametrize("service,method,request_", FOREIGN, ids=[m for _, m, _ in FOREIGN])
+def test_an_agent_identity_may_not_act_for_a_foreign_agent(world: World, service: str, method: str,
+                                                            request_: Any) -> None:
+    """Even holding b1's secret: the binding covers agents a* only."""
+    world.refused(service, method, request_, world.tokens["w1"], C.PERMISSION_DENIED, "REASON_FOREIGN_AGENT")
+
+
+@pytest.mark.parametrize("service,method,request_", ADMIN_REQUESTS, ids=[m for _, m, _ in ADMIN_REQUESTS])
+def test_an_agent_identity_may_not_administer(world: World, service: str, method: str, request_: Any) -> None:
+    world.refused(service, method, request_, world.tokens["w1"], C.PERMISSION_DENIED, "REASON_ROLE_FORBIDS")
+
+
+@pytest.mark.parametrize("service,method,request_", READ_REQUESTS, ids=[m for _, m, _ in READ_REQUESTS])
+def test_an_observer_reads(world: World, service: str, method: str, request_: Any) -> None:
+    assert not isinstance(world.call(service, method, request_, world.tokens["eye"]), grpc.RpcError)
+
+
+def test_the_agent_identity_writes_for_its_own_agents(world: World) -> None:
+    beat = world.call("AgentService", "Heartbeat", pb.HeartbeatRequest(group="g", agent_id="a1", token=token()),
+                      world.tokens["w1"])
+    assert not isinstance(beat, grpc.RpcError), beat
+    done = world.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
+        request_id="own-cp-1", token=token(), checkpoint=checkpoint("a1", 1)), world.tokens["w1"])
+    assert not isinstance(done, grpc.RpcError), done
+    err = world.call("AdminService", "GetGroup", pb.GetGroupRequest(group="other"), world.tokens["w1"])
+    assert isinstance(err, grpc.RpcError) and err.code() is C.PERMISSION_DENIED
+
+
+FORGED = [r for r in agent_requests("a1", b"guessed-the-secret!") if r[1] != "Register"]
+
+
+@pytest.mark.parametrize("service,method,request_", FORGED, ids=[m for _, m, _ in FORGED])
+def test_knowing_the_incarnation_is_not_enough_to_act_as_the_agent(world: World, service: str, method: str,
+                                                                  request_: Any) -> None:
+    """Even an identity allowed to act for a1 (here the admin) must hold a1's secret."""
+    world.refused(service, method, request_, world.tokens["admin"], C.PERMISSION_DENIED,
+                  "REASON_WRONG_AGENT_SECRET")
+
+
+def test_a_registration_without_a_long_enough_secret_is_refused(world: World) -> None:
+    for secret in (b"", b"short"):
+        world.refused("AgentService", "Register", pb.RegisterRequest(
+            request_id=f"nosecret-{len(secret)}", group="g", agent_id="a9", secret=secret), world.tokens["w1"],
+            C.INVALID_ARGUMENT, "REASON_INVALID_FIELD")
+
+
+def test_reads_never_show_the_secret_or_its_hash(world: World) -> None:
+    shown = b"".join(world.call(s, m, r, world.tokens["admin"]).SerializeToString() for s, m, r in READ_REQUESTS)
+    for secret in (SECRET, OTHER_SECRET):
+        for form in (secret, hashlib.sha256(secret).digest(), hashlib.sha256(secret).hexdigest().encode()):
+            assert form not in shown
+
+
+def test_a_rotated_token_is_refused_once_the_file_changes_without_a_restart(world: World) -> None:
+    old = add_token(world.tokens_file, "rotating")
+    Path(world.cluster.settings["auth_bindings_file"]).write_text(BINDINGS + '\n["rotating"]\nrole = "observer"\n')
+    request = pb.GetGroupRequest(group="g")
+    wait_for(lambda: not isinstance(world.call("AdminService", "GetGroup", request, old), grpc.RpcError),
+             "the new token to be accepted", 10)
+    new = add_token(world.tokens_file, "rotating")  # replaces the identity's old token
+    world.refused("AdminService", "GetGroup", request, old, C.UNAUTHENTICATED, "REASON_UNAUTHENTICATED")
+    assert not isinstance(world.call("AdminService", "GetGroup", request, new), grpc.RpcError)
+    lines = [ln for ln in world.tokens_file.read_text().splitlines() if not ln.startswith(("rotating", "#"))]
+    world.tokens_file.write_text("\n".join(lines) + "\n")  # revoked
+    world.refused("AdminService", "GetGroup", request, new, C.UNAUTHENTICATED, "REASON_UNAUTHENTICATED")
+
+
+def test_an_agent_library_session_presents_its_token(world: World, tmp_path: Path) -> None:
+    with connect(world.cluster.endpoints(), token=world.tokens["w1"], data_dir=tmp_path, deadline=10) as rp:
+        with rp.group("g").agent("a2", state={"n": 0}) as agent:
+            assert agent.checkpoint({"n": 1}) >= 1
+    with connect(world.cluster.endpoints(), token=world.tokens["eye"], data_dir=tmp_path, deadline=10) as rp:
+        with pytest.raises(Rejected) as refused:
+            rp.group("g").agent("a3", state={}).start()
+        assert refused.value.reason_name == "REASON_ROLE_FORBIDS"

@@ -1,0 +1,79 @@
+"""The node's authentication settings: when it runs open, when it refuses to start,
+and the tokens and bindings files (coordinator/transport/auth.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.core.authz import Grant, Role
+from coordinator.transport.auth import (AuthConfigError, AuthSettings, Authorizer, WatchedFile, authorizer_for,
+                                        certificate_identity, parse_bindings, parse_tokens, token_hash)
+from coordinator.transport.auth import add_token
+
+
+def test_without_tls_and_identity_source_auth_is_off() -> None:
+    assert authorizer_for(AuthSettings()) is None
+
+
+@pytest.mark.parametrize("settings,says", [
+    (AuthSettings(tls=True), "TLS is on but no identity source"),
+    (AuthSettings(bindings_file="b.toml"), "no identity source"),
+    (AuthSettings(tokens_file="tokens"), "no auth_bindings_file"),
+])
+def test_settings_that_would_leave_a_node_open_are_refused(settings: AuthSettings, says: str) -> None:
+    with pytest.raises(AuthConfigError, match=says):
+        authorizer_for(settings)
+
+
+def test_a_tls_node_with_client_certificates_needs_only_bindings(tmp_path: Path) -> None:
+    (tmp_path / "b.toml").write_text('["node-1.example"]\nrole = "observer"\n')
+    assert isinstance(authorizer_for(AuthSettings(bindings_file=str(tmp_path / "b.toml"), tls=True,
+                                                  client_certs=True)), Authorizer)
+
+
+def test_the_certificate_names_the_identity_by_cn_else_first_san() -> None:
+    assert certificate_identity({"x509_common_name": [b"alice"], "x509_subject_alternative_name": [b"x"]}) == "alice"
+    assert certificate_identity({"x509_subject_alternative_name": [b"spiffe://c/a", b"b"]}) == "spiffe://c/a"
+    assert certificate_identity({"transport_security_type": [b"insecure"]}) is None
+
+
+def test_a_node_refuses_to_start_with_an_identity_source_but_no_bindings(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("")
+    env = {**os.environ, "RAFTPOINT_RAFT_PASSWORD": "pw"}
+    done = subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(tmp_path / "d"),
+                           "--auth-tokens-file", str(tokens)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no auth_bindings_file" in done.stderr
+
+
+def test_bindings_parse_and_refuse_what_they_cannot_mean() -> None:
+    assert parse_bindings('["w"]\nrole = "agent"\ngroup = "g"\npattern = "a-*"\n') == {
+        "w": Grant("w", Role.AGENT, "g", "a-*")}
+    for bad in ('["w"]\nrole = "agent"\n', '["w"]\nrole = "root"\n', '["w"]\nrole = "admin"\ngroup = "g"\n',
+                '["w"]\nrole = "admin"\ncolour = "red"\n', 'role = "admin"\n'):
+        with pytest.raises(AuthConfigError):
+            parse_bindings(bad)
+
+
+def test_tokens_are_stored_hashed_and_rotation_replaces_the_old_one(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    first = add_token(path, "bob")
+    assert first not in path.read_text() and token_hash(first) in path.read_text()
+    assert path.stat().st_mode & 0o777 == 0o600
+    second = add_token(path, "bob")
+    assert [h for _, h in parse_tokens(path.read_text())] == [token_hash(second)]
+    kept = add_token(path, "bob", keep_old=True)
+    assert [h for _, h in parse_tokens(path.read_text())] == [token_hash(second), token_hash(kept)]
+
+
+def test_a_watched_file_that_stops_parsing_grants_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text('["a"]\nrole = "admin"\n')
+    watched = WatchedFile(str(path), parse_bindings, {})
+    assert set(watched.current()) == {"a"}
+    path.write_text('["a"]\nrole = "admin"\n["b"] = nonsense')
+    assert watched.current() == {}
