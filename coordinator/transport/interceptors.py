@@ -47,6 +47,10 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
             wrapped = grpc.unary_stream_rpc_method_handler(
                 _stream(method, handler.unary_stream), request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
+        elif handler is not None and handler.stream_stream is not None:
+            wrapped = grpc.stream_stream_rpc_method_handler(
+                _bidi(method, handler.stream_stream), request_deserializer=_tolerant(handler.request_deserializer),
+                response_serializer=handler.response_serializer)
         if handler is not None:
             self._wrapped[details.method] = wrapped
         return wrapped
@@ -122,5 +126,15 @@ def _stream(method: str, inner):
         with _Observed(method, request, context):
             await _refuse_undecodable(request, context)
             async for item in inner(request, context):
+                yield item
+    return observed
+
+
+def _bidi(method: str, inner):
+    """A session: undecodable frames reach the handler as Undecodable, which ends the
+    session with INVALID_ARGUMENT (it knows no frame to answer)."""
+    async def observed(request_iterator, context):
+        with _Observed(method, None, context):
+            async for item in inner(request_iterator, context):
                 yield item
     return observed

@@ -20,6 +20,7 @@ from coordinator.replication.replica import Replica
 from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
+from coordinator.transport.order_wakeups import OrderWakeups
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
 
@@ -42,7 +43,7 @@ class ServerLimits:
     HTTP/2 handshake within `handshake_s`, or is idle for `idle_s`, is closed, so
     the slots come back; one connection carries at most `max_streams_per_connection` calls, and
     the node at most `max_rpcs` (beyond: RESOURCE_EXHAUSTED). Each agent holds one
-    long-lived WatchOrders stream, which is what `max_rpcs` must leave room for."""
+    long-lived Session (or WatchOrders) stream, which is what `max_rpcs` must leave room for."""
 
     max_connections: int = NodeConfig.max_connections
     max_streams_per_connection: int = 128
@@ -106,7 +107,9 @@ async def running(batcher: Batcher, leases: Leases, address: str,
         ("grpc.server_handshake_timeout_ms", int(limits.handshake_s * 1000)),
     ])
     proposer = Proposer(batcher)
-    pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
+    wakeups = OrderWakeups(asyncio.get_running_loop())
+    node.on_agent_changes(wakeups.signal)  # the applier wakes order streams; nothing polls
+    pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases, wakeups), server)
     heavy = HeavyReads()
     pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer, heavy), server)
     health_servicer = health.aio.HealthServicer()
@@ -123,10 +126,12 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     await server.start()
     stop = asyncio.Event()
     health_task = asyncio.create_task(_health_loop(node, health_servicer, stop))
+    leadership_task = asyncio.create_task(wakeups.follow_leadership(node.is_leader, stop))
     try:
         yield
     finally:
         stop.set()
+        node.on_agent_changes(None)
         await server.stop(grace=2)
-        await asyncio.gather(health_task, return_exceptions=True)
+        await asyncio.gather(health_task, leadership_task, return_exceptions=True)
         heavy.close()
