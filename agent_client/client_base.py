@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from agent_client.blobs.location import local_root, open_blob_store
+from agent_client.agent_stream import TRANSPORTS
 from agent_client.blobstore import BlobStore, PutResult
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
 from agent_client.protocol import AgentProtocol
@@ -40,7 +41,7 @@ class ClientBase:
                  fsync_deliveries: bool = False, background: bool = True, heartbeat_interval: float | None = None,
                  deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
                  after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
-                 before_ack: Callable[[pb.Order], Any] | None = None) -> None:
+                 before_ack: Callable[[pb.Order], Any] | None = None, transport: str = "session") -> None:
         """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
         replaces the agent's live state after a rollback order; `on_redeliver(payload,
         sender)` then applies each message the rollback took out of the state and its
@@ -52,7 +53,13 @@ class ClientBase:
         power loss, not only a crash of the process. `heartbeat_interval` defaults to a
         third of the group's lease. `after_blob_write` and `after_commit` are test hooks
         around the metadata commit; `before_ack(order)` runs once an order is carried out
-        (a rollback restored and handed to on_rollback) and before it is acknowledged."""
+        (a rollback restored and handed to on_rollback) and before it is acknowledged.
+        `transport`: "session" (default) carries the agent's calls, keepalives and pushed
+        orders on one stream (agent_stream.py); "unary" makes one call per operation,
+        heartbeats as calls and a WatchOrders stream."""
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        self.transport = transport
         self.endpoints = list(endpoints)
         self.deadline, self.background, self.heartbeat_interval = deadline, background, heartbeat_interval
         if isinstance(blob_store, (str, Path)):

@@ -88,7 +88,10 @@ class _Targets:
         self._lock = threading.Lock()
 
     def redirect(self, err: grpc.RpcError) -> None:
-        leader = _trailer(err, LEADER_METADATA_KEY)
+        self.follow(_trailer(err, LEADER_METADATA_KEY))
+
+    def follow(self, leader: str | None) -> None:
+        """Go to `leader` when a node named it, else to the next node."""
         with self._lock:
             if leader:
                 if leader not in self.endpoints:

@@ -126,7 +126,7 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     await server.start()
     stop = asyncio.Event()
     health_task = asyncio.create_task(_health_loop(node, health_servicer, stop))
-    leadership_task = asyncio.create_task(wakeups.follow_leadership(node.is_leader, stop))
+    leadership_task = asyncio.create_task(wakeups.follow_leadership(lambda: node.is_leader(), stop))
     try:
         yield
     finally:
