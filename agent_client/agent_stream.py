@@ -85,12 +85,46 @@ class _Frames:
     """What both twins share: correlation numbers, unanswered frames, the watch, and
     what a reply means for them."""
 
+    conn: Connection | AsyncConnection
+
     def __init__(self, on_order: OnOrder, on_watch_ended: OnWatchEnded) -> None:
         self._numbers = itertools.count(1)
         self._unanswered: dict[int, Any] = {}  # correlation -> waiter (with .frame)
         self._watch: pb.AgentFrame | None = None
         self._on_order, self._on_watch_ended = on_order, on_watch_ended
         self._rotate = False  # the current stream is torn down as stuck: try the next node
+
+    def _stream_ended(self, err: grpc.RpcError | None) -> pb.FrameStatus | None:
+        """After a stream ended (`err` None: our own cancel), pick the node to try next;
+        returns the status every unanswered frame ends with when the coordinator refused
+        the session itself (not retryable), else None."""
+        rotate, self._rotate = self._rotate, False
+        if err is None or err.code() == grpc.StatusCode.CANCELLED:
+            if rotate:
+                self.conn.follow(None)
+            return None
+        if err.code() in RETRYABLE:
+            self.conn.redirect(err)
+            return None
+        log.warning("session: %s %s", err.code().name, err.details())
+        return ended(err)
+
+    @staticmethod
+    def _remaining(method: str, budget: float, end: float) -> float:
+        """Seconds left of a call's deadline; CoordinatorUnavailable once none are."""
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise CoordinatorUnavailable(f"AgentService.{method}: no leader answered within {budget}s")
+        return remaining
+
+    def _follow(self, r: Retry) -> None:
+        """A frame refused as retryable named another leader: re-open the stream there."""
+        if r.leader and r.leader != self.conn.target:
+            self.conn.follow(r.leader)
+            self._reconnect(rotate=False)
+
+    def _reconnect(self, *, rotate: bool) -> None:
+        raise NotImplementedError
 
     def _resend(self) -> list[pb.AgentFrame]:
         """What a new stream starts with: the watch, then every unanswered frame."""
@@ -159,18 +193,14 @@ class SessionStream(_Frames):
             self._send(waiter.frame)
         try:
             while True:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    raise CoordinatorUnavailable(f"AgentService.{method}: no leader answered within {budget}s")
+                remaining = self._remaining(method, budget, end)
                 if not waiter.event.wait(min(self.conn.rpc_timeout, remaining)):
                     self._reconnect(rotate=True)  # a stuck stream: unanswered frames go again on the next one
                     continue
                 try:
                     return judge(waiter.reply, field)  # type: ignore[arg-type]
                 except Retry as r:
-                    if r.leader and r.leader != self.conn.target:
-                        self.conn.follow(r.leader)
-                        self._reconnect(rotate=False)
+                    self._follow(r)
                     self._closed.wait(random.uniform(0, pause))
                     pause = min(pause * 2, BACKOFF["max"])
                     with self._lock:
@@ -242,22 +272,12 @@ class SessionStream(_Frames):
 
     def _broken(self, err: grpc.RpcError) -> None:
         """The stream ended: follow the leader, or fail the unanswered frames for good."""
-        code = err.code()
         with self._lock:
-            rotate, self._rotate = self._rotate, False
-        if code == grpc.StatusCode.CANCELLED:
-            if rotate:
-                self.conn.follow(None)
-        elif code in RETRYABLE:
-            self.conn.redirect(err)
-        else:
-            log.warning("session: %s %s", code.name, err.details())
-            status = ended(err)
-            with self._lock:
-                waiters = list(self._unanswered.values())
-            for w in waiters:
-                w.reply = pb.CoordinatorFrame(correlation=w.frame.correlation, status=status)
-                w.event.set()
+            status = self._stream_ended(err)
+            waiters = list(self._unanswered.values()) if status is not None else []
+        for w in waiters:
+            w.reply = pb.CoordinatorFrame(correlation=w.frame.correlation, status=status)
+            w.event.set()
 
     def close(self) -> None:
         self._closed.set()
@@ -304,9 +324,7 @@ class AsyncSessionStream(_Frames):
         self._send(waiter.frame)
         try:
             while True:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    raise CoordinatorUnavailable(f"AgentService.{method}: no leader answered within {budget}s")
+                remaining = self._remaining(method, budget, end)
                 try:
                     reply = await asyncio.wait_for(asyncio.shield(waiter.future),
                                                    min(self.conn.rpc_timeout, remaining))
@@ -316,9 +334,7 @@ class AsyncSessionStream(_Frames):
                 try:
                     return judge(reply, field)
                 except Retry as r:
-                    if r.leader and r.leader != self.conn.target:
-                        self.conn.follow(r.leader)
-                        self._reconnect(rotate=False)
+                    self._follow(r)
                     await asyncio.sleep(random.uniform(0, pause))
                     pause = min(pause * 2, BACKOFF["max"])
                     waiter.future = loop.create_future()
@@ -358,7 +374,7 @@ class AsyncSessionStream(_Frames):
                 task = asyncio.current_task()
                 if self._closed or (task is not None and task.cancelling()):
                     raise
-                self._broken_locally()  # grpc.aio reports our own call.cancel() so
+                self._broken(None)  # grpc.aio reports our own call.cancel() so
             finally:
                 out.put_nowait(None)
                 self._out = self._call = None
@@ -375,25 +391,11 @@ class AsyncSessionStream(_Frames):
         elif waiter is not None and not waiter.future.done():
             waiter.future.set_result(reply)
 
-    def _broken_locally(self) -> None:
-        rotate, self._rotate = self._rotate, False
-        if rotate:
-            self.conn.follow(None)
-
-    def _broken(self, err: grpc.RpcError) -> None:
-        code = err.code()
-        rotate, self._rotate = self._rotate, False
-        if code == grpc.StatusCode.CANCELLED:
-            if rotate:
-                self.conn.follow(None)
-        elif code in RETRYABLE:
-            self.conn.redirect(err)
-        else:
-            log.warning("session: %s %s", code.name, err.details())
-            status = ended(err)
-            for w in list(self._unanswered.values()):
-                if not w.future.done():
-                    w.future.set_result(pb.CoordinatorFrame(correlation=w.frame.correlation, status=status))
+    def _broken(self, err: grpc.RpcError | None) -> None:
+        status = self._stream_ended(err)
+        for w in list(self._unanswered.values()) if status is not None else ():
+            if not w.future.done():
+                w.future.set_result(pb.CoordinatorFrame(correlation=w.frame.correlation, status=status))
 
     async def close(self) -> None:
         self._closed = True

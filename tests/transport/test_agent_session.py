@@ -16,6 +16,7 @@ from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import wait_for
+from tests.transport.test_refusal_status import coordinator  # noqa: F401  (group "g", agent "a" at incarnation 2)
 
 STALE = pb.FencingToken(incarnation=1)
 
@@ -58,16 +59,6 @@ class RawSession:
         self._reader.join(5)
         self.call.cancel()
         self.channel.close()
-
-
-@pytest.fixture(scope="module")
-def coordinator():
-    with InProcessCoordinator() as running, Connection([running.address]) as conn:
-        conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
-            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
-        conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r1", group="g", agent_id="a"))
-        conn.call("AgentService", "Register", pb.RegisterRequest(request_id="r2", group="g", agent_id="a"))
-        yield running
 
 
 def _checkpoint(index: int, token: pb.FencingToken, rid: str, agent: str = "a") -> pb.CommitCheckpointRequest:
