@@ -39,6 +39,11 @@ FIELDS = {"Register": "register", "Heartbeat": "heartbeat", "CommitCheckpoint": 
           "ReportDependencies": "report_dependencies", "AckOrder": "ack_order", "Deregister": "deregister"}
 TRANSPORTS = ("session", "unary")
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
+# How a session call itself can end for good: the coordinator refused the stream (bad
+# bytes, no such method on an old coordinator, not allowed). Any other end of the
+# stream is re-opened, and its unanswered frames re-sent under their own deadlines.
+FINAL_ENDS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED,
+              grpc.StatusCode.UNAUTHENTICATED)
 OnOrder = Callable[[pb.Order], None]
 OnWatchEnded = Callable[[grpc.StatusCode, str], None]
 
@@ -106,7 +111,10 @@ class _Frames:
         if err.code() in RETRYABLE:
             self.conn.redirect(err)
             return None
-        log.warning("session: %s %s", err.code().name, err.details())
+        if err.code() not in FINAL_ENDS:  # e.g. INTERNAL from the transport: open it again
+            log.info("session ended, re-opening: %s %s", err.code().name, err.details())
+            return None
+        log.warning("session refused: %s %s", err.code().name, err.details())
         return ended(err)
 
     @staticmethod
