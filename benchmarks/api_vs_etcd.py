@@ -277,11 +277,15 @@ def _failover_etcd_once(etcd: EtcdCluster, leader: int) -> float:
 
 
 def main() -> int:
+    global CONCURRENCY
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--max-ops", type=int, default=50_000)
     p.add_argument("--kills", type=int, default=3, help="leader kills for the failover measurement")
+    p.add_argument("--in-flight", default="1,32,128",
+                   help="CommitCheckpoint/Put concurrencies (one channel carries at most 128 calls)")
     args = p.parse_args()
+    CONCURRENCY = tuple(int(c) for c in args.in_flight.split(","))
     skip = etcd_available()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         root = Path(tmp)
