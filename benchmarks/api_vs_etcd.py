@@ -167,6 +167,14 @@ async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) ->
     return {"ops_s": len(latencies) / elapsed, "p50": pct(0.5), "p99": pct(0.99), "ops": len(latencies)}
 
 
+def commit_request(next_index: dict[int, int], request_id: str, n: int) -> pb.CommitCheckpointRequest:
+    """Lane n's agent's next checkpoint (~200 bytes of metadata)."""
+    index = next_index[n] = next_index.get(n, 0) + 1
+    return pb.CommitCheckpointRequest(request_id=request_id, token=pb.FencingToken(incarnation=1),
+        checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{n}", index=index, kind=pb.BASIC,
+                                     blob_uri=f"file:///blobs/a{n}/{index}", sha256="ab" * 32, size=4096))
+
+
 async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
     out = {}
     async with grpc.aio.insecure_channel(leader) as ch:
@@ -178,10 +186,7 @@ async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
         next_index: dict[int, int] = {}
         for c in CONCURRENCY:
             def make(n: int, i: int, c=c):
-                index = next_index[n] = next_index.get(n, 0) + 1
-                request = pb.CommitCheckpointRequest(request_id=f"c{c}-{n}-{i}", token=pb.FencingToken(incarnation=1),
-                    checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{n}", index=index, kind=pb.BASIC,
-                                                 blob_uri=f"file:///blobs/a{n}/{index}", sha256="ab" * 32, size=4096))
+                request = commit_request(next_index, f"c{c}-{n}-{i}", n)
                 return lambda: agent.CommitCheckpoint(request, timeout=10)
             out[c] = await run_load(make, c, seconds, max_ops)
         out["session"] = await session_cells(leader, seconds, max_ops, next_index)
@@ -206,10 +211,7 @@ async def session_cells(leader: str, seconds: float, max_ops: int, next_index: d
     try:
         for c in CONCURRENCY:
             def make(n: int, i: int, c=c):
-                index = next_index[n] = next_index.get(n, 0) + 1
-                request = pb.CommitCheckpointRequest(request_id=f"s{c}-{n}-{i}", token=pb.FencingToken(incarnation=1),
-                    checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{n}", index=index, kind=pb.BASIC,
-                                                 blob_uri=f"file:///blobs/a{n}/{index}", sha256="ab" * 32, size=4096))
+                request = commit_request(next_index, f"s{c}-{n}-{i}", n)
                 return lambda: streams[n].call("CommitCheckpoint", request)
             out[c] = await run_load(make, c, seconds, max_ops)
     finally:
