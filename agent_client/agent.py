@@ -23,10 +23,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-import grpc
-
 from agent_client.agent_stream import SessionStream, carries
-from agent_client.background import FENCED, Heartbeater, OrderWatcher, PushedOrders
+from agent_client.background import Heartbeater, OrderWatcher, PushedOrders
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
@@ -97,13 +95,6 @@ class AgentClient(ClientBase):
     def _pushed(self, order: pb.Order) -> None:
         if self._orders is not None:
             self._orders.push(order)
-
-    def _watch_ended(self, code: grpc.StatusCode, reason: str) -> None:
-        """The session's watch ended for good: fenced off, or a refusal to log."""
-        if code in FENCED:
-            self._fence(reason)
-        else:
-            log.warning("order watch ended: %s %s", code.name, reason)
 
     def _fence(self, reason: str) -> None:
         """A newer incarnation exists (or we were declared failed): stop acting on orders."""

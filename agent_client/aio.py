@@ -1,10 +1,11 @@
 """AsyncAgentClient: the asyncio face of the agent protocol.
 
 It runs the same protocol operations as AgentClient (protocol.py) and only performs
-their effects differently: RPCs on one session stream (agent_stream.py) or grpc.aio calls (AsyncConnection), blob and
-fsync work in worker threads (asyncio.to_thread), user callbacks awaited when they
-are coroutine functions, and heartbeats and the order watcher as asyncio tasks on
-the caller's loop. Use one client from one event loop.
+their effects differently: RPCs on one session stream (agent_stream.py) or as
+grpc.aio calls (AsyncConnection), blob and fsync work in worker threads
+(asyncio.to_thread), user callbacks awaited when they are coroutine functions, and
+heartbeats and the order watcher (or pushed orders) as asyncio tasks on the
+caller's loop. Use one client from one event loop.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import grpc
 
 from agent_client.agent_stream import AsyncSessionStream, carries
-from agent_client.background import FENCED, RECONNECT_S, WATCH_STREAM_S, fenced_reason, stream_failed
+from agent_client.background import RECONNECT_S, WATCH_STREAM_S, fenced_reason, stream_failed
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import AsyncConnection, CoordinatorUnavailable, Rejected
@@ -116,13 +117,6 @@ class AsyncAgentClient(ClientBase):
     def _pushed(self, order: pb.Order) -> None:
         if self._orders is not None:
             self._orders.put_nowait(order)
-
-    def _watch_ended(self, code: grpc.StatusCode, reason: str) -> None:
-        """The session's watch ended for good: fenced off, or a refusal to log."""
-        if code in FENCED:
-            self._fence(reason)
-        else:
-            log.warning("order watch ended: %s %s", code.name, reason)
 
     async def _pushed_orders(self) -> None:
         """Carry out the orders the session pushes; after a failure, renew the watch so

@@ -6,11 +6,15 @@ performed: a connection, a lock, and background threads or tasks.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from agent_client.blobs.location import local_root, open_blob_store
+import grpc
+
 from agent_client.agent_stream import TRANSPORTS
+from agent_client.background import FENCED
+from agent_client.blobs.location import local_root, open_blob_store
 from agent_client.blobstore import BlobStore, PutResult
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
 from agent_client.protocol import AgentProtocol
@@ -18,6 +22,7 @@ from agent_client.side_effects import SideEffectLog
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
 
+log = logging.getLogger("agent_client")
 DELIVERY_LOG = "deliveries.jsonl"
 SIDE_EFFECTS = "side_effects.sqlite"
 
@@ -78,6 +83,17 @@ class ClientBase:
                                   dependency_batch=dependency_batch, after_blob_write=after_blob_write,
                                   after_commit=after_commit, before_ack=before_ack)
         self._effects: SideEffectLog | None = None
+
+    def _fence(self, reason: str) -> None:
+        """A newer incarnation exists (or we were declared failed): stop the background work."""
+        raise NotImplementedError
+
+    def _watch_ended(self, code: grpc.StatusCode, reason: str) -> None:
+        """The session's watch ended for good: fenced off, or a refusal to log."""
+        if code in FENCED:
+            self._fence(reason)
+        else:
+            log.warning("order watch ended: %s %s", code.name, reason)
 
     def heartbeat_every(self) -> float:
         return self.heartbeat_interval or min(5.0, max(0.1, (self.core.lease_ttl_s or 3.0) / 3))

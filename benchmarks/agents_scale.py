@@ -277,7 +277,8 @@ def run_size(size: int, path: str, root: Path) -> dict:
                 "commit_p50_ms": 1000 * statistics.median(commits) if commits else float("nan"),
                 "fail_call_ms": 1000 * statistics.median(fail_calls),
                 "rb_p50_ms": 1000 * pct(delivery, 0.5), "rb_p99_ms": 1000 * pct(delivery, 0.99),
-                "rb_after_answer_p99_ms": 1000 * pct(after_answer, 0.99), "rb_missing": missing, "false_failed": failed, "leader_changes": leader_changes,
+                "rb_after_answer_p99_ms": 1000 * pct(after_answer, 0.99), "rb_missing": missing,
+                "false_failed": failed, "leader_changes": leader_changes,
                 "errors": len(errors), "error_sample": errors[:3]}
     finally:
         for p in procs:
@@ -328,7 +329,8 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     header = ("path", "agents", "connect s", "leader CPU %", "keepalive p50/p99 ms", "commit p50 ms",
-              "failing Register ms", "rollback p50/p99 ms", "after the answer p99 ms", "missing", "false FAILED", "leader changes", "errors", "degraded")
+              "failing Register ms", "rollback p50/p99 ms", "after the answer p99 ms", "missing", "false FAILED",
+              "leader changes", "errors", "degraded")
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for r in rows:

@@ -18,7 +18,7 @@ from agent_client.testing import InProcessCoordinator
 from coordinator.api.metadata import LEADER_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import LocalCluster, wait_for
+from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
 from tests.support.cluster import Client
 
 
@@ -129,6 +129,8 @@ def test_a_follower_refuses_the_open_and_writes_survive_a_leader_kill(tmp_path: 
     with LocalCluster(tmp_path / "cluster", 3, settings=FAST).start_all() as cluster:
         leader = cluster.leader()
         follower = next(n for n in cluster.nodes if n is not leader)
+        wait_for(lambda: (node_status(follower.grpc) or pb.NodeStatus()).leader == leader.raft,
+                 "the follower to know the leader", 10)
         with grpc.insecure_channel(follower.grpc) as channel:
             call = pb_grpc.AgentServiceStub(channel).Session(iter(()), timeout=5)
             with pytest.raises(grpc.RpcError) as info:
