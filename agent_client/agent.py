@@ -5,8 +5,10 @@ group's rule (a higher epoch or the CIC protocol may force a checkpoint *before*
 delivery, through the agent's snapshot callback), reports the dependency, refuses
 orphans and logs the message for re-delivery after a rollback. checkpoint() writes
 the blob first and commits metadata second, so a crash in between leaves only an
-unreferenced blob. restore() says why it returns what it returns. Two daemon threads
-(background.py) send heartbeats and carry out orders: a rollback restores the named
+unreferenced blob. restore() says why it returns what it returns. The agent's calls,
+keepalives and orders share one session stream (agent_stream.py; `transport="unary"`
+makes them separate calls). Two daemon threads (background.py) send heartbeats and
+carry out orders: a rollback restores the named
 checkpoint, calls on_rollback(state, reason), acknowledges, then re-delivers what the
 rollback forgot through on_redeliver(payload, sender).
 
@@ -21,11 +23,12 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from agent_client.background import Heartbeater, OrderWatcher
+from agent_client.agent_stream import SessionStream, carries
+from agent_client.background import Heartbeater, OrderWatcher, PushedOrders
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from agent_client.effects import Effect, Op, drive, perform_blocking
+from agent_client.effects import Effect, Op, Rpc, drive, perform_blocking
 from agent_client.restored import Restored, RestoreKind
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -41,11 +44,16 @@ class AgentClient(ClientBase):
                  **options: Any) -> None:
         super().__init__(group, agent_id, endpoints, blob_store, **options)
         self.conn = Connection(self.endpoints, deadline=self.deadline, token=self.token)
+        self.stream = (SessionStream(self.conn, self._pushed, self._watch_ended)
+                       if self.transport == "session" else None)
         self._lock = threading.RLock()
-        self._threads: list[Heartbeater | OrderWatcher] = []
+        self._threads: list[Heartbeater | OrderWatcher | PushedOrders] = []
+        self._orders: PushedOrders | None = None
 
     # ---- effects ----------------------------------------------------------------------
     def _perform(self, effect: Effect) -> Any:
+        if self.stream is not None and isinstance(effect, Rpc) and carries(effect.service, effect.method):
+            return self.stream.call(effect.method, effect.request)
         return perform_blocking(self.conn, effect)
 
     def _run(self, op: Op[T]) -> T:
@@ -67,11 +75,26 @@ class AgentClient(ClientBase):
 
     def start_background(self) -> None:
         if self._threads:
+            self._watch()  # a new incarnation: its orders, not the old one's
             return
-        self._threads = [Heartbeater(self.heartbeat, self.heartbeat_every(), self._fence),
-                         OrderWatcher(self._open_watch, self.conn.redirect, self._handle_order, self._fence)]
+        beats = Heartbeater(self.heartbeat, self.heartbeat_every(), self._fence)
+        if self.stream is None:
+            self._threads = [beats, OrderWatcher(self._open_watch, self.conn.redirect, self._handle_order,
+                                                 self._fence)]
+        else:
+            self._orders = PushedOrders(self._handle_order, self._watch)
+            self._threads = [beats, self._orders]
+            self._watch()
         for thread in self._threads:
             thread.start()
+
+    def _watch(self) -> None:
+        if self.stream is not None:
+            self.stream.watch(self.core.watch_request())
+
+    def _pushed(self, order: pb.Order) -> None:
+        if self._orders is not None:
+            self._orders.push(order)
 
     def _fence(self, reason: str) -> None:
         """A newer incarnation exists (or we were declared failed): stop acting on orders."""
@@ -92,6 +115,8 @@ class AgentClient(ClientBase):
             log.warning("close: %s", exc)
         finally:
             self._close_stores()
+            if self.stream is not None:
+                self.stream.close()
             self.conn.close()
 
     def __enter__(self) -> "AgentClient":

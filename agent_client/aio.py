@@ -1,10 +1,11 @@
 """AsyncAgentClient: the asyncio face of the agent protocol.
 
 It runs the same protocol operations as AgentClient (protocol.py) and only performs
-their effects differently: RPCs on grpc.aio channels (AsyncConnection), blob and
-fsync work in worker threads (asyncio.to_thread), user callbacks awaited when they
-are coroutine functions, and heartbeats and the order watcher as asyncio tasks on
-the caller's loop. Use one client from one event loop.
+their effects differently: RPCs on one session stream (agent_stream.py) or as
+grpc.aio calls (AsyncConnection), blob and fsync work in worker threads
+(asyncio.to_thread), user callbacks awaited when they are coroutine functions, and
+heartbeats and the order watcher (or pushed orders) as asyncio tasks on the
+caller's loop. Use one client from one event loop.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import grpc
 
+from agent_client.agent_stream import AsyncSessionStream, carries
 from agent_client.background import RECONNECT_S, WATCH_STREAM_S, fenced_reason, stream_failed
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
@@ -60,12 +62,17 @@ class AsyncAgentClient(ClientBase):
                  **options: Any) -> None:
         super().__init__(group, agent_id, endpoints, blob_store, **options)
         self.conn = AsyncConnection(self.endpoints, deadline=self.deadline, token=self.token)
+        self.stream = (AsyncSessionStream(self.conn, self._pushed, self._watch_ended)
+                       if self.transport == "session" else None)
+        self._orders: asyncio.Queue[pb.Order] | None = None
         self._lock = TaskLock()
         self._tasks: list[asyncio.Task[None]] = []
 
     # ---- effects ----------------------------------------------------------------------
     async def _perform(self, effect: Effect) -> Any:
         if isinstance(effect, Rpc):
+            if self.stream is not None and carries(effect.service, effect.method):
+                return await self.stream.call(effect.method, effect.request)
             return await self.conn.call(effect.service, effect.method, effect.request)
         if isinstance(effect, Watch):
             return await self.conn.collect("AgentService", "WatchOrders", effect.request, window=effect.window)
@@ -94,9 +101,41 @@ class AsyncAgentClient(ClientBase):
 
     def start_background(self) -> None:
         if self._tasks:
+            self._watch()  # a new incarnation: its orders, not the old one's
             return
+        orders = self._watch_orders() if self.stream is None else self._pushed_orders()
         self._tasks = [asyncio.create_task(self._heartbeats(self.heartbeat_every()), name="raftpoint-heartbeat"),
-                       asyncio.create_task(self._watch_orders(), name="raftpoint-orders")]
+                       asyncio.create_task(orders, name="raftpoint-orders")]
+        self._watch()
+
+    def _watch(self) -> None:
+        if self.stream is not None:
+            if self._orders is None:
+                self._orders = asyncio.Queue()
+            self.stream.watch(self.core.watch_request())
+
+    def _pushed(self, order: pb.Order) -> None:
+        if self._orders is not None:
+            self._orders.put_nowait(order)
+
+    async def _pushed_orders(self) -> None:
+        """Carry out the orders the session pushes; after a failure, renew the watch so
+        the coordinator pushes every order still pending again (background.PushedOrders)."""
+        while not self.core.fenced:
+            assert self._orders is not None
+            order = await self._orders.get()
+            try:
+                if self.core.wants(order):
+                    await self.obey(order)
+                continue
+            except (Rejected, CoordinatorUnavailable) as exc:
+                log.warning("order not carried out, will retry: %s", exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # e.g. the agent's on_rollback raised: retry the order
+                log.exception("order handling failed, will retry")
+            await asyncio.sleep(RECONNECT_S)
+            self._watch()
 
     async def _stop_background(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -162,6 +201,8 @@ class AsyncAgentClient(ClientBase):
             log.warning("close: %s", exc)
         finally:
             self._close_stores()
+            if self.stream is not None:
+                await self.stream.close()
             await self.conn.close()
 
     async def __aenter__(self) -> "AsyncAgentClient":

@@ -1,4 +1,5 @@
-"""The client's two daemon threads: heartbeats and the order watcher.
+"""The client's two daemon threads: heartbeats and the order watcher (or, on a
+session, the handler of pushed orders).
 
 Both are bounded (every wait has a timeout, every loop checks the stop event) and
 stop on close() or when the coordinator says this incarnation is fenced off: a
@@ -9,6 +10,7 @@ client runs the same loops as tasks (aio.py) and shares how errors are judged he
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from typing import Any, Callable
 
@@ -113,5 +115,52 @@ class OrderWatcher:
         with self._lock:
             if self._call is not None:
                 self._call.cancel()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+
+class PushedOrders:
+    """Carries out the orders a session pushes, one at a time, on a thread of its own
+    (the session's reader must not block on the calls an order makes). When handling
+    fails, the watch is renewed after RECONNECT_S (`rewatch`): the coordinator then
+    pushes every order still pending again, as a new WatchOrders stream would, and
+    none it has dropped meanwhile (a superseded rollback)."""
+
+    def __init__(self, handle: Callable[[Any], None], rewatch: Callable[[], None]) -> None:
+        self._handle, self._rewatch = handle, rewatch
+        self._orders: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raftpoint-orders", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def push(self, order: Any) -> None:
+        self._orders.put(order)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                order = self._orders.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if order is None:
+                return
+            try:
+                self._handle(order)
+            except (Rejected, CoordinatorUnavailable) as exc:
+                log.warning("order not carried out, will retry: %s", exc)
+                self._retry()
+            except Exception:  # e.g. the agent's on_rollback raised: retry the order
+                log.exception("order handling failed, will retry")
+                self._retry()
+
+    def _retry(self) -> None:
+        if not self._stop.wait(RECONNECT_S):
+            self._rewatch()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._orders.put(None)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5)

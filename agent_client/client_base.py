@@ -6,9 +6,14 @@ performed: a connection, a lock, and background threads or tasks.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import grpc
+
+from agent_client.agent_stream import TRANSPORTS
+from agent_client.background import FENCED
 from agent_client.blobs.location import local_root, open_blob_store
 from agent_client.blobstore import BlobStore, PutResult
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
@@ -17,6 +22,7 @@ from agent_client.side_effects import SideEffectLog
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
 
+log = logging.getLogger("agent_client")
 DELIVERY_LOG = "deliveries.jsonl"
 SIDE_EFFECTS = "side_effects.sqlite"
 
@@ -40,7 +46,8 @@ class ClientBase:
                  fsync_deliveries: bool = False, background: bool = True, heartbeat_interval: float | None = None,
                  deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
                  after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
-                 before_ack: Callable[[pb.Order], Any] | None = None, token: str | None = None) -> None:
+                 before_ack: Callable[[pb.Order], Any] | None = None, token: str | None = None,
+                 transport: str = "session") -> None:
         """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
         replaces the agent's live state after a rollback order; `on_redeliver(payload,
         sender)` then applies each message the rollback took out of the state and its
@@ -54,7 +61,13 @@ class ClientBase:
         around the metadata commit; `before_ack(order)` runs once an order is carried out
         (a rollback restored and handed to on_rollback) and before it is acknowledged.
         `token`: the bearer token that identifies this agent to the coordinator (when it
-        requires one)."""
+        requires one).
+        `transport`: "session" (default) carries the agent's calls, keepalives and pushed
+        orders on one stream (agent_stream.py); "unary" makes one call per operation,
+        heartbeats as calls and a WatchOrders stream."""
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        self.transport = transport
         self.endpoints = list(endpoints)
         self.token = token
         self.deadline, self.background, self.heartbeat_interval = deadline, background, heartbeat_interval
@@ -74,6 +87,17 @@ class ClientBase:
                                   dependency_batch=dependency_batch, after_blob_write=after_blob_write,
                                   after_commit=after_commit, before_ack=before_ack)
         self._effects: SideEffectLog | None = None
+
+    def _fence(self, reason: str) -> None:
+        """A newer incarnation exists (or we were declared failed): stop the background work."""
+        raise NotImplementedError
+
+    def _watch_ended(self, code: grpc.StatusCode, reason: str) -> None:
+        """The session's watch ended for good: fenced off, or a refusal to log."""
+        if code in FENCED:
+            self._fence(reason)
+        else:
+            log.warning("order watch ended: %s %s", code.name, reason)
 
     def heartbeat_every(self) -> float:
         return self.heartbeat_interval or min(5.0, max(0.1, (self.core.lease_ttl_s or 3.0) / 3))

@@ -29,6 +29,10 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 T = TypeVar("T")
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 BACKOFF = dict(multiplier=0.02, max=0.25)  # a leader election takes ~1 s: poll it finely
+# Each connection gets TCP connections of its own: gRPC otherwise shares one per target
+# across a process, and a node serves at most ServerLimits.max_streams_per_connection
+# (128) calls on one, so the 129th agent's session in a process would wait forever.
+CHANNEL_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
 
 
 class CoordinatorUnavailable(Exception):
@@ -134,7 +138,10 @@ class _Targets:
         self._lock = threading.Lock()
 
     def redirect(self, err: grpc.RpcError) -> None:
-        leader = _trailer(err, LEADER_METADATA_KEY)
+        self.follow(_trailer(err, LEADER_METADATA_KEY))
+
+    def follow(self, leader: str | None) -> None:
+        """Go to `leader` when a node named it, else to the next node."""
         with self._lock:
             if leader:
                 if leader not in self.endpoints:
@@ -173,7 +180,7 @@ class Connection(_Targets):
         with self._lock:
             channel = self._channels.get(target)
             if channel is None:
-                channel = self._channels[target] = grpc.insecure_channel(target)
+                channel = self._channels[target] = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
@@ -246,7 +253,7 @@ class AsyncConnection(_Targets):
     def _stub(self, service: str, target: str) -> Any:
         channel = self._channels.get(target)
         if channel is None:
-            channel = self._channels[target] = grpc.aio.insecure_channel(target)
+            channel = self._channels[target] = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     async def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:

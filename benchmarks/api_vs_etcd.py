@@ -1,7 +1,8 @@
 """raftpoint's gRPC API vs etcd, 3 members each on loopback, same Python grpc.aio client.
 
 CommitCheckpoint (~200-byte record) vs etcd Put (200-byte value) at 1, 32 and 128 in
-flight on one channel to the leader; ReportDependencies in batches of 100 at 8 and 32 in flight; and the
+flight on one channel to the leader, and the same commits through agent Session
+streams (one per lane); ReportDependencies in batches of 100 at 8 and 32 in flight; and the
 time from killing the leader to the next accepted write, over several kills (the
 killed member is restarted and caught up before the next), reporting each and the
 worst. etcd (Debian etcd-server) is installed if missing and possible; otherwise
@@ -24,7 +25,8 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_client.connection import Connection  # noqa: E402
+from agent_client.agent_stream import AsyncSessionStream  # noqa: E402
+from agent_client.connection import AsyncConnection, Connection  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster, free_ports, wait_for  # noqa: E402
@@ -165,6 +167,14 @@ async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) ->
     return {"ops_s": len(latencies) / elapsed, "p50": pct(0.5), "p99": pct(0.99), "ops": len(latencies)}
 
 
+def commit_request(next_index: dict[int, int], request_id: str, n: int) -> pb.CommitCheckpointRequest:
+    """Lane n's agent's next checkpoint (~200 bytes of metadata)."""
+    index = next_index[n] = next_index.get(n, 0) + 1
+    return pb.CommitCheckpointRequest(request_id=request_id, token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
+        checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{n}", index=index, kind=pb.BASIC,
+                                     blob_uri=f"file:///blobs/a{n}/{index}", sha256="ab" * 32, size=4096))
+
+
 async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
     out = {}
     async with grpc.aio.insecure_channel(leader) as ch:
@@ -176,12 +186,10 @@ async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
         next_index: dict[int, int] = {}
         for c in CONCURRENCY:
             def make(n: int, i: int, c=c):
-                index = next_index[n] = next_index.get(n, 0) + 1
-                request = pb.CommitCheckpointRequest(request_id=f"c{c}-{n}-{i}", token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
-                    checkpoint=pb.CheckpointMeta(group="bench", agent_id=f"a{n}", index=index, kind=pb.BASIC,
-                                                 blob_uri=f"file:///blobs/a{n}/{index}", sha256="ab" * 32, size=4096))
+                request = commit_request(next_index, f"c{c}-{n}-{i}", n)
                 return lambda: agent.CommitCheckpoint(request, timeout=10)
             out[c] = await run_load(make, c, seconds, max_ops)
+        out["session"] = await session_cells(leader, seconds, max_ops, next_index)
 
         for c in DEPS_CONCURRENCY:
             def deps(n: int, i: int, c=c):  # ids unique per cell: a repeated one is answered from the dedupe table
@@ -192,6 +200,24 @@ async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
                                                        token=pb.FencingToken(secret=b"s" * 16, incarnation=1), records=records)
                 return lambda: agent.ReportDependencies(request, timeout=10)
             out[f"deps{c}"] = await run_load(deps, c, seconds, max_ops)
+    return out
+
+
+async def session_cells(leader: str, seconds: float, max_ops: int, next_index: dict[int, int]) -> dict:
+    """The same commits, each lane an agent on its own Session stream (all on one channel)."""
+    out = {}
+    conn = AsyncConnection([leader])
+    streams = [AsyncSessionStream(conn, lambda order: None, lambda code, why: None) for _ in range(max(CONCURRENCY))]
+    try:
+        for c in CONCURRENCY:
+            def make(n: int, i: int, c=c):
+                request = commit_request(next_index, f"s{c}-{n}-{i}", n)
+                return lambda: streams[n].call("CommitCheckpoint", request)
+            out[c] = await run_load(make, c, seconds, max_ops)
+    finally:
+        for stream in streams:
+            await stream.close()
+        await conn.close()
     return out
 
 
@@ -253,11 +279,15 @@ def _failover_etcd_once(etcd: EtcdCluster, leader: int) -> float:
 
 
 def main() -> int:
+    global CONCURRENCY
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--max-ops", type=int, default=50_000)
     p.add_argument("--kills", type=int, default=3, help="leader kills for the failover measurement")
+    p.add_argument("--in-flight", default="1,32,128",
+                   help="CommitCheckpoint/Put concurrencies (one channel carries at most 128 calls)")
     args = p.parse_args()
+    CONCURRENCY = tuple(int(c) for c in args.in_flight.split(","))
     skip = etcd_available()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         root = Path(tmp)
@@ -282,6 +312,11 @@ def main() -> int:
         tail = (f"{t['ops_s']:>10.0f} {t['p50']:>7.2f} {t['p99']:>7.2f} | {o['ops_s'] / t['ops_s']:>5.2f}" if t
                 else f"{'-':>10} {'-':>7} {'-':>7} | {'-':>5}")
         print(f"{c:>9} | {o['ops_s']:>15.0f} {o['p50']:>7.2f} {o['p99']:>7.2f} | {tail}")
+    print(f"{'in flight':>9} | {'session ops/s':>15} {'p50 ms':>7} {'p99 ms':>7} | session/unary ops/s "
+          "(CommitCheckpoint, each lane an agent on its own Session stream)")
+    for c in CONCURRENCY:
+        o, u = ours["session"][c], ours[c]
+        print(f"{c:>9} | {o['ops_s']:>15.0f} {o['p50']:>7.2f} {o['p99']:>7.2f} | {o['ops_s'] / u['ops_s']:>5.2f}")
     for c in DEPS_CONCURRENCY:
         d = ours[f"deps{c}"]
         print(f"ReportDependencies, batches of 100, {c} in flight: {d['ops_s'] * 100:,.0f} records/s "

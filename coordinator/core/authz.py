@@ -43,6 +43,9 @@ RPC_ACCESS: Mapping[str, Access] = {
     "Register": Access.AGENT_WRITE, "Heartbeat": Access.AGENT_WRITE, "CommitCheckpoint": Access.AGENT_WRITE,
     "ReportDependencies": Access.AGENT_WRITE, "WatchOrders": Access.AGENT_WRITE, "AckOrder": Access.AGENT_WRITE,
     "Deregister": Access.AGENT_WRITE,
+    # A session carries the agent RPCs above as frames: each frame is decided as its own
+    # operation (transport.auth.FRAME_CHECK); opening one needs only an identity.
+    "Session": Access.AGENT_WRITE,
     "GetGroup": Access.GROUP_READ, "ListCheckpoints": Access.GROUP_READ, "WhatIf": Access.GROUP_READ,
     "ClusterStatus": Access.CLUSTER_READ,
     "CreateGroup": Access.ADMIN, "StartEpoch": Access.ADMIN, "GarbageCollect": Access.ADMIN,

@@ -25,9 +25,9 @@ from coordinator.harness.local_cluster import free_ports, node_status, wait_for
 from coordinator.core.commands import Proposal
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.leader_clock import LeaderClock
-from coordinator.replication.replica import Callback, NodeStatus
+from coordinator.replication.replica import Callback, ChangeListener, NodeStatus
 from coordinator.storage.memory import MemoryStore
-from coordinator.storage.state import RESULT, KvState, RecordCache
+from coordinator.storage.state import RESULT, KvState, RecordCache, agent_changes
 from coordinator.storage import keys
 
 LOCAL = "in-process"
@@ -69,16 +69,23 @@ class LocalReplica:
         self._records = RecordCache(self._store)
         self._lock = threading.Lock()
         self._index = 0
+        self._listener: ChangeListener | None = None
 
     def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
         with self._lock:
             self._index += 1
             result = apply_entry_bytes(self._records, data, decoded)
+            changes = agent_changes(self._records.pending)
             self._records.commit(self._index)
+        if self._listener is not None and changes:
+            self._listener(changes)
         callback(result, None)
 
     def read_state(self) -> KvState:
         return KvState(self._store)
+
+    def on_agent_changes(self, listener: ChangeListener | None) -> None:
+        self._listener = listener
 
     def status(self) -> NodeStatus:
         return NodeStatus(node=LOCAL, role="leader", term=1, commit_index=self._index, applied_index=self._index,

@@ -27,13 +27,13 @@ from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
-from coordinator.replication.replica import Callback, NodeStatus, NotLeader, Overloaded
+from coordinator.replication.replica import Callback, ChangeListener, NodeStatus, NotLeader, Overloaded
 from coordinator.replication.snapshots import SnapshotInfo
 from coordinator.replication.tick_lag import TickLag
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
                                           DamagedAtRest, Store, StoreFullError, StoreIOError)
 from coordinator.storage import keys
-from coordinator.storage.state import RESULT, DecodeMemo, KvState, RecordCache
+from coordinator.storage.state import RESULT, DecodeMemo, KvState, RecordCache, agent_changes
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class CoordinatorNode(SyncObj):
         self._read_memo = DecodeMemo()  # for readers on other threads (the event loop's heartbeats)
         self._batch_index = store.applied_index
         self._after_commit: list[Callable[[], None]] = []
+        self._change_listener: ChangeListener | None = None
         self._snapshot_to_sync = False
         self._on_apply = on_apply
         self._pending = PendingProposals()
@@ -193,6 +194,8 @@ class CoordinatorNode(SyncObj):
         # applied_index, which a restart relies on (it skips entries up to it). In a
         # one-node cluster nothing else flushes before the acknowledgement.
         self._journal.flush()
+        listener = self._change_listener
+        changes = agent_changes(self._records.pending) if listener is not None else None
         try:
             self._records.commit(self._batch_index)
         except (StoreFullError, StoreIOError) as exc:
@@ -200,6 +203,8 @@ class CoordinatorNode(SyncObj):
             # stop rather than diverge. It replays them from the journal after restart.
             fail_stop(f"cannot store committed entries: {exc}",
                       EXIT_STORE_FULL if isinstance(exc, StoreFullError) else EXIT_IO_ERROR)
+        if listener is not None and changes:
+            listener(changes)  # after the commit: a woken stream reads what changed
 
     def _end_of_tick(self) -> None:
         self.tick_lag.tick()
@@ -290,6 +295,9 @@ class CoordinatorNode(SyncObj):
     def read_state(self) -> KvState:
         return KvState(RecordCache(self._store, self._read_memo))
 
+    def on_agent_changes(self, listener: ChangeListener | None) -> None:
+        self._change_listener = listener
+
     def digest(self) -> str:
         """Everything replicated, dedupe records included: equal on converged replicas."""
         return self.digest_with_index()[1]
@@ -342,6 +350,8 @@ class CoordinatorNode(SyncObj):
                     self._store.load_image(received.image, received.header.image_len)
                 self._records.reset()
                 self._batch_index = self._store.applied_index
+                if self._change_listener is not None:
+                    self._change_listener(None)
         self.last_snapshot = SnapshotInfo.of(path, applied_index)
         return received.raft_data
 

@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
 
 from coordinator.core.commands import Proposal
-from coordinator.storage.state import KvState
+from coordinator.storage.state import AgentChange, KvState
 
 Callback = Callable[[bytes | list[bytes] | None, str | None], None]
+# Called after a commit, from the replica's thread, with the agents whose orders or
+# record the committed entries changed; None: the state was replaced (snapshot install).
+ChangeListener = Callable[[list[AgentChange] | None], None]
 
 
 class NotLeader(Exception):
@@ -56,6 +59,8 @@ class Replica(Protocol):
         """callback(result, None) after durable apply -- a list of results for a batch --
         or (None, reason). `decoded`: the proposer's decoding of `data`, if it has one."""
     def read_state(self) -> KvState: ...
+    def on_agent_changes(self, listener: ChangeListener | None) -> None:
+        """Call `listener` after each commit that changes an agent's orders or record."""
     def status(self) -> NodeStatus: ...
     def digest(self) -> str: ...
     def digest_with_index(self) -> tuple[int, str]: ...

@@ -241,6 +241,9 @@ class KvState:
     def orders(self, group: str) -> list[Order]:
         return self._scan(Order, keys.prefix(ORDER, group))
 
+    def order(self, group: str, order_id: int) -> Order | None:
+        return self._get(Order, keys.key(ORDER, group, order_id))
+
     def put_order(self, order: Order) -> None:
         self._put(keys.key(ORDER, order.group, order.order_id), order)
 
@@ -253,6 +256,26 @@ class KvState:
             for key, _ in self._scan_items(cls, keys.prefix(table, name)):
                 self.writes[key] = None
         self.writes[keys.key(GROUP, name)] = None
+
+
+# What an applied batch changed for an agent's order stream: (group, agent, order id)
+# for an order written, (group, agent, None) for the agent's record (its liveness or
+# incarnation) written. Deleted orders (acknowledged) wake no one.
+AgentChange = tuple[str, str, int | None]
+
+
+def agent_changes(writes: Writes) -> list[AgentChange]:
+    """The agents whose orders or record these writes change: what wakes order streams,
+    read off the batch's keys (and an order's own agent id), without reading the store."""
+    agents, orders = keys.prefix(AGENT), keys.prefix(ORDER)
+    changes: list[AgentChange] = []
+    for key, value in writes.items():
+        if key.startswith(agents):
+            _, (group, agent_id) = keys.parse(key)
+            changes.append((str(group), str(agent_id), None))
+        elif key.startswith(orders) and isinstance(value, Order):
+            changes.append((value.group, value.agent_id, value.order_id))
+    return changes
 
 
 # The dedupe table lives under RESULT, so the domain state digest skips all of it:

@@ -257,6 +257,33 @@ def seal_secrets(request: Any) -> None:
         request.token.secret = agent_secret.digest(request.token.secret)
 
 
+def admit_into_context(authorizer: "Authorizer | None", rpc: str, request: Any,
+                       context: grpc.aio.ServicerContext) -> None:
+    """Admit one call (or one session frame) of `rpc`: its grant into PRINCIPAL, for
+    the proposal the state machine re-checks, and its agent secret sealed. Raises the
+    Rejection that refuses it. `authorizer` None: the open development mode."""
+    grant = authorizer.admit(rpc, request, context) if authorizer else None
+    PRINCIPAL.set(grant)
+    seal_secrets(request)
+
+
+def open_session(authorizer: "Authorizer | None", context: grpc.aio.ServicerContext) -> None:
+    """A session stream opens only for a caller with an identity; each of its frames is
+    then admitted like the unary call of the same operation (FRAME_CHECK)."""
+    if authorizer is not None:
+        caller = authorizer.caller(context)
+        if caller.identity is None:
+            raise Rejection.because(ReasonCode.UNAUTHENTICATED, caller.why_not or "no credentials")
+    FRAME_CHECK.set(lambda rpc, request: admit_into_context(authorizer, rpc, request, context))
+
+
+# Set for a session's handler by open_session: how each frame's operation is admitted.
+# Unset (None) outside a session opened through the interceptor, e.g. in unit tests of
+# AgentSession, where frames are only sealed.
+FRAME_CHECK: contextvars.ContextVar[Callable[[str, Any], None] | None] = contextvars.ContextVar(
+    "raftpoint_frame_check", default=None)
+
+
 @dataclass(frozen=True)
 class AuthSettings:
     """How a node authenticates, from its settings."""

@@ -63,6 +63,13 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
             wrapped = grpc.unary_stream_rpc_method_handler(
                 stream, request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer)
+        elif handler is not None and handler.stream_stream is not None:
+            session = _bidi(method, handler.stream_stream, checks)
+            if self.admission is not None and work is not None:
+                session = _admitted_stream(self.admission, work, session)
+            wrapped = grpc.stream_stream_rpc_method_handler(
+                session, request_deserializer=_tolerant(handler.request_deserializer),
+                response_serializer=handler.response_serializer)
         if handler is not None:
             self._wrapped[details.method] = wrapped
         return wrapped
@@ -106,9 +113,15 @@ class _Checks:
         if not self.guarded:
             return
         try:
-            grant = self.authorizer.admit(self.method, request, context) if self.authorizer else None
-            auth.PRINCIPAL.set(grant)
-            auth.seal_secrets(request)
+            auth.admit_into_context(self.authorizer, self.method, request, context)
+        except Rejection as r:
+            await abort_with(context, r)
+
+    async def open_session(self, context: grpc.aio.ServicerContext) -> None:
+        """Refuse a session without an identity (when auth is on); give its frames the
+        check their unary calls get."""
+        try:
+            auth.open_session(self.authorizer, context)
         except Rejection as r:
             await abort_with(context, r)
 
@@ -194,3 +207,16 @@ def _admitted_stream(admission: Admission, work, inner):
         async for item in inner(request, context):
             yield item
     return admitted
+
+
+def _bidi(method: str, inner, checks: _Checks):
+    """A session: undecodable frames reach the handler as Undecodable, which ends the
+    session with INVALID_ARGUMENT (it knows no frame to answer). The caller must have an
+    identity to open one; each frame's operation is then authorized on its own, as its
+    unary call would be (auth.FRAME_CHECK, used by the session for every frame)."""
+    async def observed(request_iterator, context):
+        with _Observed(method, None, context):
+            await checks.open_session(context)
+            async for item in inner(request_iterator, context):
+                yield item
+    return observed

@@ -19,9 +19,9 @@ from coordinator.core.commands import Command, Entry, Failure, Result
 from coordinator.core.errors import ReasonCode, Rejection, shown
 from coordinator.replication.batcher import Batcher, OutcomeUnknown
 from coordinator.replication.replica import NotLeader, Overloaded
-from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
+from coordinator.api.metadata import ISSUED_AT_METADATA_KEY
 from coordinator.transport import auth
-from coordinator.transport.status_map import abort_with
+from coordinator.transport.status_map import Refused
 
 
 class WriteRequest(Protocol):
@@ -39,51 +39,72 @@ class Proposer:
         self.batcher = batcher
         self.node = batcher.replica
 
-    async def abort_not_leader(self, context: grpc.aio.ServicerContext, leader_raft: str | None) -> None:
+    def not_leader(self, leader_raft: str | None) -> Refused:
+        """UNAVAILABLE, naming the leader's gRPC address when this node knows it."""
         leader = self.node.config.grpc_of(leader_raft)
-        if leader:
-            context.set_trailing_metadata(((LEADER_METADATA_KEY, leader),))
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"not the leader; leader is {leader or 'unknown'}")
+        return Refused(grpc.StatusCode.UNAVAILABLE, f"not the leader; leader is {leader or 'unknown'}", leader=leader)
+
+    def require_leader(self) -> None:
+        """Raises not_leader() unless this node leads (a cheap local check, no barrier)."""
+        if not self.node.is_leader():
+            raise self.not_leader(self.node.leader_raft_address())
+
+    async def abort_not_leader(self, context: grpc.aio.ServicerContext, leader_raft: str | None) -> None:
+        await self.not_leader(leader_raft).abort(context)
 
     async def submit(self, context: grpc.aio.ServicerContext, request: R,
                      to_command: Callable[[R], Command]) -> Result:
         """Admit, decode, propose and await; aborts the RPC on anything but success."""
+        try:
+            return await self.propose(request, to_command, issued_at_metadata(context))
+        except Refused as r:
+            await r.abort(context)
+        raise AssertionError("context.abort returned")
+
+    async def propose(self, request: R, to_command: Callable[[R], Command], issued_at: str | None) -> Result:
+        """Admit, decode, propose and await; raises Refused on anything but success.
+        `issued_at`: the client's first-send time as sent (metadata or session frame)."""
         async def propose() -> Result:
             ids.check_request_id(request.request_id)
-            issued_at = self._issued_at(context)
             # The grant admission found (transport.auth): the state machine re-checks it.
-            return await self.batcher.propose(Entry(request.request_id, 0.0, to_command(request), issued_at,
-                                                    auth.PRINCIPAL.get()))
+            return await self.batcher.propose(Entry(request.request_id, 0.0, to_command(request),
+                                                    self._issued_at(issued_at), auth.PRINCIPAL.get()))
 
-        result = await self._outcome(context, propose())
+        result = await self._outcome(propose())
         if isinstance(result, Failure):
-            await abort_with(context, result)
+            raise Refused.of(result)
         return result
 
     async def barrier(self, context: grpc.aio.ServicerContext) -> None:
         """A linearizable read point (Batcher.barrier); aborts the RPC when there is none."""
-        await self._outcome(context, self.batcher.barrier())
+        try:
+            await self.read_point()
+        except Refused as r:
+            await r.abort(context)
 
-    async def _outcome(self, context: grpc.aio.ServicerContext, proposal: Awaitable[T]) -> T:
-        """The one place a proposal's exceptions become gRPC statuses."""
+    async def read_point(self) -> None:
+        """A linearizable read point (Batcher.barrier); raises Refused when there is none."""
+        await self._outcome(self.batcher.barrier())
+
+    async def _outcome(self, proposal: Awaitable[T]) -> T:
+        """The one place a proposal's exceptions become statuses."""
         try:
             return await proposal
         except Rejection as r:
-            await abort_with(context, r)
+            raise Refused.of(r) from None
         except NotLeader as exc:
-            await self.abort_not_leader(context, exc.leader_raft)
+            raise self.not_leader(exc.leader_raft) from None
         except Overloaded as exc:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
         except OutcomeUnknown as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"outcome unknown ({exc}); retry with the same request_id")
-        raise AssertionError("context.abort returned")
+            raise Refused(grpc.StatusCode.UNAVAILABLE,
+                          f"outcome unknown ({exc}); retry with the same request_id") from None
 
-    def _issued_at(self, context: grpc.aio.ServicerContext) -> float:
-        """The client's first-send time from the request metadata; 0 when absent.
+    def _issued_at(self, raw: str | None) -> float:
+        """The client's first-send time; 0 when absent.
 
         Raises Rejection for a value that is no time, or one further ahead of this
         node's clock than the dedupe window (its answer would be forgotten too early)."""
-        raw = next((v for k, v in context.invocation_metadata() or () if k == ISSUED_AT_METADATA_KEY), None)
         if raw is None:
             return 0.0
         try:
@@ -97,3 +118,8 @@ class Proposer:
             raise Rejection.because(ReasonCode.CLOCK_AHEAD, f"more than {window:.0f}s ahead of the coordinator's "
                                     "clock; check the client's clock", ISSUED_AT_METADATA_KEY)
         return issued_at
+
+
+def issued_at_metadata(context: grpc.aio.ServicerContext) -> str | None:
+    """The raw `raftpoint-issued-at` value a unary call carries, if any."""
+    return next((v for k, v in context.invocation_metadata() or () if k == ISSUED_AT_METADATA_KEY), None)

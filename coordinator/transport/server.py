@@ -23,6 +23,7 @@ from coordinator.transport.auth import Authorizer
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
 from coordinator.transport.membership import JOINING_SERVICE
+from coordinator.transport.order_wakeups import OrderWakeups
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
 
@@ -46,7 +47,7 @@ class ServerLimits:
     HTTP/2 handshake within `handshake_s`, or is idle for `idle_s`, is closed, so
     the slots come back; one connection carries at most `max_streams_per_connection` calls, and
     the node at most `max_rpcs` (beyond: RESOURCE_EXHAUSTED). Each agent holds one
-    long-lived WatchOrders stream, which is what `max_rpcs` must leave room for.
+    long-lived Session (or WatchOrders) stream, which is what `max_rpcs` must leave room for.
     Before any of these is reached, `transport.admission` sheds calls by the node's
     measured lag and the work in flight (core.overload.AdmissionLimits)."""
 
@@ -134,7 +135,9 @@ async def running(batcher: Batcher, leases: Leases, address: str,
         ("grpc.server_handshake_timeout_ms", int(limits.handshake_s * 1000)),
     ])
     proposer = Proposer(batcher)
-    pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases), server)
+    wakeups = OrderWakeups(asyncio.get_running_loop())
+    node.on_agent_changes(wakeups.signal)  # the applier wakes order streams; nothing polls
+    pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases, wakeups), server)
     heavy = HeavyReads()
     pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer, heavy, admission), server)
     health_servicer = health.aio.HealthServicer()
@@ -150,11 +153,13 @@ async def running(batcher: Batcher, leases: Leases, address: str,
         raise OSError(f"cannot bind gRPC address {address} (in use, or not an address of this host)")
     await server.start()
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop)), asyncio.create_task(admission.run(stop))]
+    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop)), asyncio.create_task(admission.run(stop)),
+             asyncio.create_task(wakeups.follow_leadership(lambda: node.is_leader(), stop))]
     try:
         yield
     finally:
         stop.set()
+        node.on_agent_changes(None)
         await server.stop(grace=2)
         await asyncio.gather(*tasks, return_exceptions=True)
         heavy.close()

@@ -10,36 +10,26 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.core import ids, paging, queries, validation
 from coordinator.core.errors import ReasonCode, Rejection
-from coordinator.core.model import RECENT_EPOCHS, Agent, Group
+from coordinator.core.model import RECENT_EPOCHS
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
 from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport import membership
+from coordinator.transport.agent_ops import AgentOps, Op, check_ids
+from coordinator.transport.agent_session import AgentSession
 from coordinator.transport.leases import Leases
-from coordinator.transport.proposer import Proposer
-from coordinator.transport.status_map import abort_with
+from coordinator.transport.order_wakeups import OrderWakeups
+from coordinator.transport.proposer import Proposer, issued_at_metadata
+from coordinator.transport.status_map import Refused, abort_with
 
-ORDER_POLL_S = 0.2
 
 
 async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) -> None:
     try:
-        for value, field in checks:
-            ids.check_id(value, field)
-    except Rejection as r:
-        await abort_with(context, r)
-
-
-async def _live_agent(context: grpc.aio.ServicerContext, state: KvState, request) -> tuple[Group, Agent]:
-    """The group and agent a read-only agent RPC names, if its token is current."""
-    try:
-        agent = queries.live_agent(state, request.group, request.agent_id, wire.token_from_pb(request.token))
-    except Rejection as r:
-        await abort_with(context, r)
-    group = state.group(request.group)
-    assert group is not None  # an agent is only stored under its group
-    return group, agent
+        check_ids(*checks)
+    except Refused as r:
+        await r.abort(context)
 
 
 def _freed(result) -> pb.GarbageCollectResponse:
@@ -48,75 +38,67 @@ def _freed(result) -> pb.GarbageCollectResponse:
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
-    def __init__(self, proposer: Proposer, leases: Leases) -> None:
+    """Agent RPCs: each unary method and each session frame runs the same AgentOps
+    operation (agent_ops.py); only how a refusal is sent differs."""
+
+    def __init__(self, proposer: Proposer, leases: Leases, wakeups: OrderWakeups) -> None:
         self.p = proposer
-        self.leases = leases
+        self.ops = AgentOps(proposer, leases)
+        self.wakeups = wakeups
+
+    @staticmethod
+    async def _unary(context: grpc.aio.ServicerContext, op: Op, request):
+        try:
+            return await op(request, issued_at_metadata(context))
+        except Refused as r:
+            await r.abort(context)
 
     async def Register(self, request, context):
-        result = await self.p.submit(context, request, wire.register_from_pb)
-        self.leases.renew(result.group, result.agent.agent_id, result.agent.incarnation)
-        resume = wire.checkpoint_to_pb(result.resume_from) if result.resume_from else None
-        return pb.RegisterResponse(incarnation=result.agent.incarnation, mode=wire.MODE_TO_PB[result.group.spec.mode],
-                                   current_epoch=result.group.current_epoch, lease_ttl_s=result.group.spec.lease_ttl_s,
-                                   stable_epoch=result.group.stable_epoch, resume_from=resume,
-                                   generation=result.agent.generation, recovery_id=result.group.recovery_id)
+        return await self._unary(context, self.ops.register, request)
 
     async def Heartbeat(self, request, context):
-        await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))
-        node = self.p.node
-        if not node.is_leader():
-            await self.p.abort_not_leader(context, node.leader_raft_address())
-        # Not linearizable on purpose: a heartbeat must stay cheap, and a stale read
-        # can only renew the lease of an incarnation the log has just replaced.
-        group, agent = await _live_agent(context, node.read_state(), request)
-        self.leases.renew(group, agent.agent_id, agent.incarnation)
-        return pb.HeartbeatResponse(current_epoch=group.current_epoch, state=wire.GROUP_STATE_TO_PB[group.state],
-                                    lease_ttl_s=group.spec.lease_ttl_s, rollback_floor=agent.rollback_floor)
+        return await self._unary(context, self.ops.heartbeat, request)
 
     async def CommitCheckpoint(self, request, context):
-        result = await self.p.submit(context, request, wire.commit_checkpoint_from_pb)
-        metrics.CHECKPOINTS.labels(result.checkpoint.kind.value).inc()
-        return pb.CommitCheckpointResponse(checkpoint=wire.checkpoint_to_pb(result.checkpoint),
-                                           stable_epoch=result.stable_epoch)
+        return await self._unary(context, self.ops.commit_checkpoint, request)
 
     async def ReportDependencies(self, request, context):
-        result = await self.p.submit(context, request, wire.report_dependencies_from_pb)
-        return pb.ReportDependenciesResponse(accepted=result.accepted)
+        return await self._unary(context, self.ops.report_dependencies, request)
 
     async def AckOrder(self, request, context):
-        result = await self.p.submit(context, request, wire.ack_order_from_pb)
-        return pb.AckOrderResponse(group_state=wire.GROUP_STATE_TO_PB[result.group_state])
+        return await self._unary(context, self.ops.ack_order, request)
 
     async def Deregister(self, request, context):
-        await self.p.submit(context, request, wire.deregister_from_pb)
-        self.leases.forget(request.group, request.agent_id)
-        return pb.DeregisterResponse()
+        return await self._unary(context, self.ops.deregister, request)
 
     async def WatchOrders(self, request, context):
         """Stream this agent's pending orders; an order is re-sent on every new stream
         until acknowledged, so agents must treat order ids idempotently.
 
-        The watcher's token must hold the agent's live incarnation, checked at every
-        poll: a replaced (zombie) or failed incarnation
-        that carried out the new incarnation's rollback order would take the order's
-        generation, and the sends it makes afterwards would escape the rollback's fence."""
-        await _check(context, (request.group, "group"), (request.agent_id, "agent_id"))
-        # One barrier per stream, not per poll: it proves leadership and makes the first
-        # batch linearizable without adding a log entry every ORDER_POLL_S per watcher;
-        # later polls read the leader's applied state, which only moves forward.
-        await self.p.barrier(context)
-        sent: set[int] = set()
-        while not context.cancelled():
-            node = self.p.node
-            if not node.is_leader():
-                await self.p.abort_not_leader(context, node.leader_raft_address())
-            state = node.read_state()
-            await _live_agent(context, state, request)
-            for order in state.orders(request.group):
-                if order.agent_id == request.agent_id and order.order_id not in sent:
-                    sent.add(order.order_id)
-                    yield wire.order_to_pb(order)
-            await asyncio.sleep(ORDER_POLL_S)
+        The stream reads the leader's applied state when the applier signals a change to
+        this agent's orders or record (order_wakeups.py), not on a timer. The watcher's
+        token must hold the agent's live incarnation, checked at every read: a replaced
+        (zombie) or failed incarnation that carried out the new incarnation's rollback
+        order would take the order's generation, and the sends it makes afterwards would
+        escape the rollback's fence (AgentOps.new_orders)."""
+        try:
+            await self.ops.open_watch(request)
+            sent: set[int] = set()
+            with self.wakeups.subscribe(request.group, request.agent_id) as wake:
+                while not context.cancelled():
+                    for order in self.ops.new_orders(request, wake.take(), sent):
+                        yield order
+                    await wake.wait()
+        except Refused as r:
+            await r.abort(context)
+
+    async def Session(self, request_iterator, context):
+        """One per agent process: the calls above as frames, orders pushed (agent_session.py)."""
+        try:
+            async for frame in AgentSession(self.ops, self.wakeups).frames(request_iterator):
+                yield frame
+        except Refused as r:
+            await r.abort(context)
 
 
 class AdminServicer(pb_grpc.AdminServiceServicer):

@@ -647,3 +647,59 @@ class MembershipResponse(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     result: str
     def __init__(self, result: _Optional[str] = ...) -> None: ...
+
+class AgentFrame(_message.Message):
+    __slots__ = ("correlation", "issued_at", "register", "heartbeat", "commit_checkpoint", "report_dependencies", "ack_order", "deregister", "watch_orders")
+    CORRELATION_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    ACK_ORDER_FIELD_NUMBER: _ClassVar[int]
+    DEREGISTER_FIELD_NUMBER: _ClassVar[int]
+    WATCH_ORDERS_FIELD_NUMBER: _ClassVar[int]
+    correlation: int
+    issued_at: str
+    register: RegisterRequest
+    heartbeat: HeartbeatRequest
+    commit_checkpoint: CommitCheckpointRequest
+    report_dependencies: ReportDependenciesRequest
+    ack_order: AckOrderRequest
+    deregister: DeregisterRequest
+    watch_orders: WatchOrdersRequest
+    def __init__(self, correlation: _Optional[int] = ..., issued_at: _Optional[str] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[ReportDependenciesRequest, _Mapping]] = ..., ack_order: _Optional[_Union[AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[DeregisterRequest, _Mapping]] = ..., watch_orders: _Optional[_Union[WatchOrdersRequest, _Mapping]] = ...) -> None: ...
+
+class FrameStatus(_message.Message):
+    __slots__ = ("code", "reason", "message", "leader")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    reason: ReasonCode
+    message: str
+    leader: str
+    def __init__(self, code: _Optional[int] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., message: _Optional[str] = ..., leader: _Optional[str] = ...) -> None: ...
+
+class CoordinatorFrame(_message.Message):
+    __slots__ = ("correlation", "register", "heartbeat", "commit_checkpoint", "report_dependencies", "ack_order", "deregister", "order", "status")
+    CORRELATION_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    ACK_ORDER_FIELD_NUMBER: _ClassVar[int]
+    DEREGISTER_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    correlation: int
+    register: RegisterResponse
+    heartbeat: HeartbeatResponse
+    commit_checkpoint: CommitCheckpointResponse
+    report_dependencies: ReportDependenciesResponse
+    ack_order: AckOrderResponse
+    deregister: DeregisterResponse
+    order: Order
+    status: FrameStatus
+    def __init__(self, correlation: _Optional[int] = ..., register: _Optional[_Union[RegisterResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[CommitCheckpointResponse, _Mapping]] = ..., report_dependencies: _Optional[_Union[ReportDependenciesResponse, _Mapping]] = ..., ack_order: _Optional[_Union[AckOrderResponse, _Mapping]] = ..., deregister: _Optional[_Union[DeregisterResponse, _Mapping]] = ..., order: _Optional[_Union[Order, _Mapping]] = ..., status: _Optional[_Union[FrameStatus, _Mapping]] = ...) -> None: ...

@@ -69,6 +69,11 @@ class AgentServiceStub:
                 request_serializer=v1_dot_coordinator__pb2.DeregisterRequest.SerializeToString,
                 response_deserializer=v1_dot_coordinator__pb2.DeregisterResponse.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/raftpoint.v1.AgentService/Session',
+                request_serializer=v1_dot_coordinator__pb2.AgentFrame.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.CoordinatorFrame.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -116,6 +121,13 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Session(self, request_iterator, context):
+        """One per agent process: every call above on one stream, orders pushed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +165,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Deregister,
                     request_deserializer=v1_dot_coordinator__pb2.DeregisterRequest.FromString,
                     response_serializer=v1_dot_coordinator__pb2.DeregisterResponse.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=v1_dot_coordinator__pb2.AgentFrame.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.CoordinatorFrame.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +361,33 @@ class AgentService:
             '/raftpoint.v1.AgentService/Deregister',
             v1_dot_coordinator__pb2.DeregisterRequest.SerializeToString,
             v1_dot_coordinator__pb2.DeregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/raftpoint.v1.AgentService/Session',
+            v1_dot_coordinator__pb2.AgentFrame.SerializeToString,
+            v1_dot_coordinator__pb2.CoordinatorFrame.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,348 @@
+"""How many connected agents a 3-node cluster's leader carries: sessions vs the old path.
+
+For each size, a fresh 3-node loopback cluster (coordinator.harness.LocalCluster) and
+load-generator processes, each multiplexing its share of the agents with asyncio over
+a few channels (at most SESSIONS_PER_CHANNEL calls each, under the server's
+per-connection stream cap). Every agent registers, watches its orders and sends a
+keepalive every lease/3 (the client's default); groups of GROUP_SIZE agents.
+Measured while the agents idle:
+
+- leader CPU % (utime+stime of the leader process over the idle window; 100 % = one core);
+- keepalive round trip p50/p99 (in the load generators);
+- CommitCheckpoint p50 at 1 in flight, by one more agent on its own session;
+- rollback-order delivery p50/p99: in ROLLBACK_GROUPS groups, 9 agents depend on the
+  10th, which "fails" (registers again); from sending that call to each dependent's
+  order arriving on its stream (the failing Register's own round trip, a Raft write
+  whose entry computes the recovery, is shown beside it);
+- false FAILED declarations (agents the coordinator declared failed), leader changes.
+
+`--paths session` (one Session per agent, orders pushed) and/or `unary` (unary
+Heartbeat + a WatchOrders stream per agent: the old path). The first size where a
+target is missed is named: leader CPU < 50 % idle, keepalive p99 < 100 ms, rollback
+delivery p99 < 100 ms, 0 false failures, 0 leader changes.
+
+Run: python benchmarks/agents_scale.py [--sizes 100,1000,5000] [--paths session,unary]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent_client.agent_stream import AsyncSessionStream  # noqa: E402
+from agent_client.connection import AsyncConnection, Connection  # noqa: E402
+from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
+from coordinator.harness.local_cluster import LocalCluster, wait_for  # noqa: E402
+
+GROUP_SIZE = 10
+LEASE_TTL_S = 10.0
+KEEPALIVE_S = LEASE_TTL_S / 3
+SESSIONS_PER_CHANNEL = 100
+ROLLBACK_GROUPS = 5
+IDLE_S = 10.0
+COMMIT_S = 3.0
+LOADGENS = 2
+TARGETS = {"cpu": 50.0, "keepalive_p99_ms": 100.0, "rollback_p99_ms": 100.0}
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def names(size: int) -> list[tuple[str, str]]:
+    return [(f"g{i // GROUP_SIZE}", f"a{i % GROUP_SIZE}") for i in range(size)]
+
+
+# ---- the load generator (a process of its own) -------------------------------------
+
+async def _agent(path: str, conn: AsyncConnection, group: str, agent: str, out: dict, stop: asyncio.Event) -> None:
+    token_holder: dict = {}
+
+    def on_order(order: pb.Order) -> None:
+        out["orders"].append((group, agent, order.order_id, time.time()))
+
+    if path == "session":
+        stream = AsyncSessionStream(conn, on_order, lambda code, why: None)
+        reg = await stream.call("Register", pb.RegisterRequest(request_id=f"reg-{group}-{agent}", group=group,
+                                                               agent_id=agent))
+        token = pb.FencingToken(incarnation=reg.incarnation)
+        stream.watch(pb.WatchOrdersRequest(group=group, agent_id=agent, token=token))
+
+        async def beat() -> None:
+            await stream.call("Heartbeat", pb.HeartbeatRequest(group=group, agent_id=agent, token=token))
+    else:
+        stream = None
+        reg = await conn.call("AgentService", "Register", pb.RegisterRequest(
+            request_id=f"reg-{group}-{agent}", group=group, agent_id=agent))
+        token = pb.FencingToken(incarnation=reg.incarnation)
+        token_holder["watch"] = asyncio.create_task(_watch(conn, group, agent, token, on_order, stop))
+
+        async def beat() -> None:
+            await conn.call("AgentService", "Heartbeat", pb.HeartbeatRequest(group=group, agent_id=agent, token=token))
+    out["connected"] += 1
+    try:
+        await asyncio.sleep(random.uniform(0, KEEPALIVE_S))
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                await beat()
+                out["rtt"].append((time.time(), time.perf_counter() - started))
+            except Exception as exc:  # a fenced agent (the rollback's failed one) or a slow leader
+                out["errors"].append(f"{group}/{agent}: {type(exc).__name__}: {str(exc)[:120]}")
+                if "stale incarnation" in str(exc):
+                    return
+            try:
+                await asyncio.wait_for(stop.wait(), KEEPALIVE_S)
+            except asyncio.TimeoutError:
+                pass
+    finally:
+        if stream is not None:
+            await stream.close()
+        if "watch" in token_holder:
+            token_holder["watch"].cancel()
+
+
+async def _watch(conn: AsyncConnection, group: str, agent: str, token: pb.FencingToken, on_order, stop) -> None:
+    while not stop.is_set():
+        call = conn.stream("AgentService", "WatchOrders", pb.WatchOrdersRequest(
+            group=group, agent_id=agent, token=token), timeout=30.0)
+        try:
+            async for order in call:
+                on_order(order)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return
+            if err.code() in (grpc.StatusCode.UNAVAILABLE,):
+                conn.redirect(err)
+        await asyncio.sleep(0.2)
+
+
+async def loadgen(args: argparse.Namespace) -> None:
+    endpoints = args.endpoints.split(",")
+    mine = [tuple(x.split("/")) for x in args.agents.split(",")] if args.agents else []
+    stop = asyncio.Event()
+    out: dict = {"connected": 0, "rtt": [], "orders": [], "errors": []}
+    conns = [AsyncConnection(endpoints, deadline=60.0, rpc_timeout=20.0)
+             for _ in range(max(1, (len(mine) + SESSIONS_PER_CHANNEL - 1) // SESSIONS_PER_CHANNEL))]
+    tasks = []
+    for i, (group, agent) in enumerate(mine):
+        tasks.append(asyncio.create_task(_agent(args.path, conns[i // SESSIONS_PER_CHANNEL], group, agent, out, stop)))
+        if i % 50 == 49:
+            await asyncio.sleep(0.01)  # spread the registrations a little
+    ready, stop_file = Path(args.ready), Path(args.stop)
+    while out["connected"] < len(mine):
+        await asyncio.sleep(0.1)
+    ready.write_text(str(out["connected"]))
+    while not stop_file.exists():
+        await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.wait(tasks, timeout=10)
+    for c in conns:
+        await c.close()
+    Path(args.result).write_text(json.dumps(out))
+
+
+# ---- the driver ----------------------------------------------------------------------
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def commit_latency(endpoint_list: list[str], seconds: float) -> list[float]:
+    """One more agent commits at 1 in flight on its own session for `seconds`."""
+    async def run() -> list[float]:
+        conn = AsyncConnection(endpoint_list)
+        stream = AsyncSessionStream(conn, lambda o: None, lambda c, w: None)
+        reg = await stream.call("Register", pb.RegisterRequest(request_id="reg-bench", group="bench", agent_id="c"))
+        token = pb.FencingToken(incarnation=reg.incarnation)
+        samples, i, end = [], 0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            i += 1
+            started = time.perf_counter()
+            await stream.call("CommitCheckpoint", pb.CommitCheckpointRequest(
+                request_id=f"bench-cp-{i}", token=token, checkpoint=pb.CheckpointMeta(
+                    group="bench", agent_id="c", index=i, kind=pb.BASIC, blob_uri=f"file:///bench/{i}",
+                    sha256="c" * 64, size=200)))
+            samples.append(time.perf_counter() - started)
+        await stream.close()
+        await conn.close()
+        return samples
+    return asyncio.run(run())
+
+
+def rollback_setup(conn: Connection, groups: list[str]) -> None:
+    """In each group: every agent commits checkpoint 1; a1..a9 then depend on a0's interval 2."""
+    for g in groups:
+        for a in range(GROUP_SIZE):
+            conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
+                request_id=f"rb-cp-{g}-{a}", token=pb.FencingToken(incarnation=1), checkpoint=pb.CheckpointMeta(
+                    group=g, agent_id=f"a{a}", index=1, kind=pb.BASIC, blob_uri=f"file:///{g}/{a}/1",
+                    sha256="c" * 64, size=200)))
+        for a in range(1, GROUP_SIZE):
+            conn.call("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
+                request_id=f"rb-dep-{g}-{a}", group=g, agent_id=f"a{a}", token=pb.FencingToken(incarnation=1),
+                records=[pb.DependencyRecord(sender="a0", send_interval=2, receiver=f"a{a}", receive_interval=2,
+                                             message_id=f"m-{g}-{a}", send_generation=0)]))
+
+
+def run_size(size: int, path: str, root: Path) -> dict:
+    cluster = LocalCluster(root / f"{path}-{size}", 3, settings={
+        "max_rpcs": 4 * size + 1000, "max_connections": 4096})
+    procs: list[subprocess.Popen] = []
+    try:
+        cluster.start_all()
+        leader = cluster.leader()
+        endpoints = [leader.grpc] + [n.grpc for n in cluster.nodes if n is not leader]
+        conn = Connection(endpoints, deadline=60)
+        groups = sorted({g for g, _ in names(size)}, key=lambda g: int(g[1:]))
+        for g in [*groups, "bench"]:
+            conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+                request_id=f"cg-{g}", spec=pb.GroupSpec(group=g, mode=pb.CIC_BCS, lease_ttl_s=LEASE_TTL_S)))
+        term0 = conn.call("AdminService", "ClusterStatus", pb.ClusterStatusRequest()).node.term
+        everyone = names(size)
+        shares = [everyone[i::LOADGENS] for i in range(LOADGENS)]
+        files = []
+        connect_started = time.monotonic()
+        for i, share in enumerate(shares):
+            f = {k: root / f"{path}-{size}-{i}.{k}" for k in ("ready", "stop", "result", "log")}
+            files.append(f)
+            with open(f["log"], "wb") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, __file__, "--loadgen", "--path", path, "--endpoints", ",".join(endpoints),
+                     "--agents", ",".join(f"{g}/{a}" for g, a in share), "--ready", str(f["ready"]),
+                     "--stop", str(f["stop"]), "--result", str(f["result"])], stdout=log, stderr=subprocess.STDOUT))
+        wait_for(lambda: all(f["ready"].exists() for f in files) or any(p.poll() is not None for p in procs),
+                 "agents to connect", 120 + size / 50, 0.2)
+        if not all(f["ready"].exists() for f in files):
+            raise RuntimeError("a load generator exited: " + files[0]["log"].read_text()[-2000:])
+        connect_s = time.monotonic() - connect_started
+        time.sleep(KEEPALIVE_S)  # every agent's keepalive phase under way
+        pid = leader.process.pid
+        idle_from, cpu0 = time.time(), cpu_seconds(pid)
+        time.sleep(IDLE_S)
+        idle_to, cpu1 = time.time(), cpu_seconds(pid)
+        cpu = 100 * (cpu1 - cpu0) / (idle_to - idle_from)
+        commits = commit_latency(endpoints, COMMIT_S)
+        victims = groups[:ROLLBACK_GROUPS]
+        rollback_setup(conn, victims)
+        failed_at, answered_at, fail_calls = {}, {}, []
+        for g in victims:
+            failed_at[g] = time.time()
+            started = time.perf_counter()
+            conn.call("AgentService", "Register", pb.RegisterRequest(request_id=f"fail-{g}", group=g, agent_id="a0"))
+            fail_calls.append(time.perf_counter() - started)
+            answered_at[g] = failed_at[g] + fail_calls[-1]
+        time.sleep(2.0)  # orders arrive within this (or count as missing)
+        for f in files:
+            f["stop"].touch()
+        for p in procs:
+            p.wait(60)
+        results = [json.loads(f["result"].read_text()) for f in files]
+        rtts = [r for res in results for t, r in res["rtt"] if idle_from <= t <= idle_to]
+        first_order: dict[tuple[str, str], float] = {}
+        for res in results:
+            for g, a, _, at in res["orders"]:
+                if g in failed_at and a != "a0":
+                    first_order[(g, a)] = min(first_order.get((g, a), at), at)
+        delivery = [at - failed_at[g] for (g, _), at in first_order.items()]
+        after_answer = [at - answered_at[g] for (g, _), at in first_order.items()]
+        missing = len(victims) * (GROUP_SIZE - 1) - len(delivery)
+        failed = 0
+        for g in groups:
+            resp = conn.call("AdminService", "GetGroup", pb.GetGroupRequest(group=g))
+            failed += sum(1 for a in resp.agents if a.state == pb.AGENT_FAILED)
+        st = conn.call("AdminService", "ClusterStatus", pb.ClusterStatusRequest())
+        leader_changes = st.node.term - term0
+        errors = [e for res in results for e in res["errors"]
+                  if not any(e.startswith(f"{g}/a0:") for g in failed_at)]  # the failed agents' own fence
+        conn.close()
+        return {"size": size, "path": path, "connect_s": connect_s, "cpu": cpu,
+                "ka_p50_ms": 1000 * pct(rtts, 0.5), "ka_p99_ms": 1000 * pct(rtts, 0.99), "keepalives": len(rtts),
+                "commit_p50_ms": 1000 * statistics.median(commits) if commits else float("nan"),
+                "fail_call_ms": 1000 * statistics.median(fail_calls),
+                "rb_p50_ms": 1000 * pct(delivery, 0.5), "rb_p99_ms": 1000 * pct(delivery, 0.99),
+                "rb_after_answer_p99_ms": 1000 * pct(after_answer, 0.99), "rb_missing": missing,
+                "false_failed": failed, "leader_changes": leader_changes,
+                "errors": len(errors), "error_sample": errors[:3]}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        cluster.close()
+
+
+def degraded(row: dict) -> list[str]:
+    why = []
+    if row["cpu"] >= TARGETS["cpu"]:
+        why.append("leader CPU")
+    if not row["ka_p99_ms"] < TARGETS["keepalive_p99_ms"]:
+        why.append("keepalive p99")
+    if not row["rb_p99_ms"] < TARGETS["rollback_p99_ms"] or row["rb_missing"]:
+        why.append("rollback delivery")
+    if row["false_failed"]:
+        why.append("false failures")
+    if row["leader_changes"]:
+        why.append("leader changes")
+    return why
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--paths", default="session,unary")
+    parser.add_argument("--baseline-size", type=int, default=1000, help="the size the unary path is measured at")
+    parser.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
+    for name in ("path", "endpoints", "agents", "ready", "stop", "result"):
+        parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loadgen:
+        asyncio.run(loadgen(args))
+        return
+    runs = []
+    paths = args.paths.split(",")
+    for size in [int(s) for s in args.sizes.split(",")]:
+        if "session" in paths:
+            runs.append(("session", size))
+    if "unary" in paths:
+        runs.append(("unary", args.baseline_size))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="agents-scale-") as tmp:
+        for path, size in runs:
+            row = run_size(size, path, Path(tmp))
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    header = ("path", "agents", "connect s", "leader CPU %", "keepalive p50/p99 ms", "commit p50 ms",
+              "failing Register ms", "rollback p50/p99 ms", "after the answer p99 ms", "missing", "false FAILED",
+              "leader changes", "errors", "degraded")
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    for r in rows:
+        print(" | ".join([r["path"], str(r["size"]), f"{r['connect_s']:.1f}", f"{r['cpu']:.0f}",
+                          f"{r['ka_p50_ms']:.1f}/{r['ka_p99_ms']:.1f}", f"{r['commit_p50_ms']:.1f}",
+                          f"{r['fail_call_ms']:.1f}", f"{r['rb_p50_ms']:.1f}/{r['rb_p99_ms']:.1f}",
+                          f"{r['rb_after_answer_p99_ms']:.1f}", str(r["rb_missing"]), str(r["false_failed"]),
+                          str(r["leader_changes"]), str(r["errors"]), ", ".join(degraded(r)) or "-"]))
+    first = next((r for r in rows if r["path"] == "session" and degraded(r)), None)
+    print(f"first session size that degrades: {first['size'] if first else 'none measured'}"
+          + (f" ({', '.join(degraded(first))})" if first else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""One agent's session stream on the leader: frames in, answers and pushed orders out.
+
+Each AgentFrame is handed to the same AgentOps method its unary RPC calls, in a task
+of its own, so a session's writes are proposed concurrently (several commits share a
+Raft batch) while each answer carries its frame's correlation number. A watch frame
+subscribes the session to the agent's orders through the applier's wake-ups
+(order_wakeups.py): nothing polls. The session ends, with a status the client acts
+on, when the client closes it (OK), sends bytes that are no frame (INVALID_ARGUMENT),
+or this node stops leading (UNAVAILABLE, the leader's address, and the reason).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator
+
+import grpc
+
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.core.errors import Rejection
+from coordinator.transport import auth
+from coordinator.transport.agent_ops import AgentOps, Op
+from coordinator.transport.order_wakeups import OrderWakeups
+from coordinator.transport.status_map import Refused
+
+log = logging.getLogger(__name__)
+MAX_IN_FLIGHT = 64  # frames of one session being processed at once; more wait to be read
+# The unary RPC each frame kind stands for: a frame is authorized as that call would be.
+RPC_OF_FRAME = {"register": "Register", "heartbeat": "Heartbeat", "commit_checkpoint": "CommitCheckpoint",
+                "report_dependencies": "ReportDependencies", "ack_order": "AckOrder", "deregister": "Deregister",
+                "watch_orders": "WatchOrders"}
+LEADERSHIP_LOST = "this node stopped leading; re-open the session on the leader and re-send unanswered frames"
+
+
+class AgentSession:
+    """The server half of one Session call; `frames()` yields what to send."""
+
+    def __init__(self, ops: AgentOps, wakeups: OrderWakeups) -> None:
+        self.ops, self.wakeups = ops, wakeups
+        self.outbox: asyncio.Queue[pb.CoordinatorFrame | Refused | None] = asyncio.Queue()
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._watch: asyncio.Task[None] | None = None
+        self._handlers: dict[str, Op] = {
+            "register": ops.register, "heartbeat": ops.heartbeat, "commit_checkpoint": ops.commit_checkpoint,
+            "report_dependencies": ops.report_dependencies, "ack_order": ops.ack_order,
+            "deregister": ops.deregister}
+
+    async def frames(self, requests: AsyncIterator[Any]) -> AsyncIterator[pb.CoordinatorFrame]:
+        """Answer `requests` until the client closes; raises Refused to end the call."""
+        self.ops.p.require_leader()
+        reader = asyncio.create_task(self._read(requests))
+        try:
+            with self.wakeups.leadership_watch(self._leadership_lost):
+                while True:
+                    item = await self.outbox.get()
+                    if item is None:
+                        return
+                    if isinstance(item, Refused):
+                        raise item
+                    yield item
+        finally:
+            reader.cancel()
+            for task in [*self._tasks, *([self._watch] if self._watch else [])]:
+                task.cancel()
+
+    def _leadership_lost(self) -> None:
+        refused = self.ops.p.not_leader(self.ops.p.node.leader_raft_address())
+        self.outbox.put_nowait(Refused(refused.code, f"{refused.text}: {LEADERSHIP_LOST}", leader=refused.leader))
+
+    async def _read(self, requests: AsyncIterator[Any]) -> None:
+        try:
+            async for frame in requests:
+                if not isinstance(frame, pb.AgentFrame):  # the interceptor's stand-in for bytes that do not decode
+                    self.outbox.put_nowait(Refused.of(Rejection.invalid(
+                        "frame", f"does not decode: {getattr(frame, 'error', '')}")))
+                    return
+                await self._slots.acquire()
+                task = asyncio.create_task(self._answer(frame))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            self.outbox.put_nowait(None)  # the client half-closed and every frame is answered
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the stream broke under us; the call ends with it
+            log.debug("session read ended: %r", exc)
+            self.outbox.put_nowait(None)
+
+    async def _answer(self, frame: pb.AgentFrame) -> None:
+        try:
+            kind = frame.WhichOneof("body")
+            if kind in RPC_OF_FRAME:
+                self._admit(RPC_OF_FRAME[kind], getattr(frame, kind))
+            if kind == "watch_orders":
+                self._start_watch(frame.correlation, frame.watch_orders)
+                return
+            handler = self._handlers.get(kind or "")
+            if handler is None:
+                raise Refused.of(Rejection.invalid("frame", "carries no operation"))
+            response = await handler(getattr(frame, kind), frame.issued_at or None)
+            self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, **{kind: response}))
+        except Refused as r:
+            self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, status=r.to_pb()))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("session frame failed")
+            self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, status=Refused(
+                grpc.StatusCode.INTERNAL, "the coordinator failed to answer this frame").to_pb()))
+        finally:
+            self._slots.release()
+
+    @staticmethod
+    def _admit(rpc: str, request: Any) -> None:
+        """Authorize the frame's operation as its unary call (and seal its agent secret);
+        raises Refused. In this frame's task only: its grant goes with its proposal."""
+        check = auth.FRAME_CHECK.get()
+        try:
+            if check is not None:
+                check(rpc, request)
+            else:
+                auth.admit_into_context(None, rpc, request, None)
+        except Rejection as r:
+            raise Refused.of(r) from None
+
+    def _start_watch(self, correlation: int, request: pb.WatchOrdersRequest) -> None:
+        """One watch per session: a new one (a new incarnation's) replaces the old."""
+        if self._watch is not None:
+            self._watch.cancel()
+        self._watch = asyncio.create_task(self._push_orders(correlation, request))
+
+    async def _push_orders(self, correlation: int, request: pb.WatchOrdersRequest) -> None:
+        """Push the agent's orders as they are applied; end the watch with a status frame
+        when its incarnation is fenced off (or the node stops leading)."""
+        try:
+            await self.ops.open_watch(request)
+            sent: set[int] = set()
+            with self.wakeups.subscribe(request.group, request.agent_id) as wake:
+                while True:
+                    for order in self.ops.new_orders(request, wake.take(), sent):
+                        self.outbox.put_nowait(pb.CoordinatorFrame(correlation=correlation, order=order))
+                    await wake.wait()
+        except Refused as r:
+            self.outbox.put_nowait(pb.CoordinatorFrame(correlation=correlation, status=r.to_pb()))

@@ -1,0 +1,212 @@
+"""The agent session stream: the same operations as the unary RPCs, answered by
+correlation number, with orders pushed as they are applied."""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+import grpc
+import pytest
+
+from agent_client.connection import Connection
+from agent_client.testing import InProcessCoordinator
+from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.harness.local_cluster import wait_for
+from tests.transport.test_refusal_status import coordinator  # noqa: F401  (group "g", agent "a" at incarnation 2)
+
+STALE = pb.FencingToken(incarnation=1)
+
+
+class RawSession:
+    """A Session call driven frame by frame; replies (and the call's end) are queued."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.out: queue.SimpleQueue[pb.AgentFrame | None] = queue.SimpleQueue()
+        self.call = pb_grpc.AgentServiceStub(self.channel).Session(iter(self.out.get, None), timeout=30)
+        self.replies: queue.SimpleQueue[pb.CoordinatorFrame | None] = queue.SimpleQueue()
+        self.error: grpc.RpcError | None = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for reply in self.call:
+                self.replies.put(reply)
+        except grpc.RpcError as err:
+            self.error = err
+        self.replies.put(None)
+
+    def send(self, correlation: int, issued_at: str | None = None, **body: Any) -> None:
+        self.out.put(pb.AgentFrame(correlation=correlation, issued_at=repr(time.time()) if issued_at is None
+                                   else issued_at, **body))
+
+    def next(self, timeout: float = 5.0) -> pb.CoordinatorFrame | None:
+        return self.replies.get(timeout=timeout)
+
+    def ask(self, correlation: int, **body: Any) -> pb.CoordinatorFrame:
+        self.send(correlation, **body)
+        reply = self.next()
+        assert reply is not None and reply.correlation == correlation, (reply, self.error)
+        return reply
+
+    def close(self) -> None:
+        self.out.put(None)
+        self._reader.join(5)
+        self.call.cancel()
+        self.channel.close()
+
+
+def _checkpoint(index: int, token: pb.FencingToken, rid: str, agent: str = "a") -> pb.CommitCheckpointRequest:
+    return pb.CommitCheckpointRequest(request_id=rid, token=token, checkpoint=pb.CheckpointMeta(
+        group="g", agent_id=agent, index=index, kind=pb.BASIC, blob_uri=f"file:///{agent}/{index}", sha256="0" * 64))
+
+
+# (operation, frame field, the request with a request id to fill in, the refusal expected)
+REFUSALS = [
+    ("Register", "register", lambda rid: pb.RegisterRequest(request_id=rid, group="no such group!", agent_id="a"),
+     pb.REASON_INVALID_FIELD),
+    ("Register", "register", lambda rid: pb.RegisterRequest(request_id=rid, group="missing", agent_id="a"),
+     pb.REASON_GROUP_NOT_FOUND),
+    ("Register", "register", lambda rid: pb.RegisterRequest(request_id="", group="g", agent_id="a"),
+     pb.REASON_INVALID_FIELD),
+    ("Heartbeat", "heartbeat", lambda rid: pb.HeartbeatRequest(group="g", agent_id="a", token=STALE),
+     pb.REASON_STALE_INCARNATION),
+    ("Heartbeat", "heartbeat", lambda rid: pb.HeartbeatRequest(group="g", agent_id="nobody", token=STALE),
+     pb.REASON_AGENT_NOT_FOUND),
+    ("CommitCheckpoint", "commit_checkpoint", lambda rid: _checkpoint(1, STALE, rid), pb.REASON_STALE_INCARNATION),
+    ("CommitCheckpoint", "commit_checkpoint", lambda rid: _checkpoint(0, pb.FencingToken(incarnation=2), rid),
+     pb.REASON_INVALID_FIELD),
+    ("ReportDependencies", "report_dependencies", lambda rid: pb.ReportDependenciesRequest(
+        request_id=rid, group="g", agent_id="a", token=STALE, records=[pb.DependencyRecord(
+            sender="b", send_interval=1, receiver="a", receive_interval=1, message_id="m")]),
+     pb.REASON_STALE_INCARNATION),
+    ("AckOrder", "ack_order", lambda rid: pb.AckOrderRequest(request_id=rid, group="g", agent_id="a", token=STALE,
+                                                             order_id=99), pb.REASON_STALE_INCARNATION),
+    ("Deregister", "deregister", lambda rid: pb.DeregisterRequest(request_id=rid, group="g", agent_id="a",
+                                                                  token=STALE), pb.REASON_STALE_INCARNATION),
+]
+
+
+@pytest.mark.parametrize("method, field, request_of, reason", REFUSALS,
+                         ids=[f"{m}-{pb.ReasonCode.Name(r)}" for m, _, _, r in REFUSALS])
+def test_a_refusal_on_the_session_says_what_the_unary_call_says(coordinator, method, field, request_of,
+                                                                reason) -> None:
+    with grpc.insecure_channel(coordinator.address) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            getattr(pb_grpc.AgentServiceStub(channel), method)(
+                request_of(f"u-{method}-{reason}"), timeout=5,
+                metadata=((ISSUED_AT_METADATA_KEY, repr(time.time())),))
+    unary = info.value
+    session = RawSession(coordinator.address)
+    try:
+        reply = session.ask(7, **{field: request_of(f"s-{method}-{reason}")})
+    finally:
+        session.close()
+    assert reply.WhichOneof("body") == "status"
+    trailers = dict(unary.trailing_metadata() or ())
+    assert parse_reason(trailers.get(REASON_METADATA_KEY)) == reason
+    assert (reply.status.code, reply.status.reason, reply.status.message) == (
+        unary.code().value[0], reason, unary.details())
+
+
+def test_a_bad_first_send_time_is_refused_on_both_paths_the_same(coordinator) -> None:
+    request = pb.RegisterRequest(request_id="t-1", group="g", agent_id="b")
+    with grpc.insecure_channel(coordinator.address) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.AgentServiceStub(channel).Register(request, timeout=5,
+                                                       metadata=((ISSUED_AT_METADATA_KEY, "yesterday"),))
+    session = RawSession(coordinator.address)
+    try:
+        session.send(1, issued_at="yesterday", register=request)
+        reply = session.next()
+    finally:
+        session.close()
+    assert reply is not None and reply.status.message == info.value.details()
+    assert reply.status.reason == pb.REASON_INVALID_FIELD and ISSUED_AT_METADATA_KEY in reply.status.message
+
+
+def test_pipelined_commits_are_each_answered_under_their_correlation(coordinator) -> None:
+    with Connection([coordinator.address]) as conn:
+        reg = conn.call("AgentService", "Register", pb.RegisterRequest(request_id="p-reg", group="g", agent_id="p"))
+    token = pb.FencingToken(incarnation=reg.incarnation)
+    session = RawSession(coordinator.address)
+    try:
+        for i in range(1, 21):  # all sent before any answer is read
+            session.send(100 + i, commit_checkpoint=_checkpoint(i, token, f"p-cp-{i}", agent="p"))
+        replies = [session.next() for _ in range(20)]
+        # A re-sent frame (same request id) is answered from the dedupe table, not applied twice.
+        again = session.ask(500, commit_checkpoint=_checkpoint(3, token, "p-cp-3", agent="p"))
+    finally:
+        session.close()
+    assert sorted(r.correlation for r in replies) == [100 + i for i in range(1, 21)]
+    answered = {r.correlation - 100: r for r in replies}
+    assert all(r.WhichOneof("body") in ("commit_checkpoint", "status") for r in replies)
+    # Concurrent commits of growing indexes may overtake each other; each answer names its own checkpoint.
+    for i, r in answered.items():
+        if r.WhichOneof("body") == "commit_checkpoint":
+            assert r.commit_checkpoint.checkpoint.index == i
+        else:
+            assert r.status.reason == pb.REASON_INDEX_NOT_ABOVE_LAST
+    assert again.WhichOneof("body") == answered[3].WhichOneof("body")
+
+
+def test_orders_are_pushed_to_the_live_incarnation_and_a_replaced_one_is_fenced(coordinator) -> None:
+    with Connection([coordinator.address]) as conn:
+        first = conn.call("AgentService", "Register", pb.RegisterRequest(request_id="o-r1", group="g", agent_id="o"))
+        session = RawSession(coordinator.address)
+        try:
+            session.send(1, watch_orders=pb.WatchOrdersRequest(
+                group="g", agent_id="o", token=pb.FencingToken(incarnation=first.incarnation)))
+            hb = session.ask(2, heartbeat=pb.HeartbeatRequest(group="g", agent_id="o", token=pb.FencingToken(
+                incarnation=first.incarnation)))
+            assert hb.WhichOneof("body") == "heartbeat"
+            # A new incarnation registers: the old one's watch ends fenced, with no order for it.
+            again = conn.call("AgentService", "Register", pb.RegisterRequest(request_id="o-r2", group="g",
+                                                                            agent_id="o"))
+            ended = session.next()
+            assert ended is not None and ended.correlation == 1 and ended.WhichOneof("body") == "status"
+            assert ended.status.reason == pb.REASON_STALE_INCARNATION
+            # The same session watches for the new incarnation and gets its rollback order pushed.
+            session.send(3, watch_orders=pb.WatchOrdersRequest(
+                group="g", agent_id="o", token=pb.FencingToken(incarnation=again.incarnation)))
+            pushed = session.next()
+            assert pushed is not None and pushed.correlation == 3 and pushed.WhichOneof("body") == "order"
+            assert pushed.order.roll_back.recovery_id == again.recovery_id
+            ack = session.ask(4, ack_order=pb.AckOrderRequest(
+                request_id="o-ack", group="g", agent_id="o", token=pb.FencingToken(incarnation=again.incarnation),
+                order_id=pushed.order.order_id))
+            assert ack.WhichOneof("body") == "ack_order"
+        finally:
+            session.close()
+    assert session.error is None  # half-closed by the client: the call ends OK
+
+
+def test_a_session_ends_unavailable_naming_the_leader_when_the_node_stops_leading() -> None:
+    with InProcessCoordinator() as coordinator:
+        session = RawSession(coordinator.address)
+        try:
+            session.send(1, heartbeat=pb.HeartbeatRequest(group="g", agent_id="a", token=STALE))
+            assert session.next() is not None  # open and answering (a refusal: no such group)
+            coordinator.replica.is_leader = lambda: False  # type: ignore[method-assign]
+            wait_for(lambda: session.error is not None, "the session to end", 5)
+        finally:
+            session.close()
+            del coordinator.replica.is_leader
+    err = session.error
+    assert err is not None and err.code() == grpc.StatusCode.UNAVAILABLE
+    assert "stopped leading" in (err.details() or "")
+    assert dict(err.trailing_metadata() or ()).get(LEADER_METADATA_KEY) == coordinator.address
+
+
+def test_an_undecodable_frame_ends_the_session_as_invalid(coordinator) -> None:
+    with grpc.insecure_channel(coordinator.address) as channel:
+        call = channel.stream_stream("/raftpoint.v1.AgentService/Session")(iter([b"\xff\xff\xff"]), timeout=5)
+        with pytest.raises(grpc.RpcError) as info:
+            list(call)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "does not decode" in (info.value.details() or "")
