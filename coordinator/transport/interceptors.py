@@ -119,7 +119,9 @@ class _Checks:
 
     async def open_session(self, context: grpc.aio.ServicerContext) -> None:
         """Refuse a session without an identity (when auth is on); give its frames the
-        check their unary calls get."""
+        check their unary calls get. Streams of other services (reflection) stay open."""
+        if not self.guarded:
+            return
         try:
             auth.open_session(self.authorizer, context)
         except Rejection as r:

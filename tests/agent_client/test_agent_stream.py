@@ -22,6 +22,8 @@ from coordinator.harness.local_cluster import LocalCluster, node_status, wait_fo
 from tests.support.cluster import Client
 
 
+SECRET = b"s" * 16  # the agent secret Register takes and every agent write repeats
+
 def _calls(method: str) -> float:
     return sum(REGISTRY.get_sample_value("raftpoint_rpc_seconds_count", {"method": method, "code": code}) or 0.0
                for code in ("OK", "CANCELLED", "UNAVAILABLE", "FAILED_PRECONDITION"))
@@ -114,7 +116,7 @@ def test_a_fenced_watch_fences_the_client(tmp_path: Path) -> None:
         try:
             zombie.register()
             with Connection([coordinator.address]) as conn:
-                conn.call("AgentService", "Register", pb.RegisterRequest(request_id="again", group="f", agent_id="a"))
+                conn.call("AgentService", "Register", pb.RegisterRequest(secret=SECRET, request_id="again", group="f", agent_id="a"))
             wait_for(lambda: zombie.fenced, "the zombie's watch to end fenced", 10)
             assert "stale incarnation" in zombie.fenced and zombie.rollbacks == []
         finally:
@@ -132,7 +134,7 @@ def test_a_follower_refuses_the_open_and_writes_survive_a_leader_kill(tmp_path: 
         wait_for(lambda: (node_status(follower.grpc) or pb.NodeStatus()).leader == leader.raft,
                  "the follower to know the leader", 10)
         with grpc.insecure_channel(follower.grpc) as channel:
-            call = pb_grpc.AgentServiceStub(channel).Session(iter(()), timeout=5)
+            call = pb_grpc.AgentServiceStub(channel).Session(iter(()), timeout=5, metadata=cluster.credentials)
             with pytest.raises(grpc.RpcError) as info:
                 list(call)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -141,8 +143,8 @@ def test_a_follower_refuses_the_open_and_writes_survive_a_leader_kill(tmp_path: 
         client = Client(cluster)
         client.create_group("k")
         reg = client.register("a", group="k")
-        token = pb.FencingToken(incarnation=reg.incarnation)
-        conn = Connection([follower.grpc], deadline=30)  # starts at a follower: redirected
+        token = pb.FencingToken(secret=SECRET, incarnation=reg.incarnation)
+        conn = Connection([follower.grpc], deadline=30, token=cluster.token)  # starts at a follower: redirected
         stream = SessionStream(conn, lambda order: None, lambda code, why: None)
         answers: list[int] = []
         errors: list[BaseException] = []

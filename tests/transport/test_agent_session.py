@@ -18,7 +18,9 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import wait_for
 from tests.transport.test_refusal_status import coordinator  # noqa: F401  (group "g", agent "a" at incarnation 2)
 
-STALE = pb.FencingToken(incarnation=1)
+SECRET = b"s" * 16  # the agent secret Register takes and every agent write repeats
+
+STALE = pb.FencingToken(secret=SECRET, incarnation=1)
 
 
 class RawSession:
@@ -68,18 +70,18 @@ def _checkpoint(index: int, token: pb.FencingToken, rid: str, agent: str = "a") 
 
 # (operation, frame field, the request with a request id to fill in, the refusal expected)
 REFUSALS = [
-    ("Register", "register", lambda rid: pb.RegisterRequest(request_id=rid, group="no such group!", agent_id="a"),
+    ("Register", "register", lambda rid: pb.RegisterRequest(secret=SECRET, request_id=rid, group="no such group!", agent_id="a"),
      pb.REASON_INVALID_FIELD),
-    ("Register", "register", lambda rid: pb.RegisterRequest(request_id=rid, group="missing", agent_id="a"),
+    ("Register", "register", lambda rid: pb.RegisterRequest(secret=SECRET, request_id=rid, group="missing", agent_id="a"),
      pb.REASON_GROUP_NOT_FOUND),
-    ("Register", "register", lambda rid: pb.RegisterRequest(request_id="", group="g", agent_id="a"),
+    ("Register", "register", lambda rid: pb.RegisterRequest(secret=SECRET, request_id="", group="g", agent_id="a"),
      pb.REASON_INVALID_FIELD),
     ("Heartbeat", "heartbeat", lambda rid: pb.HeartbeatRequest(group="g", agent_id="a", token=STALE),
      pb.REASON_STALE_INCARNATION),
     ("Heartbeat", "heartbeat", lambda rid: pb.HeartbeatRequest(group="g", agent_id="nobody", token=STALE),
      pb.REASON_AGENT_NOT_FOUND),
     ("CommitCheckpoint", "commit_checkpoint", lambda rid: _checkpoint(1, STALE, rid), pb.REASON_STALE_INCARNATION),
-    ("CommitCheckpoint", "commit_checkpoint", lambda rid: _checkpoint(0, pb.FencingToken(incarnation=2), rid),
+    ("CommitCheckpoint", "commit_checkpoint", lambda rid: _checkpoint(0, pb.FencingToken(secret=SECRET, incarnation=2), rid),
      pb.REASON_INVALID_FIELD),
     ("ReportDependencies", "report_dependencies", lambda rid: pb.ReportDependenciesRequest(
         request_id=rid, group="g", agent_id="a", token=STALE, records=[pb.DependencyRecord(
@@ -115,7 +117,7 @@ def test_a_refusal_on_the_session_says_what_the_unary_call_says(coordinator, met
 
 
 def test_a_bad_first_send_time_is_refused_on_both_paths_the_same(coordinator) -> None:
-    request = pb.RegisterRequest(request_id="t-1", group="g", agent_id="b")
+    request = pb.RegisterRequest(secret=SECRET, request_id="t-1", group="g", agent_id="b")
     with grpc.insecure_channel(coordinator.address) as channel:
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.AgentServiceStub(channel).Register(request, timeout=5,
@@ -132,8 +134,8 @@ def test_a_bad_first_send_time_is_refused_on_both_paths_the_same(coordinator) ->
 
 def test_pipelined_commits_are_each_answered_under_their_correlation(coordinator) -> None:
     with Connection([coordinator.address]) as conn:
-        reg = conn.call("AgentService", "Register", pb.RegisterRequest(request_id="p-reg", group="g", agent_id="p"))
-    token = pb.FencingToken(incarnation=reg.incarnation)
+        reg = conn.call("AgentService", "Register", pb.RegisterRequest(secret=SECRET, request_id="p-reg", group="g", agent_id="p"))
+    token = pb.FencingToken(secret=SECRET, incarnation=reg.incarnation)
     session = RawSession(coordinator.address)
     try:
         for i in range(1, 21):  # all sent before any answer is read
@@ -157,28 +159,28 @@ def test_pipelined_commits_are_each_answered_under_their_correlation(coordinator
 
 def test_orders_are_pushed_to_the_live_incarnation_and_a_replaced_one_is_fenced(coordinator) -> None:
     with Connection([coordinator.address]) as conn:
-        first = conn.call("AgentService", "Register", pb.RegisterRequest(request_id="o-r1", group="g", agent_id="o"))
+        first = conn.call("AgentService", "Register", pb.RegisterRequest(secret=SECRET, request_id="o-r1", group="g", agent_id="o"))
         session = RawSession(coordinator.address)
         try:
             session.send(1, watch_orders=pb.WatchOrdersRequest(
-                group="g", agent_id="o", token=pb.FencingToken(incarnation=first.incarnation)))
-            hb = session.ask(2, heartbeat=pb.HeartbeatRequest(group="g", agent_id="o", token=pb.FencingToken(
+                group="g", agent_id="o", token=pb.FencingToken(secret=SECRET, incarnation=first.incarnation)))
+            hb = session.ask(2, heartbeat=pb.HeartbeatRequest(group="g", agent_id="o", token=pb.FencingToken(secret=SECRET, 
                 incarnation=first.incarnation)))
             assert hb.WhichOneof("body") == "heartbeat"
             # A new incarnation registers: the old one's watch ends fenced, with no order for it.
-            again = conn.call("AgentService", "Register", pb.RegisterRequest(request_id="o-r2", group="g",
+            again = conn.call("AgentService", "Register", pb.RegisterRequest(secret=SECRET, request_id="o-r2", group="g",
                                                                             agent_id="o"))
             ended = session.next()
             assert ended is not None and ended.correlation == 1 and ended.WhichOneof("body") == "status"
             assert ended.status.reason == pb.REASON_STALE_INCARNATION
             # The same session watches for the new incarnation and gets its rollback order pushed.
             session.send(3, watch_orders=pb.WatchOrdersRequest(
-                group="g", agent_id="o", token=pb.FencingToken(incarnation=again.incarnation)))
+                group="g", agent_id="o", token=pb.FencingToken(secret=SECRET, incarnation=again.incarnation)))
             pushed = session.next()
             assert pushed is not None and pushed.correlation == 3 and pushed.WhichOneof("body") == "order"
             assert pushed.order.roll_back.recovery_id == again.recovery_id
             ack = session.ask(4, ack_order=pb.AckOrderRequest(
-                request_id="o-ack", group="g", agent_id="o", token=pb.FencingToken(incarnation=again.incarnation),
+                request_id="o-ack", group="g", agent_id="o", token=pb.FencingToken(secret=SECRET, incarnation=again.incarnation),
                 order_id=pushed.order.order_id))
             assert ack.WhichOneof("body") == "ack_order"
         finally:
