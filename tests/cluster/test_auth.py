@@ -145,7 +145,58 @@ EVERY_RPC = [*agent_requests("a1"), *ADMIN_REQUESTS, *READ_REQUESTS]
 
 def test_every_rpc_of_the_api_is_exercised_here() -> None:
     rpcs = {m.name for s in pb.DESCRIPTOR.services_by_name.values() for m in s.methods}
-    assert {method for _, method, _ in EVERY_RPC} == rpcs
+    # Session carries the agent RPCs as frames: its own tests are below.
+    assert {method for _, method, _ in EVERY_RPC} | {"Session"} == rpcs
+
+
+def session(world: World, token: str | None, frames: list[pb.AgentFrame]) -> list[pb.CoordinatorFrame] | grpc.RpcError:
+    """Open a Session on the leader, send `frames`, half-close: every answer, or the
+    grpc.RpcError that ended the stream."""
+    with grpc.insecure_channel(world.leader()) as channel:
+        try:
+            return list(pb_grpc.AgentServiceStub(channel).Session(iter(frames), timeout=5, metadata=bearer(token)))
+        except grpc.RpcError as err:
+            return err
+
+
+def test_a_session_without_credentials_is_unauthenticated(world: World) -> None:
+    before = world.digest()
+    frame = pb.AgentFrame(correlation=1, commit_checkpoint=pb.CommitCheckpointRequest(
+        request_id="s-cp-anon", token=token(), checkpoint=checkpoint("a1", 7)))
+    for presented in (None, "not-a-token"):
+        err = session(world, presented, [frame])
+        assert isinstance(err, grpc.RpcError) and err.code() is C.UNAUTHENTICATED, err
+        assert dict(err.trailing_metadata() or ()).get(REASON_METADATA_KEY) == "REASON_UNAUTHENTICATED"
+    assert world.digest() == before
+
+
+def test_each_session_frame_is_authorized_as_its_unary_call(world: World) -> None:
+    """An agent identity's session may act for its own agents only, frame by frame; an
+    observer's session may write nothing; the state is unchanged by every refusal."""
+    before = world.digest()
+    foreign = [pb.AgentFrame(correlation=i + 1, **{kind: request}) for i, (kind, request) in enumerate([
+        ("heartbeat", pb.HeartbeatRequest(group="g", agent_id="b1", token=token(OTHER_SECRET))),
+        ("commit_checkpoint", pb.CommitCheckpointRequest(request_id="s-cp-b1", token=token(OTHER_SECRET),
+                                                         checkpoint=checkpoint("b1", 7))),
+        ("deregister", pb.DeregisterRequest(request_id="s-dereg-b1", group="g", agent_id="b1",
+                                            token=token(OTHER_SECRET))),
+    ])]
+    answers = session(world, world.tokens["w1"], foreign)
+    assert not isinstance(answers, grpc.RpcError), answers
+    assert [(a.correlation, a.status.reason) for a in answers] == \
+        [(f.correlation, pb.REASON_FOREIGN_AGENT) for f in foreign]
+    assert all(a.status.code == C.PERMISSION_DENIED.value[0] for a in answers)
+    observer = session(world, world.tokens["eye"], [pb.AgentFrame(correlation=9, commit_checkpoint=pb.CommitCheckpointRequest(
+        request_id="s-cp-eye", token=token(), checkpoint=checkpoint("a1", 7)))])
+    assert not isinstance(observer, grpc.RpcError) and observer[0].status.reason == pb.REASON_ROLE_FORBIDS
+    forged = session(world, world.tokens["w1"], [pb.AgentFrame(correlation=3, commit_checkpoint=pb.CommitCheckpointRequest(
+        request_id="s-cp-forged", token=token(b"a guess of sixteen bytes"), checkpoint=checkpoint("a1", 7)))])
+    assert not isinstance(forged, grpc.RpcError) and forged[0].status.reason == pb.REASON_WRONG_AGENT_SECRET
+    assert world.digest() == before
+    # Its own agent, with its secret: the frame goes through.
+    own = session(world, world.tokens["w1"], [pb.AgentFrame(correlation=4, heartbeat=pb.HeartbeatRequest(
+        group="g", agent_id="a1", token=token()))])
+    assert not isinstance(own, grpc.RpcError) and own[0].WhichOneof("body") == "heartbeat", own
 
 
 @pytest.mark.parametrize("service,method,request_", EVERY_RPC, ids=[m for _, m, _ in EVERY_RPC])
