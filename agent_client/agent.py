@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 from agent_client.agent_stream import SessionStream, carries
-from agent_client.background import Heartbeater, OrderWatcher, PushedOrders
+from agent_client.background import START_UP_GRACE_S, Heartbeater, OrderWatcher, PushedOrders
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
@@ -49,6 +50,8 @@ class AgentClient(ClientBase):
         self._lock = threading.RLock()
         self._threads: list[Heartbeater | OrderWatcher | PushedOrders] = []
         self._orders: PushedOrders | None = None
+        # Clear from register() until the agent's next call: see _handle_order.
+        self._started = threading.Event()
 
     # ---- effects ----------------------------------------------------------------------
     def _perform(self, effect: Effect) -> Any:
@@ -56,19 +59,23 @@ class AgentClient(ClientBase):
             return self.stream.call(effect.method, effect.request)
         return perform_blocking(self.conn, effect)
 
-    def _run(self, op: Op[T]) -> T:
+    def _run(self, op: Op[T], *, registering: bool = False) -> T:
         with self._lock:
             mark = self._mark()
             try:
                 return drive(op, self._perform)
             finally:
                 self._settle_effects(mark)
+                if registering:
+                    self._started.clear()
+                else:
+                    self._started.set()
 
     # ---- lifecycle --------------------------------------------------------------------
     def register(self) -> pb.RegisterResponse:
         """A new incarnation; if this agent was alive, the coordinator treats the old one
         as crashed and computes a recovery line. Call restore() next."""
-        resp = self._run(self.core.register())
+        resp = self._run(self.core.register(), registering=True)
         if self.background:
             self.start_background()
         return resp
@@ -106,6 +113,7 @@ class AgentClient(ClientBase):
         return drive(self.core.heartbeat(), self._perform)  # no lock: it only reads the token
 
     def close(self, *, deregister: bool = False) -> None:
+        self._started.set()  # a watcher waiting for the start-up returns and sees it is stopped
         for thread in self._threads:
             thread.stop()
         self._threads = []
@@ -144,6 +152,7 @@ class AgentClient(ClientBase):
     def wrap(self, payload: bytes, to: str) -> bytes:
         """The envelope to send instead of `payload`."""
         with self._lock:
+            self._started.set()  # the agent is at work: its orders may be carried out
             return self.core.wrap(payload, to)
 
     def unwrap(self, envelope: bytes) -> bytes | None:
@@ -179,7 +188,15 @@ class AgentClient(ClientBase):
         return self.conn.stream("AgentService", "WatchOrders", self.core.watch_request(), timeout=timeout)
 
     def _handle_order(self, order: pb.Order) -> None:
-        if self.core.wants(order):
+        """Carry out a watched order, but not between register() and the agent's next call
+        (restore() and sync_orders() under atomic(), as the start-up goes): an order
+        obeyed in between would be undone by the restore that follows, and the messages
+        its rollback re-delivered lost. Pushed orders arrive within milliseconds of Register."""
+        give_up = time.monotonic() + START_UP_GRACE_S  # an agent that only waits for orders gets them
+        while not self._started.wait(0.5) and time.monotonic() < give_up:
+            if self.core.fenced:
+                return
+        if self.core.wants(order) and self._threads:
             self.obey(order)
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import grpc
 
 from agent_client.agent_stream import AsyncSessionStream, carries
-from agent_client.background import RECONNECT_S, WATCH_STREAM_S, fenced_reason, stream_failed
+from agent_client.background import RECONNECT_S, START_UP_GRACE_S, WATCH_STREAM_S, fenced_reason, stream_failed
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import AsyncConnection, CoordinatorUnavailable, Rejected
@@ -65,6 +65,8 @@ class AsyncAgentClient(ClientBase):
         self.stream = (AsyncSessionStream(self.conn, self._pushed, self._watch_ended)
                        if self.transport == "session" else None)
         self._orders: asyncio.Queue[pb.Order] | None = None
+        # Clear from register() until the agent's next call: see _await_start_up.
+        self._started = asyncio.Event()
         self._lock = TaskLock()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -83,7 +85,7 @@ class AsyncAgentClient(ClientBase):
             return (await result) if inspect.isawaitable(result) else result
         raise TypeError(f"unknown effect {effect!r}")
 
-    async def _run(self, op: Op[T]) -> T:
+    async def _run(self, op: Op[T], *, registering: bool = False) -> T:
         async with self._lock:
             mark = self._mark()
             try:
@@ -91,10 +93,14 @@ class AsyncAgentClient(ClientBase):
             finally:
                 if self._effects is not None and self._mark() != mark:  # the thread hop only when there is work
                     await asyncio.to_thread(self._settle_effects, mark)
+                if registering:
+                    self._started.clear()
+                else:
+                    self._started.set()
 
     # ---- lifecycle --------------------------------------------------------------------
     async def register(self) -> pb.RegisterResponse:
-        resp = await self._run(self.core.register())
+        resp = await self._run(self.core.register(), registering=True)
         if self.background:
             self.start_background()
         return resp
@@ -124,6 +130,7 @@ class AsyncAgentClient(ClientBase):
         while not self.core.fenced:
             assert self._orders is not None
             order = await self._orders.get()
+            await self._await_start_up()
             try:
                 if self.core.wants(order):
                     await self.obey(order)
@@ -172,6 +179,7 @@ class AsyncAgentClient(ClientBase):
                 call = self.conn.stream("AgentService", "WatchOrders", self.core.watch_request(),
                                         timeout=WATCH_STREAM_S)
                 async for order in call:
+                    await self._await_start_up()
                     if self.core.wants(order):
                         await self.obey(order)
             except grpc.RpcError as err:
@@ -227,6 +235,7 @@ class AsyncAgentClient(ClientBase):
     def wrap(self, payload: bytes, to: str) -> bytes:
         """Local only (no I/O): not awaited. Hold atomic() around it and the state change
         if the watcher task may checkpoint meanwhile."""
+        self._started.set()  # the agent is at work: its orders may be carried out
         return self.core.wrap(payload, to)
 
     async def unwrap(self, envelope: bytes) -> bytes | None:
@@ -243,6 +252,15 @@ class AsyncAgentClient(ClientBase):
 
     async def sync_orders(self, window: float = 0.5) -> list[pb.Order]:
         return await self._run(self.core.sync_orders(window))
+
+    async def _await_start_up(self) -> None:
+        """Watched orders wait from register() to the agent's next call (restore() and
+        sync_orders() as the start-up goes): obeyed in between, the restore that follows
+        would undo them (AgentClient._handle_order)."""
+        try:
+            await asyncio.wait_for(self._started.wait(), START_UP_GRACE_S)
+        except asyncio.TimeoutError:  # an agent that only waits for orders gets them
+            pass
 
     async def side_effect(self, key: str, fn: Callable[[], Any], *, hold_until_stable: bool = False) -> Any:
         """AgentClient.side_effect; `fn` runs in a worker thread."""

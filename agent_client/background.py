@@ -45,6 +45,10 @@ def stream_failed(err: grpc.RpcError, redirect: Callable[[grpc.RpcError], None])
     return None
 
 
+# How long watched orders wait after register() for the agent's next call (its
+# start-up: restore(), sync_orders()) before they are carried out anyway.
+START_UP_GRACE_S = 5.0
+
 class Heartbeater:
     def __init__(self, beat: Callable[[], Any], interval: float, on_fenced: Callable[[str], None]) -> None:
         self._beat, self.interval, self._on_fenced = beat, interval, on_fenced
