@@ -40,7 +40,7 @@ class AgentClient(ClientBase):
     def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path,
                  **options: Any) -> None:
         super().__init__(group, agent_id, endpoints, blob_store, **options)
-        self.conn = Connection(self.endpoints, deadline=self.deadline)
+        self.conn = Connection(self.endpoints, deadline=self.deadline, tls=self.tls)
         self._lock = threading.RLock()
         self._threads: list[Heartbeater | OrderWatcher] = []
 

@@ -59,7 +59,7 @@ class AsyncAgentClient(ClientBase):
     def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path,
                  **options: Any) -> None:
         super().__init__(group, agent_id, endpoints, blob_store, **options)
-        self.conn = AsyncConnection(self.endpoints, deadline=self.deadline)
+        self.conn = AsyncConnection(self.endpoints, deadline=self.deadline, tls=self.tls)
         self._lock = TaskLock()
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -70,13 +70,14 @@ class AsyncGroup:
         self.session, self.name, self.mode = session, name, mode
 
     def agent(self, agent_id: str, *, state: Any = None, **options: Any) -> AsyncAgent:
+        options.setdefault("tls", self.session.tls)
         return AsyncAgent(self.name, agent_id, self.session.endpoints, self.session.blob_store, state, **options)
 
 
 class AsyncRaftpoint(SessionBase):
     def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, **where: Any) -> None:
         super().__init__(endpoints, **where)
-        self.conn = AsyncConnection(self.endpoints, deadline=deadline)
+        self.conn = AsyncConnection(self.endpoints, deadline=deadline, tls=self.tls)
 
     async def group(self, name: str, *, mode: str | None = None, create: bool = False, **spec: Any) -> AsyncGroup:
         if create:

@@ -16,6 +16,7 @@ from agent_client.protocol import AgentProtocol
 from agent_client.side_effects import SideEffectLog
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.channels import ClientTLS
 
 DELIVERY_LOG = "deliveries.jsonl"
 SIDE_EFFECTS = "side_effects.sqlite"
@@ -40,7 +41,7 @@ class ClientBase:
                  fsync_deliveries: bool = False, background: bool = True, heartbeat_interval: float | None = None,
                  deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
                  after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
-                 before_ack: Callable[[pb.Order], Any] | None = None) -> None:
+                 before_ack: Callable[[pb.Order], Any] | None = None, tls: ClientTLS | None = None) -> None:
         """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
         replaces the agent's live state after a rollback order; `on_redeliver(payload,
         sender)` then applies each message the rollback took out of the state and its
@@ -52,8 +53,10 @@ class ClientBase:
         power loss, not only a crash of the process. `heartbeat_interval` defaults to a
         third of the group's lease. `after_blob_write` and `after_commit` are test hooks
         around the metadata commit; `before_ack(order)` runs once an order is carried out
-        (a rollback restored and handed to on_rollback) and before it is acknowledged."""
+        (a rollback restored and handed to on_rollback) and before it is acknowledged. `tls`: the
+        connection's TLS settings (agent_client.connection.Connection; None: from the environment)."""
         self.endpoints = list(endpoints)
+        self.tls = tls
         self.deadline, self.background, self.heartbeat_interval = deadline, background, heartbeat_interval
         if isinstance(blob_store, (str, Path)):
             self.blobs: BlobStore = open_blob_store(blob_store, key=aead_key)

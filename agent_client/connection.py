@@ -20,6 +20,7 @@ from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, s
 from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS, resolve
 
 T = TypeVar("T")
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -110,10 +111,17 @@ class _Targets:
 
 
 class Connection(_Targets):
-    """Blocking client; thread-safe (channels are shared, one per node)."""
+    """Blocking client; thread-safe (channels are shared, one per node).
 
-    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
+    `tls`: what to trust and which certificate to show (agent_client.tls.ClientTLS);
+    None reads RAFTPOINT_CA_FILE/CERT_FILE/KEY_FILE/INSECURE, and without them
+    connects with TLS and the system's trust store. Plaintext only with
+    ClientTLS.plaintext() (or RAFTPOINT_INSECURE=1), for a node run with --insecure."""
+
+    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
+                 tls: ClientTLS | None = None) -> None:
         super().__init__(endpoints)
+        self.tls = resolve(tls)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.Channel] = {}
@@ -126,7 +134,7 @@ class Connection(_Targets):
         with self._lock:
             channel = self._channels.get(target)
             if channel is None:
-                channel = self._channels[target] = grpc.insecure_channel(target)
+                channel = self._channels[target] = self.tls.channel(target)
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
@@ -186,10 +194,12 @@ class Connection(_Targets):
 
 class AsyncConnection(_Targets):
     """The asyncio twin of Connection (grpc.aio channels, tenacity's AsyncRetrying).
-    Use from one event loop."""
+    Use from one event loop; `tls` as for Connection."""
 
-    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0) -> None:
+    def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
+                 tls: ClientTLS | None = None) -> None:
         super().__init__(endpoints)
+        self.tls = resolve(tls)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -197,7 +207,7 @@ class AsyncConnection(_Targets):
     def _stub(self, service: str, target: str) -> Any:
         channel = self._channels.get(target)
         if channel is None:
-            channel = self._channels[target] = grpc.aio.insecure_channel(target)
+            channel = self._channels[target] = self.tls.aio_channel(target)
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     async def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:

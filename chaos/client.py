@@ -15,6 +15,7 @@ import grpc
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from chaos.history import FAIL, INFO, OK, History, Op
+from coordinator.channels import ClientTLS
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 # Codes only the coordinator's own checks answer with. INTERNAL is not here: a
@@ -67,10 +68,10 @@ class RecordingClient:
     and at most one open operation, as a Jepsen process."""
 
     def __init__(self, history: History, process: str, endpoints: Sequence[str], *,
-                 deadline: float, rpc_timeout: float) -> None:
+                 deadline: float, rpc_timeout: float, tls: ClientTLS | None = None) -> None:
         self.history = history
         self.process = process
-        self.conn = Connection(endpoints, deadline=deadline, rpc_timeout=rpc_timeout)
+        self.conn = Connection(endpoints, deadline=deadline, rpc_timeout=rpc_timeout, tls=tls)
 
     def send(self, request: Request, retry_of: int | None = None) -> Outcome:
         """Invoke, call (a unary RPC, or the items a stream yields within its window),

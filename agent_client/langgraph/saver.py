@@ -23,6 +23,7 @@ from langchain_core.runnables import RunnableConfig
 
 from agent_client.blobstore import BlobStore, open_blob_store
 from agent_client.connection import Connection
+from coordinator.channels import ClientTLS
 from agent_client.langgraph.thread_record import StoredCheckpoint, ThreadRecord, Typed, typed_from_json
 from agent_client.langgraph.threads import ThreadStore
 
@@ -44,9 +45,11 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
     wrote it before is fenced and its next write raises ThreadFenced."""
 
     def __init__(self, endpoints: Sequence[str] | str, blob_store: BlobStore | str | Path, *,
-                 group: str = DEFAULT_GROUP, serde: SerializerProtocol | None = None, deadline: float = 30.0) -> None:
+                 group: str = DEFAULT_GROUP, serde: SerializerProtocol | None = None, deadline: float = 30.0,
+                 tls: ClientTLS | None = None) -> None:
         super().__init__(serde=serde)
-        self.conn = Connection([endpoints] if isinstance(endpoints, str) else list(endpoints), deadline=deadline)
+        self.conn = Connection([endpoints] if isinstance(endpoints, str) else list(endpoints), deadline=deadline,
+                               tls=tls)
         self.blobs: BlobStore = blob_store if not isinstance(blob_store, (str, Path)) else open_blob_store(blob_store)
         self.threads = ThreadStore(self.conn, group, self.blobs)
         self._lock = threading.RLock()

@@ -2,6 +2,9 @@
 
 Shared by `raftpoint cluster up`, the demo, the tests and the benchmarks: every
 wait has a deadline, every process is stopped on close, addresses are 127.0.0.1.
+Nodes serve TLS with certificates of a throw-away CA kept in <root>/tls (ca.crt,
+node<i>.crt, client-<identity>.crt), and require a client certificate from it;
+`client_tls(identity)` gives a client's settings. `insecure=True` runs plaintext.
 """
 from __future__ import annotations
 
@@ -20,10 +23,14 @@ import grpc
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS
+from coordinator.harness.certs import Issued, LocalCA
 
 T = TypeVar("T")
 ENDPOINTS_FILE = "endpoints.json"
 PASSWORD_FILE = "raft-password"
+TLS_DIR = "tls"
+ADMIN = "admin"
 
 
 class LayoutMismatch(ValueError):
@@ -66,9 +73,11 @@ class NodeProcess:
         return self.process is not None and self.process.poll() is None
 
 
-def node_status(grpc_address: str, timeout: float = 1.0) -> pb.NodeStatus | None:
+def node_status(grpc_address: str, timeout: float = 1.0, tls: ClientTLS | None = None) -> pb.NodeStatus | None:
+    """The node's own status; None when it does not answer. `tls`: None reads the environment."""
+    tls = ClientTLS.from_env() if tls is None else tls
     try:
-        with grpc.insecure_channel(grpc_address) as channel:
+        with tls.channel(grpc_address) as channel:
             return pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=timeout).node
     except grpc.RpcError:
         return None
@@ -88,7 +97,7 @@ class LocalCluster:
                  password: str | None = None, base_port: int | None = None, hosts: list[str] | None = None,
                  peer_spec: PeerSpec = direct_peer,
                  program: Callable[[int], list[str]] | None = None,
-                 addresses: list[tuple[str, str, str]] | None = None) -> None:
+                 addresses: list[tuple[str, str, str]] | None = None, insecure: bool = False) -> None:
         """`base_port`: node i gets raft/grpc/metrics on base+3i, +1, +2 (stable addresses for
         a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks).
 
@@ -98,7 +107,7 @@ class LocalCluster:
         per node everywhere), and `program(i)` the command before the node's flags
         that runs node i with the node's flags after it (e.g. a bug-planting wrapper).
         `addresses[i]`: node i's (raft, grpc, metrics), as recorded by an earlier run
-        (see reopen())."""
+        (see reopen()). `insecure`: plaintext gRPC (nodes get --insecure) instead of TLS."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
@@ -119,6 +128,31 @@ class LocalCluster:
         self.nodes = [NodeProcess(i, raft, grpc, metrics, self.root / f"node{i}")
                       for i, (raft, grpc, metrics) in enumerate(addresses)]
         self.log_files: list = []
+        self.insecure = insecure
+        self.ca: LocalCA | None = None if insecure else LocalCA.load_or_create(self.root / TLS_DIR)
+        self._hosts = sorted({host for n in self.nodes for host in (n.grpc.rsplit(":", 1)[0],)})
+
+    # ---- TLS ----------------------------------------------------------------------
+    def client_tls(self, identity: str | None = ADMIN) -> ClientTLS:
+        """Settings for a client of this cluster: its CA and a certificate for `identity`
+        (None: no client certificate, which these nodes refuse); plaintext if insecure."""
+        return ClientTLS.plaintext() if self.ca is None else self.ca.client_tls(identity)
+
+    def server_certificate(self, node: NodeProcess) -> Issued:
+        """Node's certificate (made on first use): SANs every node's host, 127.0.0.1 and
+        localhost, so a node is reachable under its own address and through a proxy."""
+        assert self.ca is not None
+        cert = self.ca.directory / f"node{node.index}.crt"
+        if cert.exists():
+            return Issued(cert, cert.with_suffix(".key"), 0)
+        return self.ca.server(f"node{node.index}", [node.grpc.rsplit(":", 1)[0], *self._hosts])
+
+    def _tls_flags(self, node: NodeProcess) -> list[str]:
+        if self.ca is None:
+            return ["--insecure"]
+        issued = self.server_certificate(node)
+        return ["--tls-cert-file", str(issued.cert_file), "--tls-key-file", str(issued.key_file),
+                "--tls-client-ca-file", str(self.ca.ca_file), "--tls-client-auth", "require"]
 
     @classmethod
     def reopen(cls, root: Path, size: int, *, base_port: int | None = None) -> "LocalCluster":
@@ -151,7 +185,7 @@ class LocalCluster:
         program = DEFAULT_PROGRAM if self.program is None else self.program(node.index)
         args = [*program, "--raft-address", node.raft,
                 "--grpc-address", node.grpc, "--metrics-address", node.metrics, "--peers", peers,
-                "--data-dir", str(node.data_dir)]
+                "--data-dir", str(node.data_dir), *self._tls_flags(node)]
         for key, value in self.settings.items():
             args += ["--" + key.replace("_", "-"), str(value)]
         return args
@@ -230,7 +264,12 @@ class LocalCluster:
         """Status of every running node that answers, except the `exclude`d (e.g. nodes
         known to be stopped with SIGSTOP, which would only time out)."""
         return {n.index: s for n in self.nodes
-                if n.alive and n.index not in exclude and (s := node_status(n.grpc)) is not None}
+                if n.alive and n.index not in exclude and (s := node_status(n.grpc, tls=self.client_tls())) is not None}
+
+    def status_of(self, node: NodeProcess | int, timeout: float = 1.0) -> pb.NodeStatus | None:
+        """One node's status (None when it does not answer), over this cluster's TLS."""
+        node = self.nodes[node] if isinstance(node, int) else node
+        return node_status(node.grpc, timeout, self.client_tls())
 
     def leader(self, timeout: float = 30.0) -> NodeProcess:
         def find() -> NodeProcess | None:

@@ -25,6 +25,7 @@ import grpc
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS
 from coordinator.replication.replica import Replica
 from coordinator.service import ticks
 
@@ -55,7 +56,8 @@ def diverged(me: str, samples: Samples, cluster_size: int) -> tuple[int, str] | 
 
 
 async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, stop: asyncio.Event,
-              on_diverged: Callable[[str], None]) -> None:
+              on_diverged: Callable[[str], None], tls: ClientTLS) -> None:
+    """`tls`: how this node calls its peers (its own certificate, the cluster's CA)."""
     samples: Samples = {}
     async for _ in ticks.every(period, stop):
         try:
@@ -64,7 +66,7 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
             log.warning("digest audit: no digest of this node's store", exc_info=True)
             continue
         record(samples, me, index, digest)
-        for status in await asyncio.gather(*(_ask(peer) for peer in peers_grpc)):
+        for status in await asyncio.gather(*(_ask(peer, tls) for peer in peers_grpc)):
             if status is not None:
                 record(samples, status.node, status.digest_index, status.content_digest)
         found = diverged(me, samples, len(peers_grpc) + 1)
@@ -76,9 +78,9 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
             return
 
 
-async def _ask(peer: str) -> pb.NodeStatus | None:
+async def _ask(peer: str, tls: ClientTLS) -> pb.NodeStatus | None:
     try:
-        async with grpc.aio.insecure_channel(peer) as channel:
+        async with tls.aio_channel(peer) as channel:
             reply = await pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(),
                                                                            timeout=ASK_TIMEOUT_S)
             return reply.node

@@ -14,18 +14,20 @@ from coordinator.replication.replica import Replica
 from coordinator.service import leader_loop
 from coordinator.service.leases import LeaseTable
 from coordinator.transport import server
+from coordinator.transport.tls import ServerTLS
 
 
 async def serve(replica: Replica, address: str, stop: asyncio.Event,
                 dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S,
-                limits: server.ServerLimits = server.ServerLimits(), clock: LeaderClock | None = None) -> None:
+                limits: server.ServerLimits = server.ServerLimits(), clock: LeaderClock | None = None,
+                tls: ServerTLS | None = None) -> None:
     """Serve until `stop` is set; raises OSError at once if `address` cannot be bound.
 
     The server stops as soon as `stop` is set, without waiting for a leader-loop
     tick that may be waiting for an answer; the loop ends after its tick."""
     clock = clock or LeaderClock()
     batcher, leases = Batcher(replica, dedupe_window_s, clock), LeaseTable(clock.monotonic)
-    async with server.running(batcher, leases, address, limits):
+    async with server.running(batcher, leases, address, limits, tls):
         loop = asyncio.create_task(leader_loop.run(batcher, leases, stop))
         await stop.wait()
     await loop

@@ -22,6 +22,7 @@ from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
+from coordinator.transport.tls import ServerTLS
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -88,10 +89,12 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
 
 @contextlib.asynccontextmanager
 async def running(batcher: Batcher, leases: Leases, address: str,
-                  limits: ServerLimits = ServerLimits()) -> AsyncIterator[None]:
-    """The gRPC server (and its health reports) on `address` while the block runs.
+                  limits: ServerLimits = ServerLimits(), tls: ServerTLS | None = None) -> AsyncIterator[None]:
+    """The gRPC server (and its health reports) on `address` while the block runs;
+    TLS with `tls` (re-read when its files change), plaintext only when it is None.
 
-    Raises OSError before the block when the address cannot be bound.
+    Raises OSError before the block when the address cannot be bound, TLSMaterialError
+    when the TLS files do not check out.
     """
     node = batcher.replica
     server = grpc.aio.server(interceptors=[RequestInterceptor()], maximum_concurrent_rpcs=limits.max_rpcs, options=[
@@ -115,7 +118,7 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME], server)
     try:
-        port = server.add_insecure_port(address)
+        port = server.add_insecure_port(address) if tls is None else server.add_secure_port(address, tls.credentials())
     except RuntimeError:  # newer grpc raises where older returned 0
         port = 0
     if port == 0:

@@ -12,6 +12,7 @@ from agent_client.blobs.gc import DEFAULT_GRACE_S, GcResult
 from agent_client.blobs.location import open_blob_store
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from coordinator.harness.local_cluster import read_endpoints
+from raftpoint.cli import security
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              f"(default {DEFAULT_GRACE_S:.0f})")
     parser.add_argument("--endpoints", help="comma-separated gRPC addresses (default: from --data-dir)")
     parser.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"))
+    security.add_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         endpoints = ([e.strip() for e in args.endpoints.split(",") if e.strip()] if args.endpoints
                      else read_endpoints(args.data_dir))
-        with Connection(endpoints) as conn:
+        with Connection(endpoints, tls=security.client_tls(args)) as conn:
             report = blob_gc.collect(conn, store, args.group, grace_s=args.grace)
         if args.uri:
             _say_result(store.delete_checkpoints(args.uri, grace_s=args.grace))
