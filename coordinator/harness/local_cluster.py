@@ -67,10 +67,20 @@ class NodeProcess:
     metrics: str
     data_dir: Path
     process: subprocess.Popen | None = None
+    # How an admin client reaches this node (its cluster's CA and admin certificate).
+    tls: ClientTLS | None = None
 
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def channel(self) -> grpc.Channel:
+        """A channel to this node's gRPC port, as the cluster's admin client."""
+        return ClientTLS.from_env().channel(self.grpc) if self.tls is None else self.tls.channel(self.grpc)
+
+    def status(self, timeout: float = 1.0) -> pb.NodeStatus | None:
+        """The node's own status; None when it does not answer."""
+        return node_status(self.grpc, timeout, self.tls)
 
 
 def node_status(grpc_address: str, timeout: float = 1.0, tls: ClientTLS | None = None) -> pb.NodeStatus | None:
@@ -131,6 +141,8 @@ class LocalCluster:
         self.insecure = insecure
         self.ca: LocalCA | None = None if insecure else LocalCA.load_or_create(self.root / TLS_DIR)
         self._hosts = sorted({host for n in self.nodes for host in (n.grpc.rsplit(":", 1)[0],)})
+        for n in self.nodes:
+            n.tls = self.client_tls()
 
     # ---- TLS ----------------------------------------------------------------------
     def client_tls(self, identity: str | None = ADMIN) -> ClientTLS:
@@ -264,12 +276,7 @@ class LocalCluster:
         """Status of every running node that answers, except the `exclude`d (e.g. nodes
         known to be stopped with SIGSTOP, which would only time out)."""
         return {n.index: s for n in self.nodes
-                if n.alive and n.index not in exclude and (s := node_status(n.grpc, tls=self.client_tls())) is not None}
-
-    def status_of(self, node: NodeProcess | int, timeout: float = 1.0) -> pb.NodeStatus | None:
-        """One node's status (None when it does not answer), over this cluster's TLS."""
-        node = self.nodes[node] if isinstance(node, int) else node
-        return node_status(node.grpc, timeout, self.client_tls())
+                if n.alive and n.index not in exclude and (s := n.status()) is not None}
 
     def leader(self, timeout: float = 30.0) -> NodeProcess:
         def find() -> NodeProcess | None:

@@ -9,6 +9,7 @@ import pytest
 from agent_client.connection import Connection
 from chaos.controller import ChaosCluster
 from chaos.history import History
+from coordinator import channels
 from tests.support.cluster import FAST, Client
 
 
@@ -34,7 +35,8 @@ class ProxiedClient(Client):
 
 @pytest.fixture
 def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
-    with ChaosCluster(tmp_path / "cluster", 3, settings=FAST, seed=7, history=History()) as c:
+    with ChaosCluster(tmp_path / "cluster", 3, settings=FAST, seed=7, history=History()) as c, \
+            channels.environment(c.client_tls()):  # clients made without settings (ProxiedClient) use it
         c.start_all()
         c.leader()
         yield c

@@ -82,7 +82,7 @@ def test_a_write_waiting_on_a_deposed_leader_is_answered_when_it_steps_down(chao
         request_id="cp-unknown", token=pb.FencingToken(incarnation=1),
         checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=2, kind=pb.BASIC,
                                      blob_uri="file:///blobs/a/2", sha256="c" * 64, size=200))
-    with grpc.insecure_channel(chaos.nodes[old].grpc) as channel:
+    with chaos.nodes[old].channel() as channel:
         with pytest.raises(grpc.RpcError) as err:
             pb_grpc.AgentServiceStub(channel).CommitCheckpoint(request, timeout=8)
     waited = time.monotonic() - started
@@ -170,7 +170,7 @@ def test_redirects_keep_clients_behind_the_proxies(chaos: ChaosCluster) -> None:
     endpoints = chaos.endpoints()
     request = pb.CreateGroupRequest(request_id="cg-r", spec=pb.GroupSpec(group="r", mode=pb.CIC_BCS))
     for follower in others(chaos, leader):
-        with grpc.insecure_channel(endpoints[follower]) as channel:
+        with chaos.client_tls().channel(endpoints[follower]) as channel:
             with pytest.raises(grpc.RpcError) as info:
                 pb_grpc.AdminServiceStub(channel).CreateGroup(request, timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -192,7 +192,7 @@ def test_client_delay_slows_only_that_nodes_link(chaos: ChaosCluster) -> None:
     endpoints = chaos.endpoints()
 
     def round_trip(i: int) -> float:
-        with grpc.insecure_channel(endpoints[i]) as channel:
+        with chaos.client_tls().channel(endpoints[i]) as channel:
             stub = pb_grpc.AdminServiceStub(channel)
             stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)  # connect first
             started = time.monotonic()

@@ -24,12 +24,12 @@ def test_add_then_remove_a_member(tmp_path: Path) -> None:
         assert main(["members", "add", new.raft, "--endpoints", endpoints]) == 0
         client.commit("a", 2)
         digest = cluster.converged(60)
-        assert node_status(new.grpc).content_digest == digest
+        assert new.status().content_digest == digest
         assert main(["members", "remove", new.raft, "--endpoints", endpoints]) == 0
         cluster.stop(3)
         client.commit("a", 3)  # the remaining three still form a majority
         assert client.checkpoints() == [1, 2, 3]
-        wait_for(lambda: all(node_status(n.grpc) for n in cluster.nodes[:3]), "the three remaining nodes")
+        wait_for(lambda: all(n.status() for n in cluster.nodes[:3]), "the three remaining nodes")
 
 
 def test_membership_errors_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
