@@ -20,7 +20,7 @@ from tenacity import (AsyncRetrying, RetryError, Retrying, retry_if_exception, s
 from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY, REASON_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.channels import ClientTLS, resolve
+from coordinator.channels import ClientTLS, handshake_failed, resolve
 
 T = TypeVar("T")
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -30,6 +30,12 @@ BACKOFF = dict(multiplier=0.02, max=0.25)  # a leader election takes ~1 s: poll 
 class CoordinatorUnavailable(Exception):
     """No leader answered within the deadline (the request may or may not have applied;
     retrying it with the same request_id is safe)."""
+
+
+class TLSHandshakeFailed(CoordinatorUnavailable):
+    """The TLS handshake with the node failed: the CA does not match the node's
+    certificate, the node requires a client certificate (or refused this one), or one
+    side speaks plaintext. Not retried: nothing changes by trying again. Nothing was applied."""
 
 
 class Rejected(Exception):
@@ -56,7 +62,7 @@ def issued_now() -> tuple[tuple[str, str], ...]:
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and exc.code() in RETRYABLE
+    return isinstance(exc, grpc.RpcError) and exc.code() in RETRYABLE and not handshake_failed(exc)
 
 
 def _policy(deadline: float) -> dict[str, Any]:
@@ -68,6 +74,9 @@ def _translate(exc: BaseException, what: str) -> Exception:
     if isinstance(exc, RetryError):
         return CoordinatorUnavailable(f"{what}: no leader answered: {exc.last_attempt.exception()}")
     assert isinstance(exc, grpc.RpcError)
+    if handshake_failed(exc):
+        return TLSHandshakeFailed(f"{what}: TLS handshake failed (check the CA file, the client certificate and "
+                                  f"whether the node runs --insecure): {exc.details()}")
     return Rejected(exc.code(), exc.details() or "", parse_reason(_trailer(exc, REASON_METADATA_KEY)))
 
 

@@ -13,6 +13,7 @@ pytest.importorskip("langgraph.checkpoint.conformance")
 from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
 
 from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
+from coordinator import channels  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 from tests.lg_saver.saver_steps import step, thread  # noqa: E402
 from tests.support.cluster import FAST  # noqa: E402
@@ -23,7 +24,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def endpoints(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    with LocalCluster(tmp_path_factory.mktemp("lg") / "cluster", 3, settings=FAST).start_all() as cluster:
+    with LocalCluster(tmp_path_factory.mktemp("lg") / "cluster", 3, settings=FAST).start_all() as cluster, \
+            channels.environment(cluster.client_tls()):  # for the savers here and the second writer's process
         cluster.leader()
         yield [node.grpc for node in cluster.nodes]
 
