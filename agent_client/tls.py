@@ -9,7 +9,7 @@ code both sides share (a node calls its peers with the same rules).
 from __future__ import annotations
 
 from coordinator.channels import CA_FILE_ENV, CERT_FILE_ENV, INSECURE_ENV, KEY_FILE_ENV, SERVER_NAME_ENV, ClientTLS, \
-    ClientTLSError
+    ClientTLSError, environment
 
-__all__ = ["ClientTLS", "ClientTLSError", "CA_FILE_ENV", "CERT_FILE_ENV", "KEY_FILE_ENV", "SERVER_NAME_ENV",
+__all__ = ["ClientTLS", "ClientTLSError", "environment", "CA_FILE_ENV", "CERT_FILE_ENV", "KEY_FILE_ENV", "SERVER_NAME_ENV",
            "INSECURE_ENV"]
