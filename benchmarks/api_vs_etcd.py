@@ -5,8 +5,10 @@ flight on one channel to the leader; ReportDependencies in batches of 100 at 8 a
 time from killing the leader to the next accepted write, over several kills (the
 killed member is restarted and caught up before the next), reporting each and the
 worst. etcd (Debian etcd-server) is installed if missing and possible; otherwise
-its columns are skipped with a message.
-Run: python benchmarks/api_vs_etcd.py [--seconds 3] [--kills 3]
+its columns are skipped with a message. Both sides serve clients over TLS with client
+certificates required (one throw-away CA each; etcd's --client-cert-auth); `--insecure`
+runs both in plaintext instead. Peer (Raft) traffic is plaintext on both sides.
+Run: python benchmarks/api_vs_etcd.py [--seconds 3] [--kills 3] [--insecure]
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_client.connection import Connection  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
+from coordinator.channels import ClientTLS  # noqa: E402
+from coordinator.harness.certs import LocalCA  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster, free_ports, wait_for  # noqa: E402
 
 CONCURRENCY = (1, 32, 128)
@@ -84,14 +88,23 @@ def _raw(channel: grpc.aio.Channel, method: str):
 # ---- clusters -------------------------------------------------------------------
 
 class EtcdCluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, insecure: bool) -> None:
         ports = free_ports(6)
         self.clients = [f"127.0.0.1:{ports[i]}" for i in range(3)]
         peers = [f"http://127.0.0.1:{ports[3 + i]}" for i in range(3)]
         initial = ",".join(f"e{i}={peers[i]}" for i in range(3))
+        scheme, tls_flags = "http", []
+        self.tls = ClientTLS.plaintext()
+        if not insecure:
+            ca = LocalCA.create(root / "etcd-tls")
+            server = ca.server("etcd")
+            scheme, self.tls = "https", ca.client_tls("bench")
+            tls_flags = ["--cert-file", str(server.cert_file), "--key-file", str(server.key_file),
+                         "--client-cert-auth", "--trusted-ca-file", str(ca.ca_file)]
         self.commands = [[
             "etcd", "--name", f"e{i}", "--data-dir", str(root / f"etcd{i}"),
-            "--listen-client-urls", f"http://{self.clients[i]}", "--advertise-client-urls", f"http://{self.clients[i]}",
+            "--listen-client-urls", f"{scheme}://{self.clients[i]}",
+            "--advertise-client-urls", f"{scheme}://{self.clients[i]}", *tls_flags,
             "--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
             "--initial-cluster", initial, "--initial-cluster-state", "new", "--log-level", "error"] for i in range(3)]
         self.logs = [root / f"etcd{i}.log" for i in range(3)]
@@ -107,7 +120,7 @@ class EtcdCluster:
     def status(self, i: int) -> tuple[int, int] | None:
         """(this member's id, the leader's id) from Maintenance/Status."""
         try:
-            with grpc.insecure_channel(self.clients[i]) as ch:
+            with self.tls.channel(self.clients[i]) as ch:
                 raw = ch.unary_unary("/etcdserverpb.Maintenance/Status", request_serializer=lambda b: b,
                                      response_deserializer=lambda b: b)(b"", timeout=1)
         except grpc.RpcError:
@@ -165,9 +178,9 @@ async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) ->
     return {"ops_s": len(latencies) / elapsed, "p50": pct(0.5), "p99": pct(0.99), "ops": len(latencies)}
 
 
-async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
+async def raftpoint_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int) -> dict:
     out = {}
-    async with grpc.aio.insecure_channel(leader) as ch:
+    async with tls.aio_channel(leader) as ch:
         agent, admin = pb_grpc.AgentServiceStub(ch), pb_grpc.AdminServiceStub(ch)
         await admin.CreateGroup(pb.CreateGroupRequest(request_id="bench-g", spec=pb.GroupSpec(
             group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600)))
@@ -195,9 +208,9 @@ async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
     return out
 
 
-async def etcd_cells(leader: str, seconds: float, max_ops: int) -> dict:
+async def etcd_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int) -> dict:
     out = {}
-    async with grpc.aio.insecure_channel(leader) as ch:
+    async with tls.aio_channel(leader) as ch:
         put = _raw(ch, "/etcdserverpb.KV/Put")
         for c in CONCURRENCY:
             out[c] = await run_load(lambda n, i, c=c: (lambda: put(put_request(f"k{c}-{n}-{i}".encode()), timeout=10)),
@@ -210,7 +223,7 @@ def failover_raftpoint(cluster: LocalCluster, kills: int) -> list[float]:
     every node has caught up; `kills` times."""
     times = []
     for k in range(kills):
-        conn = Connection(cluster.endpoints(), deadline=30)
+        conn = Connection(cluster.endpoints(), deadline=30, tls=cluster.client_tls())
         leader = cluster.leader()
         cluster.kill(leader.index)
         started = time.monotonic()
@@ -241,7 +254,7 @@ def _failover_etcd_once(etcd: EtcdCluster, leader: int) -> float:
     def accepted() -> bool:
         for i in survivors:
             try:
-                with grpc.insecure_channel(etcd.clients[i]) as ch:
+                with etcd.tls.channel(etcd.clients[i]) as ch:
                     ch.unary_unary("/etcdserverpb.KV/Put", request_serializer=lambda b: b,
                                    response_deserializer=lambda b: b)(put_request(b"after-kill"), timeout=0.5)
                 return True
@@ -257,24 +270,28 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--max-ops", type=int, default=50_000)
     p.add_argument("--kills", type=int, default=3, help="leader kills for the failover measurement")
+    p.add_argument("--insecure", action="store_true", help="plaintext clients on both sides instead of TLS")
     args = p.parse_args()
     skip = etcd_available()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         root = Path(tmp)
-        with LocalCluster(root / "raftpoint", 3) as cluster:
+        with LocalCluster(root / "raftpoint", 3, insecure=args.insecure) as cluster:
             cluster.start_all()
-            ours = asyncio.run(raftpoint_cells(cluster.leader().grpc, args.seconds, args.max_ops))
+            ours = asyncio.run(raftpoint_cells(cluster.leader().grpc, cluster.client_tls(), args.seconds,
+                                               args.max_ops))
             ours_failover = failover_raftpoint(cluster, args.kills)
         theirs, theirs_failover = {}, None
         if skip is None:
-            etcd = EtcdCluster(root)
+            etcd = EtcdCluster(root, args.insecure)
             try:
                 leader = wait_for(lambda: [etcd.leader()] if etcd.leader() is not None else None, "an etcd leader", 30)
-                theirs = asyncio.run(etcd_cells(etcd.clients[leader[0]], args.seconds, args.max_ops))
+                theirs = asyncio.run(etcd_cells(etcd.clients[leader[0]], etcd.tls, args.seconds, args.max_ops))
                 theirs_failover = failover_etcd(etcd, args.kills)
             finally:
                 etcd.close()
-    print(f"3 members each on 127.0.0.1, {os.cpu_count()} cores, {args.seconds}s per cell, one grpc.aio channel to the leader")
+    security = "plaintext" if args.insecure else "TLS, client certificates required"
+    print(f"3 members each on 127.0.0.1, {os.cpu_count()} cores, {args.seconds}s per cell, one grpc.aio channel to "
+          f"the leader, clients over {security}")
     print(f"{'in flight':>9} | {'raftpoint ops/s':>15} {'p50 ms':>7} {'p99 ms':>7} | {'etcd ops/s':>10} {'p50 ms':>7} "
           f"{'p99 ms':>7} | {'ratio':>5}")
     for c in CONCURRENCY:
