@@ -594,7 +594,8 @@ def check_cert_manager(docs: list[dict]) -> None:
     assert {"server auth", "client auth"} <= set(nodes["usages"])  # nodes call their peers with it
     # Every node's gRPC address, as its own settings derive it, is a name of the certificate.
     sts = one(docs, "StatefulSet", "raftpoint")
-    env = {k: v for k, v in effective_env(docs, coordinator_container(docs)).items() if isinstance(v, str)}
+    env = {k: v for k, v in effective_env(docs, coordinator_container(docs)).items()
+           if isinstance(v, str) and k != "RAFTPOINT_RAFT_PASSWORD_FILE"}
     for i in range(sts["spec"]["replicas"]):
         cfg = node_config.load(env={**env, "RAFTPOINT_POD_NAME": f"raftpoint-{i}", "RAFTPOINT_RAFT_PASSWORD": "x"})
         host = cfg.grpc_address.rsplit(":", 1)[0]
