@@ -8,6 +8,7 @@ import pytest
 from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
 from raftpoint.cli.main import main
 from tests.support.cluster import FAST, Client
+from tests.support.tls import cli_tls
 
 pytestmark = pytest.mark.cluster
 
@@ -21,11 +22,11 @@ def test_add_then_remove_a_member(tmp_path: Path) -> None:
         client.commit("a", 1)
         endpoints = ",".join(n.grpc for n in cluster.nodes[:3])
         new = cluster.start(3, members=[0, 1, 2, 3])
-        assert main(["members", "add", new.raft, "--endpoints", endpoints]) == 0
+        assert main(["members", "add", new.raft, "--endpoints", endpoints, *cli_tls(cluster)]) == 0
         client.commit("a", 2)
         digest = cluster.converged(60)
         assert new.status().content_digest == digest
-        assert main(["members", "remove", new.raft, "--endpoints", endpoints]) == 0
+        assert main(["members", "remove", new.raft, "--endpoints", endpoints, *cli_tls(cluster)]) == 0
         cluster.stop(3)
         client.commit("a", 3)  # the remaining three still form a majority
         assert client.checkpoints() == [1, 2, 3]
@@ -36,5 +37,5 @@ def test_membership_errors_are_reported(tmp_path: Path, capsys: pytest.CaptureFi
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
         cluster.leader()
         endpoints = ",".join(cluster.endpoints())
-        assert main(["members", "remove", "127.0.0.1:1", "--endpoints", endpoints]) == 1
+        assert main(["members", "remove", "127.0.0.1:1", "--endpoints", endpoints, *cli_tls(cluster)]) == 1
         assert "members remove" in capsys.readouterr().err
