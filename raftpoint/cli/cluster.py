@@ -71,6 +71,9 @@ def run_up(args: argparse.Namespace) -> int:
         for n in cluster.nodes:
             print(f"node{n.index}: raft {n.raft}  grpc {n.grpc}  metrics http://{n.metrics}/metrics  pid {n.process.pid}")
         print(f"leader: node{leader.index} ({leader.grpc})")
+        tls = cluster.client_tls()
+        print(f"TLS with a throw-away CA: {tls.ca_file}; admin client certificate {tls.cert_file} "
+              f"(raftpoint status/members/gc --data-dir {args.data_dir} find them)")
         print(f"endpoints written to {args.data_dir / 'endpoints.json'}; Ctrl-C stops the cluster", flush=True)
         return _watch(cluster, stop)
     finally:
