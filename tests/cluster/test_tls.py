@@ -164,3 +164,23 @@ def test_bad_tls_files_stop_the_node_at_start(tmp_path: Path, case: str, words: 
     }[case]
     _one_line_refusal(run_node(tmp_path, "--tls-cert-file", cert, "--tls-key-file", key), 1, *words)
     assert not (tmp_path / "data" / "state").exists()
+
+
+def test_the_kubernetes_probe_checks_health_over_the_nodes_own_tls(node: LocalCluster, tmp_path: Path) -> None:
+    assert node.ca is not None
+    me = node.nodes[0]
+    cert = node.server_certificate(me)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
+    env.update({"RAFTPOINT_RAFT_PASSWORD": "unused", "RAFTPOINT_RAFT_ADDRESS": me.raft,
+                "RAFTPOINT_GRPC_ADDRESS": me.grpc, "RAFTPOINT_METRICS_ADDRESS": me.metrics,
+                "RAFTPOINT_TLS_CERT_FILE": str(cert.cert_file), "RAFTPOINT_TLS_KEY_FILE": str(cert.key_file),
+                "RAFTPOINT_TLS_CLIENT_CA_FILE": str(node.ca.ca_file), "RAFTPOINT_TLS_CLIENT_AUTH": "require"})
+
+    def probe(extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "coordinator.service.probe", *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)
+
+    assert probe({}, "--service", "raftpoint.liveness").returncode == 0
+    stranger = LocalCA.create(tmp_path / "other")
+    refused = probe({"RAFTPOINT_TLS_CLIENT_CA_FILE": str(stranger.ca_file)})
+    assert refused.returncode == 1 and "UNAVAILABLE" in refused.stderr and "Traceback" not in refused.stderr
