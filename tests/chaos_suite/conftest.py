@@ -9,8 +9,8 @@ import pytest
 from agent_client.connection import Connection
 from chaos.controller import ChaosCluster
 from chaos.history import History
-from coordinator import channels
 from tests.support.cluster import FAST, Client
+from tests.support.tls import clients_trust
 
 
 class ProxiedClient(Client):
@@ -36,7 +36,7 @@ class ProxiedClient(Client):
 @pytest.fixture
 def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
     with ChaosCluster(tmp_path / "cluster", 3, settings=FAST, seed=7, history=History()) as c, \
-            channels.environment(c.client_tls()):  # clients made without settings (ProxiedClient) use it
+            clients_trust(c):  # clients made without settings (ProxiedClient) use its CA
         c.start_all()
         c.leader()
         yield c

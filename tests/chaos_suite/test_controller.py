@@ -21,6 +21,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import wait_for
 from tests.chaos_suite.conftest import ProxiedClient
 from tests.support.cluster import FAST
+from tests.support.tls import clients_trust
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 
@@ -240,7 +241,7 @@ def test_disk_hooks_put_data_on_the_disk_and_reach_it(tmp_path: Path) -> None:
         disks[i].mountpoint.mkdir()
         return disks[i]
 
-    with ChaosCluster(tmp_path / "c", 3, settings=FAST, disks=disk) as chaos:
+    with ChaosCluster(tmp_path / "c", 3, settings=FAST, disks=disk) as chaos, clients_trust(chaos):
         chaos.start_all()
         chaos.leader()
         assert all((disks[i].mountpoint / "data" / "raft.journal").exists() for i in range(3))

@@ -1,8 +1,9 @@
 """TLS settings of a harness cluster or in-process coordinator, as command-line flags."""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ContextManager, Protocol
 
+from coordinator import channels
 from coordinator.channels import ClientTLS
 
 
@@ -19,3 +20,10 @@ def cli_tls(server: HasClientTLS, identity: str | None = "admin") -> list[str]:
     if tls.cert_file:
         flags += ["--cert-file", str(tls.cert_file), "--key-file", str(tls.key_file)]
     return flags
+
+
+def clients_trust(server: HasClientTLS) -> ContextManager[None]:
+    """While the block runs, clients made without TLS settings in this process (the chaos
+    workloads' connections, the node sampler) and the processes it starts (agents) find
+    `server`'s CA and admin certificate in RAFTPOINT_CA_FILE etc., as deployed agents do."""
+    return channels.environment(server.client_tls())
