@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["connect", "connect_async"]
+__all__ = ["connect", "connect_async", "ClientTLS"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +18,7 @@ def __getattr__(name: str) -> Any:
     if name == "connect_async":
         from agent_client.aio_session import connect_async
         return connect_async
+    if name == "ClientTLS":
+        from agent_client.tls import ClientTLS
+        return ClientTLS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

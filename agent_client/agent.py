@@ -44,7 +44,7 @@ class AgentClient(ClientBase):
     def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path,
                  **options: Any) -> None:
         super().__init__(group, agent_id, endpoints, blob_store, **options)
-        self.conn = Connection(self.endpoints, deadline=self.deadline, token=self.token)
+        self.conn = Connection(self.endpoints, deadline=self.deadline, token=self.token, tls=self.tls)
         self.stream = (SessionStream(self.conn, self._pushed, self._watch_ended)
                        if self.transport == "session" else None)
         self._lock = threading.RLock()

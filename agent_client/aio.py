@@ -61,7 +61,7 @@ class AsyncAgentClient(ClientBase):
     def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | str | Path,
                  **options: Any) -> None:
         super().__init__(group, agent_id, endpoints, blob_store, **options)
-        self.conn = AsyncConnection(self.endpoints, deadline=self.deadline, token=self.token)
+        self.conn = AsyncConnection(self.endpoints, deadline=self.deadline, token=self.token, tls=self.tls)
         self.stream = (AsyncSessionStream(self.conn, self._pushed, self._watch_ended)
                        if self.transport == "session" else None)
         self._orders: asyncio.Queue[pb.Order] | None = None

@@ -70,14 +70,15 @@ class AsyncGroup:
         self.session, self.name, self.mode = session, name, mode
 
     def agent(self, agent_id: str, *, state: Any = None, **options: Any) -> AsyncAgent:
-        return AsyncAgent(self.name, agent_id, self.session.endpoints, self.session.blob_store, state,
-                          **{"token": self.session.token, **options})
+        options.setdefault("tls", self.session.tls)
+        options.setdefault("token", self.session.token)
+        return AsyncAgent(self.name, agent_id, self.session.endpoints, self.session.blob_store, state, **options)
 
 
 class AsyncRaftpoint(SessionBase):
     def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, **where: Any) -> None:
         super().__init__(endpoints, **where)
-        self.conn = AsyncConnection(self.endpoints, deadline=deadline, token=self.token)
+        self.conn = AsyncConnection(self.endpoints, deadline=deadline, token=self.token, tls=self.tls)
 
     async def group(self, name: str, *, mode: str | None = None, create: bool = False, **spec: Any) -> AsyncGroup:
         if create:

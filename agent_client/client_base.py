@@ -21,6 +21,7 @@ from agent_client.protocol import AgentProtocol
 from agent_client.side_effects import SideEffectLog
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.channels import ClientTLS
 
 log = logging.getLogger("agent_client")
 DELIVERY_LOG = "deliveries.jsonl"
@@ -47,7 +48,7 @@ class ClientBase:
                  deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
                  after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
                  before_ack: Callable[[pb.Order], Any] | None = None, token: str | None = None,
-                 transport: str = "session") -> None:
+                 transport: str = "session", tls: ClientTLS | None = None) -> None:
         """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
         replaces the agent's live state after a rollback order; `on_redeliver(payload,
         sender)` then applies each message the rollback took out of the state and its
@@ -64,12 +65,14 @@ class ClientBase:
         requires one).
         `transport`: "session" (default) carries the agent's calls, keepalives and pushed
         orders on one stream (agent_stream.py); "unary" makes one call per operation,
-        heartbeats as calls and a WatchOrders stream."""
+        heartbeats as calls and a WatchOrders stream. `tls`: the connection's TLS
+        settings (agent_client.connection.Connection; None: from the environment)."""
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         self.transport = transport
         self.endpoints = list(endpoints)
         self.token = token
+        self.tls = tls
         self.deadline, self.background, self.heartbeat_interval = deadline, background, heartbeat_interval
         if isinstance(blob_store, (str, Path)):
             self.blobs: BlobStore = open_blob_store(blob_store, key=aead_key)

@@ -25,6 +25,7 @@ from coordinator.api.metadata import (ISSUED_AT_METADATA_KEY, LEADER_METADATA_KE
                                       RETRY_AFTER_METADATA_KEY, bearer, parse_reason, parse_retry_after)
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS, handshake_failed, resolve
 
 T = TypeVar("T")
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -38,6 +39,12 @@ CHANNEL_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
 class CoordinatorUnavailable(Exception):
     """No leader answered within the deadline (the request may or may not have applied;
     retrying it with the same request_id is safe)."""
+
+
+class TLSHandshakeFailed(CoordinatorUnavailable):
+    """The TLS handshake with the node failed: the CA does not match the node's
+    certificate, the node requires a client certificate (or refused this one), or one
+    side speaks plaintext. Not retried: nothing changes by trying again. Nothing was applied."""
 
 
 class Rejected(Exception):
@@ -93,7 +100,8 @@ def read_token_file(path: str) -> str:
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and (exc.code() in RETRYABLE or overload_hint(exc) is not None)
+    return isinstance(exc, grpc.RpcError) and ((exc.code() in RETRYABLE and not handshake_failed(exc))
+                                                or overload_hint(exc) is not None)
 
 
 _backoff = wait_random_exponential(**BACKOFF)
@@ -115,6 +123,9 @@ def _translate(exc: BaseException, what: str) -> Exception:
     if isinstance(exc, RetryError):
         return CoordinatorUnavailable(f"{what}: no leader answered: {exc.last_attempt.exception()}")
     assert isinstance(exc, grpc.RpcError)
+    if handshake_failed(exc):
+        return TLSHandshakeFailed(f"{what}: TLS handshake failed (check the CA file, the client certificate and "
+                                  f"whether the node runs --insecure): {exc.details()}")
     return Rejected(exc.code(), exc.details() or "", parse_reason(_trailer(exc, REASON_METADATA_KEY)))
 
 
@@ -163,11 +174,18 @@ class _Targets:
 
 
 class Connection(_Targets):
-    """Blocking client; thread-safe (channels are shared, one per node)."""
+    """Blocking client; thread-safe (channels are shared, one per node).
+
+    `tls`: what to trust and which certificate to show (agent_client.tls.ClientTLS);
+    None reads RAFTPOINT_CA_FILE/CERT_FILE/KEY_FILE/INSECURE, and without them
+    connects with TLS and the system's trust store. Plaintext only with
+    ClientTLS.plaintext() (or RAFTPOINT_INSECURE=1), for a node run with --insecure.
+    `token`: the bearer token that names the caller, for nodes that take tokens."""
 
     def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
-                 token: str | None = None) -> None:
+                 token: str | None = None, tls: ClientTLS | None = None) -> None:
         super().__init__(endpoints, token)
+        self.tls = resolve(tls)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.Channel] = {}
@@ -180,7 +198,7 @@ class Connection(_Targets):
         with self._lock:
             channel = self._channels.get(target)
             if channel is None:
-                channel = self._channels[target] = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+                channel = self._channels[target] = self.tls.channel(target, CHANNEL_OPTIONS)
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
@@ -241,11 +259,12 @@ class Connection(_Targets):
 
 class AsyncConnection(_Targets):
     """The asyncio twin of Connection (grpc.aio channels, tenacity's AsyncRetrying).
-    Use from one event loop."""
+    Use from one event loop; `tls` as for Connection."""
 
     def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
-                 token: str | None = None) -> None:
+                 token: str | None = None, tls: ClientTLS | None = None) -> None:
         super().__init__(endpoints, token)
+        self.tls = resolve(tls)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -253,7 +272,7 @@ class AsyncConnection(_Targets):
     def _stub(self, service: str, target: str) -> Any:
         channel = self._channels.get(target)
         if channel is None:
-            channel = self._channels[target] = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            channel = self._channels[target] = self.tls.aio_channel(target, CHANNEL_OPTIONS)
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     async def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:

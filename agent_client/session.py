@@ -26,6 +26,7 @@ from agent_client.connection import Connection, Rejected
 from agent_client.group_spec import GroupNotFound, check_mode, create_request, get_request
 from agent_client.restored import Restored, RestoreKind
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.channels import ClientTLS, resolve
 
 DATA_DIR = ".raftpoint"  # under the working directory unless data_dir= says otherwise
 
@@ -82,9 +83,11 @@ class SessionBase:
     """What both sessions hold besides their connection: endpoints and where agent data goes."""
 
     def __init__(self, endpoints: Sequence[str], *, identity: str | None = None, data_dir: str | Path | None = None,
-                 blob_store: BlobStore | None = None, token: str | None = None) -> None:
+                 blob_store: BlobStore | None = None, token: str | None = None,
+                 tls: ClientTLS | None = None) -> None:
         self.endpoints = list(endpoints)
         self.token = token  # bearer token for every call, the agents' included
+        self.tls = resolve(tls)
         self.identity = identity or default_identity()
         self.blob_store: BlobStore | Path = blob_store if blob_store is not None else agent_data_dir(
             data_dir, self.identity)
@@ -149,8 +152,9 @@ class Group:
     def agent(self, agent_id: str, *, state: Any = None, **options: Any) -> Agent:
         """An agent of this group; `with` starts it (register, restore, pending orders)
         and closes it. `state` is the initial state of a cold start; options go to AgentClient."""
-        return Agent(self.name, agent_id, self.session.endpoints, self.session.blob_store, state,
-                     **{"token": self.session.token, **options})
+        options.setdefault("tls", self.session.tls)
+        options.setdefault("token", self.session.token)
+        return Agent(self.name, agent_id, self.session.endpoints, self.session.blob_store, state, **options)
 
 
 class Raftpoint(SessionBase):
@@ -158,7 +162,7 @@ class Raftpoint(SessionBase):
 
     def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, **where: Any) -> None:
         super().__init__(endpoints, **where)
-        self.conn = Connection(self.endpoints, deadline=deadline, token=self.token)
+        self.conn = Connection(self.endpoints, deadline=deadline, token=self.token, tls=self.tls)
 
     def group(self, name: str, *, mode: str | None = None, create: bool = False, **spec: Any) -> Group:
         """The group `name`; with create=True it is created if missing (mode required;
@@ -186,5 +190,6 @@ def connect(endpoints: Sequence[str] | str, **options: Any) -> Raftpoint:
     """A session with the coordinator at `endpoints` (a list, or one address).
     Options: identity (default: the host name), data_dir (default: ./.raftpoint/<identity>),
     blob_store (instead of a directory), deadline (seconds a call may retry), token (the
-    bearer token the coordinator knows this process by)."""
+    bearer token the coordinator knows this process by), tls (a ClientTLS for the
+    session and its agents; default: from RAFTPOINT_CA_FILE etc.)."""
     return Raftpoint([endpoints] if isinstance(endpoints, str) else endpoints, **options)

@@ -9,7 +9,8 @@ that says what to install instead of an ImportError from deep inside.
 
     from agent_client import connect, testing
 
-    with testing.coordinator() as coordinator, connect(coordinator.address, data_dir=tmp_path) as rp:
+    with testing.coordinator() as coordinator, \
+            connect(coordinator.address, data_dir=tmp_path, tls=coordinator.client_tls()) as rp:
         group = rp.group("team", mode="bcs", create=True)
         with group.agent("planner", state={}) as me:
             ...
@@ -27,9 +28,12 @@ ENTRY_POINT_NAME = "coordinator"
 
 
 class TestCoordinator(Protocol):
-    """What a test may rely on: an address to connect to, and a start/stop lifecycle."""
+    """What a test may rely on: an address to connect to, the TLS settings it takes,
+    and a start/stop lifecycle."""
 
     address: str
+
+    def client_tls(self, identity: str | None = "admin") -> Any: ...
 
     def start(self) -> "TestCoordinator": ...
     def stop(self) -> None: ...

@@ -71,11 +71,11 @@ class Row:
 def commits(coordinator: InProcessCoordinator, location: str, tag: str, size: int, reps: int,
             rng: random.Random, plain_write: Callable[[bytes], object], state_dir: Path) -> Row:
     group = f"{tag}{size}"
-    with Connection([coordinator.address]) as admin:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id=f"cg-{group}", spec=pb.GroupSpec(
             group=group, mode=pb.CIC_BCS, lease_ttl_s=600)))
     puts: list[PutResult] = []
-    client = AgentClient(group, "a", [coordinator.address], location, snapshot=dict, background=False,
+    client = AgentClient(group, "a", [coordinator.address], location, tls=coordinator.client_tls(), snapshot=dict, background=False,
                          after_blob_write=puts.append, state_dir=state_dir / group)
     try:
         client.register()

@@ -87,10 +87,10 @@ def _per_message_local(mode: int, members: list[str], messages: int, log_kind: s
 def per_message_reported(coordinator: InProcessCoordinator, tmp: Path, messages: int, batch: int) -> float:
     """Microseconds per wrap + unwrap with reports over gRPC (the final flush included)."""
     group = f"g{batch}"
-    with Connection([coordinator.address]) as admin:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id=f"cg-{group}", spec=pb.GroupSpec(
             group=group, mode=pb.CIC_BCS, lease_ttl_s=600)))
-    a, b = (AgentClient(group, n, [coordinator.address], tmp / group, snapshot=dict, dependency_batch=batch,
+    a, b = (AgentClient(group, n, [coordinator.address], tmp / group, tls=coordinator.client_tls(), snapshot=dict, dependency_batch=batch,
                         background=False) for n in "ab")
     try:
         a.register()
@@ -108,11 +108,11 @@ def per_message_reported(coordinator: InProcessCoordinator, tmp: Path, messages:
 def checkpoints(coordinator: InProcessCoordinator, tmp: Path, size: int, reps: int,
                 rng: random.Random) -> dict[str, float]:
     group = f"cp{size}"
-    with Connection([coordinator.address]) as admin:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id=f"cg-{group}", spec=pb.GroupSpec(
             group=group, mode=pb.CIC_BCS, lease_ttl_s=600)))
     puts: list[PutResult] = []
-    client = AgentClient(group, "a", [coordinator.address], tmp / group, snapshot=dict, background=False,
+    client = AgentClient(group, "a", [coordinator.address], tmp / group, tls=coordinator.client_tls(), snapshot=dict, background=False,
                          after_blob_write=puts.append)
     try:
         client.register()

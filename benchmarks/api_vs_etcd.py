@@ -6,8 +6,10 @@ streams (one per lane); ReportDependencies in batches of 100 at 8 and 32 in flig
 time from killing the leader to the next accepted write, over several kills (the
 killed member is restarted and caught up before the next), reporting each and the
 worst. etcd (Debian etcd-server) is installed if missing and possible; otherwise
-its columns are skipped with a message.
-Run: python benchmarks/api_vs_etcd.py [--seconds 3] [--kills 3]
+its columns are skipped with a message. Both sides serve clients over TLS with client
+certificates required (one throw-away CA each; etcd's --client-cert-auth); `--insecure`
+runs both in plaintext instead. Peer (Raft) traffic is plaintext on both sides.
+Run: python benchmarks/api_vs_etcd.py [--seconds 3] [--kills 3] [--insecure]
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from agent_client.agent_stream import AsyncSessionStream  # noqa: E402
 from agent_client.connection import AsyncConnection, Connection  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
+from coordinator.channels import ClientTLS  # noqa: E402
+from coordinator.harness.certs import LocalCA  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster, free_ports, wait_for  # noqa: E402
 
 CONCURRENCY = (1, 32, 128)
@@ -86,14 +90,23 @@ def _raw(channel: grpc.aio.Channel, method: str):
 # ---- clusters -------------------------------------------------------------------
 
 class EtcdCluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, insecure: bool) -> None:
         ports = free_ports(6)
         self.clients = [f"127.0.0.1:{ports[i]}" for i in range(3)]
         peers = [f"http://127.0.0.1:{ports[3 + i]}" for i in range(3)]
         initial = ",".join(f"e{i}={peers[i]}" for i in range(3))
+        scheme, tls_flags = "http", []
+        self.tls = ClientTLS.plaintext()
+        if not insecure:
+            ca = LocalCA.create(root / "etcd-tls")
+            server = ca.server("etcd")
+            scheme, self.tls = "https", ca.client_tls("bench")
+            tls_flags = ["--cert-file", str(server.cert_file), "--key-file", str(server.key_file),
+                         "--client-cert-auth", "--trusted-ca-file", str(ca.ca_file)]
         self.commands = [[
             "etcd", "--name", f"e{i}", "--data-dir", str(root / f"etcd{i}"),
-            "--listen-client-urls", f"http://{self.clients[i]}", "--advertise-client-urls", f"http://{self.clients[i]}",
+            "--listen-client-urls", f"{scheme}://{self.clients[i]}",
+            "--advertise-client-urls", f"{scheme}://{self.clients[i]}", *tls_flags,
             "--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
             "--initial-cluster", initial, "--initial-cluster-state", "new", "--log-level", "error"] for i in range(3)]
         self.logs = [root / f"etcd{i}.log" for i in range(3)]
@@ -109,7 +122,7 @@ class EtcdCluster:
     def status(self, i: int) -> tuple[int, int] | None:
         """(this member's id, the leader's id) from Maintenance/Status."""
         try:
-            with grpc.insecure_channel(self.clients[i]) as ch:
+            with self.tls.channel(self.clients[i]) as ch:
                 raw = ch.unary_unary("/etcdserverpb.Maintenance/Status", request_serializer=lambda b: b,
                                      response_deserializer=lambda b: b)(b"", timeout=1)
         except grpc.RpcError:
@@ -148,6 +161,7 @@ def etcd_available() -> str | None:
 
 async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) -> dict:
     latencies: list[float] = []
+    refused = [0]
     end = time.monotonic() + seconds
 
     async def lane(n: int) -> None:
@@ -155,7 +169,17 @@ async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) ->
         while time.monotonic() < end and len(latencies) < max_ops:
             call = make_call(n, i)
             started = time.perf_counter()
-            await call()
+            while True:
+                try:
+                    await call()
+                    break
+                except grpc.aio.AioRpcError as exc:
+                    # 128 in flight is the server's per-connection stream cap: a stream
+                    # opened before an earlier one is fully closed is refused
+                    # (REFUSED_STREAM, never processed) and sent again, inside its latency.
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > end + 10:
+                        raise
+                    refused[0] += 1
             latencies.append(time.perf_counter() - started)
             i += 1
 
@@ -164,7 +188,8 @@ async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) ->
     elapsed = time.perf_counter() - t0
     latencies.sort()
     pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3  # noqa: E731
-    return {"ops_s": len(latencies) / elapsed, "p50": pct(0.5), "p99": pct(0.99), "ops": len(latencies)}
+    return {"ops_s": len(latencies) / elapsed, "p50": pct(0.5), "p99": pct(0.99), "ops": len(latencies),
+            "refused": refused[0]}
 
 
 def commit_request(next_index: dict[int, int], request_id: str, n: int) -> pb.CommitCheckpointRequest:
@@ -175,9 +200,9 @@ def commit_request(next_index: dict[int, int], request_id: str, n: int) -> pb.Co
                                      blob_uri=f"file:///blobs/a{n}/{index}", sha256="ab" * 32, size=4096))
 
 
-async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
+async def raftpoint_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int) -> dict:
     out = {}
-    async with grpc.aio.insecure_channel(leader) as ch:
+    async with tls.aio_channel(leader) as ch:
         agent, admin = pb_grpc.AgentServiceStub(ch), pb_grpc.AdminServiceStub(ch)
         await admin.CreateGroup(pb.CreateGroupRequest(request_id="bench-g", spec=pb.GroupSpec(
             group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600)))
@@ -189,7 +214,7 @@ async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
                 request = commit_request(next_index, f"c{c}-{n}-{i}", n)
                 return lambda: agent.CommitCheckpoint(request, timeout=10)
             out[c] = await run_load(make, c, seconds, max_ops)
-        out["session"] = await session_cells(leader, seconds, max_ops, next_index)
+        out["session"] = await session_cells(leader, tls, seconds, max_ops, next_index)
 
         for c in DEPS_CONCURRENCY:
             def deps(n: int, i: int, c=c):  # ids unique per cell: a repeated one is answered from the dedupe table
@@ -203,10 +228,11 @@ async def raftpoint_cells(leader: str, seconds: float, max_ops: int) -> dict:
     return out
 
 
-async def session_cells(leader: str, seconds: float, max_ops: int, next_index: dict[int, int]) -> dict:
+async def session_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int,
+                        next_index: dict[int, int]) -> dict:
     """The same commits, each lane an agent on its own Session stream (all on one channel)."""
     out = {}
-    conn = AsyncConnection([leader])
+    conn = AsyncConnection([leader], tls=tls)
     streams = [AsyncSessionStream(conn, lambda order: None, lambda code, why: None) for _ in range(max(CONCURRENCY))]
     try:
         for c in CONCURRENCY:
@@ -221,9 +247,9 @@ async def session_cells(leader: str, seconds: float, max_ops: int, next_index: d
     return out
 
 
-async def etcd_cells(leader: str, seconds: float, max_ops: int) -> dict:
+async def etcd_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int) -> dict:
     out = {}
-    async with grpc.aio.insecure_channel(leader) as ch:
+    async with tls.aio_channel(leader) as ch:
         put = _raw(ch, "/etcdserverpb.KV/Put")
         for c in CONCURRENCY:
             out[c] = await run_load(lambda n, i, c=c: (lambda: put(put_request(f"k{c}-{n}-{i}".encode()), timeout=10)),
@@ -236,7 +262,7 @@ def failover_raftpoint(cluster: LocalCluster, kills: int) -> list[float]:
     every node has caught up; `kills` times."""
     times = []
     for k in range(kills):
-        conn = Connection(cluster.endpoints(), deadline=30, token=cluster.token)
+        conn = Connection(cluster.endpoints(), deadline=30, token=cluster.token, tls=cluster.client_tls())
         leader = cluster.leader()
         cluster.kill(leader.index)
         started = time.monotonic()
@@ -267,7 +293,7 @@ def _failover_etcd_once(etcd: EtcdCluster, leader: int) -> float:
     def accepted() -> bool:
         for i in survivors:
             try:
-                with grpc.insecure_channel(etcd.clients[i]) as ch:
+                with etcd.tls.channel(etcd.clients[i]) as ch:
                     ch.unary_unary("/etcdserverpb.KV/Put", request_serializer=lambda b: b,
                                    response_deserializer=lambda b: b)(put_request(b"after-kill"), timeout=0.5)
                 return True
@@ -286,32 +312,37 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=3, help="leader kills for the failover measurement")
     p.add_argument("--in-flight", default="1,32,128",
                    help="CommitCheckpoint/Put concurrencies (one channel carries at most 128 calls)")
+    p.add_argument("--insecure", action="store_true", help="plaintext clients on both sides instead of TLS")
     args = p.parse_args()
     CONCURRENCY = tuple(int(c) for c in args.in_flight.split(","))
     skip = etcd_available()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         root = Path(tmp)
-        with LocalCluster(root / "raftpoint", 3) as cluster:
+        with LocalCluster(root / "raftpoint", 3, insecure=args.insecure) as cluster:
             cluster.start_all()
-            ours = asyncio.run(raftpoint_cells(cluster.leader().grpc, args.seconds, args.max_ops))
+            ours = asyncio.run(raftpoint_cells(cluster.leader().grpc, cluster.client_tls(), args.seconds,
+                                               args.max_ops))
             ours_failover = failover_raftpoint(cluster, args.kills)
         theirs, theirs_failover = {}, None
         if skip is None:
-            etcd = EtcdCluster(root)
+            etcd = EtcdCluster(root, args.insecure)
             try:
                 leader = wait_for(lambda: [etcd.leader()] if etcd.leader() is not None else None, "an etcd leader", 30)
-                theirs = asyncio.run(etcd_cells(etcd.clients[leader[0]], args.seconds, args.max_ops))
+                theirs = asyncio.run(etcd_cells(etcd.clients[leader[0]], etcd.tls, args.seconds, args.max_ops))
                 theirs_failover = failover_etcd(etcd, args.kills)
             finally:
                 etcd.close()
-    print(f"3 members each on 127.0.0.1, {os.cpu_count()} cores, {args.seconds}s per cell, one grpc.aio channel to the leader")
+    security = "plaintext" if args.insecure else "TLS, client certificates required"
+    print(f"3 members each on 127.0.0.1, {os.cpu_count()} cores, {args.seconds}s per cell, one grpc.aio channel to "
+          f"the leader, clients over {security}")
     print(f"{'in flight':>9} | {'raftpoint ops/s':>15} {'p50 ms':>7} {'p99 ms':>7} | {'etcd ops/s':>10} {'p50 ms':>7} "
           f"{'p99 ms':>7} | {'ratio':>5}")
     for c in CONCURRENCY:
         o, t = ours[c], theirs.get(c)
         tail = (f"{t['ops_s']:>10.0f} {t['p50']:>7.2f} {t['p99']:>7.2f} | {o['ops_s'] / t['ops_s']:>5.2f}" if t
                 else f"{'-':>10} {'-':>7} {'-':>7} | {'-':>5}")
-        print(f"{c:>9} | {o['ops_s']:>15.0f} {o['p50']:>7.2f} {o['p99']:>7.2f} | {tail}")
+        print(f"{c:>9} | {o['ops_s']:>15.0f} {o['p50']:>7.2f} {o['p99']:>7.2f} | {tail}"
+              + (f"  (raftpoint streams refused and resent: {o['refused']})" if o["refused"] else ""))
     print(f"{'in flight':>9} | {'session ops/s':>15} {'p50 ms':>7} {'p99 ms':>7} | session/unary ops/s "
           "(CommitCheckpoint, each lane an agent on its own Session stream)")
     for c in CONCURRENCY:

@@ -24,6 +24,7 @@ import grpc  # noqa: E402
 
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
+from coordinator.channels import ClientTLS  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
 HEARTBEAT_PERIOD_S = 0.05
@@ -51,9 +52,9 @@ def build_state(channel: grpc.Channel, reports: int, records: int) -> None:
     agent.Register(pb.RegisterRequest(secret=b"s" * 16, request_id="reg-hb", group="g", agent_id="honest"), timeout=30)
 
 
-def measure(address: str, concurrent: int, seconds: float) -> dict[str, object]:
+def measure(address: str, tls: ClientTLS, concurrent: int, seconds: float) -> dict[str, object]:
     options = [("grpc.max_receive_message_length", MESSAGE_BYTES)]
-    with grpc.insecure_channel(address, options=options) as channel:
+    with tls.channel(address, options=options) as channel:
         admin = pb_grpc.AdminServiceStub(channel)
         started = time.perf_counter()
         admin.WhatIf(pb.WhatIfRequest(group="g", failed=["a0"]), timeout=120)
@@ -63,7 +64,7 @@ def measure(address: str, concurrent: int, seconds: float) -> dict[str, object]:
     refused: list[str] = []
 
     def load() -> None:
-        with grpc.insecure_channel(address, options=options) as channel:
+        with tls.channel(address, options=options) as channel:
             stub = pb_grpc.AdminServiceStub(channel)
             while not stop.is_set():
                 t0 = time.perf_counter()
@@ -78,7 +79,7 @@ def measure(address: str, concurrent: int, seconds: float) -> dict[str, object]:
     for t in threads:
         t.start()
     beats: list[float] = []
-    with grpc.insecure_channel(address) as channel:
+    with tls.channel(address) as channel:
         agent = pb_grpc.AgentServiceStub(channel)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
@@ -107,10 +108,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="heavy-reads-") as tmp, LocalCluster(Path(tmp), 1) as cluster:
         cluster.start_all()
         leader = cluster.leader()
-        with grpc.insecure_channel(leader.grpc) as channel:
+        with leader.channel() as channel:
             build_state(channel, args.reports, args.records)
         result = {"reports": args.reports, "records": args.records, "concurrent": args.concurrent,
-                  **measure(leader.grpc, args.concurrent, args.seconds)}
+                  **measure(leader.grpc, cluster.client_tls(), args.concurrent, args.seconds)}
     print(json.dumps(result))
     return 0
 

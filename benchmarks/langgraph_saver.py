@@ -95,8 +95,10 @@ def savers(tmp: Path) -> Iterator[dict[str, Callable[[], Any]]]:
         yield {
             "InMemorySaver": lambda: InMemorySaver(),
             "SqliteSaver": lambda: sqlite,
-            "raftpoint in-process": lambda: stack.enter_context(RaftpointSaver(in_process.address, tmp / "blobs-ip")),
-            "raftpoint 3 nodes": lambda: stack.enter_context(RaftpointSaver(endpoints, tmp / "blobs-3n")),
+            "raftpoint in-process": lambda: stack.enter_context(RaftpointSaver(in_process.address, tmp / "blobs-ip",
+                                                                                  tls=in_process.client_tls())),
+            "raftpoint 3 nodes": lambda: stack.enter_context(RaftpointSaver(endpoints, tmp / "blobs-3n",
+                                                                             tls=cluster.client_tls())),
         }
 
 

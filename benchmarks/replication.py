@@ -170,6 +170,7 @@ def serve(args: argparse.Namespace) -> None:
     cfg = config.load(env={}, flags={"raft_address": args.raft, "peers": tuple(args.peers.split(",")),
                                      "data_dir": args.data_dir, "raft_password": secrets.token_hex(16), "auto_tick_period": args.tick,
                                      "compaction_min_entries": 1_000_000,
+                                     "insecure": True,  # in-process proposals, no gRPC port
                                      "append_entries_batch": args.batch, "append_entries_period": args.period})
     setup: Callable[[], None] = lambda: None  # noqa: E731
     if args.kind == "ours":

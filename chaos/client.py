@@ -15,6 +15,7 @@ import grpc
 
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected, token_from_env
 from chaos.history import FAIL, INFO, OK, History, Op
+from coordinator.channels import ClientTLS
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.local_cluster import harness_access
 
@@ -68,14 +69,15 @@ class RecordingClient:
     and at most one open operation, as a Jepsen process."""
 
     def __init__(self, history: History, process: str, endpoints: Sequence[str], *,
-                 deadline: float, rpc_timeout: float, token: str | None = None) -> None:
+                 deadline: float, rpc_timeout: float, token: str | None = None,
+                 tls: ClientTLS | None = None) -> None:
         """`token`: default, the admin token of the harness cluster at `endpoints`, else
         the one $RAFTPOINT_TOKEN_FILE names (a cluster someone else runs)."""
         self.history = history
         self.process = process
         access = harness_access(endpoints)
         token = token or (access[0] if access else token_from_env())
-        self.conn = Connection(endpoints, deadline=deadline, rpc_timeout=rpc_timeout, token=token)
+        self.conn = Connection(endpoints, deadline=deadline, rpc_timeout=rpc_timeout, token=token, tls=tls)
 
     def send(self, request: Request, retry_of: int | None = None) -> Outcome:
         """Invoke, call (a unary RPC, or the items a stream yields within its window),

@@ -29,6 +29,7 @@ from chaos.netproxy import LinkStats, NetProxy
 from chaos.network_faults import NetworkFaults
 from chaos.topology import grpc_link_name, raft_links
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.channels import ClientTLS
 from coordinator.harness.local_cluster import LocalCluster, NodeProcess, register_access, wait_for
 
 
@@ -193,6 +194,11 @@ class ChaosCluster:
         self.close()
 
     # ---- observation ------------------------------------------------------------------
+    def client_tls(self, identity: str | None = "admin") -> ClientTLS:
+        """A client's settings for this cluster (LocalCluster.client_tls); the node
+        certificates name 127.0.0.1, so they hold through the proxies."""
+        return self.local.client_tls(identity)
+
     def statuses(self) -> dict[int, pb.NodeStatus]:
         """Status of every running node that answers (paused nodes are not asked)."""
         return self.local.statuses(exclude=self.paused)

@@ -9,6 +9,7 @@ grows, so a run that dies midway still leaves its evidence, and
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -25,6 +26,7 @@ from chaos.nemesis import Injected, Nemesis
 from chaos.report import Report
 from chaos.scenarios import SCENARIOS, Scenario, uses_disks
 from chaos.workloads.metadata import MetadataConfig, MetadataWorkload
+from coordinator import channels
 
 log = logging.getLogger(__name__)
 # Production election settings (coordinator/config.py defaults), but compaction often
@@ -105,8 +107,12 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
                 f"{len(plan)} faults planned" + (f"; planted bug: {config.bug}" if config.bug else ""))
     with History(history_path) as history, ChaosCluster(
             out / "cluster", config.nodes, settings=NODE_SETTINGS, seed=config.seed, history=history,
-            bug=config.bug, disks=disks) as cluster:
+            bug=config.bug, disks=disks) as cluster, contextlib.ExitStack() as stack:
         cluster.start_all()
+        # Every client of the run (the workloads' connections, the sampler, the agent
+        # processes) finds the cluster's CA and a client certificate the way an agent
+        # deployment does: in the RAFTPOINT_* variables.
+        stack.enter_context(channels.environment(cluster.local.client_tls()))
         cluster.leader(LEADER_TIMEOUT_S)
         metadata = MetadataWorkload(history, cluster.endpoints(),
                                     MetadataConfig(duration_s=config.duration_s + TAIL_S, seed=config.seed,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Mapping
 
+from coordinator.channels import CLIENT_ENV
 from coordinator.core import ids
 from coordinator.core.errors import Rejection
 
@@ -27,6 +28,9 @@ CONFIG_ENV = ENV_PREFIX + "CONFIG"
 # library's blob encryption key, the demo agents' planted faults), which may share
 # the node's environment; every other RAFTPOINT_* variable must name a setting.
 FOREIGN_ENV_PREFIXES = (ENV_PREFIX + "AEAD_", ENV_PREFIX + "DEMO_", ENV_PREFIX + "TOKEN_FILE")
+
+
+CLIENT_AUTH_MODES = ("none", "require")
 
 
 class ConfigError(ValueError):
@@ -120,6 +124,19 @@ class NodeConfig:
     grpc_port: int = 50051
     metrics_port: int = 9100
     pod_name: str = ""
+    # TLS on the gRPC port (transport/tls.py): the node's certificate and key (PEM, re-read
+    # when the files change), the CA client certificates are checked against (also
+    # what this node trusts when it calls its peers), and whether clients must show
+    # one: "none" or "require". Without a certificate the node refuses to start unless
+    # `insecure` (plaintext) is set.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    tls_client_auth: str = "none"
+    insecure: bool = False
+    # /metrics over HTTPS with the node's certificate; with tls_client_auth=require the
+    # scraper must show a certificate signed by tls_client_ca_file.
+    metrics_tls: bool = False
 
     # ---- derived -----------------------------------------------------------------
     def peer_list(self) -> list[Peer]:
@@ -173,7 +190,25 @@ class NodeConfig:
             raise ConfigError("max_connections must be between 1 and 1000000")
         if not 1 <= self.max_rpcs <= 1_000_000:
             raise ConfigError("max_rpcs must be between 1 and 1000000")
+        self._validate_tls()
         return self
+
+    def _validate_tls(self) -> None:
+        material = (self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)
+        if self.insecure:
+            if any(material) or self.metrics_tls or self.tls_client_auth != "none":
+                raise ConfigError("insecure (plaintext) and TLS settings exclude each other")
+            return
+        if not (self.tls_cert_file and self.tls_key_file):
+            raise ConfigError("TLS is required: give tls_cert_file and tls_key_file (--tls-cert-file/--tls-key-file "
+                              "or RAFTPOINT_TLS_CERT_FILE/RAFTPOINT_TLS_KEY_FILE), or --insecure for plaintext")
+        if self.tls_client_auth not in CLIENT_AUTH_MODES:
+            raise ConfigError(f"tls_client_auth must be one of {', '.join(CLIENT_AUTH_MODES)}, got "
+                              f"{self.tls_client_auth!r} (grpcio's server cannot ask for a client certificate "
+                              "without requiring one)")
+        if self.tls_client_auth == "require" and not self.tls_client_ca_file:
+            raise ConfigError("tls_client_auth=require needs tls_client_ca_file (the CA client certificates are "
+                              "checked against)")
 
 
 MIN_PASSWORD_CHARS = 16
@@ -278,7 +313,7 @@ def _did_you_mean(name: str, known: Collection[str]) -> str:
 def _refuse_unknown_env(env: Mapping[str, str]) -> None:
     """A misspelled RAFTPOINT_* variable was silently ignored, and the node ran with
     the default the operator meant to change."""
-    known = {CONFIG_ENV, *(ENV_PREFIX + name.upper() for name in _FIELDS)}
+    known = {CONFIG_ENV, *CLIENT_ENV, *(ENV_PREFIX + name.upper() for name in _FIELDS)}
     unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known
                      and not k.startswith(FOREIGN_ENV_PREFIXES))
     if unknown:
@@ -309,8 +344,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         if name in NO_FLAG:
             continue
         flag = "--" + name.replace("_", "-")
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, dest=name, default=None, choices=("true", "false"))
+        if isinstance(f.default, bool):  # `--insecure` alone means true
+            parser.add_argument(flag, dest=name, default=None, nargs="?", const="true", choices=("true", "false"))
         else:
             parser.add_argument(flag, dest=name, default=None, help=f"default: {f.default!r}")
 

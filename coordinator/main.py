@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from coordinator import config
+from coordinator.channels import ClientTLS
 from coordinator.config import ConfigError, NodeConfig
 from coordinator.observability import metrics
 from coordinator.observability.logging import configure_logging
@@ -31,7 +32,9 @@ from coordinator.service.node_server import serve
 from coordinator.api.metadata import bearer
 from coordinator.transport.auth import (INSECURE_WARNING, AuthConfigError, Authorizer, AuthSettings, authorizer_for,
                                         node_token)
+from coordinator.transport import tls as tls_files
 from coordinator.transport.server import ServerLimits
+from coordinator.transport.tls import ServerTLS, TLSMaterialError
 
 log = logging.getLogger("raftpoint.node")
 PROG = "raftpoint coordinator"
@@ -64,8 +67,11 @@ def _stop_diverged(message: str) -> None:
 def authorizer_of(cfg: NodeConfig) -> Authorizer | None:
     """The node's authorizer (None: auth off, announced loudly); raises AuthConfigError
     for settings that would leave the node open or that cannot be read."""
+    tls = ServerTLS.of(cfg)
     authorizer = authorizer_for(AuthSettings(bindings_file=cfg.auth_bindings_file, tokens_file=cfg.auth_tokens_file,
-                                             tls=False, client_certs=False,  # this server speaks plaintext gRPC
+                                             tls=tls is not None,
+                                             # grpcio shows a client certificate only when it requires one
+                                             client_certs=tls is not None and tls.client_auth == "require",
                                              node_token=node_token(cfg.password())))
     if authorizer is None:
         log.warning(INSECURE_WARNING)
@@ -80,26 +86,39 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
         loop.add_signal_handler(sig, stop.set)
     # Before anything is opened: a second node on this data dir or on these ports is
     # refused with the reason, and leaves the first one's state untouched.
+    tls = ServerTLS.of(cfg)
+    if tls is not None:
+        tls_files.load(tls)  # a bad file stops the node here, before anything is opened
     with DataDirLock(cfg.data_dir):
         ports.check_all({"Raft": cfg.raft_address, "gRPC": cfg.grpc_address, "metrics": cfg.metrics_address})
         node = open_node(cfg)
         try:
-            metrics.start_metrics_server(cfg.metrics_address)
-            log.info("node started raft=%s grpc=%s metrics=%s", cfg.raft_address, cfg.grpc_address,
-                     cfg.metrics_address)
+            _start_metrics(cfg, tls)
+            log.info("node started raft=%s grpc=%s metrics=%s tls=%s", cfg.raft_address, cfg.grpc_address,
+                     cfg.metrics_address, "off (--insecure)" if tls is None else f"on, client auth {tls.client_auth}")
             peers = [p.grpc for p in cfg.peer_list()]
+            peer_tls = ClientTLS.plaintext() if tls is None else tls.peer_client()
             peer_credentials = bearer(node_token(cfg.password()))
             audit = asyncio.create_task(digest_audit.run(node, cfg.raft_address, peers, cfg.digest_audit_s, stop,
-                                                         _stop_diverged, peer_credentials)
+                                                         _stop_diverged, peer_tls, peer_credentials)
                                         ) if cfg.digest_audit_s and peers else None
             await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
                         ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs),
-                        authorizer=authorizer)
+                        authorizer=authorizer, tls=tls)
             if audit is not None:
                 await audit
         finally:
             node.close()
             log.info("node stopped")
+
+
+def _start_metrics(cfg: NodeConfig, tls: ServerTLS | None) -> None:
+    if tls is None or not cfg.metrics_tls:
+        metrics.start_metrics_server(cfg.metrics_address)
+        return
+    metrics.start_metrics_server(cfg.metrics_address, certfile=tls.cert_file, keyfile=tls.key_file,
+                                 client_cafile=tls.client_ca_file or None,
+                                 client_auth_required=tls.client_auth == "require")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     except DamagedAtRest as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_DAMAGED
-    except (OSError, JournalFormatError, UnsupportedPysyncobj) as exc:
+    except (OSError, JournalFormatError, UnsupportedPysyncobj, TLSMaterialError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -9,10 +9,12 @@ import sys
 import tempfile
 
 from agent_client import connect, testing
+from agent_client.tls import ClientTLS
 
 
-def run(endpoints: list[str], data_dir: str) -> dict:
-    with connect(endpoints, identity="quickstart", data_dir=data_dir) as rp:
+def run(endpoints: list[str], data_dir: str, tls: ClientTLS | None = None) -> dict:
+    """`tls`: None reads RAFTPOINT_CA_FILE, RAFTPOINT_CERT_FILE and RAFTPOINT_KEY_FILE."""
+    with connect(endpoints, identity="quickstart", data_dir=data_dir, tls=tls) as rp:
         group = rp.group("team", mode="bcs", create=True)
         with group.agent("planner", state={"sent": 0}) as planner, \
                 group.agent("writer", state={"notes": []}) as writer:
@@ -34,4 +36,4 @@ if __name__ == "__main__":
             print(run(sys.argv[1].split(","), data_dir))
         else:
             with testing.coordinator() as coordinator:
-                print(run([coordinator.address], data_dir))
+                print(run([coordinator.address], data_dir, coordinator.client_tls()))

@@ -23,6 +23,7 @@ from langchain_core.runnables import RunnableConfig
 
 from agent_client.blobstore import BlobStore, open_blob_store
 from agent_client.connection import Connection
+from coordinator.channels import ClientTLS
 from agent_client.langgraph.thread_record import StoredCheckpoint, ThreadRecord, Typed, typed_from_json
 from agent_client.langgraph.threads import ThreadStore
 
@@ -45,10 +46,10 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
 
     def __init__(self, endpoints: Sequence[str] | str, blob_store: BlobStore | str | Path, *,
                  group: str = DEFAULT_GROUP, serde: SerializerProtocol | None = None, deadline: float = 30.0,
-                 token: str | None = None) -> None:
+                 token: str | None = None, tls: ClientTLS | None = None) -> None:
         super().__init__(serde=serde)
         self.conn = Connection([endpoints] if isinstance(endpoints, str) else list(endpoints), deadline=deadline,
-                               token=token)
+                               token=token, tls=tls)
         self.blobs: BlobStore = blob_store if not isinstance(blob_store, (str, Path)) else open_blob_store(blob_store)
         self.threads = ThreadStore(self.conn, group, self.blobs)
         self._lock = threading.RLock()

@@ -6,7 +6,13 @@ and epoch timer) on 127.0.0.1, from a single in-memory replica that applies each
 proposal at once: no Raft, no LMDB, nothing to install. Use it as a context manager:
 
     with InProcessCoordinator() as coordinator:
-        client = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=...)
+        client = AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=...,
+                             tls=coordinator.client_tls())
+
+Like a node, it serves TLS, with a throw-away CA made for it (deleted on stop), and
+asks clients for a certificate only with `client_auth="require"`;
+`client_tls(identity)` gives the settings a client needs. `insecure=True` serves
+plaintext.
 
 It runs inside the user's test process, so it writes nothing to the user's stdout or
 stderr unless asked: its log records go to the stdlib loggers "raftpoint" and
@@ -17,10 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import tempfile
 import threading
+from pathlib import Path
 
 import structlog
 
+from coordinator.channels import ClientTLS
+from coordinator.harness.certs import LocalCA
 from coordinator.harness.local_cluster import free_ports, node_status, wait_for
 from coordinator.core.commands import Proposal
 from coordinator.replication.applier import apply_entry_bytes
@@ -113,10 +124,14 @@ class LocalReplica:
 
 class InProcessCoordinator:
     def __init__(self, startup_timeout: float = 10.0, *, verbose: bool = False,
-                 clock: LeaderClock | None = None) -> None:
+                 clock: LeaderClock | None = None, insecure: bool = False, client_auth: str = "none") -> None:
         """`verbose`: the coordinator's log lines to stderr; `clock`: the leader's clock, for
-        tests that step its wall clock."""
+        tests that step its wall clock; `insecure`: plaintext instead of TLS; `client_auth`:
+        "require" refuses clients without a certificate of its CA."""
         route_logs_to_stdlib(verbose)
+        self._tls_dir = None if insecure else Path(tempfile.mkdtemp(prefix="raftpoint-in-process-tls-"))
+        self.ca = None if self._tls_dir is None else LocalCA.create(self._tls_dir)
+        self.client_auth = client_auth
         self.clock = clock
         self.address = f"127.0.0.1:{free_ports(1)[0]}"
         self.replica = LocalReplica(self.address)
@@ -127,23 +142,38 @@ class InProcessCoordinator:
 
     def _run(self) -> None:
         from coordinator.service.node_server import serve  # grpc.aio server, imported where it runs
+        from coordinator.transport.tls import ServerTLS
+
+        tls = None
+        if self.ca is not None:
+            issued = self.ca.server("node")
+            tls = ServerTLS(str(issued.cert_file), str(issued.key_file), str(self.ca.ca_file), self.client_auth)
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            await serve(self.replica, self.address, self._stop, clock=self.clock)
+            await serve(self.replica, self.address, self._stop, clock=self.clock, tls=tls)
 
         asyncio.run(main())
 
     def start(self) -> "InProcessCoordinator":
         self._thread.start()
-        wait_for(lambda: node_status(self.address) is not None, "the in-process coordinator", self._startup_timeout)
+        admin = self.client_tls()
+        wait_for(lambda: node_status(self.address, tls=admin) is not None, "the in-process coordinator",
+                 self._startup_timeout)
         return self
+
+    def client_tls(self, identity: str | None = "admin") -> ClientTLS:
+        """What a client of this coordinator needs: its CA, and a certificate for
+        `identity` (None: none); plaintext settings when it runs insecure."""
+        return ClientTLS.plaintext() if self.ca is None else self.ca.client_tls(identity)
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
+        if self._tls_dir is not None:
+            shutil.rmtree(self._tls_dir, ignore_errors=True)
 
     def __enter__(self) -> "InProcessCoordinator":
         return self.start()

@@ -2,6 +2,9 @@
 
 Shared by `raftpoint cluster up`, the demo, the tests and the benchmarks: every
 wait has a deadline, every process is stopped on close, addresses are 127.0.0.1.
+Nodes serve TLS with certificates of a throw-away CA kept in <root>/tls (ca.crt,
+node<i>.crt, client-<identity>.crt), and require a client certificate from it;
+`client_tls(identity)` gives a client's settings. `insecure=True` runs plaintext.
 """
 from __future__ import annotations
 
@@ -21,10 +24,14 @@ import grpc
 from coordinator.api.metadata import bearer
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS
+from coordinator.harness.certs import Issued, LocalCA
 
 T = TypeVar("T")
 ENDPOINTS_FILE = "endpoints.json"
 PASSWORD_FILE = "raft-password"
+TLS_DIR = "tls"
+ADMIN = "admin"
 
 
 class LayoutMismatch(ValueError):
@@ -61,10 +68,20 @@ class NodeProcess:
     metrics: str
     data_dir: Path
     process: subprocess.Popen | None = None
+    # How an admin client reaches this node (its cluster's CA and admin certificate).
+    tls: ClientTLS | None = None
 
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def channel(self) -> grpc.Channel:
+        """A channel to this node's gRPC port, as the cluster's admin client."""
+        return ClientTLS.from_env().channel(self.grpc) if self.tls is None else self.tls.channel(self.grpc)
+
+    def status(self, timeout: float = 1.0) -> pb.NodeStatus | None:
+        """The node's own status; None when it does not answer."""
+        return node_status(self.grpc, timeout, self.tls)
 
 
 # The admin token (and its file) of each gRPC address of a harness cluster this process
@@ -89,10 +106,14 @@ def credentials_for(grpc_address: str) -> tuple[tuple[str, str], ...]:
     return bearer(access[0] if access else None)
 
 
-def node_status(grpc_address: str, timeout: float = 1.0, token: str | None = None) -> pb.NodeStatus | None:
+def node_status(grpc_address: str, timeout: float = 1.0, tls: ClientTLS | None = None,
+                token: str | None = None) -> pb.NodeStatus | None:
+    """The node's own status; None when it does not answer. `tls`: None reads the
+    environment; `token`: default, the admin token of the harness cluster there."""
+    tls = ClientTLS.from_env() if tls is None else tls
     metadata = bearer(token) if token else credentials_for(grpc_address)
     try:
-        with grpc.insecure_channel(grpc_address) as channel:
+        with tls.channel(grpc_address) as channel:
             return pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=timeout,
                                                                    metadata=metadata).node
     except grpc.RpcError:
@@ -113,7 +134,8 @@ class LocalCluster:
                  password: str | None = None, base_port: int | None = None, hosts: list[str] | None = None,
                  peer_spec: PeerSpec = direct_peer,
                  program: Callable[[int], list[str]] | None = None,
-                 addresses: list[tuple[str, str, str]] | None = None, auth: bool = True) -> None:
+                 addresses: list[tuple[str, str, str]] | None = None, auth: bool = True,
+                 insecure: bool = False) -> None:
         """`base_port`: node i gets raft/grpc/metrics on base+3i, +1, +2 (stable addresses for
         a cluster you talk to by hand); without it, free ports are picked (tests, benchmarks).
 
@@ -124,7 +146,8 @@ class LocalCluster:
         that runs node i with the node's flags after it (e.g. a bug-planting wrapper).
         `addresses[i]`: node i's (raft, grpc, metrics), as recorded by an earlier run
         (see reopen()). `auth`: nodes require a bearer token; `token` is an admin one
-        (write_auth_config), for every client of this cluster."""
+        (write_auth_config), for every client of this cluster. `insecure`: plaintext gRPC
+        (nodes get --insecure) instead of TLS."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.password = password or secrets.token_hex(16)
@@ -151,6 +174,33 @@ class LocalCluster:
         if self.token:
             register_access([n.grpc for n in self.nodes], self.token, self.token_file)
         self.log_files: list = []
+        self.insecure = insecure
+        self.ca: LocalCA | None = None if insecure else LocalCA.load_or_create(self.root / TLS_DIR)
+        self._hosts = sorted({host for n in self.nodes for host in (n.grpc.rsplit(":", 1)[0],)})
+        for n in self.nodes:
+            n.tls = self.client_tls()
+
+    # ---- TLS ----------------------------------------------------------------------
+    def client_tls(self, identity: str | None = ADMIN) -> ClientTLS:
+        """Settings for a client of this cluster: its CA and a certificate for `identity`
+        (None: no client certificate, which these nodes refuse); plaintext if insecure."""
+        return ClientTLS.plaintext() if self.ca is None else self.ca.client_tls(identity)
+
+    def server_certificate(self, node: NodeProcess) -> Issued:
+        """Node's certificate (made on first use): SANs every node's host, 127.0.0.1 and
+        localhost, so a node is reachable under its own address and through a proxy."""
+        assert self.ca is not None
+        cert = self.ca.directory / f"node{node.index}.crt"
+        if cert.exists():
+            return Issued(cert, cert.with_suffix(".key"), 0)
+        return self.ca.server(f"node{node.index}", [node.grpc.rsplit(":", 1)[0], *self._hosts])
+
+    def _tls_flags(self, node: NodeProcess) -> list[str]:
+        if self.ca is None:
+            return ["--insecure"]
+        issued = self.server_certificate(node)
+        return ["--tls-cert-file", str(issued.cert_file), "--tls-key-file", str(issued.key_file),
+                "--tls-client-ca-file", str(self.ca.ca_file), "--tls-client-auth", "require"]
 
     @classmethod
     def reopen(cls, root: Path, size: int, *, base_port: int | None = None) -> "LocalCluster":
@@ -183,7 +233,7 @@ class LocalCluster:
         program = DEFAULT_PROGRAM if self.program is None else self.program(node.index)
         args = [*program, "--raft-address", node.raft,
                 "--grpc-address", node.grpc, "--metrics-address", node.metrics, "--peers", peers,
-                "--data-dir", str(node.data_dir)]
+                "--data-dir", str(node.data_dir), *self._tls_flags(node)]
         for key, value in self.settings.items():
             args += ["--" + key.replace("_", "-"), str(value)]
         return args
@@ -262,7 +312,7 @@ class LocalCluster:
         """Status of every running node that answers, except the `exclude`d (e.g. nodes
         known to be stopped with SIGSTOP, which would only time out)."""
         return {n.index: s for n in self.nodes
-                if n.alive and n.index not in exclude and (s := node_status(n.grpc, token=self.token)) is not None}
+                if n.alive and n.index not in exclude and (s := n.status()) is not None}
 
     def leader(self, timeout: float = 30.0) -> NodeProcess:
         def find() -> NodeProcess | None:
@@ -350,7 +400,9 @@ def write_auth_config(root: Path) -> tuple[dict[str, str], str]:
     if not tokens.exists():
         tokens.write_text(f"# <identity> <sha256 of its bearer token>\nharness-admin {token_hash(token)}\n")
     if not bindings.exists():
-        bindings.write_text('["harness-admin"]\nrole = "admin"\n')
+        # The token's identity, and the common name of the harness's client certificate
+        # (client_tls()): either way a harness client is this cluster's admin.
+        bindings.write_text(f'["harness-admin"]\nrole = "admin"\n\n["{ADMIN}"]\nrole = "admin"\n')
     return {"auth_tokens_file": str(tokens), "auth_bindings_file": str(bindings)}, token
 
 

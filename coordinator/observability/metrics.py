@@ -138,14 +138,20 @@ def update_node_gauges(status: NodeFigures) -> None:
     TICK_LAG.set(status.tick_lag_s)
 
 
-def start_metrics_server(address: str) -> WSGIServer:
+def start_metrics_server(address: str, *, certfile: str | None = None, keyfile: str | None = None,
+                         client_cafile: str | None = None, client_auth_required: bool = False) -> WSGIServer:
     """Serve /metrics on "host:port" (port 0: any free port, see server.server_address).
 
     A separate port from gRPC so scraping works even when the gRPC server is
     overloaded or refusing requests; bound to the given host only, never 0.0.0.0
-    by default. Returns the server so callers (tests) can read the port and
-    shut it down.
+    by default. With `certfile`/`keyfile` it is HTTPS (prometheus-client's own TLS,
+    read once at start), and with `client_auth_required` the scraper must show a
+    certificate signed by `client_cafile`: prometheus-client's server has no basic
+    auth, so a client certificate is how a scrape is authenticated. Returns the
+    server so callers (tests) can read the port and shut it down.
     """
     host, _, port = address.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=REGISTRY)
+    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=REGISTRY,
+                                        certfile=certfile, keyfile=keyfile, client_cafile=client_cafile,
+                                        client_auth_required=client_auth_required)
     return server

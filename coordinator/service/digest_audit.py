@@ -25,6 +25,7 @@ import grpc
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS
 from coordinator.replication.replica import Replica
 from coordinator.service import ticks
 
@@ -55,8 +56,10 @@ def diverged(me: str, samples: Samples, cluster_size: int) -> tuple[int, str] | 
 
 
 async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, stop: asyncio.Event,
-              on_diverged: Callable[[str], None], credentials: tuple[tuple[str, str], ...] = ()) -> None:
-    """`credentials`: call metadata that identifies this node to its peers (their
+              on_diverged: Callable[[str], None], tls: ClientTLS,
+              credentials: tuple[tuple[str, str], ...] = ()) -> None:
+    """`tls`: how this node calls its peers (its own certificate, the cluster's CA);
+    `credentials`: call metadata that identifies this node to its peers (their
     ClusterStatus needs a role when authentication is on)."""
     samples: Samples = {}
     async for _ in ticks.every(period, stop):
@@ -66,7 +69,7 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
             log.warning("digest audit: no digest of this node's store", exc_info=True)
             continue
         record(samples, me, index, digest)
-        for status in await asyncio.gather(*(_ask(peer, credentials) for peer in peers_grpc)):
+        for status in await asyncio.gather(*(_ask(peer, tls, credentials) for peer in peers_grpc)):
             if status is not None:
                 record(samples, status.node, status.digest_index, status.content_digest)
         found = diverged(me, samples, len(peers_grpc) + 1)
@@ -78,9 +81,9 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
             return
 
 
-async def _ask(peer: str, credentials: tuple[tuple[str, str], ...]) -> pb.NodeStatus | None:
+async def _ask(peer: str, tls: ClientTLS, credentials: tuple[tuple[str, str], ...]) -> pb.NodeStatus | None:
     try:
-        async with grpc.aio.insecure_channel(peer) as channel:
+        async with tls.aio_channel(peer) as channel:
             reply = await pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(),
                                                                            timeout=ASK_TIMEOUT_S, metadata=credentials)
             return reply.node

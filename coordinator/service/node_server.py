@@ -16,12 +16,13 @@ from coordinator.service.leases import LeaseTable
 from coordinator.service.stall_watch import StallWatch
 from coordinator.transport import server
 from coordinator.transport.auth import Authorizer
+from coordinator.transport.tls import ServerTLS
 
 
 async def serve(replica: Replica, address: str, stop: asyncio.Event,
                 dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S,
                 limits: server.ServerLimits = server.ServerLimits(), clock: LeaderClock | None = None,
-                authorizer: Authorizer | None = None) -> None:
+                authorizer: Authorizer | None = None, tls: ServerTLS | None = None) -> None:
     """Serve until `stop` is set; raises OSError at once if `address` cannot be bound.
 
     The server stops as soon as `stop` is set, without waiting for a leader-loop
@@ -30,7 +31,7 @@ async def serve(replica: Replica, address: str, stop: asyncio.Event,
     batcher, leases = Batcher(replica, dedupe_window_s, clock), LeaseTable(clock.monotonic)
     admission = server.gate_for(batcher)
     watch = StallWatch(admission, replica.tick_lag_since, leader_loop.PERIOD_S)
-    async with server.running(batcher, leases, address, limits, admission, authorizer):
+    async with server.running(batcher, leases, address, limits, admission, authorizer, tls):
         loop = asyncio.create_task(leader_loop.run(batcher, leases, stop, watch))
         await stop.wait()
     await loop

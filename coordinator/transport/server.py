@@ -26,6 +26,7 @@ from coordinator.transport.membership import JOINING_SERVICE
 from coordinator.transport.order_wakeups import OrderWakeups
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.servicers import AdminServicer, AgentServicer
+from coordinator.transport.tls import ServerTLS
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -111,14 +112,16 @@ def gate_for(batcher: Batcher) -> Admission:
 @contextlib.asynccontextmanager
 async def running(batcher: Batcher, leases: Leases, address: str,
                   limits: ServerLimits = ServerLimits(), admission: Admission | None = None,
-                  authorizer: Authorizer | None = None) -> AsyncIterator[None]:
+                  authorizer: Authorizer | None = None, tls: ServerTLS | None = None) -> AsyncIterator[None]:
     """The gRPC server (and its health reports, and the admission gate's lag
-    measurement) on `address` while the block runs.
+    measurement) on `address` while the block runs; TLS with `tls` (re-read when its
+    files change), plaintext only when it is None.
 
     `authorizer`: who may call what (transport.auth); None only in the insecure
     development mode, where every caller may do anything.
 
-    Raises OSError before the block when the address cannot be bound.
+    Raises OSError before the block when the address cannot be bound, TLSMaterialError
+    when the TLS files do not check out.
     """
     node = batcher.replica
     admission = admission or gate_for(batcher)
@@ -146,7 +149,7 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME], server)
     try:
-        port = server.add_insecure_port(address)
+        port = server.add_insecure_port(address) if tls is None else server.add_secure_port(address, tls.credentials())
     except RuntimeError:  # newer grpc raises where older returned 0
         port = 0
     if port == 0:

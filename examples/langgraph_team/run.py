@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", action="store_true", help="a real 3-node cluster instead of the in-process one")
     args = parser.parse_args(argv)
     from agent_client import testing
+    from agent_client.tls import environment
 
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lg-team-")))
@@ -128,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             cluster = stack.enter_context(LocalCluster(tmp / "cluster", 3).start_all())
             cluster.leader()
             endpoints = ",".join(node.grpc for node in cluster.nodes)
+            tls = cluster.client_tls()
         else:
-            endpoints = stack.enter_context(testing.coordinator()).address
+            coordinator = stack.enter_context(testing.coordinator())
+            endpoints, tls = coordinator.address, coordinator.client_tls()
+        # The agent processes read the CA and their certificate from RAFTPOINT_CA_FILE etc.
+        stack.enter_context(environment(tls))
         reference = run_team("raftpoint, no crash", "raftpoint", tmp / "reference", endpoints, False)
         ours = run_team("raftpoint, crash", "raftpoint", tmp / "ours", endpoints, True)
         stock = run_team("SqliteSaver, crash", "stock", tmp / "stock", "", True)

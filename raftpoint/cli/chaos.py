@@ -16,6 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from coordinator import channels
+from raftpoint.cli import security
+
 CANNOT_RUN = 77
 
 
@@ -43,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--seed", type=int, default=1)
     check.add_argument("--out", type=Path, default=Path("chaos-check"))
     check.add_argument("--json", action="store_true")
+    security.add_flags(check)
     check.set_defaults(func=_check)
 
 
@@ -103,7 +107,13 @@ def _check(args: argparse.Namespace) -> int:
     if not endpoints or not 0 < args.duration <= 24 * 3600:
         print("raftpoint chaos check: give --endpoints and a --duration in (0, 86400]", file=sys.stderr)
         return 2
-    report = runner.check_cluster(endpoints, args.duration, args.seed, args.out)
+    try:
+        tls = security.client_tls(args)
+    except ValueError as exc:
+        print(f"raftpoint chaos check: {exc}", file=sys.stderr)
+        return 2
+    with channels.environment(tls):
+        report = runner.check_cluster(endpoints, args.duration, args.seed, args.out)
     print(report.to_json() if args.json else report.table())
     print(f"{'PASS' if report.ok else 'FAIL'}; history {args.out / runner.HISTORY_FILE}")
     return 0 if report.ok else 1

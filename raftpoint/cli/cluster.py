@@ -73,6 +73,9 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"leader: node{leader.index} ({leader.grpc})")
         if cluster.token:
             print(f"admin token in {cluster.token_file} (pass it with --token-file, or token= in Connection)")
+        tls = cluster.client_tls()
+        print(f"TLS with a throw-away CA: {tls.ca_file}; admin client certificate {tls.cert_file} "
+              f"(raftpoint status/members/gc --data-dir {args.data_dir} find them)")
         print(f"endpoints written to {args.data_dir / 'endpoints.json'}; Ctrl-C stops the cluster", flush=True)
         return _watch(cluster, stop)
     finally:

@@ -30,6 +30,7 @@ from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from chaos.tokens.process import AgentDied, AgentProcess
 from chaos.tokens.traffic import MODES, TokenGroup
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator import channels
 from coordinator.harness.local_cluster import LocalCluster, wait_for
 
 PHASES = {"all": ("coordinated", "bcs"), **{m: (m,) for m in ("coordinated", "bcs", "hmnr")}}
@@ -241,10 +242,11 @@ def run(args: argparse.Namespace) -> int:
         say(f"starting a 3-node coordinator cluster on 127.0.0.1 (data in {root})")
         if blob_location is not None:
             say(f"agents put checkpoint blobs in {blob_location}")
-        with LocalCluster(root / "cluster", 3).start_all() as cluster:
+        with LocalCluster(root / "cluster", 3).start_all() as cluster, \
+                channels.environment(cluster.client_tls()):  # the agent processes read it, as deployed agents do
             leader = cluster.leader()
-            say(f"leader elected: node{leader.index} ({leader.grpc})")
-            with Connection(cluster.endpoints(), token=cluster.token) as conn:
+            say(f"leader elected: node{leader.index} ({leader.grpc}), TLS with a throw-away CA")
+            with Connection(cluster.endpoints(), token=cluster.token, tls=cluster.client_tls()) as conn:
                 for n, name in enumerate(phases):
                     if n:
                         _kill_leader(cluster, conn)

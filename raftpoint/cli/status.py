@@ -4,35 +4,64 @@ from __future__ import annotations
 import argparse
 import sys
 
-from coordinator.harness.local_cluster import node_status
-from raftpoint.cli import target
+import grpc
+
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS, ClientTLSError
+from coordinator.api.metadata import bearer
+from raftpoint.cli import security, target
+
+PROG = "raftpoint status"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("status", help="show role, term and indexes of every node")
     target.add_arguments(parser)
+    security.add_flags(parser)
     parser.set_defaults(func=run)
+
+
+def _ask(endpoint: str, tls: ClientTLS, token: str | None) -> pb.NodeStatus | grpc.RpcError:
+    try:
+        with tls.channel(endpoint) as channel:
+            return pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=2.0,
+                                                                   metadata=bearer(token)).node
+    except grpc.RpcError as err:
+        return err
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         where = target.resolve(args)
     except (OSError, ValueError) as exc:
-        print(f"raftpoint status: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        tls = security.client_tls(args)
+        tls.options()
+        if not tls.insecure:
+            tls.credentials()  # a missing file is named now, not as N unreachable nodes
+    except ClientTLSError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     row = "{:<22} {:<10} {:>5} {:>8} {:>8} {:>8} {:>9} {:>9}  {}"
     print(row.format("node (grpc)", "role", "term", "commit", "applied", "log", "snapshot", "snap age", "digest"))
     leaders = 0
+    errors: list[str] = []
     for endpoint in where.endpoints:
-        s = node_status(endpoint, token=where.token)
-        if s is None:
+        s = _ask(endpoint, tls, where.token)
+        if isinstance(s, grpc.RpcError):
             print(row.format(endpoint, "DOWN", "-", "-", "-", "-", "-", "-", "-"))
+            errors.append(f"{endpoint}: {security.explain(s)}")
             continue
         leaders += s.role == "leader"
         age = f"{s.last_snapshot_age_s:.0f}s" if s.last_snapshot_age_s >= 0 else "-"
         print(row.format(endpoint, s.role, s.term, s.commit_index, s.applied_index, s.log_entries,
                          s.last_snapshot_index, age, s.state_digest[:12]))
     if not leaders:
+        for error in errors:
+            print(f"{PROG}: {error}", file=sys.stderr)
         print("no leader", file=sys.stderr)
         return 1
     return 0

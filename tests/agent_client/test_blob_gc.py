@@ -14,6 +14,7 @@ from agent_client.connection import Connection
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
 from raftpoint.cli.main import main as raftpoint
+from tests.support.tls import cli_tls
 
 
 def state(size: int, seed: int) -> bytes:
@@ -23,11 +24,11 @@ def state(size: int, seed: int) -> bytes:
 def run_agent(coordinator: InProcessCoordinator, location: str, tmp_path: Path, group: str) -> AgentClient:
     """Four checkpoints with retention 1: GarbageCollect keeps the last and its parent
     (an incremental checkpoint's base) and releases the first two."""
-    with Connection([coordinator.address]) as admin:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id=f"cg-{group}", spec=pb.GroupSpec(group=group, mode=pb.CIC_BCS, lease_ttl_s=600, retention=1)))
     live = {"state": b""}
-    agent = AgentClient(group, "a", [coordinator.address], location, snapshot=lambda: live["state"],
+    agent = AgentClient(group, "a", [coordinator.address], location, tls=coordinator.client_tls(), snapshot=lambda: live["state"],
                         state_dir=tmp_path / group)
     agent.register()
     for seed in (1, 2, 3, 4):
@@ -48,7 +49,7 @@ def test_gc_command_deletes_released_checkpoints_on_s3(s3_url: str, tmp_path: Pa
         manifests_before, chunks_before = objects(s3_url)
         assert len(manifests_before) == 4
         # Default grace: the released manifests go, their (young) chunks stay.
-        assert raftpoint(["gc", "--blob-store", s3_url, "--group", "g", "--endpoints", coordinator.address]) == 0
+        assert raftpoint(["gc", "--blob-store", s3_url, "--group", "g", "--endpoints", coordinator.address, *cli_tls(coordinator)]) == 0
         out = capsys.readouterr().out
         assert "group g: the coordinator released 2 checkpoints" in out
         assert "deleted 2 manifests and 0 chunks" in out
@@ -62,7 +63,7 @@ def test_gc_command_deletes_released_checkpoints_on_s3(s3_url: str, tmp_path: Pa
                        for c in store.manifest(store.backend.uri(key)).chunks}
         assert live_chunks < chunks_before
         assert objects(s3_url) == (manifests_after, live_chunks)
-        restarted = AgentClient("g", "a", [coordinator.address], s3_url, snapshot=lambda: b"",
+        restarted = AgentClient("g", "a", [coordinator.address], s3_url, tls=coordinator.client_tls(), snapshot=lambda: b"",
                                 state_dir=tmp_path / "g")
         restarted.register()
         assert restarted.restore().state == state(300_000, 4)
@@ -71,7 +72,7 @@ def test_gc_command_deletes_released_checkpoints_on_s3(s3_url: str, tmp_path: Pa
 def test_gc_library_call_on_a_directory(tmp_path: Path) -> None:
     from agent_client import blob_gc
     location = str(tmp_path / "blobs")
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         run_agent(coordinator, location, tmp_path, "d")
         report = blob_gc.collect(conn, open_blob_store(location), ["d"], grace_s=0)
         assert len(report.released["d"]) == 2 and report.result.manifests_removed == 2
@@ -81,7 +82,7 @@ def test_gc_library_call_on_a_directory(tmp_path: Path) -> None:
 
 def test_gc_fails_before_releasing_anything_when_the_store_is_down(tmp_path: Path, s3_url: str) -> None:
     from agent_client import blob_gc
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         run_agent(coordinator, s3_url, tmp_path, "h")
         down = s3_url.split("?")[0] + "?endpoint=http://127.0.0.1:9&connect_timeout=1&retry_timeout=1&max_retries=1"
         with pytest.raises(BlobStoreUnavailable, match="127.0.0.1:9"):

@@ -32,7 +32,7 @@ def coordinator() -> Iterator[InProcessCoordinator]:
 
 @pytest.fixture
 def admin(coordinator: InProcessCoordinator) -> Iterator[Connection]:
-    with Connection([coordinator.address]) as conn:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         yield conn
 
 
@@ -51,7 +51,7 @@ class Agent:
     def __init__(self, coordinator: InProcessCoordinator, tmp: Path, name: str, **kw: Any) -> None:
         self.state: dict[str, Any] = {"name": name, "got": []}
         self.rollbacks: list[tuple[Any, str]] = []
-        self.client = AgentClient("g", name, [coordinator.address], tmp / "blobs", snapshot=lambda: dict(self.state),
+        self.client = AgentClient("g", name, [coordinator.address], tmp / "blobs", tls=coordinator.client_tls(), snapshot=lambda: dict(self.state),
                                   on_rollback=self._rolled_back, **kw)
         OPEN.append(self.client)
         self.client.register()
@@ -105,9 +105,9 @@ def test_rejected_restores_say_why(coordinator, admin, tmp_path: Path) -> None:
     a.client.checkpoint()
     meta = admin.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g")).checkpoints[0]
     assert a.client.restore(meta).state["big"] == a.state["big"]
-    other_schema = AgentClient("g", "a", [coordinator.address], tmp_path / "blobs", snapshot=dict, schema_version=2,
+    other_schema = AgentClient("g", "a", [coordinator.address], tmp_path / "blobs", tls=coordinator.client_tls(), snapshot=dict, schema_version=2,
                                background=False)
-    other_config = AgentClient("g", "a", [coordinator.address], tmp_path / "blobs", snapshot=dict,
+    other_config = AgentClient("g", "a", [coordinator.address], tmp_path / "blobs", tls=coordinator.client_tls(), snapshot=dict,
                                config={"model": "other"}, background=False)
     assert other_schema.restore(meta).rejected is RejectReason.SCHEMA_MISMATCH
     assert other_config.restore(meta).rejected is RejectReason.CONFIG_MISMATCH
@@ -208,7 +208,7 @@ def test_async_client(coordinator, admin, tmp_path: Path) -> None:
     make_group(admin, pb.CIC_BCS)
 
     async def main() -> Any:
-        async with AsyncAgentClient("g", "x", [coordinator.address], tmp_path / "blobs",
+        async with AsyncAgentClient("g", "x", [coordinator.address], tmp_path / "blobs", tls=coordinator.client_tls(),
                                     snapshot=lambda: {"v": 1}) as client:
             await client.register()
             await client.checkpoint()
@@ -235,7 +235,7 @@ class Holder:
                  **kw: Any) -> None:
         self.name, self.tokens = name, 10
         cls = AsyncAgentClient if aio else AgentClient
-        self.client = cls("g", name, [coordinator.address], tmp / "blobs", snapshot=lambda: {"tokens": self.tokens},
+        self.client = cls("g", name, [coordinator.address], tmp / "blobs", tls=coordinator.client_tls(), snapshot=lambda: {"tokens": self.tokens},
                           on_rollback=self._rolled_back, on_redeliver=self._redelivered, **kw)
         if not aio:
             OPEN.append(self.client)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cluster
 
 def agent(cluster: LocalCluster, tmp_path: Path, name: str, state: dict, **kw) -> AgentClient:
     kw.setdefault("background", False)  # these tests carry out orders by hand
-    client = AgentClient("g", name, cluster.endpoints(), tmp_path / "blobs", token=cluster.token,
+    client = AgentClient("g", name, cluster.endpoints(), tmp_path / "blobs", token=cluster.token, tls=cluster.client_tls(),
                          snapshot=lambda: repr(sorted(state.items())).encode(), **kw)
     client.register()
     return client
@@ -116,7 +116,7 @@ def test_async_client_on_a_cluster_redelivers_after_a_restart(cluster: LocalClus
             def redeliver(payload: bytes, sender: str) -> None:
                 tokens[name] += int(payload)
             return AsyncAgentClient("g", name, cluster.endpoints(), tmp_path / "blobs", members=members,
-                                    token=cluster.token,
+                                    token=cluster.token, tls=cluster.client_tls(),
                                     snapshot=lambda: {"tokens": tokens[name]}, on_redeliver=redeliver)
 
         async with make("a") as a, make("b") as b:

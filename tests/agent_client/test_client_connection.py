@@ -18,18 +18,19 @@ from agent_client.connection import AsyncConnection, Connection, CoordinatorUnav
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS
 from coordinator.harness.local_cluster import free_ports
 
 
 class FakeFollower(pb_grpc.AdminServiceServicer, pb_grpc.AgentServiceServicer):
-    def __init__(self, leader: str, forward_first: bool) -> None:
-        self.leader, self.forward_first = leader, forward_first
+    def __init__(self, leader: str, tls: ClientTLS, forward_first: bool) -> None:
+        self.leader, self.tls, self.forward_first = leader, tls, forward_first
         self.calls = 0
 
     def _redirect(self, service: str, method: str, request, context):
         self.calls += 1
         if self.forward_first and self.calls == 1:
-            with grpc.insecure_channel(self.leader) as channel:
+            with self.tls.channel(self.leader) as channel:
                 stub = getattr(pb_grpc, f"{service}Stub")(channel)
                 getattr(stub, method)(request, timeout=5)  # applied...
         context.set_trailing_metadata((("raftpoint-leader", self.leader),))
@@ -48,13 +49,16 @@ def coordinator() -> Iterator[InProcessCoordinator]:
         yield c
 
 
-def follower(leader: str, forward_first: bool = False) -> tuple[grpc.Server, str, FakeFollower]:
+def follower(leader: InProcessCoordinator, forward_first: bool = False) -> tuple[grpc.Server, str, FakeFollower]:
+    """A follower that redirects to `leader`, with a certificate of the leader's CA."""
     server = grpc.server(futures.ThreadPoolExecutor(4))
-    servicer = FakeFollower(leader, forward_first)
+    servicer = FakeFollower(leader.address, leader.client_tls(), forward_first)
     pb_grpc.add_AdminServiceServicer_to_server(servicer, server)
     pb_grpc.add_AgentServiceServicer_to_server(servicer, server)
     address = f"127.0.0.1:{free_ports(1)[0]}"
-    server.add_insecure_port(address)
+    issued = leader.ca.server("fake-follower")
+    server.add_secure_port(address, grpc.ssl_server_credentials([(issued.key_file.read_bytes(),
+                                                                   issued.cert_file.read_bytes())]))
     server.start()
     return server, address, servicer
 
@@ -64,9 +68,9 @@ def create(rid: str, group: str = "g", mode: int = pb.CIC_BCS) -> pb.CreateGroup
 
 
 def test_follows_the_leader_named_by_a_follower(coordinator: InProcessCoordinator) -> None:
-    server, address, fake = follower(coordinator.address)
+    server, address, fake = follower(coordinator)
     try:
-        with Connection([address]) as conn:
+        with Connection([address], tls=coordinator.client_tls()) as conn:
             resp = conn.call("AdminService", "CreateGroup", create("cg-1"))
             assert resp.group.spec.group == "g" and conn.target == coordinator.address and fake.calls == 1
     finally:
@@ -74,11 +78,11 @@ def test_follows_the_leader_named_by_a_follower(coordinator: InProcessCoordinato
 
 
 def test_a_retried_write_is_applied_once(coordinator: InProcessCoordinator) -> None:
-    with Connection([coordinator.address]) as admin:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
         admin.call("AdminService", "CreateGroup", create("cg-once"))
-    server, address, fake = follower(coordinator.address, forward_first=True)
+    server, address, fake = follower(coordinator, forward_first=True)
     try:
-        with Connection([address]) as conn:
+        with Connection([address], tls=coordinator.client_tls()) as conn:
             register = pb.RegisterRequest(secret=b"s" * 16, request_id="reg-once", group="g", agent_id="a")
             # the forwarded attempt registered the agent; the retry (same id) must not
             # register it again, which would count as a crash and bump the incarnation
@@ -90,7 +94,7 @@ def test_a_retried_write_is_applied_once(coordinator: InProcessCoordinator) -> N
 
 
 def test_rejections_are_not_retried_and_dead_endpoints_time_out(coordinator: InProcessCoordinator) -> None:
-    with Connection([coordinator.address]) as conn:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         with pytest.raises(Rejected) as info:
             conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="r", group="nope", agent_id="a"))
         assert info.value.code == grpc.StatusCode.NOT_FOUND
@@ -100,10 +104,10 @@ def test_rejections_are_not_retried_and_dead_endpoints_time_out(coordinator: InP
 
 
 def test_async_connection_follows_the_leader(coordinator: InProcessCoordinator) -> None:
-    server, address, _ = follower(coordinator.address)
+    server, address, _ = follower(coordinator)
 
     async def main() -> pb.CreateGroupResponse:
-        async with AsyncConnection([address]) as conn:
+        async with AsyncConnection([address], tls=coordinator.client_tls()) as conn:
             return await conn.call("AdminService", "CreateGroup", create("cg-async", group="ga"))
 
     try:
@@ -116,6 +120,6 @@ def test_async_connection_follows_the_leader(coordinator: InProcessCoordinator) 
 def test_real_follower_redirects_to_the_real_leader(cluster) -> None:
     leader = cluster.leader()
     followers = [n.grpc for n in cluster.nodes if n.index != leader.index]
-    with Connection(followers[:1], token=cluster.token) as conn:
+    with Connection(followers[:1], token=cluster.token, tls=cluster.client_tls()) as conn:
         conn.call("AdminService", "CreateGroup", create("cg-real"))
         assert conn.target == leader.grpc

@@ -15,11 +15,15 @@ from agent_client.connection import Connection
 from chaos.tokens.agent import CRASH_ENV
 from chaos.tokens.process import AgentDied, AgentProcess
 from agent_client.testing import InProcessCoordinator
+from coordinator import channels
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.channels import ClientTLS
 
 
-def crash_mid_checkpoint_then_resume(endpoints: list[str], tmp_path: Path, token: str | None = None) -> None:
-    with Connection(endpoints, token=token) as admin:
+def crash_mid_checkpoint_then_resume(endpoints: list[str], tls: ClientTLS, tmp_path: Path,
+                                     token: str | None = None) -> None:
+    # The agent process finds the TLS settings in its environment, as a deployed agent does.
+    with channels.environment(tls), Connection(endpoints, token=token) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="cg-crash", spec=pb.GroupSpec(
             group="g", mode=pb.CIC_BCS, lease_ttl_s=30)))
         agent = AgentProcess("a", group="g", endpoints=endpoints, blob_dir=tmp_path / "blobs",
@@ -48,10 +52,10 @@ def crash_mid_checkpoint_then_resume(endpoints: list[str], tmp_path: Path, token
 
 def test_crash_between_blob_write_and_commit_in_process(tmp_path: Path) -> None:
     with InProcessCoordinator() as coordinator:
-        crash_mid_checkpoint_then_resume([coordinator.address], tmp_path)
+        crash_mid_checkpoint_then_resume([coordinator.address], coordinator.client_tls(), tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_crash_between_blob_write_and_commit_on_a_cluster(cluster, tmp_path: Path) -> None:
-    crash_mid_checkpoint_then_resume(cluster.endpoints(), tmp_path, cluster.token)
+    crash_mid_checkpoint_then_resume(cluster.endpoints(), cluster.client_tls(), tmp_path, cluster.token)

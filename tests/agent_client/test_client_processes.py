@@ -36,7 +36,9 @@ class Agents:
         self.group, self.mode, self.tmp, self.names = group, mode, tmp, names
         self.members = sorted({*names, "elsewhere"})  # a peer that never runs: sends to it stay in flight
         self.endpoints = cluster.endpoints()
-        self.admin = Connection(self.endpoints, token=cluster.token)
+        self.admin = Connection(self.endpoints, token=cluster.token, tls=cluster.client_tls())
+        # The agent processes read their TLS settings from the environment, as deployed agents do.
+        self.env = cluster.client_tls().environment()
         self.admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id=f"cg-{group}", spec=pb.GroupSpec(group=group, mode=mode, lease_ttl_s=30,
                                                         checkpoint_interval_s=3600)))
@@ -45,7 +47,7 @@ class Agents:
 
     def process(self, name: str) -> AgentProcess:
         return AgentProcess(name, group=self.group, endpoints=self.endpoints, blob_dir=self.tmp / "blobs",
-                            log_dir=self.tmp / "logs", members=self.members, tokens=TOKENS)
+                            log_dir=self.tmp / "logs", members=self.members, tokens=TOKENS, env=self.env)
 
     def start(self, name: str, **env: str) -> dict[str, Any]:
         return self.procs[name].spawn(env={CRASH_ENV: "0", CRASH_AFTER_COMMIT_ENV: "0", **env}).reply()

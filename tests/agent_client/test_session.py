@@ -31,7 +31,7 @@ def test_mode_names_cover_every_mode_and_refuse_the_rest() -> None:
 
 
 def test_creating_a_group_without_a_mode_is_refused_and_creates_nothing(coordinator, tmp_path: Path) -> None:
-    with connect(coordinator.address, data_dir=tmp_path) as rp:
+    with connect(coordinator.address, tls=coordinator.client_tls(), data_dir=tmp_path) as rp:
         with pytest.raises(ValueError, match="mode"):
             rp.group("modeless", create=True)
         with pytest.raises(GroupNotFound, match="create=True"):
@@ -53,7 +53,7 @@ def test_the_quickstart_runs_as_written() -> None:
 
 @pytest.mark.slow
 def test_a_rollback_gives_back_the_state_and_the_messages_it_took(coordinator, tmp_path: Path) -> None:
-    with connect(coordinator.address, data_dir=tmp_path) as rp:
+    with connect(coordinator.address, tls=coordinator.client_tls(), data_dir=tmp_path) as rp:
         group = rp.group("rollback", mode="bcs", create=True)
         with group.agent("a", state={"n": 0}) as a, group.agent("b", state={"got": 0}) as b:
             b.checkpoint({"got": 0})
@@ -70,7 +70,7 @@ def test_a_rollback_gives_back_the_state_and_the_messages_it_took(coordinator, t
 
 @pytest.mark.slow
 async def test_the_async_short_path_matches_the_blocking_one(coordinator, tmp_path: Path) -> None:
-    async with connect_async(coordinator.address, data_dir=tmp_path) as rp:
+    async with connect_async(coordinator.address, tls=coordinator.client_tls(), data_dir=tmp_path) as rp:
         group = await rp.group("async-team", mode="uncoordinated", create=True)
         async with group.agent("planner", state={"step": 0}) as me:
             envelope = me.send(b"x", to="writer")  # local: not a coroutine
@@ -85,7 +85,7 @@ async def test_the_async_short_path_matches_the_blocking_one(coordinator, tmp_pa
 def test_the_testing_coordinator_writes_nothing_to_the_users_output() -> None:
     code = ("from agent_client import connect, testing\n"
             "from agent_client.group_spec import GroupNotFound\n"
-            "with testing.coordinator() as c, connect(c.address, data_dir='unused') as rp:\n"
+            "with testing.coordinator() as c, connect(c.address, data_dir='unused', tls=c.client_tls()) as rp:\n"
             "    try:\n"
             "        rp.group('missing')\n"
             "    except GroupNotFound:\n"

@@ -15,16 +15,16 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 
 @pytest.mark.slow
 def test_agents_checkpoint_message_and_recover_in_process(tmp_path: Path) -> None:
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as admin:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
-        with AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=lambda: b"a-state") as a, \
-                AgentClient("g", "b", [coordinator.address], tmp_path, snapshot=lambda: b"b-state") as b:
+        with AgentClient("g", "a", [coordinator.address], tmp_path, tls=coordinator.client_tls(), snapshot=lambda: b"a-state") as a, \
+                AgentClient("g", "b", [coordinator.address], tmp_path, tls=coordinator.client_tls(), snapshot=lambda: b"b-state") as b:
             a.register()
             b.register()
             a.checkpoint()
             assert b.unwrap(a.wrap(b"m", to="b")) == b"m" and b.forced == 1
-            with AgentClient("g", "a", [coordinator.address], tmp_path, snapshot=lambda: b"") as restarted:
+            with AgentClient("g", "a", [coordinator.address], tmp_path, tls=coordinator.client_tls(), snapshot=lambda: b"") as restarted:
                 restarted.register()
                 assert restarted.restore().state == b"a-state"
                 with pytest.raises(Rejected, match="incarnation"):
@@ -42,7 +42,7 @@ def test_the_documented_entry_point_gives_a_working_coordinator() -> None:
     from agent_client import testing
     coordinator = testing.coordinator()
     assert type(coordinator) is testing.InProcessCoordinator
-    with coordinator, Connection([coordinator.address]) as admin:
+    with coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS)))
         assert admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).group.spec.group == "g"

@@ -5,6 +5,7 @@ quickstart against an in-process coordinator served by this (full) environment.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
@@ -46,8 +47,9 @@ def test_the_agent_package_runs_the_quickstart_without_server_dependencies(tmp_p
     with testing.coordinator() as running:
         code = CHECK.format(server_only=SERVER_ONLY, quickstart=str(ROOT / "examples" / "quickstart.py"),
                             address=running.address, data_dir=str(tmp_path / "data"))
+        # The agent-only install finds the CA and its certificate in RAFTPOINT_CA_FILE etc.
         result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120,
-                                cwd=tmp_path)
+                                cwd=tmp_path, env={**os.environ, **running.client_tls().environment()})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{'notes': ['outline the report']}"
 

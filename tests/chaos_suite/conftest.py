@@ -11,6 +11,7 @@ from chaos.controller import ChaosCluster
 from chaos.history import History
 from coordinator.harness.local_cluster import harness_access
 from tests.support.cluster import FAST, Client
+from tests.support.tls import clients_trust
 
 
 class ProxiedClient(Client):
@@ -36,7 +37,8 @@ class ProxiedClient(Client):
 
 @pytest.fixture
 def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
-    with ChaosCluster(tmp_path / "cluster", 3, settings=FAST, seed=7, history=History()) as c:
+    with ChaosCluster(tmp_path / "cluster", 3, settings=FAST, seed=7, history=History()) as c, \
+            clients_trust(c):  # clients made without settings (ProxiedClient) use its CA
         c.start_all()
         c.leader()
         yield c

@@ -32,6 +32,7 @@ from chaos.disk import BLKIO_ROOT, LoopDisk, private_mount_namespace_argv
 from coordinator.harness.local_cluster import LocalCluster, NodeProcess, wait_for
 from tests.support.metrics import scrape
 from tests.support.cluster import FAST, Client
+from tests.support.tls import clients_trust
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO_TIMEOUT_S = 120
@@ -71,6 +72,7 @@ def cluster_on_disks(root: Path, *, skip_fsync: bool = False,
             disk.mount()
             disks.append(disk)
         cluster = stack.enter_context(LocalCluster(root / "cluster", 3, settings=settings, program=program))
+        stack.enter_context(clients_trust(cluster))
         cluster.start_all()
         cluster.leader()
         yield cluster, disks

@@ -23,6 +23,7 @@ from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS
 from chaos.tokens.traffic import Traffic
 from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.chaos_suite.clusters import planted_cluster
+from tests.support.tls import clients_trust
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 LONG = 120.0  # the workload's own bound; the tests stop it as soon as they are done
@@ -99,12 +100,13 @@ def test_a_planted_driver_fault_is_caught_by_its_invariant(shared_cluster: Local
     # Messages held in flight a while, so a crash leaves some whose sends it undoes.
     config = AgentConfig(modes=("bcs",), duration_s=LONG, plant=plant, crash_kinds=("kill",), seed=2,
                          traffic=Traffic(hold_probability=1.0, hold_s=(0.5, 1.5), checkpoint_probability=0.05))
-    wl = AgentWorkload(History(), shared_cluster.endpoints(), tmp_path / "agents", config)
-    try:
-        wl.start()
-        until(wl, chance, random.Random(4))
-    finally:
-        report = Report(wl.finish())
+    with clients_trust(shared_cluster):
+        wl = AgentWorkload(History(), shared_cluster.endpoints(), tmp_path / "agents", config)
+        try:
+            wl.start()
+            until(wl, chance, random.Random(4))
+        finally:
+            report = Report(wl.finish())
     if caught_by is None:
         assert report.ok, report.table()
     else:

@@ -21,6 +21,7 @@ from chaos.scenarios import SCENARIOS
 from raftpoint.cli.chaos import CANNOT_RUN
 from coordinator.harness.local_cluster import LocalCluster
 from tests.support.cluster import FAST
+from tests.support.tls import cli_tls
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +77,8 @@ def test_check_loads_and_checks_a_cluster_someone_else_runs(tmp_path: Path) -> N
     with LocalCluster(tmp_path / "cluster", 3, settings=FAST).start_all() as cluster:
         cluster.leader()
         done = subprocess.run([sys.executable, "-m", "raftpoint.cli.main", "chaos", "check", "--endpoints",
-                               ",".join(cluster.endpoints()), "--duration", "4", "--out", str(tmp_path / "out")],
+                               ",".join(cluster.endpoints()), "--duration", "4", "--out", str(tmp_path / "out"),
+                               *cli_tls(cluster)],
                               capture_output=True, text=True, timeout=120, cwd=ROOT)
     report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
     assert done.returncode == 0 and report["ok"] and report["summary"]["ok"] > 50, done.stdout[-2000:]

@@ -21,6 +21,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import credentials_for, wait_for
 from tests.chaos_suite.conftest import ProxiedClient
 from tests.support.cluster import FAST
+from tests.support.tls import clients_trust
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 
@@ -82,7 +83,7 @@ def test_a_write_waiting_on_a_deposed_leader_is_answered_when_it_steps_down(chao
         request_id="cp-unknown", token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
         checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=2, kind=pb.BASIC,
                                      blob_uri="file:///blobs/a/2", sha256="c" * 64, size=200))
-    with grpc.insecure_channel(chaos.nodes[old].grpc) as channel:
+    with chaos.nodes[old].channel() as channel:
         with pytest.raises(grpc.RpcError) as err:
             pb_grpc.AgentServiceStub(channel).CommitCheckpoint(request, timeout=8,
                                                                metadata=credentials_for(chaos.nodes[old].grpc))
@@ -171,7 +172,7 @@ def test_redirects_keep_clients_behind_the_proxies(chaos: ChaosCluster) -> None:
     endpoints = chaos.endpoints()
     request = pb.CreateGroupRequest(request_id="cg-r", spec=pb.GroupSpec(group="r", mode=pb.CIC_BCS))
     for follower in others(chaos, leader):
-        with grpc.insecure_channel(endpoints[follower]) as channel:
+        with chaos.client_tls().channel(endpoints[follower]) as channel:
             with pytest.raises(grpc.RpcError) as info:
                 pb_grpc.AdminServiceStub(channel).CreateGroup(request, timeout=5,
                                                               metadata=credentials_for(endpoints[follower]))
@@ -194,7 +195,7 @@ def test_client_delay_slows_only_that_nodes_link(chaos: ChaosCluster) -> None:
     endpoints = chaos.endpoints()
 
     def round_trip(i: int) -> float:
-        with grpc.insecure_channel(endpoints[i]) as channel:
+        with chaos.client_tls().channel(endpoints[i]) as channel:
             stub = pb_grpc.AdminServiceStub(channel)
             stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5,
                                metadata=credentials_for(endpoints[i]))  # connect first
@@ -243,7 +244,7 @@ def test_disk_hooks_put_data_on_the_disk_and_reach_it(tmp_path: Path) -> None:
         disks[i].mountpoint.mkdir()
         return disks[i]
 
-    with ChaosCluster(tmp_path / "c", 3, settings=FAST, disks=disk) as chaos:
+    with ChaosCluster(tmp_path / "c", 3, settings=FAST, disks=disk) as chaos, clients_trust(chaos):
         chaos.start_all()
         chaos.leader()
         assert all((disks[i].mountpoint / "data" / "raft.journal").exists() for i in range(3))

@@ -11,11 +11,12 @@ import pytest
 from chaos.controller import ChaosCluster
 from chaos.disk_faults import NoDisks
 from chaos.topology import grpc_link_name
+from tests.support.tls import clients_trust
 
 
 @pytest.fixture
 def unstarted(tmp_path: Path) -> Iterator[ChaosCluster]:
-    with ChaosCluster(tmp_path, 4, bug="no-dedupe") as c:
+    with ChaosCluster(tmp_path, 4, bug="no-dedupe") as c, clients_trust(c):
         yield c
 
 

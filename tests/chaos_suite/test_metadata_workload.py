@@ -14,6 +14,7 @@ from chaos.workloads.metadata import MetadataConfig, MetadataWorkload
 from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.chaos_suite.clusters import planted_cluster
 from tests.support.cluster import FAST
+from tests.support.tls import clients_trust
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 
@@ -47,7 +48,7 @@ def test_metadata_workload_survives_a_leader_kill(tmp_path: Path) -> None:
         cluster.start(victim.index)
         history.heal("kill", node=victim.index)
 
-    with LocalCluster(tmp_path / "cluster", 3, settings=FAST) as cluster:
+    with LocalCluster(tmp_path / "cluster", 3, settings=FAST) as cluster, clients_trust(cluster):
         cluster.start_all()
         report = run(cluster, tmp_path / "history.jsonl", config, kill_the_leader)
     assert report.ok and not report.summary["crashed_processes"], report.table()

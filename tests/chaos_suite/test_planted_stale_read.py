@@ -39,7 +39,7 @@ def test_a_read_served_without_the_barrier_goes_back_in_time(tmp_path: Path, bug
             cluster.signal(node.index, signal.SIGSTOP)
         history.fault("pause", nodes=[leader.index, other.index])
         cluster.start(lagging.index)
-        wait_for(lambda: node_status(lagging.grpc) is not None, "the restarted node to answer", 30)
+        wait_for(lambda: lagging.status() is not None, "the restarted node to answer", 30)
         reader = RecordingClient(history, "reader", [lagging.grpc], deadline=2.0, rpc_timeout=1.0)
         reader.send(ops.get_group("read-2", "g"))
         for node in (leader, other):

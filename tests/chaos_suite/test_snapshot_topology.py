@@ -21,6 +21,7 @@ from chaos.controller import ChaosCluster
 from coordinator.harness.local_cluster import wait_for
 from tests.chaos_suite.conftest import ProxiedClient
 from tests.support.cluster import FAST
+from tests.support.tls import clients_trust
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 
@@ -29,7 +30,7 @@ SETTINGS = {**FAST, "compaction_min_entries": 40, "compaction_min_time": 0.2}
 
 @pytest.fixture
 def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
-    with ChaosCluster(tmp_path / "cluster", 3, settings=SETTINGS, seed=5) as c:
+    with ChaosCluster(tmp_path / "cluster", 3, settings=SETTINGS, seed=5) as c, clients_trust(c):
         c.start_all()
         c.leader()
         yield c

@@ -83,7 +83,7 @@ def world(shared_cluster: LocalCluster) -> World:
     client.call("AgentService", "CommitCheckpoint", commit_req("e-setup-cp-rb-1", "e-rb", "e-rb-a", 1))
     assert client.register("e-rb-a", group="e-rb", rid="e-setup-reg-rb-2").incarnation == 2
     watch = pb.WatchOrdersRequest(group="e-co2", agent_id="e-co2-a", token=tok(1))
-    with Connection(shared_cluster.endpoints(), token=shared_cluster.token) as conn:
+    with Connection(shared_cluster.endpoints(), token=shared_cluster.token, tls=shared_cluster.client_tls()) as conn:
         [order] = wait_for(lambda: conn.collect("AgentService", "WatchOrders", watch, window=0.6),
                            "e-co2-a's checkpoint order")
     return World(order_for_co2_a=order.order_id)
@@ -286,8 +286,8 @@ CASES = [
 ]
 
 
-def call(address: str, c: Case, request, timeout: float = 10.0):
-    with grpc.insecure_channel(address) as channel:
+def call(cluster: LocalCluster, address: str, c: Case, request, timeout: float = 10.0):
+    with cluster.client_tls().channel(address) as channel:
         rpc = getattr(getattr(pb_grpc, f"{c.service}Stub")(channel), c.method)
         result = rpc(request, timeout=timeout, metadata=credentials_for(address))
         return list(result) if c.method == "WatchOrders" else result
@@ -297,7 +297,7 @@ def leader_state_digest(cluster: LocalCluster) -> tuple[str, str]:
     """(leader gRPC address, its domain state digest), once one node leads."""
     def read() -> tuple[str, str] | None:
         leader = cluster.leader()
-        status = node_status(leader.grpc)
+        status = leader.status()
         return (leader.grpc, status.state_digest) if status is not None and status.role == "leader" else None
     return wait_for(read, "the leader's state digest")
 
@@ -317,7 +317,7 @@ def test_refused_with_status_and_reason_and_state_unchanged(shared_cluster: Loca
                                                              c: Case) -> None:
     leader, before = leader_state_digest(shared_cluster)
     with pytest.raises(grpc.RpcError) as info:
-        call(leader, c, c.request(world))
+        call(shared_cluster, leader, c, c.request(world))
     assert info.value.code() == c.code, info.value.details()
     assert c.says in (info.value.details() or ""), info.value.details()
     # The reply comes after the leader applied (and stored) whatever was proposed.
@@ -350,12 +350,12 @@ def test_a_follower_redirects_every_rpc_to_the_leader(shared_cluster: LocalClust
     leader, before = leader_state_digest(shared_cluster)
     leader_node = next(n for n in shared_cluster.nodes if n.grpc == leader)
     follower = next(n for n in shared_cluster.nodes if n.grpc != leader and n.alive)
-    wait_for(lambda: (s := node_status(follower.grpc)) is not None and s.leader == leader_node.raft,
+    wait_for(lambda: (s := follower.status()) is not None and s.leader == leader_node.raft,
              "the follower to know the leader")
     seen = set()
     for service, method, request in valid_requests(world):
         with pytest.raises(grpc.RpcError) as info:
-            call(follower.grpc, Case(method, service, method, lambda w: request, C.UNAVAILABLE, ""), request)
+            call(shared_cluster, follower.grpc, Case(method, service, method, lambda w: request, C.UNAVAILABLE, ""), request)
         assert info.value.code() == C.UNAVAILABLE, (method, info.value.details())
         assert dict(info.value.trailing_metadata())["raftpoint-leader"] == leader, method
         seen.add((service, method))
@@ -373,13 +373,13 @@ def test_deadlines_are_honoured_and_the_server_moves_on(shared_cluster: LocalClu
     leader = next(n for n in shared_cluster.nodes if n.grpc == leader_address)
     # A unary call with a deadline it cannot meet.
     with pytest.raises(grpc.RpcError) as info:
-        call(leader.grpc, case("d", "GetGroup", None, C.OK, ""), pb.GetGroupRequest(group="e-cic"), timeout=0.001)
+        call(shared_cluster, leader.grpc, case("d", "GetGroup", None, C.OK, ""), pb.GetGroupRequest(group="e-cic"), timeout=0.001)
     assert info.value.code() == C.DEADLINE_EXCEEDED
     # A stream that would run for ever ends at its deadline, and the handler behind it
     # ends too (its latency sample is recorded when it returns).
     before = scrape_count(leader.metrics, "WatchOrders")
     started = time.monotonic()
-    with grpc.insecure_channel(leader.grpc) as channel:
+    with leader.channel() as channel:
         with pytest.raises(grpc.RpcError) as info:
             list(pb_grpc.AgentServiceStub(channel).WatchOrders(
                 pb.WatchOrdersRequest(group="e-cic", agent_id="e-a", token=tok()), timeout=0.5,
@@ -388,7 +388,7 @@ def test_deadlines_are_honoured_and_the_server_moves_on(shared_cluster: LocalClu
     wait_for(lambda: scrape_count(leader.metrics, "WatchOrders") > before, "the stream handler to finish", 10)
     # The node still answers promptly.
     started = time.monotonic()
-    reply = call(leader.grpc, case("d", "GetGroup", None, C.OK, ""), pb.GetGroupRequest(group="e-cic"), timeout=5)
+    reply = call(shared_cluster, leader.grpc, case("d", "GetGroup", None, C.OK, ""), pb.GetGroupRequest(group="e-cic"), timeout=5)
     assert reply.group.spec.group == "e-cic" and time.monotonic() - started < 3
 
 
@@ -401,7 +401,7 @@ def test_replicas_agree_after_the_refusals(shared_cluster: LocalCluster, world: 
 def test_a_bad_issued_at_is_refused_naming_the_metadata(shared_cluster: LocalCluster, world: World,
                                                         value: str) -> None:
     leader, before = leader_state_digest(shared_cluster)
-    with grpc.insecure_channel(leader) as channel:
+    with shared_cluster.client_tls().channel(leader) as channel:
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.AdminServiceStub(channel).CreateGroup(
                 pb.CreateGroupRequest(request_id=f"e-issued-{value}", spec=pb.GroupSpec(group="e-issued")),

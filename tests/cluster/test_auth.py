@@ -82,7 +82,9 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("auth") / "cluster"
-    cluster = LocalCluster(root, 3, settings=FAST)
+    # Plaintext: the bearer tokens are what is under test, and on a TLS cluster every
+    # client's certificate would already name it (tests/cluster/test_tls.py covers that).
+    cluster = LocalCluster(root, 3, settings=FAST, insecure=True)
     Path(cluster.settings["auth_bindings_file"]).write_text(BINDINGS)
     tokens_file = Path(cluster.settings["auth_tokens_file"])
     tokens = {"admin": cluster.token, "w1": add_token(tokens_file, "w1"), "eye": add_token(tokens_file, "eye")}

@@ -54,7 +54,7 @@ def refused_then_rebuilt(cluster: LocalCluster, client: Client, node: NodeProces
     assert (node.data_dir / TERM_FILE).exists()
     cluster.start(node.index)
     digest = cluster.converged(60)
-    status = node_status(node.grpc)
+    status = node.status()
     assert status is not None and status.content_digest == digest
     assert client.checkpoints() == list(range(1, writes + 1))
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.mark.slow
 def test_expired_lease_rolls_back_dependents_across_leader_kill(cluster: LocalCluster) -> None:
-    conn = Connection(cluster.endpoints(), deadline=20, token=cluster.token)
+    conn = Connection(cluster.endpoints(), deadline=20, token=cluster.token, tls=cluster.client_tls())
     conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="cg", spec=pb.GroupSpec(
         group="g", mode=pb.CIC_BCS, lease_ttl_s=2.0)))
     a = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="ra", group="g", agent_id="a"))

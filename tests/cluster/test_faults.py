@@ -42,7 +42,7 @@ def test_killed_follower_restarts_and_catches_up(cluster: LocalCluster, client: 
         client.commit("a", i)
     cluster.start(follower.index)
     digest = cluster.converged()
-    assert node_status(follower.grpc).content_digest == digest
+    assert follower.status().content_digest == digest
 
 
 @pytest.mark.slow
@@ -58,18 +58,18 @@ def test_restart_after_compaction_restores_from_our_snapshot(tmp_path: Path) -> 
         for i in range(1, writes + 1):
             client.commit("a", i)
         leader = cluster.leader()
-        wait_for(lambda: (s := node_status(leader.grpc)) is not None and s.last_snapshot_index > 100,
+        wait_for(lambda: (s := leader.status()) is not None and s.last_snapshot_index > 100,
                  "the leader to compact")
-        assert node_status(leader.grpc).log_entries < writes
+        assert leader.status().log_entries < writes
         cluster.start(follower.index)
         digest = cluster.converged(60)
-        assert node_status(follower.grpc).content_digest == digest
+        assert follower.status().content_digest == digest
         snapshot = follower.data_dir / "raft.snapshot"
         with open(snapshot, "rb") as f:
             assert f.read(len(snapshot_file.MAGIC)) == b"RPSNAP\x00\x01"
             f.seek(0)
             assert snapshot_file.read_header(f).applied_index > 100
-        assert node_status(follower.grpc).log_entries < writes
+        assert follower.status().log_entries < writes
         assert client.checkpoints() == list(range(1, writes + 1))
         # A crash now: the follower comes back from its own snapshot file plus journal.
         cluster.restart(follower.index)

@@ -16,6 +16,7 @@ from coordinator.harness.local_cluster import (LocalCluster, NodeProcess, creden
 from raftpoint.cli.main import main
 from tests.support.cluster import FAST, Client
 from tests.support.metrics import scrape
+from tests.support.tls import cli_tls
 
 pytestmark = pytest.mark.cluster
 
@@ -60,17 +61,17 @@ def test_add_then_remove_a_member(tmp_path: Path) -> None:
         client.commit("a", 1)
         endpoints = ",".join(n.grpc for n in cluster.nodes[:3])
         new = cluster.start(3, members=[0, 1, 2, 3])
-        wait_for(lambda: node_status(new.grpc), "the new node's gRPC")
+        wait_for(lambda: new.status(), "the new node's gRPC")
         assert main(["members", "add", new.raft, "--grpc", new.grpc, "--endpoints", endpoints,
-                     "--token-file", str(cluster.token_file)]) == 0
+                     "--token-file", str(cluster.token_file), *cli_tls(cluster)]) == 0
         client.commit("a", 2)
         digest = cluster.converged(60)
-        assert node_status(new.grpc).content_digest == digest
-        assert main(["members", "remove", new.raft, "--endpoints", endpoints, "--token-file", str(cluster.token_file)]) == 0
+        assert new.status().content_digest == digest
+        assert main(["members", "remove", new.raft, "--endpoints", endpoints, "--token-file", str(cluster.token_file), *cli_tls(cluster)]) == 0
         cluster.stop(3)
         client.commit("a", 3)  # the remaining three still form a majority
         assert client.checkpoints() == [1, 2, 3]
-        wait_for(lambda: all(node_status(n.grpc) for n in cluster.nodes[:3]), "the three remaining nodes")
+        wait_for(lambda: all(n.status() for n in cluster.nodes[:3]), "the three remaining nodes")
         leader = cluster.leader()
         for event, member in (("raft.member_added", new.raft), ("raft.member_removed", new.raft)):
             assert any(e["member"] == member for e in log_events(cluster, leader.index, event)), event
@@ -166,5 +167,6 @@ def test_removing_a_node_that_is_not_a_member_is_refused(tmp_path: Path,
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
         cluster.leader()
         endpoints = ",".join(cluster.endpoints())
-        assert main(["members", "remove", "127.0.0.1:1", "--endpoints", endpoints, "--token-file", str(cluster.token_file)]) == 1
+        assert main(["members", "remove", "127.0.0.1:1", "--endpoints", endpoints, "--token-file",
+                     str(cluster.token_file), *cli_tls(cluster)]) == 1
         assert "members remove" in capsys.readouterr().err

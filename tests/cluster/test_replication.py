@@ -81,9 +81,9 @@ def test_invalid_input_is_named_and_never_proposed(shared_cluster: LocalCluster,
 def test_follower_redirects_to_leader(shared_cluster: LocalCluster) -> None:
     leader = shared_cluster.leader()
     follower = next(n for n in shared_cluster.nodes if n.index != leader.index)
-    wait_for(lambda: (s := node_status(follower.grpc)) is not None and s.leader == leader.raft,
+    wait_for(lambda: (s := follower.status()) is not None and s.leader == leader.raft,
              "the follower to know the leader")
-    with grpc.insecure_channel(follower.grpc) as channel:
+    with follower.channel() as channel:
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.AdminServiceStub(channel).CreateGroup(
                 pb.CreateGroupRequest(request_id="f", spec=pb.GroupSpec(group="fol")), timeout=5,
@@ -94,7 +94,7 @@ def test_follower_redirects_to_leader(shared_cluster: LocalCluster) -> None:
 
 def test_every_node_serves_health_and_reflection(shared_cluster: LocalCluster) -> None:
     def serving(address: str) -> bool:
-        with grpc.insecure_channel(address) as channel:
+        with shared_cluster.client_tls().channel(address) as channel:
             try:
                 return health_pb2_grpc.HealthStub(channel).Check(
                     health_pb2.HealthCheckRequest(service="raftpoint.v1.AgentService"), timeout=2
@@ -104,7 +104,7 @@ def test_every_node_serves_health_and_reflection(shared_cluster: LocalCluster) -
 
     for node in shared_cluster.nodes:
         wait_for(lambda: serving(node.grpc), f"node{node.index} to report SERVING")
-    with grpc.insecure_channel(shared_cluster.nodes[0].grpc) as channel:
+    with shared_cluster.nodes[0].channel() as channel:
         replies = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
         names = {s.name for reply in replies for s in reply.list_services_response.service}

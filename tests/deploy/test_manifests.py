@@ -132,15 +132,20 @@ def check_resources(docs: list[dict]) -> None:
             assert 0 < quantity(request) <= quantity(limit), (container["name"], kind, request, limit)
 
 
+PROBE = ["python", "-m", "coordinator.service.probe"]
+
+
 def check_probes(docs: list[dict]) -> None:
     container = coordinator_container(docs)
     readiness = container["readinessProbe"]
-    # grpc.health.v1, service "": SERVING only with a known leader and caught up.
-    assert readiness["grpc"]["port"] == GRPC and not readiness["grpc"].get("service")
+    # grpc.health.v1, service "": SERVING only with a known leader and caught up; over
+    # the node's TLS (kubelet's grpc probe is plaintext), so the probe command.
+    assert readiness["exec"]["command"] == PROBE, readiness
+    assert readiness["timeoutSeconds"] > 2  # a Python start inside the budget
     liveness = container["livenessProbe"]
     # Health says NOT_SERVING without a leader: liveness must not use it, or a cluster
     # that lost quorum would restart itself in a loop; the liveness service does not.
-    assert liveness.get("grpc") == {"port": GRPC, "service": LIVENESS_SERVICE}
+    assert liveness.get("exec", {}).get("command") == [*PROBE, "--service", LIVENESS_SERVICE], liveness
     assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 30
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # store/snapshot load
@@ -287,10 +292,40 @@ def check_config_loads_for_every_pod(docs: list[dict], secret_file: Path) -> Non
         assert cfg.dns_cache_time <= 30 and cfg.leader_fallback_timeout <= 10
 
 
+TLS_SECRET = "raftpoint-tls"
+TLS_FILES = {"RAFTPOINT_TLS_CERT_FILE": "tls.crt", "RAFTPOINT_TLS_KEY_FILE": "tls.key",
+             "RAFTPOINT_TLS_CLIENT_CA_FILE": "ca.crt"}
+
+
+def check_tls_from_secret(docs: list[dict]) -> None:
+    """The node's certificate, key and client CA come from the mounted TLS Secret, as a
+    directory (a subPath mount never sees a renewed certificate), and clients must show one."""
+    env = effective_env(docs, coordinator_container(docs))
+    assert env.get("RAFTPOINT_INSECURE", "false") in ("false", "0", "no")
+    assert env.get("RAFTPOINT_TLS_CLIENT_AUTH") == "require"
+    pod = pod_spec(docs)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for variable, key in TLS_FILES.items():
+        path = env.get(variable)
+        assert isinstance(path, str), f"{variable} is not set"
+        mounts = [m for m in coordinator_container(docs)["volumeMounts"]
+                  if path.startswith(m["mountPath"].rstrip("/") + "/")]
+        assert len(mounts) == 1, (variable, path)
+        mount = mounts[0]
+        assert mount.get("readOnly") is True and "subPath" not in mount, mount
+        secret = volumes[mount["name"]]["secret"]
+        assert secret["secretName"] == TLS_SECRET and not secret.get("optional", False)
+        inside = path[len(mount["mountPath"].rstrip("/")) + 1:]
+        items = {i["path"]: i["key"] for i in secret.get("items", [])} or {key: key}
+        assert items.get(inside) == key, (inside, items)
+        mode = secret.get("defaultMode", 0o644)
+        assert not mode & 0o007, oct(mode)
+
+
 ALL_CHECKS: list[Callable[[list[dict]], None]] = [
     check_statefulset, check_security, check_resources, check_probes, check_replicas_match_config,
     check_config_keys_are_node_settings, check_raft_password_from_secret, check_storage,
-    check_services_and_pdb, check_network_policy,
+    check_services_and_pdb, check_network_policy, check_tls_from_secret,
 ]
 
 
@@ -395,6 +430,13 @@ BREAKAGES: dict[str, Callable[[list[dict]], None]] = {
     "map-larger-than-pvc": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_MAX_MAP_SIZE_MB="1000000"),
     "data-not-on-pvc": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_DATA_DIR="/tmp"),
     "no-anti-affinity": lambda d: pod_spec(d).pop("affinity"),
+    "tls-key-outside-secret": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_TLS_KEY_FILE="/data/tls.key"),
+    "tls-subpath": lambda d: next(m for m in coordinator_container(d)["volumeMounts"] if m["name"] == "tls").update(
+        subPath="tls.crt"),
+    "tls-client-auth-off": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_TLS_CLIENT_AUTH="none"),
+    "liveness-kubelet-grpc": lambda d: coordinator_container(d).update(
+        livenessProbe={"grpc": {"port": GRPC, "service": LIVENESS_SERVICE}, "periodSeconds": 10,
+                       "failureThreshold": 6}),
 }
 
 
@@ -409,7 +451,8 @@ CAUGHT_BY = {  # the check meant to notice each breakage
     "raft-port-in-grpc-rule": _N, "rule-without-ports": _N, "grpc-from-ipblock": _N, "readiness-tcp": _P,
     "liveness-on-health": _P, "root": _X, "writable-root": _X, "init-keeps-capabilities": _X,
     "no-limits": "check_resources", "no-pvc": _D, "map-larger-than-pvc": _D, "data-not-on-pvc": _D,
-    "no-anti-affinity": _S,
+    "no-anti-affinity": _S, "tls-key-outside-secret": "check_tls_from_secret", "tls-subpath": "check_tls_from_secret",
+    "tls-client-auth-off": "check_tls_from_secret", "liveness-kubelet-grpc": _P,
 }
 
 
@@ -532,3 +575,59 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_the_rest() -> None:
                  ".hypothesis/examples", "raftpoint-data/raft.snapshot", "tests/deploy/test_manifests.py",
                  "raftpoint.egg-info/PKG-INFO"]:
         assert _ignored(junk, patterns), f".dockerignore keeps {junk}"
+
+
+# ---- the cert-manager overlay --------------------------------------------------------------
+CERT_MANAGER = "cert-manager"
+
+
+def check_cert_manager(docs: list[dict]) -> None:
+    """The overlay's Certificates: issued by its CA, into the Secret the nodes mount,
+    naming every node's address, usable by nodes both to serve and to call peers."""
+    issuers = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Issuer"}
+    certs = {d["spec"]["secretName"]: d for d in docs if d["kind"] == "Certificate"}
+    for cert in certs.values():  # every Certificate names an Issuer of this overlay
+        assert cert["apiVersion"] == "cert-manager.io/v1" and cert["spec"]["issuerRef"]["name"] in issuers
+    assert certs["raftpoint-ca"]["spec"]["isCA"] is True
+    assert issuers[certs[TLS_SECRET]["spec"]["issuerRef"]["name"]]["spec"]["ca"]["secretName"] == "raftpoint-ca"
+    nodes = certs[TLS_SECRET]["spec"]
+    assert {"server auth", "client auth"} <= set(nodes["usages"])  # nodes call their peers with it
+    # Every node's gRPC address, as its own settings derive it, is a name of the certificate.
+    sts = one(docs, "StatefulSet", "raftpoint")
+    env = {k: v for k, v in effective_env(docs, coordinator_container(docs)).items()
+           if isinstance(v, str) and k != "RAFTPOINT_RAFT_PASSWORD_FILE"}
+    for i in range(sts["spec"]["replicas"]):
+        cfg = node_config.load(env={**env, "RAFTPOINT_POD_NAME": f"raftpoint-{i}", "RAFTPOINT_RAFT_PASSWORD": "x"})
+        host = cfg.grpc_address.rsplit(":", 1)[0]
+        assert any(fnmatch(host, name) and host.count(".") == name.count(".") for name in nodes["dnsNames"]), host
+    assert certs["raftpoint-admin-tls"]["spec"]["usages"] == ["digital signature", "client auth"]
+
+
+def test_cert_manager_overlay_issues_the_secret_the_nodes_mount() -> None:
+    docs = render(CERT_MANAGER)
+    core = [d for d in docs if not d["apiVersion"].startswith("cert-manager.io/")]
+    for check in ALL_CHECKS:
+        check(copy.deepcopy(core))
+    for doc in core:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[0], strict=True)
+    check_cert_manager(docs)
+
+
+def _node_certificate(docs: list[dict]) -> dict:
+    return next(d for d in docs if d["kind"] == "Certificate" and d["metadata"]["name"] == TLS_SECRET)["spec"]
+
+
+@pytest.mark.parametrize("breakage", ["secret-name", "no-client-usage", "fqdn-only", "self-signed-nodes"])
+def test_cert_manager_check_catches(breakage: str) -> None:
+    docs = render(CERT_MANAGER)
+    spec = _node_certificate(docs)
+    if breakage == "secret-name":
+        spec["secretName"] = "elsewhere"
+    elif breakage == "no-client-usage":
+        spec["usages"].remove("client auth")
+    elif breakage == "fqdn-only":
+        spec["dnsNames"] = ["*.raftpoint-peers.default.svc.cluster.local"]
+    else:
+        spec["issuerRef"]["name"] = "raftpoint-selfsigned"
+    with pytest.raises((AssertionError, KeyError)):
+        check_cert_manager(docs)

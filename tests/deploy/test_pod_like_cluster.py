@@ -20,6 +20,7 @@ import pytest
 
 from agent_client.connection import Connection
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.harness.certs import LocalCA
 from coordinator.harness.local_cluster import node_status, wait_for
 from tests.deploy.test_manifests import one, render
 
@@ -45,11 +46,18 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
     secret.write_text("pod-like-cluster-secret\n")
     grpc = {i: f"127.0.0.{11 + i}:{env_from_configmap['RAFTPOINT_GRPC_PORT']}" for i in range(replicas)}
     procs: dict[int, subprocess.Popen] = {}
+    # What the raftpoint-tls Secret would hold: one node certificate naming every pod
+    # (and, for this test's direct dialling, their loopback IPs).
+    ca = LocalCA.create(tmp_path / "tls")
+    node_cert = ca.server("node", [f"*.{HEADLESS}", *(a.rsplit(":", 1)[0] for a in grpc.values())])
+    tls_env = {"RAFTPOINT_TLS_CERT_FILE": str(node_cert.cert_file), "RAFTPOINT_TLS_KEY_FILE": str(node_cert.key_file),
+               "RAFTPOINT_TLS_CLIENT_CA_FILE": str(ca.ca_file)}
+    admin = ca.client_tls("admin")
 
     def start(i: int) -> None:
         env = {**os.environ, **env_from_configmap, "RAFTPOINT_POD_NAME": f"raftpoint-{i}",
                "RAFTPOINT_DATA_DIR": str(tmp_path / f"pvc-{i}"), "RAFTPOINT_RAFT_PASSWORD_FILE": str(secret),
-               "RAFTPOINT_RAFT_MIN_TIMEOUT": env_from_configmap["RAFTPOINT_RAFT_MIN_TIMEOUT"]}
+               "RAFTPOINT_RAFT_MIN_TIMEOUT": env_from_configmap["RAFTPOINT_RAFT_MIN_TIMEOUT"], **tls_env}
         command = f'mount --bind "{hosts}" /etc/hosts && exec "{sys.executable}" -m raftpoint.cli.main coordinator'
         log = open(tmp_path / f"pod-{i}.log", "ab")
         procs[i] = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", command],
@@ -58,7 +66,7 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
     def leader() -> list[int]:
         """[index of the leader], empty while there is none (0 is a valid index)."""
         for i in procs:
-            status = node_status(grpc[i])
+            status = node_status(grpc[i], tls=admin)
             if status is not None and status.role == "leader":
                 return [i]
         return []
@@ -69,7 +77,7 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
         [first] = wait_for(leader, "a leader among the pods", 60, 0.2)
         # Redirects name the leader by its stable name, which only the pods resolve:
         # talk to the leader's IP directly.
-        conn = Connection([grpc[first]], deadline=30)
+        conn = Connection([grpc[first]], deadline=30, tls=admin)
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="pod-g", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=3600)))
         conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="pod-r", group="g", agent_id="a"))
@@ -84,11 +92,11 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
         start(victim)
 
         def healed() -> bool:
-            statuses = [node_status(grpc[i]) for i in range(replicas)]
+            statuses = [node_status(grpc[i], tls=admin) for i in range(replicas)]
             return all(statuses) and len({s.content_digest for s in statuses}) == 1 and \
                 len({s.applied_index for s in statuses}) == 1
         wait_for(healed, "the replaced pod to catch up", 60, 0.2)
-        assert node_status(grpc[victim]).applied_index > 0
+        assert node_status(grpc[victim], tls=admin).applied_index > 0
         conn.close()
     finally:
         for p in procs.values():

@@ -18,7 +18,7 @@ async def test_full_conformance_in_process(tmp_path: Path) -> None:
     with testing.coordinator() as running:
         @checkpointer_test(name="RaftpointSaver-in-process")
         async def saver():
-            with RaftpointSaver(running.address, tmp_path, group=f"lg-{uuid.uuid4().hex[:8]}") as s:
+            with RaftpointSaver(running.address, tmp_path, tls=running.client_tls(), group=f"lg-{uuid.uuid4().hex[:8]}") as s:
                 yield s
 
         report = await validate(saver)

@@ -14,6 +14,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from agent_client import testing  # noqa: E402
 from agent_client.blobstore import LocalBlobStore  # noqa: E402
 from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
+from coordinator import channels  # noqa: E402
 from tests.lg_saver.saver_steps import step, thread  # noqa: E402
 
 
@@ -31,7 +32,8 @@ class CountingStore(LocalBlobStore):
 
 @pytest.fixture(scope="module")
 def address():
-    with testing.coordinator() as running:
+    # The savers below take no tls=: they read the RAFTPOINT_* variables, as a deployed agent does.
+    with testing.coordinator() as running, channels.environment(running.client_tls()):
         yield running.address
 
 

@@ -15,6 +15,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa
 
 from agent_client.connection import TOKEN_FILE_ENV  # noqa: E402
 from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
+from coordinator import channels  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 from tests.lg_saver.saver_steps import step, thread  # noqa: E402
 from tests.support.cluster import FAST  # noqa: E402
@@ -24,8 +25,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path_factory.mktemp("lg") / "cluster", 3, settings=FAST).start_all() as cluster:
+def endpoints(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    with LocalCluster(tmp_path_factory.mktemp("lg") / "cluster", 3, settings=FAST).start_all() as cluster, \
+            channels.environment(cluster.client_tls()):  # for the savers here and the second writer's process
         cluster.leader()
         yield cluster
 

@@ -8,12 +8,15 @@ from coordinator import config
 from coordinator.config import ConfigError
 
 PW = "a-test-password-of-some-length"
+# These tests are about other settings: they run the node plaintext, explicitly (TLS
+# settings have their own tests at the end).
+PLAIN = {"RAFTPOINT_INSECURE": "1"}
 
 
 def test_priority_defaults_file_env_flags(tmp_path: Path) -> None:
     toml = tmp_path / "node.toml"
     toml.write_text('raft_password = "from-the-toml-file"\nauto_tick_period = 0.02\nleader_fallback_timeout = 3.0\n')
-    env = {"RAFTPOINT_AUTO_TICK_PERIOD": "0.01", "RAFTPOINT_PEERS": "127.0.0.1:7001,127.0.0.1:7002=127.0.0.1:6000"}
+    env = {**PLAIN, "RAFTPOINT_AUTO_TICK_PERIOD": "0.01", "RAFTPOINT_PEERS": "127.0.0.1:7001,127.0.0.1:7002=127.0.0.1:6000"}
     cfg = config.load(str(toml), env=env, flags={"leader_fallback_timeout": 1.5})
     assert cfg.raft_password == "from-the-toml-file"
     assert cfg.auto_tick_period == 0.01
@@ -31,7 +34,7 @@ def test_password_is_required() -> None:
 def test_password_file(tmp_path: Path) -> None:
     secret = tmp_path / "pw"
     secret.write_text("s3cret-from-a-file\n")
-    assert config.load(env={"RAFTPOINT_RAFT_PASSWORD_FILE": str(secret)}).password() == "s3cret-from-a-file"
+    assert config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD_FILE": str(secret)}).password() == "s3cret-from-a-file"
 
 
 @pytest.mark.parametrize("env, message", [
@@ -43,7 +46,7 @@ def test_password_file(tmp_path: Path) -> None:
 ])
 def test_bad_values_are_named(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW, **env})
+        config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, **env})
 
 
 def test_unknown_file_setting_is_rejected_with_a_suggestion(tmp_path: Path) -> None:
@@ -54,7 +57,7 @@ def test_unknown_file_setting_is_rejected_with_a_suggestion(tmp_path: Path) -> N
 
 
 def test_statefulset_identity_from_pod_name() -> None:
-    env = {"RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_STATEFULSET_REPLICAS": "3",
+    env = {**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_STATEFULSET_REPLICAS": "3",
            "RAFTPOINT_HEADLESS_SERVICE": "rp-peers.ns.svc.cluster.local", "RAFTPOINT_POD_NAME": "rp-1"}
     cfg = config.load(env=env)
     assert cfg.raft_address == "rp-1.rp-peers.ns.svc.cluster.local:7000"
@@ -68,19 +71,45 @@ def test_statefulset_identity_from_pod_name() -> None:
 
 def test_a_misspelled_variable_is_refused_with_a_suggestion() -> None:
     with pytest.raises(ConfigError, match="'RAFTPOINT_DNS_CACHE_TIMES' \\(did you mean 'RAFTPOINT_DNS_CACHE_TIME'"):
-        config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_DNS_CACHE_TIMES": "5"})
+        config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_DNS_CACHE_TIMES": "5"})
 
 
 def test_variables_of_the_agent_library_are_not_the_nodes_to_refuse() -> None:
-    assert config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_AEAD_KEY": "k"}).raft_password == PW
+    assert config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_AEAD_KEY": "k"}).raft_password == PW
 
 
 
 def test_connection_and_call_limits_are_settings_with_bounds() -> None:
-    cfg = config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_CONNECTIONS": "10"})
+    cfg = config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_CONNECTIONS": "10"})
     assert cfg.max_connections == 10
     with pytest.raises(ConfigError, match="max_rpcs must be between 1"):
-        config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_RPCS": "0"})
+        config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_RPCS": "0"})
+
+
+def test_tls_or_an_explicit_insecure_is_required() -> None:
+    with pytest.raises(ConfigError, match="TLS is required.*--insecure"):
+        config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW})
+    assert config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW}, flags={"insecure": "true"}).insecure
+    cfg = config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_TLS_CERT_FILE": "n.crt",
+                           "RAFTPOINT_TLS_KEY_FILE": "n.key"})
+    assert (cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_auth) == ("n.crt", "n.key", "none")
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"RAFTPOINT_TLS_CLIENT_AUTH": "require"}, "needs tls_client_ca_file"),
+    ({"RAFTPOINT_TLS_CLIENT_AUTH": "optional"}, "cannot ask for a client certificate without requiring"),
+    ({"RAFTPOINT_INSECURE": "1"}, "exclude each other"),
+])
+def test_tls_settings_that_cannot_work_are_refused(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config.load(env={"RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_TLS_CERT_FILE": "n.crt",
+                         "RAFTPOINT_TLS_KEY_FILE": "n.key", **extra})
+
+
+def test_client_tls_variables_may_share_the_nodes_environment() -> None:
+    env = {**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_CA_FILE": "ca.crt", "RAFTPOINT_CERT_FILE": "c.crt",
+           "RAFTPOINT_KEY_FILE": "c.key", "RAFTPOINT_SERVER_NAME": "n"}
+    assert config.load(env=env).insecure
 
 
 @pytest.mark.parametrize("password, message", [
@@ -91,11 +120,11 @@ def test_connection_and_call_limits_are_settings_with_bounds() -> None:
 ])
 def test_weak_raft_passwords_are_refused(password: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        config.load(env={"RAFTPOINT_RAFT_PASSWORD": password})
+        config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": password})
 
 
 def test_sixteen_characters_are_enough() -> None:
-    assert config.load(env={"RAFTPOINT_RAFT_PASSWORD": "0123456789abcdef"}).password() == "0123456789abcdef"
+    assert config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": "0123456789abcdef"}).password() == "0123456789abcdef"
 
 
 def test_there_is_no_password_flag(capsys: pytest.CaptureFixture[str]) -> None:

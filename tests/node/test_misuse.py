@@ -12,6 +12,7 @@ import pytest
 
 from agent_client.testing import InProcessCoordinator
 from coordinator.harness.in_process import LocalReplica
+from coordinator.harness.certs import LocalCA
 from coordinator.harness.local_cluster import free_ports
 from coordinator.service import node_server
 from coordinator.storage.dir_lock import DataDirInUse, DataDirLock
@@ -20,9 +21,11 @@ from coordinator.storage.dir_lock import DataDirInUse, DataDirLock
 def run_node(data_dir: Path, raft: int, grpc: int, metrics: int) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
     env["RAFTPOINT_RAFT_PASSWORD"] = "a test cluster password"
+    node = LocalCA.create(data_dir.parent / f"{data_dir.name}-tls").server("node")
     return subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(data_dir),
                            "--raft-address", f"127.0.0.1:{raft}", "--grpc-address", f"127.0.0.1:{grpc}",
-                           "--metrics-address", f"127.0.0.1:{metrics}"],
+                           "--metrics-address", f"127.0.0.1:{metrics}", "--tls-cert-file", str(node.cert_file),
+                           "--tls-key-file", str(node.key_file)],
                           env=env, capture_output=True, text=True, timeout=30)
 
 

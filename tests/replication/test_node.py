@@ -53,7 +53,9 @@ class Cluster:
     def config(self, i: int) -> config.NodeConfig:
         flags = {"raft_address": self.addresses[i], "peers": tuple(a for a in self.addresses if a != self.addresses[i]),
                  "data_dir": str(self.root / f"n{i}"), "raft_password": "test-cluster-secret", "raft_min_timeout": 0.3,
-                 "raft_max_timeout": 0.6, **self.overrides}
+                 "raft_max_timeout": 0.6,
+                 "insecure": True,  # Raft nodes without a gRPC server: no TLS material to give
+                 **self.overrides}
         return config.load(env={}, flags=flags)
 
     def start(self, i: int) -> CoordinatorNode:

@@ -29,6 +29,6 @@ def test_cluster_status_carries_every_shared_field(monkeypatch: pytest.MonkeyPat
                       "last_snapshot_index", "last_snapshot_age_s", "tick_lag_s"}
     with InProcessCoordinator() as coordinator:
         monkeypatch.setattr(coordinator.replica, "status", lambda: DISTINCT)
-        answer = node_status(coordinator.address, timeout=5.0)
+        answer = node_status(coordinator.address, timeout=5.0, tls=coordinator.client_tls())
     assert answer is not None
     assert {name: getattr(answer, name) for name in shared} == {name: getattr(DISTINCT, name) for name in shared}

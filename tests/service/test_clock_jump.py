@@ -33,7 +33,7 @@ class SteppedWall:
 @pytest.mark.parametrize("step", [3600.0, -3600.0])
 def test_a_step_of_the_leaders_clock_fails_no_agent_and_refuses_no_write(step: float) -> None:
     wall = SteppedWall()
-    with InProcessCoordinator(clock=LeaderClock(wall)) as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator(clock=LeaderClock(wall)) as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=LEASE_TTL_S)))
         incarnation = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, 

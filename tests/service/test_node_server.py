@@ -9,9 +9,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.harness.in_process import LocalReplica
+from coordinator.channels import ClientTLS
 from coordinator.harness.local_cluster import free_ports, node_status
 from coordinator.service import node_server
 from coordinator.transport import server
+
+# serve() is given no TLS settings here: these tests are about the server's limits and
+# lifecycle, so they speak plaintext to it (the node's TLS has its own tests).
+PLAIN = ClientTLS.plaintext()
+
 
 
 async def test_it_serves_until_stopped() -> None:
@@ -20,12 +26,12 @@ async def test_it_serves_until_stopped() -> None:
     serving = asyncio.create_task(node_server.serve(LocalReplica(address), address, stop))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 10
-    while await asyncio.to_thread(node_status, address) is None:
+    while await asyncio.to_thread(node_status, address, 1.0, PLAIN) is None:
         assert loop.time() < deadline and not serving.done(), "the server never answered"
         await asyncio.sleep(0.05)
     stop.set()
     await asyncio.wait_for(serving, 10)
-    assert await asyncio.to_thread(node_status, address) is None
+    assert await asyncio.to_thread(node_status, address, 1.0, PLAIN) is None
 
 
 async def test_an_address_in_use_is_an_error_at_once() -> None:
@@ -52,7 +58,7 @@ async def test_the_liveness_service_reports_whether_the_store_can_be_read(replic
     serving = asyncio.create_task(node_server.serve(replica_class(address), address, stop))
 
     def check() -> str | None:
-        with grpc.insecure_channel(address) as channel:
+        with PLAIN.channel(address) as channel:
             try:
                 reply = health_pb2_grpc.HealthStub(channel).Check(
                     health_pb2.HealthCheckRequest(service=server.LIVENESS_SERVICE), timeout=1)

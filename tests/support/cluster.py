@@ -31,7 +31,7 @@ class Client:
         metadata = issued_now() + self.cluster.credentials  # the same on every retry of this call
         while True:
             try:
-                with grpc.insecure_channel(self.target) as channel:
+                with self.cluster.client_tls().channel(self.target) as channel:
                     stub = getattr(pb_grpc, f"{service}Stub")(channel)
                     return getattr(stub, method)(request, timeout=5, metadata=metadata)
             except grpc.RpcError as err:

@@ -10,7 +10,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 
 
 def test_delete_group_frees_every_record_of_a_finished_group_and_only_then() -> None:
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         empty = coordinator.replica.state_digest()
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.COORDINATED, lease_ttl_s=600)))

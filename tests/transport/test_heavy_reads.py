@@ -27,7 +27,7 @@ def test_a_heartbeat_is_answered_while_slow_what_ifs_compute(monkeypatch: pytest
         return real_plan(*args, **kwargs)
     monkeypatch.setattr(queries, "plan_for", slow_plan)
 
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
         incarnation = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, 
@@ -72,7 +72,7 @@ async def test_heavy_reads_beyond_the_queue_bound_are_refused_as_resource_exhaus
 
 
 def test_cluster_status_computes_the_digests_once_per_applied_index() -> None:
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         computed: list[int] = []
         real = coordinator.replica.digest_with_index
 

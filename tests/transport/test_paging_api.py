@@ -10,7 +10,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 
 
 def test_list_checkpoints_and_get_group_page_through_everything() -> None:
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.UNCOORDINATED, lease_ttl_s=600, retention=10)))
         expected = set()

@@ -32,7 +32,7 @@ def test_an_absent_or_unknown_reason_reads_as_unspecified(value) -> None:
 
 @pytest.fixture(scope="module")
 def coordinator():
-    with InProcessCoordinator() as running, Connection([running.address]) as conn:
+    with InProcessCoordinator() as running, Connection([running.address], tls=running.client_tls()) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
         conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="r1", group="g", agent_id="a"))
@@ -40,8 +40,8 @@ def coordinator():
         yield running
 
 
-def _raw_refusal(address: str, method: str, request) -> grpc.RpcError:
-    with grpc.insecure_channel(address) as channel:
+def _raw_refusal(coordinator: InProcessCoordinator, method: str, request) -> grpc.RpcError:
+    with coordinator.client_tls().channel(coordinator.address) as channel:
         service = "AgentService" if method in ("Heartbeat", "CommitCheckpoint") else "AdminService"
         stub = getattr(pb_grpc, f"{service}Stub")(channel)
         with pytest.raises(grpc.RpcError) as info:
@@ -50,7 +50,7 @@ def _raw_refusal(address: str, method: str, request) -> grpc.RpcError:
 
 
 def test_a_state_machine_refusal_carries_its_reason_and_keeps_its_text(coordinator) -> None:
-    err = _raw_refusal(coordinator.address, "StartEpoch", pb.StartEpochRequest(request_id="e1", group="g"))
+    err = _raw_refusal(coordinator, "StartEpoch", pb.StartEpochRequest(request_id="e1", group="g"))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert err.details() == "group 'g' is cic_bcs, not coordinated"
     assert dict(err.trailing_metadata())[REASON_METADATA_KEY] == "REASON_NOT_COORDINATED"
@@ -58,7 +58,7 @@ def test_a_state_machine_refusal_carries_its_reason_and_keeps_its_text(coordinat
 
 def test_a_retried_refusal_is_answered_with_the_same_reason(coordinator) -> None:
     """The second send is answered from the dedupe table, reason code included."""
-    with Connection([coordinator.address]) as conn:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         for _ in range(2):
             with pytest.raises(Rejected) as info:
                 conn.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id="e2", group="g"))
@@ -78,14 +78,14 @@ def test_a_retried_refusal_is_answered_with_the_same_reason(coordinator) -> None
      grpc.StatusCode.INVALID_ARGUMENT, pb.REASON_INVALID_FIELD),
 ])
 def test_refusals_outside_the_state_machine_carry_a_reason_too(coordinator, method, request_, code, reason) -> None:
-    err = _raw_refusal(coordinator.address, method, request_)
+    err = _raw_refusal(coordinator, method, request_)
     assert err.code() == code, err
     assert parse_reason(dict(err.trailing_metadata()).get(REASON_METADATA_KEY)) == reason, err
 
 
 def test_the_asyncio_connection_reads_the_reason_too(coordinator) -> None:
     async def refused() -> Rejected:
-        async with AsyncConnection([coordinator.address]) as conn:
+        async with AsyncConnection([coordinator.address], tls=coordinator.client_tls()) as conn:
             with pytest.raises(Rejected) as info:
                 await conn.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id="e3", group="g"))
             return info.value

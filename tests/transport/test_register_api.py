@@ -8,7 +8,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 
 
 def test_register_answers_the_recovery_a_re_registration_started() -> None:
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.UNCOORDINATED, lease_ttl_s=600)))
 

@@ -10,16 +10,22 @@ import grpc
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.in_process import LocalReplica
+from coordinator.channels import ClientTLS
 from coordinator.harness.local_cluster import free_ports, node_status
 from coordinator.service import node_server
 from coordinator.transport.server import ServerLimits
 
 LIMITS = ServerLimits(max_connections=2, idle_s=1.0, handshake_s=1.0)
 
+# serve() is given no TLS settings here: these tests are about the server's limits and
+# lifecycle, so they speak plaintext to it (the node's TLS has its own tests).
+PLAIN = ClientTLS.plaintext()
+
+
 
 def _status_on_a_new_connection(address: str, n: int) -> str:
     # Distinct channel arguments: a new connection, not one shared with earlier channels.
-    with grpc.insecure_channel(address, options=[("raftpoint.test.connection", n)]) as channel:
+    with PLAIN.channel(address, options=[("raftpoint.test.connection", n)]) as channel:
         try:
             pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=1)
             return "OK"
@@ -34,7 +40,7 @@ async def test_idle_connections_beyond_the_cap_are_refused_then_dropped() -> Non
     idle: list[socket.socket] = []
     try:
         deadline = time.monotonic() + 10
-        while await asyncio.to_thread(node_status, address) is None:
+        while await asyncio.to_thread(node_status, address, 1.0, PLAIN) is None:
             assert time.monotonic() < deadline and not serving.done(), "the server never answered"
             await asyncio.sleep(0.05)
         host, port = address.rsplit(":", 1)

@@ -17,7 +17,7 @@ GARBAGE = b"\xff\xff\xff\xff"
                                     "/raftpoint.v1.AgentService/WatchOrders"])
 def test_an_undecodable_request_is_refused_as_invalid_without_an_error_log(
         method: str, caplog: pytest.LogCaptureFixture) -> None:
-    with InProcessCoordinator() as coordinator, grpc.insecure_channel(coordinator.address) as channel:
+    with InProcessCoordinator() as coordinator, coordinator.client_tls().channel(coordinator.address) as channel:
         caplog.set_level(logging.INFO)
         if method.endswith("WatchOrders"):
             call = channel.unary_stream(method)
@@ -39,7 +39,7 @@ def test_a_huge_request_id_is_refused_without_a_huge_log_line(capfd: pytest.Capt
 
     huge = "x" * 1_000_000
     caplog.set_level(logging.INFO)
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         capfd.readouterr()
         with pytest.raises(Rejected) as info:
             conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id=huge, group="g",

@@ -24,7 +24,7 @@ def _group(conn: Connection, group: str) -> None:
 
 
 def test_an_open_order_stream_of_a_replaced_incarnation_ends_without_the_new_order() -> None:
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         _group(conn, "g")
         first = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="r1", group="g", agent_id="a"))
         call, items = conn.stream("AgentService", "WatchOrders", pb.WatchOrdersRequest(
@@ -55,8 +55,9 @@ def test_a_zombie_client_is_fenced_and_obeys_nothing(tmp_path: Path) -> None:
     with InProcessCoordinator() as coordinator:
         def client(blobs: str) -> AgentClient:
             return AgentClient("g", "a", [coordinator.address], tmp_path / blobs, snapshot=lambda: {"n": 1},
+                               tls=coordinator.client_tls(),
                                heartbeat_interval=60)  # only the order stream can fence it in time
-        with Connection([coordinator.address]) as conn:
+        with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
             _group(conn, "g")
         zombie = client("zombie")
         try:

@@ -14,7 +14,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 
 
 def test_what_if_matches_the_recovery_that_follows_while_an_agent_owes_an_ack() -> None:
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address]) as conn:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         request_ids = itertools.count(1)
 
         def agent_call(method: str, request: object) -> object:
