@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_client.connection import overload_hint  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
+from coordinator.channels import ClientTLS  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -41,12 +42,14 @@ def cpu_of(cluster: LocalCluster) -> dict[int, float]:
     return {n.index: cpu_seconds(n.process.pid) for n in cluster.nodes}
 
 
-async def commits(leader: str, concurrency: int, seconds: float, metadata: tuple = ()) -> tuple[int, list[float]]:
-    """`metadata`: the cluster's admin token, on every call."""
+async def commits(leader: str, concurrency: int, seconds: float, metadata: tuple = (),
+                  tls: ClientTLS | None = None) -> tuple[int, list[float]]:
+    """`metadata`: the cluster's admin token, on every call; `tls`: the cluster's client TLS."""
+    tls = tls or ClientTLS.plaintext()
     latencies: list[float] = []
     shed = [0]
     # Several connections: one carries at most 128 calls at once (ServerLimits).
-    channels = [grpc.aio.insecure_channel(leader, options=[("bench.connection", n)]) for n in range(4)]
+    channels = [tls.aio_channel(leader, [("bench.connection", n)]) for n in range(4)]
     try:
         admin = pb_grpc.AdminServiceStub(channels[0])
         stubs = [pb_grpc.AgentServiceStub(c) for c in channels]
@@ -110,7 +113,8 @@ def main() -> int:
         print("|---|---|---|---|---|")
         for concurrency in (1, 128):
             before, started = cpu_of(cluster), time.monotonic()
-            n, latencies = asyncio.run(commits(leader.grpc, concurrency, args.seconds, cluster.credentials))
+            n, latencies = asyncio.run(commits(leader.grpc, concurrency, args.seconds, cluster.credentials,
+                                                 cluster.client_tls()))
             elapsed = time.monotonic() - started
             spent = sum(cpu_of(cluster).values()) - sum(before.values())
             print(f"| {concurrency} | {n / args.seconds:.0f} | {1000 * statistics.median(latencies):.1f} | "

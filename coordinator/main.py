@@ -86,9 +86,7 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
         loop.add_signal_handler(sig, stop.set)
     # Before anything is opened: a second node on this data dir or on these ports is
     # refused with the reason, and leaves the first one's state untouched.
-    tls = ServerTLS.of(cfg)
-    if tls is not None:
-        tls_files.load(tls)  # a bad file stops the node here, before anything is opened
+    tls = ServerTLS.of(cfg)  # its files were checked by run()
     with DataDirLock(cfg.data_dir):
         ports.check_all({"Raft": cfg.raft_address, "gRPC": cfg.grpc_address, "metrics": cfg.metrics_address})
         node = open_node(cfg)
@@ -130,6 +128,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     configure_logging(cfg.log_level)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        tls = ServerTLS.of(cfg)
+        if tls is not None:
+            tls_files.load(tls)  # a bad file stops the node here, before anything is opened
+    except TLSMaterialError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
     try:
         authorizer = authorizer_of(cfg)
     except AuthConfigError as exc:

@@ -28,6 +28,7 @@ import grpc
 
 from agent_client.connection import AsyncConnection, overload_hint, read_token_file, token_from_env
 from coordinator.api.metadata import LEADER_METADATA_KEY, bearer
+from coordinator.channels import ClientTLS
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -69,6 +70,7 @@ class Leader:
     def __init__(self, endpoints: list[str], token: str | None) -> None:
         self.endpoints = endpoints
         self.metadata = bearer(token)  # the caller's identity, on every call
+        self.tls = ClientTLS.from_env()  # RAFTPOINT_CA_FILE etc., as an agent process reads them
         self.target = endpoints[0]
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
         self._next = 0
@@ -77,7 +79,7 @@ class Leader:
         channels = self._channels.get(self.target)
         if channels is None:
             channels = self._channels[self.target] = [
-                grpc.aio.insecure_channel(self.target, options=[("raftpoint.flood.channel", n)]) for n in range(CHANNELS)]
+                self.tls.aio_channel(self.target, [("raftpoint.flood.channel", n)]) for n in range(CHANNELS)]
         self._next = (self._next + 1) % CHANNELS
         return pb_grpc.AgentServiceStub(channels[self._next])
 
@@ -145,7 +147,7 @@ async def commits(leader: Leader, tally: Tally, i: int, token: pb.FencingToken, 
 
 
 async def create_groups(endpoints: list[str], agents: int, token: str | None) -> None:
-    async with AsyncConnection(endpoints, deadline=60.0, token=token) as conn:
+    async with AsyncConnection(endpoints, deadline=60.0, token=token, tls=ClientTLS.from_env()) as conn:
         for g in range((agents + GROUP_SIZE - 1) // GROUP_SIZE):
             await conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
                 request_id=f"flood-cg-{g}", spec=pb.GroupSpec(group=f"flood-{g}", mode=pb.UNCOORDINATED,

@@ -29,8 +29,8 @@ def _calls(method: str) -> float:
                for code in ("OK", "CANCELLED", "UNAVAILABLE", "FAILED_PRECONDITION"))
 
 
-def _group(address: str, name: str) -> None:
-    with Connection([address]) as conn:
+def _group(coordinator: InProcessCoordinator, name: str) -> None:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id=f"cg-{name}", spec=pb.GroupSpec(group=name, mode=pb.CIC_BCS, lease_ttl_s=600)))
 
@@ -48,13 +48,13 @@ def test_a_reply_is_judged_as_the_unary_status_would_be() -> None:
 
 def test_the_client_talks_over_one_session_and_gets_its_rollback_pushed(tmp_path: Path) -> None:
     with InProcessCoordinator() as coordinator:
-        _group(coordinator.address, "s")
+        _group(coordinator, "s")
         unary_before = {m: _calls(m) for m in ("Register", "CommitCheckpoint", "Heartbeat", "WatchOrders")}
         state = {"n": 0}
         rolled: list[object] = []
-        a = AgentClient("s", "a", [coordinator.address], tmp_path / "a", snapshot=lambda: dict(state),
+        a = AgentClient("s", "a", [coordinator.address], tmp_path / "a", tls=coordinator.client_tls(), snapshot=lambda: dict(state),
                         on_rollback=lambda s, why: rolled.append(s), heartbeat_interval=0.2)
-        b = AgentClient("s", "b", [coordinator.address], tmp_path / "b", snapshot=lambda: {}, heartbeat_interval=0.2)
+        b = AgentClient("s", "b", [coordinator.address], tmp_path / "b", tls=coordinator.client_tls(), snapshot=lambda: {}, heartbeat_interval=0.2)
         try:
             a.register()
             a.restore()
@@ -64,7 +64,7 @@ def test_the_client_talks_over_one_session_and_gets_its_rollback_pushed(tmp_path
             b.checkpoint()
             state["n"] = 1
             a.unwrap(b.wrap(b"hi", "a"))  # a now depends on b's interval 2
-            b2 = AgentClient("s", "b", [coordinator.address], tmp_path / "b", snapshot=lambda: {},
+            b2 = AgentClient("s", "b", [coordinator.address], tmp_path / "b", tls=coordinator.client_tls(), snapshot=lambda: {},
                              background=False)
             b2.register()  # b "restarts": a must roll back to its checkpoint 1, pushed to it
             wait_for(lambda: a.rollbacks, "the rollback to be pushed to a", 10)
@@ -79,9 +79,9 @@ def test_the_client_talks_over_one_session_and_gets_its_rollback_pushed(tmp_path
 
 def test_the_unary_transport_stays_available(tmp_path: Path) -> None:
     with InProcessCoordinator() as coordinator:
-        _group(coordinator.address, "u")
+        _group(coordinator, "u")
         before = _calls("CommitCheckpoint")
-        with AgentClient("u", "a", [coordinator.address], tmp_path, snapshot=lambda: {}, transport="unary") as a:
+        with AgentClient("u", "a", [coordinator.address], tmp_path, tls=coordinator.client_tls(), snapshot=lambda: {}, transport="unary") as a:
             a.register()
             a.restore()
             a.checkpoint()
@@ -92,8 +92,9 @@ def test_the_unary_transport_stays_available(tmp_path: Path) -> None:
 
 
 def test_the_async_client_commits_over_the_session(tmp_path: Path) -> None:
-    async def run(address: str) -> int:
-        async with AsyncAgentClient("x", "a", [address], tmp_path, snapshot=lambda: {"k": 1}) as a:
+    async def run(coordinator: InProcessCoordinator) -> int:
+        async with AsyncAgentClient("x", "a", [coordinator.address], tmp_path, snapshot=lambda: {"k": 1},
+                                    tls=coordinator.client_tls()) as a:
             await a.register()
             await a.restore()
             index = await a.checkpoint()
@@ -102,20 +103,20 @@ def test_the_async_client_commits_over_the_session(tmp_path: Path) -> None:
             return index
 
     with InProcessCoordinator() as coordinator:
-        _group(coordinator.address, "x")
+        _group(coordinator, "x")
         before = _calls("CommitCheckpoint")
-        assert asyncio.run(run(coordinator.address)) == 1
+        assert asyncio.run(run(coordinator)) == 1
         assert _calls("CommitCheckpoint") == before
 
 
 def test_a_fenced_watch_fences_the_client(tmp_path: Path) -> None:
     with InProcessCoordinator() as coordinator:
-        _group(coordinator.address, "f")
-        zombie = AgentClient("f", "a", [coordinator.address], tmp_path / "z", snapshot=lambda: {},
+        _group(coordinator, "f")
+        zombie = AgentClient("f", "a", [coordinator.address], tmp_path / "z", tls=coordinator.client_tls(), snapshot=lambda: {},
                              heartbeat_interval=60)  # only the pushed watch end can fence it in time
         try:
             zombie.register()
-            with Connection([coordinator.address]) as conn:
+            with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
                 conn.call("AgentService", "Register", pb.RegisterRequest(secret=SECRET, request_id="again", group="f", agent_id="a"))
             wait_for(lambda: zombie.fenced, "the zombie's watch to end fenced", 10)
             assert "stale incarnation" in zombie.fenced and zombie.rollbacks == []
@@ -131,9 +132,9 @@ def test_a_follower_refuses_the_open_and_writes_survive_a_leader_kill(tmp_path: 
     with LocalCluster(tmp_path / "cluster", 3, settings=FAST).start_all() as cluster:
         leader = cluster.leader()
         follower = next(n for n in cluster.nodes if n is not leader)
-        wait_for(lambda: (node_status(follower.grpc) or pb.NodeStatus()).leader == leader.raft,
+        wait_for(lambda: (follower.status() or pb.NodeStatus()).leader == leader.raft,
                  "the follower to know the leader", 10)
-        with grpc.insecure_channel(follower.grpc) as channel:
+        with cluster.client_tls().channel(follower.grpc) as channel:
             call = pb_grpc.AgentServiceStub(channel).Session(iter(()), timeout=5, metadata=cluster.credentials)
             with pytest.raises(grpc.RpcError) as info:
                 list(call)
@@ -144,7 +145,7 @@ def test_a_follower_refuses_the_open_and_writes_survive_a_leader_kill(tmp_path: 
         client.create_group("k")
         reg = client.register("a", group="k")
         token = pb.FencingToken(secret=SECRET, incarnation=reg.incarnation)
-        conn = Connection([follower.grpc], deadline=30, token=cluster.token)  # starts at a follower: redirected
+        conn = Connection([follower.grpc], deadline=30, token=cluster.token, tls=cluster.client_tls())  # starts at a follower: redirected
         stream = SessionStream(conn, lambda order: None, lambda code, why: None)
         answers: list[int] = []
         errors: list[BaseException] = []

@@ -159,7 +159,7 @@ def test_data_volume_mount_is_where_the_node_keeps_its_state() -> None:
     """The IOChaos volumePath cross-check is only meaningful if `data` is the node's data dir."""
     deployed = render_overlay("dev")
     mounts = {m["name"]: m["mountPath"] for m in coordinator_container(deployed)["volumeMounts"]}
-    config = one(deployed, "ConfigMap")["data"]
+    config = one(deployed, "ConfigMap", "raftpoint-config")["data"]
     assert config["RAFTPOINT_DATA_DIR"] == mounts["data"]
     assert any(v["name"] == "data" for v in pod_spec(deployed).get("volumes", [])) or \
         any(t["metadata"]["name"] == "data" for t in one(deployed, "StatefulSet")["spec"]["volumeClaimTemplates"])

@@ -18,7 +18,7 @@ from agent_client.session import connect
 from coordinator.api.metadata import REASON_METADATA_KEY, bearer
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 from coordinator.transport.auth import add_token
 from tests.support.cluster import FAST
 
@@ -53,7 +53,7 @@ class World:
         return self.cluster.leader().grpc
 
     def digest(self) -> str:
-        status = node_status(self.leader(), timeout=5)
+        status = self.cluster.leader().status(timeout=5)
         assert status is not None
         return status.state_digest
 
@@ -287,10 +287,11 @@ def test_a_rotated_token_is_refused_once_the_file_changes_without_a_restart(worl
 
 
 def test_an_agent_library_session_presents_its_token(world: World, tmp_path: Path) -> None:
-    with connect(world.cluster.endpoints(), token=world.tokens["w1"], data_dir=tmp_path, deadline=10) as rp:
+    plain = world.cluster.client_tls()  # this cluster runs plaintext (see the fixture)
+    with connect(world.cluster.endpoints(), token=world.tokens["w1"], data_dir=tmp_path, deadline=10, tls=plain) as rp:
         with rp.group("g").agent("a2", state={"n": 0}) as agent:
             assert agent.checkpoint({"n": 1}) >= 1
-    with connect(world.cluster.endpoints(), token=world.tokens["eye"], data_dir=tmp_path, deadline=10) as rp:
+    with connect(world.cluster.endpoints(), token=world.tokens["eye"], data_dir=tmp_path, deadline=10, tls=plain) as rp:
         with pytest.raises(Rejected) as refused:
             rp.group("g").agent("a3", state={}).start()
         assert refused.value.reason_name == "REASON_ROLE_FORBIDS"

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.cluster
 
 def membership(leader: NodeProcess, method: str, node: str, **fields: object) -> tuple[grpc.StatusCode, str]:
     """Call AddNode/RemoveNode on the leader: (status code, reason code metadata)."""
-    with grpc.insecure_channel(leader.grpc) as channel:
+    with leader.channel() as channel:
         try:
             getattr(pb_grpc.AdminServiceStub(channel), method)(pb.MembershipRequest(node=node, **fields), timeout=40,
                                                               metadata=credentials_for(leader.grpc))
@@ -101,7 +101,7 @@ def test_adding_nodes_nobody_runs_is_refused_and_the_cluster_keeps_working(tmp_p
         assert not log_events(cluster, leader.index, "raft.member_added")
         # The election that made it leader was logged and counted too.
         won = log_events(cluster, leader.index, "raft.election_won")
-        assert won and won[-1]["term"] == node_status(leader.grpc).term and won[-1]["voters"] == 3
+        assert won and won[-1]["term"] == leader.status().term and won[-1]["voters"] == 3
         assert scrape(leader.metrics)['raftpoint_raft_events_total{kind="election_won"}'] >= 1
 
 
@@ -111,7 +111,7 @@ def test_a_node_with_another_password_is_not_added(tmp_path: Path) -> None:
         client, leader = with_an_agent(cluster)
         cluster.password = "another-password-entirely-0123456789"
         stranger = cluster.start(3, members=[0, 1, 2, 3])
-        wait_for(lambda: node_status(stranger.grpc), "the stranger's gRPC")
+        wait_for(lambda: stranger.status(), "the stranger's gRPC")
         assert membership(leader, "AddNode", stranger.raft, grpc=stranger.grpc) == (
             grpc.StatusCode.FAILED_PRECONDITION, "REASON_NODE_NOT_READY")
         reasons = [e["reason"] for e in log_events(cluster, leader.index, "raft.membership_request")]

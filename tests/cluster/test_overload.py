@@ -8,6 +8,7 @@ agents FAILED and lose the lead."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,13 +57,14 @@ def settled_terms(cluster: LocalCluster) -> dict[int, int]:
 
 def test_a_flood_of_agents_is_shed_without_false_failures_or_a_lost_leader(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "cluster", 3, settings=TIMEOUTS).start_all() as cluster, \
-            Connection(cluster.endpoints(), deadline=30, token=cluster.token) as conn:
+            Connection(cluster.endpoints(), deadline=30, token=cluster.token, tls=cluster.client_tls()) as conn:
         leader = cluster.leader()
         terms = settled_terms(cluster)
         out = tmp_path / "flood.json"
         subprocess.run([sys.executable, "-m", "chaos.workloads.agent_flood", "--endpoints", ",".join(cluster.endpoints()),
                         "--agents", str(AGENTS), "--committers", str(COMMITTERS), "--seconds", str(SECONDS),
-                        "--out", str(out), "--token-file", str(cluster.token_file)], check=True, timeout=SECONDS + 40, cwd=ROOT)
+                        "--out", str(out), "--token-file", str(cluster.token_file)],
+                       env={**os.environ, **cluster.client_tls().environment()}, check=True, timeout=SECONDS + 40, cwd=ROOT)
         result = json.loads(out.read_text())
         # Read at once: every agent's last heartbeat keeps its lease for a while yet.
         states = agent_states(conn, (AGENTS + GROUP_SIZE - 1) // GROUP_SIZE)

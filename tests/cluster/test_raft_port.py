@@ -43,12 +43,12 @@ def flood(raft: str) -> int:
 def test_a_flood_at_the_leaders_raft_port_is_cut_short_and_forces_no_election(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
         client, leader = with_an_agent(cluster)
-        term = node_status(leader.grpc).term
+        term = leader.status().term
         taken = [flood(leader.raft) for _ in range(3)]
         # Closed long before the end (what was sent sat in socket buffers); unguarded, all 24 MB go in.
         assert all(t < FLOOD_BYTES // 2 for t in taken), taken
         client.commit("a", 1)
-        after = node_status(leader.grpc)
+        after = leader.status()
         assert (after.role, after.term) == ("leader", term)
         assert all(s.term == term for s in cluster.statuses().values())
         assert scrape(leader.metrics)['raftpoint_raft_connections_refused_total{reason="oversized"}'] == 3
@@ -71,5 +71,5 @@ def test_idle_unauthenticated_connections_are_closed_within_the_bound(tmp_path: 
                 sock.close()
         wait_for(lambda: scrape(leader.metrics).get('raftpoint_raft_connections_refused_total{reason="idle"}') == 5,
                  "the idle connections counted")
-        assert node_status(leader.grpc).role == "leader"  # peers' own connections were left alone
+        assert leader.status().role == "leader"  # peers' own connections were left alone
         Client(cluster).create_group()

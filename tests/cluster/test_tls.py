@@ -126,7 +126,7 @@ def test_status_command_with_and_without_the_right_ca(node: LocalCluster, tmp_pa
 def run_node(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
     raft, grpc, metrics = free_ports(3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
-    env["RAFTPOINT_RAFT_PASSWORD"] = "pw"
+    env["RAFTPOINT_RAFT_PASSWORD"] = "a-test-password-of-32-characters"
     return subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(tmp_path / "data"),
                            "--raft-address", f"127.0.0.1:{raft}", "--grpc-address", f"127.0.0.1:{grpc}",
                            "--metrics-address", f"127.0.0.1:{metrics}", *flags],
@@ -171,7 +171,7 @@ def test_the_kubernetes_probe_checks_health_over_the_nodes_own_tls(node: LocalCl
     me = node.nodes[0]
     cert = node.server_certificate(me)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
-    env.update({"RAFTPOINT_RAFT_PASSWORD": "unused", "RAFTPOINT_RAFT_ADDRESS": me.raft,
+    env.update({"RAFTPOINT_RAFT_PASSWORD": "an-unused-password-of-32-characters", "RAFTPOINT_RAFT_ADDRESS": me.raft,
                 "RAFTPOINT_GRPC_ADDRESS": me.grpc, "RAFTPOINT_METRICS_ADDRESS": me.metrics,
                 "RAFTPOINT_TLS_CERT_FILE": str(cert.cert_file), "RAFTPOINT_TLS_KEY_FILE": str(cert.key_file),
                 "RAFTPOINT_TLS_CLIENT_CA_FILE": str(node.ca.ca_file), "RAFTPOINT_TLS_CLIENT_AUTH": "require"})

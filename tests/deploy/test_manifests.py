@@ -333,7 +333,7 @@ ALL_CHECKS: list[Callable[[list[dict]], None]] = [
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_renders_expected_kinds(overlay: str) -> None:
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in render(overlay))
-    assert kinds == [("ConfigMap", "raftpoint-config"), ("NetworkPolicy", "raftpoint"),
+    assert kinds == [("ConfigMap", "raftpoint-auth"), ("ConfigMap", "raftpoint-config"), ("NetworkPolicy", "raftpoint"),
                      ("PodDisruptionBudget", "raftpoint"), ("Service", "raftpoint"),
                      ("Service", "raftpoint-peers"), ("StatefulSet", "raftpoint")]
 
@@ -400,11 +400,11 @@ BREAKAGES: dict[str, Callable[[list[dict]], None]] = {
     "replicas-differ-from-env": lambda d: one(d, "StatefulSet")["spec"].update(replicas=4),
     "env-overrides-replicas": lambda d: _env_var(d, "RAFTPOINT_STATEFULSET_REPLICAS", "7"),
     "literal-password": lambda d: _env_var(d, "RAFTPOINT_RAFT_PASSWORD", "hunter2"),
-    "password-file-outside-secret": lambda d: one(d, "ConfigMap")["data"].update(
+    "password-file-outside-secret": lambda d: one(d, "ConfigMap", "raftpoint-config")["data"].update(
         RAFTPOINT_RAFT_PASSWORD_FILE="/data/raft-password"),
     "secret-world-readable": lambda d: next(v for v in pod_spec(d)["volumes"] if "secret" in v)["secret"].update(
         defaultMode=0o444),
-    "config-key-typo": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_DNS_CACHE_TIMES="5"),
+    "config-key-typo": lambda d: one(d, "ConfigMap", "raftpoint-config")["data"].update(RAFTPOINT_DNS_CACHE_TIMES="5"),
     "service-links": lambda d: pod_spec(d).pop("enableServiceLinks"),
     "not-ready-addresses-hidden": lambda d: one(d, "Service", "raftpoint-peers")["spec"].update(
         publishNotReadyAddresses=False),
@@ -427,13 +427,13 @@ BREAKAGES: dict[str, Callable[[list[dict]], None]] = {
         capabilities={"drop": []}),
     "no-limits": lambda d: coordinator_container(d)["resources"].pop("limits"),
     "no-pvc": lambda d: one(d, "StatefulSet")["spec"].pop("volumeClaimTemplates"),
-    "map-larger-than-pvc": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_MAX_MAP_SIZE_MB="1000000"),
-    "data-not-on-pvc": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_DATA_DIR="/tmp"),
+    "map-larger-than-pvc": lambda d: one(d, "ConfigMap", "raftpoint-config")["data"].update(RAFTPOINT_MAX_MAP_SIZE_MB="1000000"),
+    "data-not-on-pvc": lambda d: one(d, "ConfigMap", "raftpoint-config")["data"].update(RAFTPOINT_DATA_DIR="/tmp"),
     "no-anti-affinity": lambda d: pod_spec(d).pop("affinity"),
-    "tls-key-outside-secret": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_TLS_KEY_FILE="/data/tls.key"),
+    "tls-key-outside-secret": lambda d: one(d, "ConfigMap", "raftpoint-config")["data"].update(RAFTPOINT_TLS_KEY_FILE="/data/tls.key"),
     "tls-subpath": lambda d: next(m for m in coordinator_container(d)["volumeMounts"] if m["name"] == "tls").update(
         subPath="tls.crt"),
-    "tls-client-auth-off": lambda d: one(d, "ConfigMap")["data"].update(RAFTPOINT_TLS_CLIENT_AUTH="none"),
+    "tls-client-auth-off": lambda d: one(d, "ConfigMap", "raftpoint-config")["data"].update(RAFTPOINT_TLS_CLIENT_AUTH="none"),
     "liveness-kubelet-grpc": lambda d: coordinator_container(d).update(
         livenessProbe={"grpc": {"port": GRPC, "service": LIVENESS_SERVICE}, "periodSeconds": 10,
                        "failureThreshold": 6}),
@@ -473,7 +473,7 @@ def test_checks_catch(breakage: str, tmp_path: Path) -> None:
 
 def test_node_config_check_can_fail(tmp_path: Path) -> None:
     docs = render("dev")
-    one(docs, "ConfigMap")["data"]["RAFTPOINT_RAFT_MIN_TIMEOUT"] = "5"  # > max timeout: invalid
+    one(docs, "ConfigMap", "raftpoint-config")["data"]["RAFTPOINT_RAFT_MIN_TIMEOUT"] = "5"  # > max timeout: invalid
     secret = tmp_path / PASSWORD_KEY
     secret.write_text("x-but-long-enough-to-pass")
     with pytest.raises(node_config.ConfigError):
@@ -597,7 +597,7 @@ def check_cert_manager(docs: list[dict]) -> None:
     env = {k: v for k, v in effective_env(docs, coordinator_container(docs)).items()
            if isinstance(v, str) and k != "RAFTPOINT_RAFT_PASSWORD_FILE"}
     for i in range(sts["spec"]["replicas"]):
-        cfg = node_config.load(env={**env, "RAFTPOINT_POD_NAME": f"raftpoint-{i}", "RAFTPOINT_RAFT_PASSWORD": "x"})
+        cfg = node_config.load(env={**env, "RAFTPOINT_POD_NAME": f"raftpoint-{i}", "RAFTPOINT_RAFT_PASSWORD": "a-password-of-32-characters-long"})
         host = cfg.grpc_address.rsplit(":", 1)[0]
         assert any(fnmatch(host, name) and host.count(".") == name.count(".") for name in nodes["dnsNames"]), host
     assert certs["raftpoint-admin-tls"]["spec"]["usages"] == ["digital signature", "client auth"]

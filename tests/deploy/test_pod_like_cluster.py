@@ -37,7 +37,7 @@ def _can_isolate() -> bool:
 @pytest.mark.skipif(not _can_isolate(), reason="needs root and unshare --mount for a private /etc/hosts")
 def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) -> None:
     docs = render("dev")
-    env_from_configmap = one(docs, "ConfigMap")["data"]
+    env_from_configmap = one(docs, "ConfigMap", "raftpoint-config")["data"]
     replicas = one(docs, "StatefulSet")["spec"]["replicas"]
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n" + "".join(
@@ -50,8 +50,11 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
     # (and, for this test's direct dialling, their loopback IPs).
     ca = LocalCA.create(tmp_path / "tls")
     node_cert = ca.server("node", [f"*.{HEADLESS}", *(a.rsplit(":", 1)[0] for a in grpc.values())])
+    # What the raftpoint-auth ConfigMap would mount: its bindings, as rendered.
+    bindings = tmp_path / "bindings.toml"
+    bindings.write_text(one(docs, "ConfigMap", "raftpoint-auth")["data"]["bindings.toml"])
     tls_env = {"RAFTPOINT_TLS_CERT_FILE": str(node_cert.cert_file), "RAFTPOINT_TLS_KEY_FILE": str(node_cert.key_file),
-               "RAFTPOINT_TLS_CLIENT_CA_FILE": str(ca.ca_file)}
+               "RAFTPOINT_TLS_CLIENT_CA_FILE": str(ca.ca_file), "RAFTPOINT_AUTH_BINDINGS_FILE": str(bindings)}
     admin = ca.client_tls("admin")
 
     def start(i: int) -> None:

@@ -26,8 +26,8 @@ STALE = pb.FencingToken(secret=SECRET, incarnation=1)
 class RawSession:
     """A Session call driven frame by frame; replies (and the call's end) are queued."""
 
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.insecure_channel(address)
+    def __init__(self, coordinator: InProcessCoordinator) -> None:
+        self.channel = coordinator.client_tls().channel(coordinator.address)
         self.out: queue.SimpleQueue[pb.AgentFrame | None] = queue.SimpleQueue()
         self.call = pb_grpc.AgentServiceStub(self.channel).Session(iter(self.out.get, None), timeout=30)
         self.replies: queue.SimpleQueue[pb.CoordinatorFrame | None] = queue.SimpleQueue()
@@ -98,13 +98,13 @@ REFUSALS = [
                          ids=[f"{m}-{pb.ReasonCode.Name(r)}" for m, _, _, r in REFUSALS])
 def test_a_refusal_on_the_session_says_what_the_unary_call_says(coordinator, method, field, request_of,
                                                                 reason) -> None:
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with coordinator.client_tls().channel(coordinator.address) as channel:
         with pytest.raises(grpc.RpcError) as info:
             getattr(pb_grpc.AgentServiceStub(channel), method)(
                 request_of(f"u-{method}-{reason}"), timeout=5,
                 metadata=((ISSUED_AT_METADATA_KEY, repr(time.time())),))
     unary = info.value
-    session = RawSession(coordinator.address)
+    session = RawSession(coordinator)
     try:
         reply = session.ask(7, **{field: request_of(f"s-{method}-{reason}")})
     finally:
@@ -118,11 +118,11 @@ def test_a_refusal_on_the_session_says_what_the_unary_call_says(coordinator, met
 
 def test_a_bad_first_send_time_is_refused_on_both_paths_the_same(coordinator) -> None:
     request = pb.RegisterRequest(secret=SECRET, request_id="t-1", group="g", agent_id="b")
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with coordinator.client_tls().channel(coordinator.address) as channel:
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.AgentServiceStub(channel).Register(request, timeout=5,
                                                        metadata=((ISSUED_AT_METADATA_KEY, "yesterday"),))
-    session = RawSession(coordinator.address)
+    session = RawSession(coordinator)
     try:
         session.send(1, issued_at="yesterday", register=request)
         reply = session.next()
@@ -133,10 +133,10 @@ def test_a_bad_first_send_time_is_refused_on_both_paths_the_same(coordinator) ->
 
 
 def test_pipelined_commits_are_each_answered_under_their_correlation(coordinator) -> None:
-    with Connection([coordinator.address]) as conn:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         reg = conn.call("AgentService", "Register", pb.RegisterRequest(secret=SECRET, request_id="p-reg", group="g", agent_id="p"))
     token = pb.FencingToken(secret=SECRET, incarnation=reg.incarnation)
-    session = RawSession(coordinator.address)
+    session = RawSession(coordinator)
     try:
         for i in range(1, 21):  # all sent before any answer is read
             session.send(100 + i, commit_checkpoint=_checkpoint(i, token, f"p-cp-{i}", agent="p"))
@@ -158,9 +158,9 @@ def test_pipelined_commits_are_each_answered_under_their_correlation(coordinator
 
 
 def test_orders_are_pushed_to_the_live_incarnation_and_a_replaced_one_is_fenced(coordinator) -> None:
-    with Connection([coordinator.address]) as conn:
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
         first = conn.call("AgentService", "Register", pb.RegisterRequest(secret=SECRET, request_id="o-r1", group="g", agent_id="o"))
-        session = RawSession(coordinator.address)
+        session = RawSession(coordinator)
         try:
             session.send(1, watch_orders=pb.WatchOrdersRequest(
                 group="g", agent_id="o", token=pb.FencingToken(secret=SECRET, incarnation=first.incarnation)))
@@ -190,7 +190,7 @@ def test_orders_are_pushed_to_the_live_incarnation_and_a_replaced_one_is_fenced(
 
 def test_a_session_ends_unavailable_naming_the_leader_when_the_node_stops_leading() -> None:
     with InProcessCoordinator() as coordinator:
-        session = RawSession(coordinator.address)
+        session = RawSession(coordinator)
         try:
             session.send(1, heartbeat=pb.HeartbeatRequest(group="g", agent_id="a", token=STALE))
             assert session.next() is not None  # open and answering (a refusal: no such group)
@@ -206,7 +206,7 @@ def test_a_session_ends_unavailable_naming_the_leader_when_the_node_stops_leadin
 
 
 def test_an_undecodable_frame_ends_the_session_as_invalid(coordinator) -> None:
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with coordinator.client_tls().channel(coordinator.address) as channel:
         call = channel.stream_stream("/raftpoint.v1.AgentService/Session")(iter([b"\xff\xff\xff"]), timeout=5)
         with pytest.raises(grpc.RpcError) as info:
             list(call)

@@ -44,7 +44,8 @@ def test_the_certificate_names_the_identity_by_cn_else_first_san() -> None:
 def test_a_node_refuses_to_start_with_an_identity_source_but_no_bindings(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("")
-    env = {**os.environ, "RAFTPOINT_RAFT_PASSWORD": "a-test-password-of-32-characters"}
+    # --insecure: the auth settings are under test, and are checked whether or not TLS is on
+    env = {**os.environ, "RAFTPOINT_RAFT_PASSWORD": "a-test-password-of-32-characters", "RAFTPOINT_INSECURE": "1"}
     done = subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(tmp_path / "d"),
                            "--auth-tokens-file", str(tokens)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no auth_bindings_file" in done.stderr

@@ -13,7 +13,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
 @pytest.mark.parametrize("method", ["AddNode", "RemoveNode"])
 def test_membership_rpcs_refuse_a_bad_address_and_need_raft(method: str) -> None:
-    with InProcessCoordinator() as coordinator, grpc.insecure_channel(coordinator.address) as channel:
+    with InProcessCoordinator() as coordinator, coordinator.client_tls().channel(coordinator.address) as channel:
         call = getattr(pb_grpc.AdminServiceStub(channel), method)
         with pytest.raises(grpc.RpcError) as bad:
             call(pb.MembershipRequest(node="not an address"), timeout=5)
