@@ -21,11 +21,15 @@ from coordinator.storage.dir_lock import DataDirInUse, DataDirLock
 def run_node(data_dir: Path, raft: int, grpc: int, metrics: int) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
     env["RAFTPOINT_RAFT_PASSWORD"] = "a test cluster password"
-    node = LocalCA.create(data_dir.parent / f"{data_dir.name}-tls").server("node")
+    ca = LocalCA.create(data_dir.parent / f"{data_dir.name}-tls")
+    node = ca.server("node")
+    bindings = data_dir.parent / f"{data_dir.name}-bindings.toml"
+    bindings.write_text('["admin"]\nrole = "admin"\n')
     return subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(data_dir),
                            "--raft-address", f"127.0.0.1:{raft}", "--grpc-address", f"127.0.0.1:{grpc}",
                            "--metrics-address", f"127.0.0.1:{metrics}", "--tls-cert-file", str(node.cert_file),
-                           "--tls-key-file", str(node.key_file)],
+                           "--tls-key-file", str(node.key_file), "--tls-client-ca-file", str(ca.ca_file),
+                           "--tls-client-auth", "require", "--auth-bindings-file", str(bindings)],
                           env=env, capture_output=True, text=True, timeout=30)
 
 

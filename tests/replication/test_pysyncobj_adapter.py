@@ -107,8 +107,9 @@ def test_the_node_command_reports_an_unsupported_pysyncobj(tmp_path: Path, monke
     monkeypatch.setattr(metadata, "version", lambda name: "0.4.0")
     monkeypatch.setenv("RAFTPOINT_RAFT_PASSWORD", "a-password-long-enough")
     data = tmp_path / "node"
+    # --insecure: the version check is under test, not the transport
     code = node_main.main(["--raft-address", "127.0.0.1:1", "--grpc-address", "127.0.0.1:2",
-                           "--data-dir", str(data), "--store", "memory"])
+                           "--data-dir", str(data), "--store", "memory", "--insecure"])
     assert code == 1
     assert "pysyncobj 0.4.0 is installed" in capsys.readouterr().err
     assert not (data / "raft.journal").exists()
