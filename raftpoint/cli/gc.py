@@ -10,7 +10,7 @@ from agent_client.blobs.errors import BlobError
 from agent_client.blobs.gc import DEFAULT_GRACE_S, GcResult
 from agent_client.blobs.location import open_blob_store
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from raftpoint.cli import security, target
+from raftpoint.cli import target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="never delete a chunk younger than this: a checkpoint may be being written "
                              f"(default {DEFAULT_GRACE_S:.0f})")
     target.add_arguments(parser)
-    security.add_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             _say_result(store.delete_checkpoints(args.uri, grace_s=args.grace))
             return 0
         where = target.resolve(args)
-        with Connection(where.endpoints, token=where.token, tls=security.client_tls(args)) as conn:
+        with Connection(where.endpoints, token=where.token, tls=where.tls) as conn:
             report = blob_gc.collect(conn, store, args.group, grace_s=args.grace)
         if args.uri:
             _say_result(store.delete_checkpoints(args.uri, grace_s=args.grace))

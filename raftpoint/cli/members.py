@@ -11,7 +11,7 @@ import sys
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.channels import ClientTLSError
-from raftpoint.cli import security, target
+from raftpoint.cli import target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "it is waiting to join (default: its Raft host with the cluster's gRPC port)")
     parser.add_argument("--force", action="store_true", help="remove: even below 3 voters or below a live quorum")
     target.add_arguments(parser)
-    security.add_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -32,14 +31,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
         return 2
-    try:
-        tls = security.client_tls(args)
-    except ClientTLSError as exc:
-        print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
-        return 2
     method = "AddNode" if args.action == "add" else "RemoveNode"
     try:
-        with Connection(where.endpoints, deadline=30, rpc_timeout=35, token=where.token, tls=tls) as conn:
+        with Connection(where.endpoints, deadline=30, rpc_timeout=35, token=where.token, tls=where.tls) as conn:
             conn.call("AdminService", method, pb.MembershipRequest(node=args.node, grpc=args.grpc, force=args.force))
     except (CoordinatorUnavailable, Rejected, ClientTLSError) as exc:
         print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)

@@ -8,7 +8,7 @@ import grpc
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.channels import ClientTLS, ClientTLSError
+from coordinator.channels import ClientTLS
 from coordinator.api.metadata import bearer
 from raftpoint.cli import security, target
 
@@ -18,7 +18,6 @@ PROG = "raftpoint status"
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("status", help="show role, term and indexes of every node")
     target.add_arguments(parser)
-    security.add_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -37,20 +36,12 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    try:
-        tls = security.client_tls(args)
-        tls.options()
-        if not tls.insecure:
-            tls.credentials()  # a missing file is named now, not as N unreachable nodes
-    except ClientTLSError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
     row = "{:<22} {:<10} {:>5} {:>8} {:>8} {:>8} {:>9} {:>9}  {}"
     print(row.format("node (grpc)", "role", "term", "commit", "applied", "log", "snapshot", "snap age", "digest"))
     leaders = 0
     errors: list[str] = []
     for endpoint in where.endpoints:
-        s = _ask(endpoint, tls, where.token)
+        s = _ask(endpoint, where.tls, where.token)
         if isinstance(s, grpc.RpcError):
             print(row.format(endpoint, "DOWN", "-", "-", "-", "-", "-", "-", "-"))
             errors.append(f"{endpoint}: {security.explain(s)}")

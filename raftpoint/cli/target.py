@@ -1,8 +1,9 @@
-"""Which cluster a command talks to, and with which bearer token: one set of flags
-for every subcommand that calls a running cluster.
+"""Which cluster a command talks to, with which bearer token and which TLS settings:
+one set of flags for every subcommand that calls a running cluster.
 
 The token is read from --token-file (or RAFTPOINT_TOKEN_FILE); without one, a
 cluster that `raftpoint cluster up` started in --data-dir lends its admin token.
+The TLS settings are raftpoint.cli.security's.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_client.connection import TOKEN_FILE_ENV, read_token_file
+from coordinator.channels import ClientTLS
 from coordinator.harness.local_cluster import admin_token, read_endpoints
+from raftpoint.cli import security
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,21 +24,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", default=None,
                         help=f"file whose first line is the bearer token to present (default: ${TOKEN_FILE_ENV}; "
                              "else the admin token of the cluster in --data-dir, if it has one)")
+    security.add_flags(parser)
 
 
 @dataclass(frozen=True)
 class Target:
     endpoints: list[str]
     token: str | None
+    tls: ClientTLS
 
 
 def resolve(args: argparse.Namespace) -> Target:
-    """Raises OSError or ValueError (with the reason) when there is no cluster to talk to."""
+    """Raises OSError or ValueError (with the reason) when there is no cluster to talk
+    to, or the TLS files named cannot be used (named now, not as N unreachable nodes)."""
     if args.endpoints:
         endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
     else:
         endpoints = read_endpoints(args.data_dir)
+    tls = security.client_tls(args)
+    tls.options()
+    if not tls.insecure:
+        tls.credentials()
     token_file = args.token_file or os.environ.get(TOKEN_FILE_ENV)
     if token_file:
-        return Target(endpoints, read_token_file(token_file))
-    return Target(endpoints, None if args.endpoints else admin_token(args.data_dir))
+        return Target(endpoints, read_token_file(token_file), tls)
+    return Target(endpoints, None if args.endpoints else admin_token(args.data_dir), tls)
