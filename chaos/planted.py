@@ -6,8 +6,8 @@ knows about it. Bugs:
 
 - `no-dedupe`: the applier ignores the request-id table, so a retried request is
   applied again (a retried Register bumps the incarnation and starts a recovery).
-- `accept-stale-epoch`: fencing accepts an old incarnation and an epoch that is not
-  open (a commit for another epoch is counted for the open one).
+- `accept-stale-epoch`: fencing accepts an old incarnation (with its secret) and an
+  epoch that is not open (a commit for another epoch is counted for the open one).
 - `skip-fsync`: LMDB commits without sync and every fsync helper of
   coordinator.fsutil does nothing, so an acknowledgement no longer means durable.
 - `stale-read`: reads skip the read barrier, so a follower or a deposed leader
@@ -51,7 +51,8 @@ def _accept_stale_epoch() -> None:
     def lenient(state: Any, group: Any, agent_id: str, token: Token) -> Any:
         agent = state.agent(group.spec.name, agent_id)
         if agent is not None:
-            token = dataclasses.replace(token, incarnation=agent.incarnation,
+            # The whole fence gives way: the old incarnation's number and its secret.
+            token = dataclasses.replace(token, incarnation=agent.incarnation, secret_hash=agent.secret_hash,
                                         epoch=min(token.epoch, group.current_epoch))
         return fenced(state, group, agent_id, token)
 
