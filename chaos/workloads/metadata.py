@@ -193,9 +193,12 @@ class MetadataWorkload:
                                  rpc_timeout=self.config.rpc_timeout_s, token=token)
         proc = ClientProcess(client, random.Random(f"{self.config.seed}-{name}"), self.budget)
         if self.config.hurried_share > 0 and deadline is None:
+            # The same identity as the process's own client: an intruder's hurried call
+            # made as the harness admin would be let through, and would write.
             proc.hurried = RecordingClient(self.history, name, self.endpoints,
                                            deadline=self.config.hurried_deadline_s,
-                                           rpc_timeout=min(self.config.rpc_timeout_s, self.config.hurried_deadline_s))
+                                           rpc_timeout=min(self.config.rpc_timeout_s, self.config.hurried_deadline_s),
+                                           token=token)
             proc.hurry = lambda: self.faults_in_force() and proc.rng.random() < self.config.hurried_share
         self._processes.append(proc)
         return proc
