@@ -25,6 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.channels import ClientTLS
 from coordinator.core import ids, membership
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.observability import raft_log
@@ -39,8 +40,9 @@ JOINING_SERVICE = "raftpoint.joining"
 
 
 async def change(proposer: Proposer, context: grpc.aio.ServicerContext, request: pb.MembershipRequest,
-                 *, add: bool) -> pb.MembershipResponse:
-    """Check, propose and await one membership change; aborts the RPC on any refusal."""
+                 *, add: bool, peer_tls: ClientTLS | None = None) -> pb.MembershipResponse:
+    """Check, propose and await one membership change; aborts the RPC on any refusal.
+    `peer_tls`: how this node reaches another node's gRPC port (None: plaintext)."""
     action = "add" if add else "remove"
     address = request.node
     try:
@@ -63,7 +65,8 @@ async def change(proposer: Proposer, context: grpc.aio.ServicerContext, request:
     except Rejection as r:
         await _refuse(context, action, address, r)
     if add:
-        await _check_ready(context, node, address, request.grpc or _default_grpc(node, address))
+        await _check_ready(context, node, address, request.grpc or _default_grpc(node, address),
+                           peer_tls or ClientTLS.plaintext())
     error = await _propose(context, node, address, add=add)
     if error != 0:
         await _refuse(context, action, address, Rejection.because(
@@ -84,14 +87,15 @@ def _default_grpc(node, raft_address: str) -> str:
     return f"{raft_address.rpartition(':')[0]}:{own.rpartition(':')[2]}"
 
 
-async def _check_ready(context: grpc.aio.ServicerContext, node: Membership, raft_address: str, grpc_address: str) -> None:
+async def _check_ready(context: grpc.aio.ServicerContext, node: Membership, raft_address: str, grpc_address: str,
+                       peer_tls: ClientTLS) -> None:
     """Abort with NODE_NOT_READY unless the node answers with the password and waits to join."""
     try:
         await asyncio.to_thread(node.probe_member, raft_address, PROBE_TIMEOUT_S)
     except RaftProbeFailed as exc:
         await _refuse(context, "add", raft_address, Rejection.because(
             ReasonCode.NODE_NOT_READY, f"{raft_address} is not ready to join: {exc}"))
-    state = await _joining_health(grpc_address)
+    state = await _joining_health(grpc_address, peer_tls)
     if state != "SERVING":
         await _refuse(context, "add", raft_address, Rejection.because(
             ReasonCode.NODE_NOT_READY,
@@ -99,10 +103,10 @@ async def _check_ready(context: grpc.aio.ServicerContext, node: Membership, raft
             "(start it with the cluster as its peers, and give its gRPC address if it is not the default)"))
 
 
-async def _joining_health(grpc_address: str) -> str:
+async def _joining_health(grpc_address: str, peer_tls: ClientTLS) -> str:
     """The new node's `raftpoint.joining` health, or why it could not be read."""
     try:
-        async with grpc.aio.insecure_channel(grpc_address) as channel:
+        async with peer_tls.aio_channel(grpc_address) as channel:
             answer = await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=JOINING_SERVICE), timeout=PROBE_TIMEOUT_S)
     except grpc.aio.AioRpcError as exc:

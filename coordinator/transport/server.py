@@ -142,7 +142,8 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     node.on_agent_changes(wakeups.signal)  # the applier wakes order streams; nothing polls
     pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases, wakeups), server)
     heavy = HeavyReads()
-    pb_grpc.add_AdminServiceServicer_to_server(AdminServicer(proposer, heavy, admission), server)
+    pb_grpc.add_AdminServiceServicer_to_server(
+        AdminServicer(proposer, heavy, admission, tls.peer_client() if tls is not None else None), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]

@@ -8,6 +8,7 @@ import grpc
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS
 from coordinator.core import ids, paging, queries, validation
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import RECENT_EPOCHS
@@ -105,9 +106,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     """Admin RPCs. Reads that scale with the state (a group's agents and checkpoints,
     a what-if's recovery line, the digests) run through HeavyReads, off the event loop."""
 
-    def __init__(self, proposer: Proposer, heavy: HeavyReads, admission: Admission | None = None) -> None:
+    def __init__(self, proposer: Proposer, heavy: HeavyReads, admission: Admission | None = None,
+                 peer_tls: ClientTLS | None = None) -> None:
         self.p = proposer
         self.heavy = heavy
+        self.peer_tls = peer_tls  # how AddNode reaches the new node's health (its own certificate)
         self.admission = admission or Admission()
         self._digests: tuple[int, tuple[int, str, str]] | None = None  # (applied index, digests at it)
 
@@ -213,7 +216,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return digests
 
     async def AddNode(self, request, context):
-        return await membership.change(self.p, context, request, add=True)
+        return await membership.change(self.p, context, request, add=True, peer_tls=self.peer_tls)
 
     async def RemoveNode(self, request, context):
-        return await membership.change(self.p, context, request, add=False)
+        return await membership.change(self.p, context, request, add=False, peer_tls=self.peer_tls)

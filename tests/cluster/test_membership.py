@@ -132,10 +132,10 @@ def test_removing_below_three_voters_is_refused_unless_forced(tmp_path: Path,
         assert scrape(leader.metrics)['raftpoint_membership_requests_total{action="remove",outcome="TOO_FEW_VOTERS"}'] == 2
         endpoints = ",".join(cluster.endpoints())
         assert main(["members", "remove", followers[0].raft, "--endpoints", endpoints,
-                     "--token-file", str(cluster.token_file)]) == 1
+                     "--token-file", str(cluster.token_file), *cli_tls(cluster)]) == 1
         assert "fewer than 3" in capsys.readouterr().err  # the CLI prints the refusal
         assert main(["members", "remove", followers[0].raft, "--force", "--endpoints", endpoints,
-                     "--token-file", str(cluster.token_file)]) == 0
+                     "--token-file", str(cluster.token_file), *cli_tls(cluster)]) == 0
         cluster.stop(followers[0].index)
         leader = cluster.leader()
         client.commit("a", 3)  # two voters, both live
