@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def endpoints(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(tmp_path_factory.mktemp("lg") / "cluster", 3, settings=FAST).start_all() as cluster, \
             channels.environment(cluster.client_tls()):  # for the savers here and the second writer's process
         cluster.leader()
