@@ -14,6 +14,7 @@ from agent_client.connection import Connection, overload_hint
 from coordinator.api.metadata import REASON_METADATA_KEY, RETRY_AFTER_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS
 from coordinator.core.model import AgentState
 from coordinator.harness.in_process import LocalReplica
 from coordinator.harness.local_cluster import free_ports, node_status
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 SECRET = b"s" * 16  # the agent secret Register takes and every agent write repeats
+PLAIN = ClientTLS.plaintext()  # the node here is served without TLS: admission is under test
 
 
 class LaggingReplica(LocalReplica):
@@ -41,7 +43,7 @@ async def node() -> AsyncIterator[tuple[LaggingReplica, str]]:
     replica, stop = LaggingReplica(address), asyncio.Event()
     serving = asyncio.create_task(node_server.serve(replica, address, stop))
     deadline = time.monotonic() + 10
-    while await asyncio.to_thread(node_status, address) is None:
+    while await asyncio.to_thread(node_status, address, 1.0, PLAIN) is None:
         assert time.monotonic() < deadline and not serving.done(), "the server never answered"
         await asyncio.sleep(0.05)
     try:
@@ -68,7 +70,7 @@ def refusal(address: str, method: str, request) -> grpc.RpcError | None:
 
 def set_up(address: str, lease_ttl_s: float) -> int:
     """A group and one registered agent "a"; its incarnation."""
-    with Connection([address], deadline=10) as conn:
+    with Connection([address], deadline=10, tls=PLAIN) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.UNCOORDINATED, lease_ttl_s=lease_ttl_s)))
         return conn.call("AgentService", "Register",
@@ -104,7 +106,7 @@ async def test_work_is_shed_before_heartbeats_with_a_reason_and_a_retry_hint(nod
     assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and overload_hint(err) >= 1.0
 
     # The client waits the hint and retries with the same request: it gets through once the lag is gone.
-    with Connection([address], deadline=20) as conn:
+    with Connection([address], deadline=20, tls=PLAIN) as conn:
         call = asyncio.create_task(asyncio.to_thread(conn.call, "AgentService", "Register", register))
         await asyncio.sleep(0.5)
         assert not call.done()
