@@ -29,7 +29,7 @@ from typing import Any, Callable
 import grpc
 
 from agent_client.connection import (BACKOFF, RETRYABLE, AsyncConnection, Connection, CoordinatorUnavailable,
-                                     Rejected, _trailer)
+                                     Rejected, _trailer, spread_hint)
 from coordinator.api.metadata import REASON_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -49,11 +49,12 @@ OnWatchEnded = Callable[[grpc.StatusCode, str], None]
 
 
 class Retry(Exception):
-    """A retryable status: re-send the frame (on `leader` if one was named)."""
+    """A retryable status: re-send the frame (on `leader` if one was named), not before
+    `after` seconds when an overloaded node shed it."""
 
-    def __init__(self, leader: str | None, text: str) -> None:
+    def __init__(self, leader: str | None, text: str, after: float = 0.0) -> None:
         super().__init__(text)
-        self.leader = leader
+        self.leader, self.after = leader, after
 
 
 def carries(service: str, method: str) -> bool:
@@ -76,6 +77,8 @@ def judge(reply: pb.CoordinatorFrame, field: str) -> Any:
         code = status_code(reply.status)
         if code in RETRYABLE:
             raise Retry(reply.status.leader or None, reply.status.message)
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED and reply.status.reason == pb.REASON_OVERLOADED:
+            raise Retry(None, reply.status.message, spread_hint(reply.status.retry_after_s))
         raise Rejected(code, reply.status.message, reply.status.reason)
     return getattr(reply, field)
 
@@ -124,6 +127,13 @@ class _Frames:
         if remaining <= 0:
             raise CoordinatorUnavailable(f"AgentService.{method}: no leader answered within {budget}s")
         return remaining
+
+    @staticmethod
+    def _pause(r: Retry, backoff: float, end: float) -> float:
+        """How long to wait before re-sending a frame: the jittered backoff, or the
+        overloaded node's hint when longer, never past the call's deadline (the next
+        turn of the loop then ends the call)."""
+        return max(0.0, min(max(random.uniform(0, backoff), r.after), end - time.monotonic()))
 
     def _follow(self, r: Retry) -> None:
         """A frame refused as retryable named another leader: re-open the stream there."""
@@ -209,7 +219,7 @@ class SessionStream(_Frames):
                     return judge(waiter.reply, field)  # type: ignore[arg-type]
                 except Retry as r:
                     self._follow(r)
-                    self._closed.wait(random.uniform(0, pause))
+                    self._closed.wait(self._pause(r, pause, end))
                     pause = min(pause * 2, BACKOFF["max"])
                     with self._lock:
                         waiter.event.clear()
@@ -343,7 +353,7 @@ class AsyncSessionStream(_Frames):
                     return judge(reply, field)
                 except Retry as r:
                     self._follow(r)
-                    await asyncio.sleep(random.uniform(0, pause))
+                    await asyncio.sleep(self._pause(r, pause, end))
                     pause = min(pause * 2, BACKOFF["max"])
                     waiter.future = loop.create_future()
                     self._send(waiter.frame)

@@ -108,11 +108,16 @@ _backoff = wait_random_exponential(**BACKOFF)
 
 
 def _wait(state: RetryCallState) -> float:
-    """The backoff, or the overloaded node's hint spread over 1-1.5x when longer: clients
-    told to come back together must not all come back at the same instant."""
+    """The backoff, or the overloaded node's hint (spread_hint) when longer: clients told
+    to come back together must not all come back at the same instant."""
     failed = state.outcome.exception() if state.outcome is not None else None
     hint = overload_hint(failed) if failed is not None else None
-    return max(_backoff(state), (hint or 0.0) * random.uniform(1.0, 1.5))
+    return max(_backoff(state), spread_hint(hint))
+
+
+def spread_hint(hint: float | None) -> float:
+    """An overloaded node's retry hint, spread over 1-1.5x (0 without a hint)."""
+    return (hint or 0.0) * random.uniform(1.0, 1.5)
 
 
 def _policy(deadline: float) -> dict[str, Any]:

@@ -16,11 +16,12 @@ from typing import Callable
 import grpc
 
 from coordinator.api.metadata import RETRY_AFTER_METADATA_KEY
+from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.overload import AdmissionLimits, Load, Shed, Work, admit
 from coordinator.observability import metrics
 from coordinator.observability.loop_lag import LoopLag
-from coordinator.transport.status_map import abort_with
+from coordinator.transport.status_map import Refused, abort_with
 
 # What each method asks of the node. Methods not named here (ClusterStatus, membership,
 # health, reflection) are never shed: operators need them most when the node is loaded.
@@ -73,7 +74,17 @@ class Admission:
         return shed
 
 
+def _refusal(shed: Shed) -> Rejection:
+    return Rejection.because(ReasonCode.OVERLOADED, f"overloaded ({shed.why}); retry later")
+
+
 async def refuse(context: grpc.aio.ServicerContext, shed: Shed) -> None:
     """End the call with RESOURCE_EXHAUSTED, REASON_OVERLOADED and the retry hint."""
-    await abort_with(context, Rejection.because(ReasonCode.OVERLOADED, f"overloaded ({shed.why}); retry later"),
-                     trailers=((RETRY_AFTER_METADATA_KEY, f"{shed.retry_after_s:.3f}"),))
+    await abort_with(context, _refusal(shed), trailers=((RETRY_AFTER_METADATA_KEY, f"{shed.retry_after_s:.3f}"),))
+
+
+def refused_frame(shed: Shed) -> pb.FrameStatus:
+    """The same refusal as a session frame's answer: the hint in the status itself."""
+    status = Refused.of(_refusal(shed)).to_pb()
+    status.retry_after_s = round(shed.retry_after_s, 3)
+    return status

@@ -11,14 +11,16 @@ or this node stops leading (UNAVAILABLE, the leader's address, and the reason).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 import grpc
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core.errors import Rejection
 from coordinator.transport import auth
+from coordinator.transport.admission import WORK_OF_METHOD, Admission, refused_frame
 from coordinator.transport.agent_ops import AgentOps, Op
 from coordinator.transport.order_wakeups import OrderWakeups
 from coordinator.transport.status_map import Refused
@@ -35,8 +37,8 @@ LEADERSHIP_LOST = "this node stopped leading; re-open the session on the leader 
 class AgentSession:
     """The server half of one Session call; `frames()` yields what to send."""
 
-    def __init__(self, ops: AgentOps, wakeups: OrderWakeups) -> None:
-        self.ops, self.wakeups = ops, wakeups
+    def __init__(self, ops: AgentOps, wakeups: OrderWakeups, admission: Admission | None = None) -> None:
+        self.ops, self.wakeups, self.admission = ops, wakeups, admission
         self.outbox: asyncio.Queue[pb.CoordinatorFrame | Refused | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -98,7 +100,12 @@ class AgentSession:
             handler = self._handlers.get(kind or "")
             if handler is None:
                 raise Refused.of(Rejection.invalid("frame", "carries no operation"))
-            response = await handler(getattr(frame, kind), frame.issued_at or None)
+            shed = self.admission.check(WORK_OF_METHOD[RPC_OF_FRAME[kind]]) if self.admission else None
+            if shed is not None:  # as a unary call would be shed: the client re-sends after the hint
+                self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, status=refused_frame(shed)))
+                return
+            with self._in_flight():
+                response = await handler(getattr(frame, kind), frame.issued_at or None)
             self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, **{kind: response}))
         except Refused as r:
             self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, status=r.to_pb()))
@@ -110,6 +117,18 @@ class AgentSession:
                 grpc.StatusCode.INTERNAL, "the coordinator failed to answer this frame").to_pb()))
         finally:
             self._slots.release()
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """A frame being answered is counted as an RPC in flight: it costs the node as much."""
+        if self.admission is None:
+            yield
+            return
+        self.admission.rpcs_in_flight += 1
+        try:
+            yield
+        finally:
+            self.admission.rpcs_in_flight -= 1
 
     @staticmethod
     def _admit(rpc: str, request: Any) -> None:

@@ -140,7 +140,7 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     proposer = Proposer(batcher)
     wakeups = OrderWakeups(asyncio.get_running_loop())
     node.on_agent_changes(wakeups.signal)  # the applier wakes order streams; nothing polls
-    pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases, wakeups), server)
+    pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(proposer, leases, wakeups, admission), server)
     heavy = HeavyReads()
     pb_grpc.add_AdminServiceServicer_to_server(
         AdminServicer(proposer, heavy, admission, tls.peer_client() if tls is not None else None), server)

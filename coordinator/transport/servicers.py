@@ -42,10 +42,12 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     """Agent RPCs: each unary method and each session frame runs the same AgentOps
     operation (agent_ops.py); only how a refusal is sent differs."""
 
-    def __init__(self, proposer: Proposer, leases: Leases, wakeups: OrderWakeups) -> None:
+    def __init__(self, proposer: Proposer, leases: Leases, wakeups: OrderWakeups,
+                 admission: Admission | None = None) -> None:
         self.p = proposer
         self.ops = AgentOps(proposer, leases)
         self.wakeups = wakeups
+        self.admission = admission  # sheds a session's frames as the interceptor sheds unary calls
 
     @staticmethod
     async def _unary(context: grpc.aio.ServicerContext, op: Op, request):
@@ -96,7 +98,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     async def Session(self, request_iterator, context):
         """One per agent process: the calls above as frames, orders pushed (agent_session.py)."""
         try:
-            async for frame in AgentSession(self.ops, self.wakeups).frames(request_iterator):
+            async for frame in AgentSession(self.ops, self.wakeups, self.admission).frames(request_iterator):
                 yield frame
         except Refused as r:
             await r.abort(context)

@@ -130,3 +130,42 @@ async def test_no_agent_is_declared_failed_while_the_leader_lags(node) -> None:
         assert time.monotonic() < deadline, "a silent agent was never declared failed after the lag ended"
         await asyncio.sleep(0.1)
     assert incarnation == 1
+
+
+async def test_a_session_frame_is_shed_with_the_hint_and_the_agent_resends_it_after(node) -> None:
+    import queue
+
+    from agent_client.agent_stream import SessionStream, frame
+
+    replica, address = node
+    await asyncio.to_thread(set_up, address, 600)
+    register = pb.RegisterRequest(request_id="r-s", group="g", agent_id="s", secret=SECRET)
+    frames: queue.Queue[pb.AgentFrame | None] = queue.Queue()
+    with grpc.insecure_channel(address) as channel:
+        # Opened while the node keeps up (a new session is shed like a write); the frame comes later.
+        replies = pb_grpc.AgentServiceStub(channel).Session(iter(frames.get, None), timeout=10)
+        await asyncio.to_thread(grpc.channel_ready_future(channel).result, 5)
+        await lag(replica, 0.5)
+        frames.put(frame(1, "register", register))
+        reply = await asyncio.to_thread(next, replies)
+        frames.put(None)
+    assert reply.correlation == 1 and reply.WhichOneof("body") == "status"
+    assert reply.status.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert reply.status.reason == pb.REASON_OVERLOADED and reply.status.retry_after_s >= 0.2
+    assert replica.read_state().agent("g", "s") is None  # nothing was proposed
+
+    # The session client waits the hint and sends the same frame again: it gets in once the lag is gone.
+    await lag(replica, 0.0)
+    with Connection([address], deadline=20, tls=PLAIN) as conn:
+        stream = SessionStream(conn, lambda order: None, lambda code, why: None)
+        try:
+            beat = pb.HeartbeatRequest(group="g", agent_id="a", token=pb.FencingToken(incarnation=1, secret=SECRET))
+            await asyncio.to_thread(stream.call, "Heartbeat", beat)  # the session is open before the node lags
+            await lag(replica, 0.5)
+            call = asyncio.create_task(asyncio.to_thread(stream.call, "Register", register))
+            await asyncio.sleep(0.5)
+            assert not call.done()
+            await lag(replica, 0.0)
+            assert (await asyncio.wait_for(call, 15)).incarnation == 1
+        finally:
+            stream.close()

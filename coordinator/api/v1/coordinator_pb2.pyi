@@ -671,16 +671,18 @@ class AgentFrame(_message.Message):
     def __init__(self, correlation: _Optional[int] = ..., issued_at: _Optional[str] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[ReportDependenciesRequest, _Mapping]] = ..., ack_order: _Optional[_Union[AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[DeregisterRequest, _Mapping]] = ..., watch_orders: _Optional[_Union[WatchOrdersRequest, _Mapping]] = ...) -> None: ...
 
 class FrameStatus(_message.Message):
-    __slots__ = ("code", "reason", "message", "leader")
+    __slots__ = ("code", "reason", "message", "leader", "retry_after_s")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     code: int
     reason: ReasonCode
     message: str
     leader: str
-    def __init__(self, code: _Optional[int] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., message: _Optional[str] = ..., leader: _Optional[str] = ...) -> None: ...
+    retry_after_s: float
+    def __init__(self, code: _Optional[int] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., message: _Optional[str] = ..., leader: _Optional[str] = ..., retry_after_s: _Optional[float] = ...) -> None: ...
 
 class CoordinatorFrame(_message.Message):
     __slots__ = ("correlation", "register", "heartbeat", "commit_checkpoint", "report_dependencies", "ack_order", "deregister", "order", "status")
