@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_client.agent_stream import AsyncSessionStream  # noqa: E402
 from agent_client.connection import AsyncConnection, Connection  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
+from _proc import cpu_seconds  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster, wait_for  # noqa: E402
 
 GROUP_SIZE = 10
@@ -54,6 +54,7 @@ ROLLBACK_GROUPS = 5
 IDLE_S = 10.0
 COMMIT_S = 3.0
 LOADGENS = 2
+REGISTER_CONCURRENCY = 256  # per load generator: registrations in flight at once
 TARGETS = {"cpu": 50.0, "keepalive_p99_ms": 100.0, "rollback_p99_ms": 100.0}
 
 
@@ -70,26 +71,36 @@ def names(size: int) -> list[tuple[str, str]]:
 
 # ---- the load generator (a process of its own) -------------------------------------
 
-async def _agent(path: str, conn: AsyncConnection, group: str, agent: str, out: dict, stop: asyncio.Event) -> None:
+async def _agent(path: str, conn: AsyncConnection, group: str, agent: str, out: dict, stop: asyncio.Event,
+                 gate: asyncio.Semaphore) -> None:
     token_holder: dict = {}
 
     def on_order(order: pb.Order) -> None:
         out["orders"].append((group, agent, order.order_id, time.time()))
 
-    if path == "session":
-        stream = AsyncSessionStream(conn, on_order, lambda code, why: None)
-        reg = await stream.call("Register", pb.RegisterRequest(request_id=f"reg-{group}-{agent}", group=group,
-                                                               agent_id=agent))
-        token = pb.FencingToken(incarnation=reg.incarnation)
+    stream: AsyncSessionStream | None = None
+    async with gate:  # registrations in bounded waves, as a fleet of agents starting up
+        try:
+            if path == "session":
+                stream = AsyncSessionStream(conn, on_order, lambda code, why: None)
+                reg = await stream.call("Register", pb.RegisterRequest(request_id=f"reg-{group}-{agent}", group=group,
+                                                                       agent_id=agent))
+            else:
+                reg = await conn.call("AgentService", "Register", pb.RegisterRequest(
+                    request_id=f"reg-{group}-{agent}", group=group, agent_id=agent))
+        except Exception as exc:  # no answer within the client's deadline: this agent never got in
+            out["unregistered"] += 1
+            out["errors"].append(f"{group}/{agent}: register: {type(exc).__name__}: {str(exc)[:120]}")
+            if stream is not None:
+                await stream.close()
+            return
+    token = pb.FencingToken(incarnation=reg.incarnation)
+    if stream is not None:
         stream.watch(pb.WatchOrdersRequest(group=group, agent_id=agent, token=token))
 
         async def beat() -> None:
             await stream.call("Heartbeat", pb.HeartbeatRequest(group=group, agent_id=agent, token=token))
     else:
-        stream = None
-        reg = await conn.call("AgentService", "Register", pb.RegisterRequest(
-            request_id=f"reg-{group}-{agent}", group=group, agent_id=agent))
-        token = pb.FencingToken(incarnation=reg.incarnation)
         token_holder["watch"] = asyncio.create_task(_watch(conn, group, agent, token, on_order, stop))
 
         async def beat() -> None:
@@ -136,18 +147,19 @@ async def loadgen(args: argparse.Namespace) -> None:
     endpoints = args.endpoints.split(",")
     mine = [tuple(x.split("/")) for x in args.agents.split(",")] if args.agents else []
     stop = asyncio.Event()
-    out: dict = {"connected": 0, "rtt": [], "orders": [], "errors": []}
+    out: dict = {"connected": 0, "unregistered": 0, "rtt": [], "orders": [], "errors": []}
+    gate = asyncio.Semaphore(REGISTER_CONCURRENCY)
     conns = [AsyncConnection(endpoints, deadline=60.0, rpc_timeout=20.0)
              for _ in range(max(1, (len(mine) + SESSIONS_PER_CHANNEL - 1) // SESSIONS_PER_CHANNEL))]
     tasks = []
     for i, (group, agent) in enumerate(mine):
-        tasks.append(asyncio.create_task(_agent(args.path, conns[i // SESSIONS_PER_CHANNEL], group, agent, out, stop)))
-        if i % 50 == 49:
-            await asyncio.sleep(0.01)  # spread the registrations a little
+        tasks.append(asyncio.create_task(_agent(args.path, conns[i // SESSIONS_PER_CHANNEL], group, agent, out, stop, gate)))
     ready, stop_file = Path(args.ready), Path(args.stop)
-    while out["connected"] < len(mine):
+    while out["connected"] + out["unregistered"] < len(mine):
         await asyncio.sleep(0.1)
-    ready.write_text(str(out["connected"]))
+    partial = ready.with_suffix(".partial")  # renamed into place: the driver never reads half a file
+    partial.write_text(json.dumps({"connected": out["connected"], "unregistered": out["unregistered"]}))
+    partial.rename(ready)
     while not stop_file.exists():
         await asyncio.sleep(0.1)
     stop.set()
@@ -159,9 +171,6 @@ async def loadgen(args: argparse.Namespace) -> None:
 
 # ---- the driver ----------------------------------------------------------------------
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def commit_latency(endpoint_list: list[str], seconds: float) -> list[float]:
@@ -232,6 +241,7 @@ def run_size(size: int, path: str, root: Path) -> dict:
         if not all(f["ready"].exists() for f in files):
             raise RuntimeError("a load generator exited: " + files[0]["log"].read_text()[-2000:])
         connect_s = time.monotonic() - connect_started
+        unregistered = sum(json.loads(f["ready"].read_text())["unregistered"] for f in files)
         time.sleep(KEEPALIVE_S)  # every agent's keepalive phase under way
         pid = leader.process.pid
         idle_from, cpu0 = time.time(), cpu_seconds(pid)
@@ -272,7 +282,7 @@ def run_size(size: int, path: str, root: Path) -> dict:
         errors = [e for res in results for e in res["errors"]
                   if not any(e.startswith(f"{g}/a0:") for g in failed_at)]  # the failed agents' own fence
         conn.close()
-        return {"size": size, "path": path, "connect_s": connect_s, "cpu": cpu,
+        return {"size": size, "path": path, "connect_s": connect_s, "unregistered": unregistered, "cpu": cpu,
                 "ka_p50_ms": 1000 * pct(rtts, 0.5), "ka_p99_ms": 1000 * pct(rtts, 0.99), "keepalives": len(rtts),
                 "commit_p50_ms": 1000 * statistics.median(commits) if commits else float("nan"),
                 "fail_call_ms": 1000 * statistics.median(fail_calls),
@@ -296,6 +306,8 @@ def degraded(row: dict) -> list[str]:
         why.append("keepalive p99")
     if not row["rb_p99_ms"] < TARGETS["rollback_p99_ms"] or row["rb_missing"]:
         why.append("rollback delivery")
+    if row["unregistered"]:
+        why.append("agents that never registered")
     if row["false_failed"]:
         why.append("false failures")
     if row["leader_changes"]:
@@ -328,13 +340,13 @@ def main() -> None:
             row = run_size(size, path, Path(tmp))
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    header = ("path", "agents", "connect s", "leader CPU %", "keepalive p50/p99 ms", "commit p50 ms",
+    header = ("path", "agents", "connect s", "never registered", "leader CPU %", "keepalive p50/p99 ms", "commit p50 ms",
               "failing Register ms", "rollback p50/p99 ms", "after the answer p99 ms", "missing", "false FAILED",
               "leader changes", "errors", "degraded")
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for r in rows:
-        print(" | ".join([r["path"], str(r["size"]), f"{r['connect_s']:.1f}", f"{r['cpu']:.0f}",
+        print(" | ".join([r["path"], str(r["size"]), f"{r['connect_s']:.1f}", str(r["unregistered"]), f"{r['cpu']:.0f}",
                           f"{r['ka_p50_ms']:.1f}/{r['ka_p99_ms']:.1f}", f"{r['commit_p50_ms']:.1f}",
                           f"{r['fail_call_ms']:.1f}", f"{r['rb_p50_ms']:.1f}/{r['rb_p99_ms']:.1f}",
                           f"{r['rb_after_answer_p99_ms']:.1f}", str(r["rb_missing"]), str(r["false_failed"]),

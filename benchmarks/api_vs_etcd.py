@@ -33,9 +33,11 @@ from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
 from coordinator.channels import ClientTLS  # noqa: E402
 from coordinator.harness.certs import LocalCA  # noqa: E402
+from _proc import total_cpu_seconds  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster, free_ports, wait_for  # noqa: E402
 
 CONCURRENCY = (1, 32, 128)
+SERVERS: list[int] = []  # the measured servers' process ids (raftpoint's, then etcd's)
 # Dependency reports are latency-bound at low concurrency (each waits for the journal
 # flushes of a Raft round), so both a light and a busy reporter population are shown.
 DEPS_CONCURRENCY = (8, 32)
@@ -160,6 +162,8 @@ def etcd_available() -> str | None:
 # ---- load -----------------------------------------------------------------------
 
 async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) -> dict:
+    """`concurrency` lanes calling back to back; with the servers' CPU-seconds per call
+    (all three members together, from /proc: SERVERS holds their process ids)."""
     latencies: list[float] = []
     refused = [0]
     end = time.monotonic() + seconds
@@ -183,13 +187,13 @@ async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) ->
             latencies.append(time.perf_counter() - started)
             i += 1
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), total_cpu_seconds(SERVERS)
     await asyncio.gather(*(lane(n) for n in range(concurrency)))
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, total_cpu_seconds(SERVERS) - cpu0
     latencies.sort()
     pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3  # noqa: E731
     return {"ops_s": len(latencies) / elapsed, "p50": pct(0.5), "p99": pct(0.99), "ops": len(latencies),
-            "refused": refused[0]}
+            "refused": refused[0], "cpu_ms": 1e3 * cpu / max(1, len(latencies))}
 
 
 def commit_request(next_index: dict[int, int], request_id: str, n: int) -> pb.CommitCheckpointRequest:
@@ -305,7 +309,7 @@ def _failover_etcd_once(etcd: EtcdCluster, leader: int) -> float:
 
 
 def main() -> int:
-    global CONCURRENCY
+    global CONCURRENCY, SERVERS
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--max-ops", type=int, default=50_000)
@@ -320,6 +324,7 @@ def main() -> int:
         root = Path(tmp)
         with LocalCluster(root / "raftpoint", 3, insecure=args.insecure) as cluster:
             cluster.start_all()
+            SERVERS = [n.process.pid for n in cluster.nodes]
             ours = asyncio.run(raftpoint_cells(cluster.leader().grpc, cluster.client_tls(), args.seconds,
                                                args.max_ops))
             ours_failover = failover_raftpoint(cluster, args.kills)
@@ -328,6 +333,7 @@ def main() -> int:
             etcd = EtcdCluster(root, args.insecure)
             try:
                 leader = wait_for(lambda: [etcd.leader()] if etcd.leader() is not None else None, "an etcd leader", 30)
+                SERVERS = [p.pid for p in etcd.procs]
                 theirs = asyncio.run(etcd_cells(etcd.clients[leader[0]], etcd.tls, args.seconds, args.max_ops))
                 theirs_failover = failover_etcd(etcd, args.kills)
             finally:
@@ -335,19 +341,20 @@ def main() -> int:
     security = "plaintext" if args.insecure else "TLS, client certificates required"
     print(f"3 members each on 127.0.0.1, {os.cpu_count()} cores, {args.seconds}s per cell, one grpc.aio channel to "
           f"the leader, clients over {security}")
-    print(f"{'in flight':>9} | {'raftpoint ops/s':>15} {'p50 ms':>7} {'p99 ms':>7} | {'etcd ops/s':>10} {'p50 ms':>7} "
-          f"{'p99 ms':>7} | {'ratio':>5}")
+    print("CommitCheckpoint (unary, then each lane an agent on its own Session stream) vs etcd Put; "
+          "CPU = the three servers' CPU ms per operation")
+    header = ("in flight", "path", "ops/s", "p50 ms", "p99 ms", "CPU ms/op", "etcd ops/s", "etcd p50 ms",
+              "etcd CPU ms/op", "ops/s ratio", "CPU ratio")
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
     for c in CONCURRENCY:
-        o, t = ours[c], theirs.get(c)
-        tail = (f"{t['ops_s']:>10.0f} {t['p50']:>7.2f} {t['p99']:>7.2f} | {o['ops_s'] / t['ops_s']:>5.2f}" if t
-                else f"{'-':>10} {'-':>7} {'-':>7} | {'-':>5}")
-        print(f"{c:>9} | {o['ops_s']:>15.0f} {o['p50']:>7.2f} {o['p99']:>7.2f} | {tail}"
-              + (f"  (raftpoint streams refused and resent: {o['refused']})" if o["refused"] else ""))
-    print(f"{'in flight':>9} | {'session ops/s':>15} {'p50 ms':>7} {'p99 ms':>7} | session/unary ops/s "
-          "(CommitCheckpoint, each lane an agent on its own Session stream)")
-    for c in CONCURRENCY:
-        o, u = ours["session"][c], ours[c]
-        print(f"{c:>9} | {o['ops_s']:>15.0f} {o['p50']:>7.2f} {o['p99']:>7.2f} | {o['ops_s'] / u['ops_s']:>5.2f}")
+        t = theirs.get(c)
+        for path, o in (("unary", ours[c]), ("session", ours["session"][c])):
+            tail = ([f"{t['ops_s']:.0f}", f"{t['p50']:.2f}", f"{t['cpu_ms']:.3f}", f"{o['ops_s'] / t['ops_s']:.2f}",
+                     f"{o['cpu_ms'] / t['cpu_ms']:.1f}" if t["cpu_ms"] else "-"] if t else ["-"] * 5)
+            print(" | ".join([str(c), path, f"{o['ops_s']:.0f}", f"{o['p50']:.2f}", f"{o['p99']:.2f}",
+                              f"{o['cpu_ms']:.3f}", *tail])
+                  + (f"  (streams refused and resent: {o['refused']})" if o["refused"] else ""))
     for c in DEPS_CONCURRENCY:
         d = ours[f"deps{c}"]
         print(f"ReportDependencies, batches of 100, {c} in flight: {d['ops_s'] * 100:,.0f} records/s "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -26,16 +25,13 @@ from agent_client.connection import overload_hint  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
 from coordinator.channels import ClientTLS  # noqa: E402
+from _proc import cpu_seconds  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 SECRET = b"s" * 16  # the agent secret Register takes and every agent write repeats
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
 def cpu_of(cluster: LocalCluster) -> dict[int, float]:
