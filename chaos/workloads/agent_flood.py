@@ -63,7 +63,8 @@ class Tally:
     outcomes: Counter = field(default_factory=Counter)  # (method, outcome) -> count
     beats: dict[str, list[float]] = field(default_factory=dict)  # agent -> send times of answered heartbeats
     registered: dict[str, float] = field(default_factory=dict)  # agent -> send time of its answered Register
-    refused: dict[str, tuple[float, str]] = field(default_factory=dict)  # agent -> (time, reason): first not-live refusal
+    # agent -> (time, reason) of its first refusal as no longer live
+    refused: dict[str, tuple[float, str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # the first few refusals' texts, for the reader
 
     def count(self, method: str, outcome: str) -> None:

@@ -99,6 +99,7 @@ def test_check_loads_and_checks_a_cluster_someone_else_runs(tmp_path: Path) -> N
     (["run", "--scenario", "nope"], "unknown scenario 'nope'"),
     (["run", "--scenario", "leader-kill-loop", "--bug", "nope"], "unknown bug 'nope'"),
     (["run", "--scenario", "leader-kill-loop", "--duration", "-1"], "--duration"),
+    (["run", "--scenario", "agent-flood", "--flood-agents", "-5"], "--flood-agents"),
     (["check", "--endpoints", " , "], "--endpoints"),
 ])
 def test_bad_arguments_are_refused_with_a_reason(args: list[str], message: str) -> None:
