@@ -16,7 +16,7 @@ from typing import Iterable
 
 from chaos.history import CRASHED, FAULT, NEMESIS, Op, calls, load
 from chaos.invariants import (authorization, availability, clocks, collection, convergence, damage, durability,
-                              epochs, fencing, reads, recovery_lines, retries)
+                              epochs, false_failures, fencing, reads, recovery_lines, retries)
 from chaos.invariants.facts import Facts
 from chaos.tokens import invariants as agents
 from chaos.report import InvariantResult, Report
@@ -39,6 +39,7 @@ def check(ops: Iterable[Op], *, extra: Iterable[InvariantResult] = (),
         reads.check(facts),
         clocks.check(facts),
         damage.check(facts),
+        false_failures.check(facts),
         *extra,
     ]
     return Report(results, _summary(facts))

@@ -20,6 +20,8 @@ knows about it. Bugs:
   lines no longer see the messages.
 - `skip-authz`: the authorization decision allows everything (as admin), in the
   transport and in the state machine's re-check alike.
+- `short-lease`: the leader's lease table grants a tenth of the group's TTL, so
+  agents heartbeating at the usual third of the TTL are declared failed.
 """
 from __future__ import annotations
 
@@ -154,6 +156,21 @@ def _skip_authz() -> None:
     authz.permits = allow_grant
 
 
+SHORT_LEASE_FRACTION = 0.1
+
+
+def _short_lease() -> None:
+    from coordinator.core.decisions import Lease
+    from coordinator.service.leases import LeaseTable
+
+    def short(self: LeaseTable, group: Any, agent_id: str, incarnation: int) -> Any:
+        lease = Lease(incarnation, self._monotonic() + group.spec.lease_ttl_s * SHORT_LEASE_FRACTION)
+        self.leases[(group.spec.name, agent_id)] = lease
+        return lease
+
+    LeaseTable.renew = short  # type: ignore[method-assign]
+
+
 BUGS: dict[str, Callable[[], None]] = {
     "no-dedupe": _no_dedupe,
     "accept-stale-epoch": _accept_stale_epoch,
@@ -163,6 +180,7 @@ BUGS: dict[str, Callable[[], None]] = {
     "stale-list": _stale_list,
     "drop-dependency": _drop_dependency,
     "skip-authz": _skip_authz,
+    "short-lease": _short_lease,
 }
 
 

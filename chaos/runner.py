@@ -60,6 +60,7 @@ class RunConfig:
     bug: str | None = None  # a chaos.planted bug in every node: the checker must catch it
     serve_bound_s: float = availability.DEFAULT_BOUND_S
     keep_data: bool = False
+    flood_agents: int | None = None  # the flood's size, for scenarios with one (None: the scenario's)
 
 
 @dataclass
@@ -95,7 +96,7 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
     scenario: Scenario = SCENARIOS[config.scenario]
     plan = scenario.faults(config.seed, config.duration_s, config.nodes)
     out = Path(config.out_dir)
-    for stale in ("cluster", "disks", "agents"):  # a kept earlier run's data would be a different cluster
+    for stale in ("cluster", "disks", "agents", "flood"):  # a kept earlier run's data would be a different cluster
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     history_path = out / HISTORY_FILE
@@ -118,11 +119,14 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
                                     MetadataConfig(duration_s=config.duration_s + TAIL_S, seed=config.seed,
                                                    max_ops=int(OPS_PER_S * (config.duration_s + TAIL_S))))
         agents = _agent_workload(scenario, history, cluster, config, out)
+        flood = _flood_workload(scenario, history, cluster, config, out)
         extra = None
         try:
             metadata.setup()
             if agents is not None:
                 agents.setup()
+            if flood is not None:
+                flood.start()
             metadata.start()
             if agents is not None:
                 agents.start()
@@ -147,10 +151,14 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
                 notes.append(f"the nemesis failed: {type(nemesis.error).__name__}: {nemesis.error}")
             on_progress(f"faults injected: {injected.by_kind or 'none'}; healed; settling and reading the final state")
             metadata.finish()
+            if flood is not None:
+                notes.extend(flood.wait())  # its evidence is in the history; its harness problems here
             extra = agents.finish() if agents is not None else []  # its harness problems are in there
         finally:
             if agents is not None and extra is None:  # an aborted run: stop the agent processes
                 agents.close()
+            if flood is not None:
+                flood.close()
     report = check(load(history_path), extra=extra, serve_bound_s=config.serve_bound_s)
     report.summary.update(scenario=scenario.name, seed=config.seed, faults_by_kind=injected.by_kind,
                           faults_skipped=len(injected.skipped), bug=config.bug or "")
@@ -177,6 +185,20 @@ def check_cluster(endpoints: list[str], duration_s: float, seed: int, out_dir: P
     report = check(load(history_path))
     (out / REPORT_FILE).write_text(report.to_json())
     return report
+
+
+def _flood_workload(scenario: Scenario, history: History, cluster: ChaosCluster, config: RunConfig, out: Path):
+    """The agent flood (chaos.workloads.agent_flood as a subprocess), for scenarios with one:
+    it loads as long as the metadata workload, its agents starting through the first third."""
+    size = scenario.flood if config.flood_agents is None else config.flood_agents
+    if not scenario.flood or size <= 0:
+        return None
+    from chaos.workloads.flood import FloodWorkload
+
+    local = cluster.local
+    return FloodWorkload(history, cluster.endpoints(), out / "flood", agents=size,
+                         seconds=config.duration_s + TAIL_S, ramp_s=config.duration_s / 3, token=local.token,
+                         token_file=local.token_file if local.token else None, env=local.client_tls().environment())
 
 
 def _agent_workload(scenario: Scenario, history: History, cluster: ChaosCluster, config: RunConfig, out: Path):

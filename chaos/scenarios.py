@@ -53,6 +53,7 @@ class Scenario:
     description: str
     plan: Callable[[random.Random, float, int], list[Fault]]
     agents: bool = False  # needs the agent workload (agent processes to crash)
+    flood: int = 0  # agents of the agent flood (chaos.workloads.agent_flood) to run alongside; 0: none
 
     def faults(self, seed: int, duration: float, nodes: int = 3) -> list[Fault]:
         rng = random.Random(f"{self.name}-{seed}")
@@ -119,6 +120,9 @@ def _bit_rot(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
             for n, f in enumerate(plan)]
 
 
+# The agent-flood scenario's flood: past what 2 cores serve without shedding.
+FLOOD_AGENTS = 1000
+
 MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH)
 
 
@@ -160,6 +164,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("random-mix", "a random mix of all of the above, one at a time", _random_mix, agents=True),
     Scenario("clock-jump", "a node's wall clock (the leader's most often) stepped an hour ahead or back, "
              "then put right", _clock_jump, agents=True),
+    Scenario("agent-flood", "ramp a flood of heartbeating agents past saturation while the leader is "
+             "SIGKILLed again and again; no agent that kept heartbeating may be declared failed",
+             _repeat(KILL, LEADER, (5.0, 8.0), (1.5, 3.0)), flood=FLOOD_AGENTS),
     Scenario("bit-rot", "bytes flipped in a stopped follower's journal, store or snapshot; it must refuse "
              "to start (and is rebuilt from its peers) or agree with them", _bit_rot),
 )}

@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--bug", help="plant a known bug in every node (chaos/planted.py); the checker must catch it")
     run.add_argument("--serve-bound", type=float, default=None,
                      help="seconds within which writes must succeed again after the last fault heals")
+    run.add_argument("--flood-agents", type=int, default=None,
+                     help="agents in the flood of scenarios that have one (default: the scenario's)")
     run.add_argument("--keep-data", action="store_true", help="keep node data dirs even when the run passed")
     run.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     run.set_defaults(func=_run)
@@ -77,13 +79,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.duration > 24 * 3600:
         print("raftpoint chaos: --duration must be in (0, 86400] seconds", file=sys.stderr)
         return 2
+    if args.flood_agents is not None and not 0 <= args.flood_agents <= 100_000:
+        print("raftpoint chaos: --flood-agents must be in [0, 100000]", file=sys.stderr)
+        return 2
     needs_disks = any(SCENARIOS[n].needs_disks(args.seed, args.duration, args.nodes) for n in names)
     if needs_disks and not in_private_mount_namespace():
         return _reexec_in_mount_namespace(args.argv)
     worst = 0
     for name in names:
         config = runner.RunConfig(name, args.duration, args.seed, args.nodes, args.out / name, args.bug,
-                                  keep_data=args.keep_data,
+                                  keep_data=args.keep_data, flood_agents=args.flood_agents,
                                   **({"serve_bound_s": args.serve_bound} if args.serve_bound else {}))
         try:
             result = runner.run(config)

@@ -27,11 +27,16 @@ pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_S = 12.0
 TIMEOUT_S = 240
+# A flood scenario's smoke flood: enough agents to load two cores beside the rest of
+# the run, few enough to keep its smoke run under a minute (the soak runs use the
+# scenario's own size).
+SMOKE_FLOOD_AGENTS = 250
 
 
 def chaos_run(out: Path, scenario: str, *extra: str) -> tuple[int, dict]:
+    flood = ["--flood-agents", str(SMOKE_FLOOD_AGENTS)] if SCENARIOS[scenario].flood else []
     argv = [sys.executable, "-m", "raftpoint.cli.main", "chaos", "run", "--scenario", scenario,
-            "--duration", str(SMOKE_S), "--seed", "1", "--out", str(out), *extra]
+            "--duration", str(SMOKE_S), "--seed", "1", "--out", str(out), *flood, *extra]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT)
     if done.returncode == CANNOT_RUN:
         pytest.skip(done.stdout.strip().splitlines()[-1])
@@ -56,6 +61,11 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
         assert {"agent-tokens-conserved", "agent-no-orphans", "agent-workload"} <= agent_checks, agent_checks
         crashes = next(i for i in report["invariants"] if i["name"] == "agent-workload")["counts"].get("crashes", {})
         assert sum(crashes.values()) == report["summary"]["faults_by_kind"].get("agent-crash", 0), crashes
+    flood = next(i for i in report["invariants"] if i["name"] == "no-healthy-agent-declared-failed")["counts"]
+    if SCENARIOS[scenario].flood:  # the flood's agents got in, heartbeated and were judged
+        assert flood["agents_registered"] >= SMOKE_FLOOD_AGENTS // 2 and flood["heartbeats_answered"] > 0, flood
+    else:
+        assert flood["agents_registered"] == 0, flood
 
 
 @pytest.mark.parametrize("scenario, bug, caught_by", [
@@ -66,6 +76,7 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
     ("follower-pause", "stale-list", "reads-reflect-acknowledged-writes"),
     ("leader-kill-loop", "drop-dependency", "recovery-lines-consistent-and-maximal"),
     ("leader-kill-loop", "skip-authz", "unauthorized-writes-refused"),
+    ("agent-flood", "short-lease", "no-healthy-agent-declared-failed"),
 ])
 def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, caught_by: str) -> None:
     code, report = chaos_run(tmp_path, scenario, "--bug", bug)
@@ -88,6 +99,7 @@ def test_check_loads_and_checks_a_cluster_someone_else_runs(tmp_path: Path) -> N
     (["run", "--scenario", "nope"], "unknown scenario 'nope'"),
     (["run", "--scenario", "leader-kill-loop", "--bug", "nope"], "unknown bug 'nope'"),
     (["run", "--scenario", "leader-kill-loop", "--duration", "-1"], "--duration"),
+    (["run", "--scenario", "agent-flood", "--flood-agents", "-5"], "--flood-agents"),
     (["check", "--endpoints", " , "], "--endpoints"),
 ])
 def test_bad_arguments_are_refused_with_a_reason(args: list[str], message: str) -> None:
