@@ -77,9 +77,10 @@ def judge(reply: pb.CoordinatorFrame, field: str) -> Any:
         code = status_code(reply.status)
         if code in RETRYABLE:
             raise Retry(reply.status.leader or None, reply.status.message)
-        if code is grpc.StatusCode.RESOURCE_EXHAUSTED and reply.status.reason == pb.REASON_OVERLOADED:
+        refused = Rejected(code, reply.status.message, reply.status.reason)
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED and refused.reason_code == pb.REASON_OVERLOADED:
             raise Retry(None, reply.status.message, spread_hint(reply.status.retry_after_s))
-        raise Rejected(code, reply.status.message, reply.status.reason)
+        raise refused
     return getattr(reply, field)
 
 
