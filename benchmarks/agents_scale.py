@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_client.agent_stream import AsyncSessionStream  # noqa: E402
 from agent_client.connection import AsyncConnection, Connection  # noqa: E402
+from coordinator import channels  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from _proc import cpu_seconds  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster, wait_for  # noqa: E402
@@ -54,6 +55,7 @@ ROLLBACK_GROUPS = 5
 IDLE_S = 10.0
 COMMIT_S = 3.0
 LOADGENS = 2
+SECRET = b"s" * 16  # every agent's registration secret (a benchmark needs no unforgeable ones)
 REGISTER_CONCURRENCY = 256  # per load generator: registrations in flight at once
 TARGETS = {"cpu": 50.0, "keepalive_p99_ms": 100.0, "rollback_p99_ms": 100.0}
 
@@ -83,18 +85,18 @@ async def _agent(path: str, conn: AsyncConnection, group: str, agent: str, out: 
         try:
             if path == "session":
                 stream = AsyncSessionStream(conn, on_order, lambda code, why: None)
-                reg = await stream.call("Register", pb.RegisterRequest(request_id=f"reg-{group}-{agent}", group=group,
-                                                                       agent_id=agent))
+                reg = await stream.call("Register", pb.RegisterRequest(
+                    secret=SECRET, request_id=f"reg-{group}-{agent}", group=group, agent_id=agent))
             else:
                 reg = await conn.call("AgentService", "Register", pb.RegisterRequest(
-                    request_id=f"reg-{group}-{agent}", group=group, agent_id=agent))
+                    secret=SECRET, request_id=f"reg-{group}-{agent}", group=group, agent_id=agent))
         except Exception as exc:  # no answer within the client's deadline: this agent never got in
             out["unregistered"] += 1
             out["errors"].append(f"{group}/{agent}: register: {type(exc).__name__}: {str(exc)[:120]}")
             if stream is not None:
                 await stream.close()
             return
-    token = pb.FencingToken(incarnation=reg.incarnation)
+    token = pb.FencingToken(incarnation=reg.incarnation, secret=SECRET)
     if stream is not None:
         stream.watch(pb.WatchOrdersRequest(group=group, agent_id=agent, token=token))
 
@@ -178,8 +180,9 @@ def commit_latency(endpoint_list: list[str], seconds: float) -> list[float]:
     async def run() -> list[float]:
         conn = AsyncConnection(endpoint_list)
         stream = AsyncSessionStream(conn, lambda o: None, lambda c, w: None)
-        reg = await stream.call("Register", pb.RegisterRequest(request_id="reg-bench", group="bench", agent_id="c"))
-        token = pb.FencingToken(incarnation=reg.incarnation)
+        reg = await stream.call("Register", pb.RegisterRequest(secret=SECRET, request_id="reg-bench", group="bench",
+                                                               agent_id="c"))
+        token = pb.FencingToken(incarnation=reg.incarnation, secret=SECRET)
         samples, i, end = [], 0, time.monotonic() + seconds
         while time.monotonic() < end:
             i += 1
@@ -200,22 +203,35 @@ def rollback_setup(conn: Connection, groups: list[str]) -> None:
     for g in groups:
         for a in range(GROUP_SIZE):
             conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
-                request_id=f"rb-cp-{g}-{a}", token=pb.FencingToken(incarnation=1), checkpoint=pb.CheckpointMeta(
+                request_id=f"rb-cp-{g}-{a}", token=pb.FencingToken(incarnation=1, secret=SECRET),
+                checkpoint=pb.CheckpointMeta(
                     group=g, agent_id=f"a{a}", index=1, kind=pb.BASIC, blob_uri=f"file:///{g}/{a}/1",
                     sha256="c" * 64, size=200)))
         for a in range(1, GROUP_SIZE):
             conn.call("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
-                request_id=f"rb-dep-{g}-{a}", group=g, agent_id=f"a{a}", token=pb.FencingToken(incarnation=1),
+                request_id=f"rb-dep-{g}-{a}", group=g, agent_id=f"a{a}",
+                token=pb.FencingToken(incarnation=1, secret=SECRET),
                 records=[pb.DependencyRecord(sender="a0", send_interval=2, receiver=f"a{a}", receive_interval=2,
                                              message_id=f"m-{g}-{a}", send_generation=0)]))
 
 
 def run_size(size: int, path: str, root: Path) -> dict:
+    """One size on a fresh cluster (TLS, client certificates, as the harness runs it):
+    every client of the run, the load generators included, reads the cluster's CA and
+    certificate from the RAFTPOINT_* variables, as an agent deployment does."""
     cluster = LocalCluster(root / f"{path}-{size}", 3, settings={
         "max_rpcs": 4 * size + 1000, "max_connections": 4096})
-    procs: list[subprocess.Popen] = []
     try:
         cluster.start_all()
+        with channels.environment(cluster.client_tls()):
+            return _measure(size, path, root, cluster)
+    finally:
+        cluster.close()
+
+
+def _measure(size: int, path: str, root: Path, cluster: LocalCluster) -> dict:
+    procs: list[subprocess.Popen] = []
+    try:
         leader = cluster.leader()
         endpoints = [leader.grpc] + [n.grpc for n in cluster.nodes if n is not leader]
         conn = Connection(endpoints, deadline=60)
@@ -255,7 +271,8 @@ def run_size(size: int, path: str, root: Path) -> dict:
         for g in victims:
             failed_at[g] = time.time()
             started = time.perf_counter()
-            conn.call("AgentService", "Register", pb.RegisterRequest(request_id=f"fail-{g}", group=g, agent_id="a0"))
+            conn.call("AgentService", "Register", pb.RegisterRequest(secret=SECRET, request_id=f"fail-{g}", group=g,
+                                                                     agent_id="a0"))
             fail_calls.append(time.perf_counter() - started)
             answered_at[g] = failed_at[g] + fail_calls[-1]
         time.sleep(2.0)  # orders arrive within this (or count as missing)
@@ -295,7 +312,6 @@ def run_size(size: int, path: str, root: Path) -> dict:
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
-        cluster.close()
 
 
 def degraded(row: dict) -> list[str]:
