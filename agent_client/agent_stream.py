@@ -29,7 +29,7 @@ from typing import Any, Callable
 import grpc
 
 from agent_client.connection import (BACKOFF, RETRYABLE, AsyncConnection, Connection, CoordinatorUnavailable,
-                                     Rejected, _trailer, spread_hint)
+                                     Rejected, _trailer, overload_hint, spread_hint)
 from coordinator.api.metadata import REASON_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -128,6 +128,13 @@ class _Frames:
         if remaining <= 0:
             raise CoordinatorUnavailable(f"AgentService.{method}: no leader answered within {budget}s")
         return remaining
+
+    @staticmethod
+    def _reopen_pause(backoff: float, broke: grpc.RpcError | None) -> float:
+        """How long to wait before opening the stream again: the jittered backoff, or the
+        node's retry hint when it shed the open (after a leader change every agent
+        re-opens at once, and a new leader that sheds must not be asked again at once)."""
+        return max(random.uniform(0, backoff), spread_hint(overload_hint(broke)) if broke is not None else 0.0)
 
     @staticmethod
     def _pause(r: Retry, backoff: float, end: float) -> float:
@@ -250,6 +257,7 @@ class SessionStream(_Frames):
     def _pump(self) -> None:
         pause = BACKOFF["multiplier"]
         while not self._closed.is_set():
+            broke: grpc.RpcError | None = None
             out: queue.SimpleQueue[pb.AgentFrame | None] = queue.SimpleQueue()
             with self._lock:
                 self._out = out
@@ -267,6 +275,7 @@ class SessionStream(_Frames):
                     pause = BACKOFF["multiplier"]
                     self._dispatch(reply)
             except grpc.RpcError as err:
+                broke = err
                 self._broken(err)
             finally:
                 out.put(None)
@@ -274,7 +283,7 @@ class SessionStream(_Frames):
                     self._out = self._call = None
                 if call is not None:
                     call.cancel()
-            self._closed.wait(random.uniform(0, pause))
+            self._closed.wait(self._reopen_pause(pause, broke))
             pause = min(pause * 2, BACKOFF["max"])
 
     def _dispatch(self, reply: pb.CoordinatorFrame) -> None:
@@ -374,6 +383,7 @@ class AsyncSessionStream(_Frames):
     async def _pump(self) -> None:
         pause = BACKOFF["multiplier"]
         while not self._closed:
+            broke: grpc.RpcError | None = None
             out: asyncio.Queue[pb.AgentFrame | None] = asyncio.Queue()
             self._out = out
             for f in self._resend():
@@ -389,6 +399,7 @@ class AsyncSessionStream(_Frames):
                     pause = BACKOFF["multiplier"]
                     self._dispatch(reply)
             except grpc.RpcError as err:
+                broke = err
                 self._broken(err)
             except asyncio.CancelledError:
                 task = asyncio.current_task()
@@ -399,7 +410,7 @@ class AsyncSessionStream(_Frames):
                 out.put_nowait(None)
                 self._out = self._call = None
                 call.cancel()
-            await asyncio.sleep(random.uniform(0, pause))
+            await asyncio.sleep(self._reopen_pause(pause, broke))
             pause = min(pause * 2, BACKOFF["max"])
 
     def _dispatch(self, reply: pb.CoordinatorFrame) -> None:

@@ -169,3 +169,28 @@ async def test_a_session_frame_is_shed_with_the_hint_and_the_agent_resends_it_af
             assert (await asyncio.wait_for(call, 15)).incarnation == 1
         finally:
             stream.close()
+
+
+async def test_a_shed_session_open_is_tried_again_no_sooner_than_the_hint(node) -> None:
+    """After a leader change every agent re-opens its session at once; a node that sheds
+    those opens must not be asked again within the backoff's quarter second."""
+    from agent_client.agent_stream import SessionStream
+
+    replica, address = node
+    await asyncio.to_thread(set_up, address, 600)
+    register = pb.RegisterRequest(request_id="r-o", group="g", agent_id="o", secret=SECRET)
+    await lag(replica, 0.5)  # opens are shed with a hint of twice the lag: 1 s
+    shed_before = metrics.SHED.labels("write")._value.get()
+    with Connection([address], deadline=30, tls=PLAIN) as conn:
+        stream = SessionStream(conn, lambda order: None, lambda code, why: None)
+        try:
+            call = asyncio.create_task(asyncio.to_thread(stream.call, "Register", register))
+            window = 3.0
+            await asyncio.sleep(window)  # an observation window: how often the client came back in it
+            opens = metrics.SHED.labels("write")._value.get() - shed_before
+            # The backoff alone (at most 0.25 s) would have come back a dozen times or more.
+            assert 1 <= opens <= window / 1.0 + 1, opens
+            await lag(replica, 0.0)
+            assert (await asyncio.wait_for(call, 15)).incarnation == 1
+        finally:
+            stream.close()
