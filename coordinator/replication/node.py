@@ -27,7 +27,8 @@ from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
-from coordinator.replication.replica import Callback, ChangeListener, NodeStatus, NotLeader, Overloaded
+from coordinator.replication.replica import (Callback, ChangeListener, MembershipOutcome, NodeStatus, NotLeader,
+                                             Overloaded)
 from coordinator.replication.snapshots import SnapshotInfo
 from coordinator.replication.tick_lag import TickLag
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
@@ -248,9 +249,12 @@ class CoordinatorNode(SyncObj):
         this cluster's Raft password. Blocking."""
         pysyncobj_adapter.probe_password(self, raft_address, timeout)
 
-    def change_membership(self, raft_address: str, *, add: bool, callback: Callable[[object, int], None]) -> None:
-        """Propose adding or removing one voter; callback(result, error) once decided."""
-        (self.addNodeToCluster if add else self.removeNodeFromCluster)(raft_address, callback=callback)
+    def change_membership(self, raft_address: str, *, add: bool,
+                          callback: Callable[[MembershipOutcome, str], None]) -> None:
+        """Propose adding or removing one voter; callback(outcome, pysyncobj's reason) once decided."""
+        def decided(result: object, error: int) -> None:
+            callback(_membership_outcome(error), _FAIL_NAMES.get(error, str(error)))
+        (self.addNodeToCluster if add else self.removeNodeFromCluster)(raft_address, callback=decided)
 
     # ---- proposing ----------------------------------------------------------------
     def leader_raft_address(self) -> str | None:
@@ -384,13 +388,28 @@ class CoordinatorNode(SyncObj):
         self._store.close()
 
 
+def _membership_outcome(error: int) -> MembershipOutcome:
+    """pysyncobj's reasons, as a membership change's outcome: MISSING_LEADER, DISCARDED
+    (another leader's entry took the index) and NOT_LEADER all mean the change was never
+    applied, so the caller may propose it again on the leader."""
+    if error == FAIL_REASON.SUCCESS:
+        return MembershipOutcome.APPLIED
+    if error in (FAIL_REASON.MISSING_LEADER, FAIL_REASON.DISCARDED, FAIL_REASON.NOT_LEADER):
+        return MembershipOutcome.NOT_APPLIED
+    if error in (FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME):
+        return MembershipOutcome.UNKNOWN
+    return MembershipOutcome.REFUSED
+
+
 _FAIL_NAMES = {
+    FAIL_REASON.SUCCESS: "SUCCESS",
     FAIL_REASON.QUEUE_FULL: "QUEUE_FULL",
     FAIL_REASON.MISSING_LEADER: "MISSING_LEADER",
     FAIL_REASON.DISCARDED: "DISCARDED",
     FAIL_REASON.NOT_LEADER: "NOT_LEADER",
     FAIL_REASON.LEADER_CHANGED: "LEADER_CHANGED",
     FAIL_REASON.REQUEST_DENIED: "REQUEST_DENIED",
+    FAIL_REASON.UNKNOWN_OUTCOME: "UNKNOWN_OUTCOME",
 }
 
 __all__ = ["CoordinatorNode", "NotLeader", "Overloaded", "decode_result"]

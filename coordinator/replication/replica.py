@@ -6,6 +6,7 @@ in-process replica implements it for users' unit tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Callable, Protocol, runtime_checkable
 
 from coordinator.core.commands import Proposal
@@ -75,6 +76,15 @@ class RaftProbeFailed(Exception):
     catch it without importing pysyncobj (the in-process coordinator never loads it)."""
 
 
+class MembershipOutcome(Enum):
+    """How Raft decided a proposed membership change."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not applied"  # a leader change got in the way: safe to propose again on the leader
+    UNKNOWN = "unknown"  # the leader stepped down before it committed: the next one may apply it
+    REFUSED = "refused"  # Raft would not take it (e.g. another change is still in progress)
+
+
 @runtime_checkable
 class Membership(Protocol):
     """What AddNode/RemoveNode need besides the Replica: CoordinatorNode has it; a
@@ -84,7 +94,8 @@ class Membership(Protocol):
         """(every voter's Raft address, the voters this node hears from), itself included."""
     def probe_member(self, raft_address: str, timeout: float) -> None:
         """Raise RaftProbeFailed unless `raft_address` answers with this cluster's Raft password. Blocking."""
-    def change_membership(self, raft_address: str, *, add: bool, callback: Callable[[object, int], None]) -> None:
-        """Propose adding or removing one voter; callback(result, error) once decided."""
+    def change_membership(self, raft_address: str, *, add: bool,
+                          callback: Callable[["MembershipOutcome", str], None]) -> None:
+        """Propose adding or removing one voter; callback(outcome, Raft's reason) once decided."""
     def tick_lag_since(self, since: float) -> float:
         """The Raft tick's worst lateness since `since` (monotonic seconds); 0 without a Raft thread."""

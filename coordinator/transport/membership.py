@@ -29,7 +29,7 @@ from coordinator.channels import ClientTLS
 from coordinator.core import ids, membership
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.observability import raft_log
-from coordinator.replication.replica import Membership, RaftProbeFailed
+from coordinator.replication.replica import Membership, MembershipOutcome, RaftProbeFailed
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import abort_with
 
@@ -67,10 +67,15 @@ async def change(proposer: Proposer, context: grpc.aio.ServicerContext, request:
     if add:
         await _check_ready(context, node, address, request.grpc or _default_grpc(node, address),
                            peer_tls or ClientTLS.plaintext())
-    error = await _propose(context, node, address, add=add)
-    if error != 0:
+    outcome, why = await _propose(context, node, address, add=add)
+    if outcome is MembershipOutcome.NOT_APPLIED:  # UNAVAILABLE and the leader: clients send it again there
+        raft_log.membership_request(action, address, "NOT_APPLIED", reason=why)
+        await proposer.abort_not_leader(context, node.leader_raft_address())
+    if outcome is MembershipOutcome.UNKNOWN:
+        await _outcome_unknown(context, action, address)
+    if outcome is MembershipOutcome.REFUSED:
         await _refuse(context, action, address, Rejection.because(
-            ReasonCode.MEMBERSHIP_CHANGE_REFUSED, f"membership change refused (reason {error}); one change at a time"))
+            ReasonCode.MEMBERSHIP_CHANGE_REFUSED, f"membership change refused by Raft ({why}); one change at a time"))
     raft_log.membership_request(action, address, "done", voters=len(voters) + (1 if add else -1),
                                 forced=bool(request.force) and not add)
     return pb.MembershipResponse(result="ok")
@@ -114,12 +119,13 @@ async def _joining_health(grpc_address: str, peer_tls: ClientTLS) -> str:
     return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
 
 
-async def _propose(context: grpc.aio.ServicerContext, node: Membership, address: str, *, add: bool) -> int:
+async def _propose(context: grpc.aio.ServicerContext, node: Membership, address: str, *,
+                   add: bool) -> tuple[MembershipOutcome, str]:
     loop = asyncio.get_running_loop()
     done: asyncio.Future = loop.create_future()
 
-    def callback(result, error) -> None:
-        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(error))
+    def callback(outcome: MembershipOutcome, why: str) -> None:
+        loop.call_soon_threadsafe(lambda: done.done() or done.set_result((outcome, why)))
 
     node.change_membership(address, add=add, callback=callback)
     remaining = context.time_remaining()
@@ -127,9 +133,14 @@ async def _propose(context: grpc.aio.ServicerContext, node: Membership, address:
         return await asyncio.wait_for(done, MEMBERSHIP_TIMEOUT_S if remaining is None
                                       else min(MEMBERSHIP_TIMEOUT_S, remaining))
     except asyncio.TimeoutError:
-        raft_log.membership_request("add" if add else "remove", address, "unknown")
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "membership change outcome unknown; check ClusterStatus")
-        raise AssertionError("context.abort returned")
+        await _outcome_unknown(context, "add" if add else "remove", address)
+
+
+async def _outcome_unknown(context: grpc.aio.ServicerContext, action: str, address: str) -> NoReturn:
+    """UNAVAILABLE: the change may yet be applied; the caller must look before trying again."""
+    raft_log.membership_request(action, address, "unknown")
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "membership change outcome unknown; check ClusterStatus")
+    raise AssertionError("context.abort returned")
 
 
 async def _refuse(context: grpc.aio.ServicerContext, action: str, address: str, refusal: Rejection) -> NoReturn:
