@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import socket
 import subprocess
@@ -49,15 +50,45 @@ def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, inter
         time.sleep(interval)
 
 
+# Below the kernel's ephemeral range, where no outgoing connection takes a port: a
+# cluster restarted on its recorded ports found one of them taken by some process's
+# outgoing connection now and then (bind: address already in use).
+_PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10_000
+_PICK_ATTEMPTS = 200
+
+
 def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
+    """`n` distinct loopback ports nothing listens on now, outside the ephemeral range
+    when the machine leaves room below it (else any free ports the kernel hands out)."""
+    low = _ephemeral_low()
+    socks: list[socket.socket] = []
     try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+        if low - _LOWEST_PORT >= n:
+            for port in random.sample(range(_LOWEST_PORT, low), min(_PICK_ATTEMPTS, low - _LOWEST_PORT)):
+                if len(socks) == n:
+                    break
+                sock = socket.socket()
+                try:
+                    sock.bind(("127.0.0.1", port))
+                    socks.append(sock)
+                except OSError:
+                    sock.close()
+        while len(socks) < n:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [sock.getsockname()[1] for sock in socks]
     finally:
-        for s in socks:
-            s.close()
+        for sock in socks:
+            sock.close()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_PORT_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _LOWEST_PORT  # unknown: no room below it, so the kernel picks
 
 
 @dataclass
