@@ -4,7 +4,8 @@ keepalives and the orders the coordinator pushes (blocking and asyncio twins).
 Each operation is the unary call's request in a frame with a correlation number;
 the answer carries that number and the unary call's response or status, judged the
 same way as a unary call's (`judge`): UNAVAILABLE and DEADLINE_EXCEEDED are retried
-under the call's deadline, anything else is a final Rejected with its reason code.
+under the call's deadline, and so is a frame an overloaded node shed (after its hint);
+anything else is a final Rejected with its reason code.
 The stream is re-opened whenever it ends (on the leader a follower or the old leader
 names, else on the next node), and every unanswered frame is sent again, unchanged:
 the same request id and the same first-send time, so the coordinator applies each

@@ -2,7 +2,9 @@
 
 Each AgentFrame is handed to the same AgentOps method its unary RPC calls, in a task
 of its own, so a session's writes are proposed concurrently (several commits share a
-Raft batch) while each answer carries its frame's correlation number. A watch frame
+Raft batch) while each answer carries its frame's correlation number. Each frame is
+admitted as its unary call would be: an overloaded node answers it with the shedding
+status and its retry hint instead of doing the work. A watch frame
 subscribes the session to the agent's orders through the applier's wake-ups
 (order_wakeups.py): nothing polls. The session ends, with a status the client acts
 on, when the client closes it (OK), sends bytes that are no frame (INVALID_ARGUMENT),
