@@ -45,6 +45,7 @@ POST_WRITES = 5
 RECOVERY_S = 15.0  # a restarted cluster elects a leader and converges within this
 CHECK_DEADLINE_S = 5.0
 LOG_TAIL = 6
+VICTIM_EXIT_S = 30.0  # how long a node whose disk is full may take to stop
 COMPACT_EVERY = 40  # entries: compactions (snapshot + journal rewrite) happen during the load too
 
 
@@ -215,7 +216,9 @@ def disk_full(root: Path, victim_role: str) -> dict:
             client.commit(agents[0], i)
             acked.add((agents[0], i))
         serving_s = time.monotonic() - started
-        victim_exit = _wait_exit(victim, 10.0)
+        # Under a loaded machine the victim may first be deposed and lose elections before an
+        # AppendEntries from the new leader makes it write (and stop): give it time for that.
+        victim_exit = _wait_exit(victim, VICTIM_EXIT_S)
         # A node that cannot store entries must not count toward a majority: with the
         # only healthy peer gone, a write must not be acknowledged.
         third = next(n for n in cluster.nodes if n is not victim and n is not cluster.leader())
