@@ -51,8 +51,8 @@ def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, inter
 
 
 # Below the kernel's ephemeral range, where no outgoing connection takes a port: a
-# cluster restarted on its recorded ports found one of them taken by some process's
-# outgoing connection now and then (bind: address already in use).
+# cluster restarted on its recorded ports must find them free, and a port in the
+# ephemeral range can be taken meanwhile by any process's outgoing connection.
 _PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _LOWEST_PORT = 10_000
 _PICK_ATTEMPTS = 200
