@@ -150,9 +150,10 @@ async def call(leader: Leader, tally: Tally, method: str, request, until: float,
 def not_live(tally: Tally, agent: str, sent: Sent) -> bool:
     """Whether the call was refused because the agent's incarnation is no longer live
     (the first such refusal is recorded, at the time its answer came)."""
-    if sent.error is None or reason_of(sent.error) not in NOT_LIVE:
+    reason = reason_of(sent.error) if sent.error is not None else None
+    if reason not in NOT_LIVE:
         return False
-    tally.refused.setdefault(agent, (time.monotonic(), NOT_LIVE[reason_of(sent.error)]))
+    tally.refused.setdefault(agent, (time.monotonic(), NOT_LIVE[reason]))
     return True
 
 
