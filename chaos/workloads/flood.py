@@ -28,7 +28,7 @@ from typing import Any
 
 from agent_client.connection import Connection
 from chaos.history import History
-from chaos.workloads.agent_flood import GROUP_SIZE
+from chaos.workloads.agent_flood import GROUP_SIZE, group_of
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class FloodWorkload:
     def _record_agents(self, result: dict[str, Any]) -> None:
         by_group: dict[str, list[str]] = {}
         for agent in result["registered"]:
-            by_group.setdefault(f"flood-{int(agent.split('-')[1]) // GROUP_SIZE}", []).append(agent)
+            by_group.setdefault(group_of(int(agent.split("-")[1])), []).append(agent)
         ttl = result["lease_ttl_s"]
         with Connection(self.endpoints, deadline=READ_DEADLINE_S, token=self.token) as conn:
             for group in sorted(by_group, key=lambda g: int(g.split("-")[1])):
