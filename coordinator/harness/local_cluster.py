@@ -27,6 +27,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.channels import ClientTLS
 from coordinator.harness.certs import Issued, LocalCA
+from coordinator.harness.parent_death import stop_with_parent
 
 T = TypeVar("T")
 ENDPOINTS_FILE = "endpoints.json"
@@ -206,6 +207,9 @@ class LocalCluster:
             register_access([n.grpc for n in self.nodes], self.token, self.token_file)
         self.log_files: list = []
         self.insecure = insecure
+        # Set by programs that start nodes from their main thread and must not leave
+        # them running if killed (harness/parent_death.py says why not for others).
+        self.stop_nodes_with_this_process = False
         self.ca: LocalCA | None = None if insecure else LocalCA.load_or_create(self.root / TLS_DIR)
         self._hosts = sorted({host for n in self.nodes for host in (n.grpc.rsplit(":", 1)[0],)})
         for n in self.nodes:
@@ -275,8 +279,9 @@ class LocalCluster:
         log = open(self.root / f"node{index}.log", "ab")
         self.log_files.append(log)
         env = {**os.environ, "RAFTPOINT_RAFT_PASSWORD": self.password}
-        node.process = subprocess.Popen(self.command(node, members), stdout=log, stderr=log, env=env,
-                                        start_new_session=True)
+        node.process = subprocess.Popen(
+            self.command(node, members), stdout=log, stderr=log, env=env, start_new_session=True,
+            preexec_fn=stop_with_parent() if self.stop_nodes_with_this_process else None)
         return node
 
     def start_all(self, count: int | None = None) -> "LocalCluster":

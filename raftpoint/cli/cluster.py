@@ -47,6 +47,7 @@ def run_up(args: argparse.Namespace) -> int:
         return 2
     try:
         cluster = LocalCluster.reopen(args.data_dir, args.nodes, base_port=args.base_port)
+        cluster.stop_nodes_with_this_process = True
         for n in cluster.nodes:
             ports.check_all({f"node{n.index} Raft": n.raft, f"node{n.index} gRPC": n.grpc,
                              f"node{n.index} metrics": n.metrics})

@@ -242,7 +242,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"starting a 3-node coordinator cluster on 127.0.0.1 (data in {root})")
         if blob_location is not None:
             say(f"agents put checkpoint blobs in {blob_location}")
-        with LocalCluster(root / "cluster", 3).start_all() as cluster, \
+        cluster = LocalCluster(root / "cluster", 3)
+        cluster.stop_nodes_with_this_process = True  # a killed demo leaves no nodes behind
+        with cluster.start_all(), \
                 channels.environment(cluster.client_tls()):  # the agent processes read it, as deployed agents do
             leader = cluster.leader()
             say(f"leader elected: node{leader.index} ({leader.grpc}), TLS with a throw-away CA")

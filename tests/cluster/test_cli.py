@@ -39,11 +39,21 @@ def _read_until(lines: queue.Queue, prefix: str, timeout: float) -> list[str]:
 
 
 def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie (a node whose parent was killed is reaped
+    by whatever adopts it, which in a container may be never)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return True
-    return False
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still running at the deadline (none: all exited)."""
+    end = time.monotonic() + timeout
+    while (left := [p for p in pids if not _gone(p)]) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
 
 
 def status(data_dir: Path) -> subprocess.CompletedProcess:
@@ -60,7 +70,7 @@ def test_cluster_up_status_and_clean_stop(tmp_path: Path) -> None:
         seen = _read_until(_lines(up.stdout), "leader: node", timeout=30)
         nodes = [line for line in seen if line.startswith("node")]
         assert len(nodes) == 3 and all(" raft 127.0.0.1:" in n and " grpc 127.0.0.1:" in n for n in nodes)
-        pids = [int(n.rsplit("pid ", 1)[1]) for n in nodes]
+        pids = _pids(nodes)
         assert len(read_endpoints(data_dir)) == 3
 
         shown = status(data_dir)
@@ -70,7 +80,7 @@ def test_cluster_up_status_and_clean_stop(tmp_path: Path) -> None:
 
         up.send_signal(signal.SIGTERM)
         assert up.wait(30) == 0
-        assert all(_gone(pid) for pid in pids)
+        assert not _wait_gone(pids, 0)
     finally:
         if up.poll() is None:
             up.kill()
@@ -85,8 +95,17 @@ def _up(data_dir: Path, *extra: str) -> subprocess.Popen:
 
 
 def _node_lines(up: subprocess.Popen) -> list[str]:
+    """Each node's line as `cluster up` prints it: addresses, then `pid N`."""
     seen = _read_until(_lines(up.stdout), "leader: node", timeout=30)
-    return [line.split("  pid ")[0] for line in seen if line.startswith("node")]
+    return [line.strip() for line in seen if line.startswith("node")]
+
+
+def _addresses(lines: list[str]) -> list[str]:
+    return [line.split("  pid ")[0] for line in lines]
+
+
+def _pids(lines: list[str]) -> list[int]:
+    return [int(line.rsplit("pid ", 1)[1]) for line in lines]
 
 
 def _stop(up: subprocess.Popen) -> None:
@@ -105,17 +124,33 @@ def test_cluster_up_again_on_its_data_dir_starts_the_same_cluster(tmp_path: Path
     data_dir = tmp_path / "data"
     first = _up(data_dir)
     try:
-        addresses = _node_lines(first)
+        nodes = _node_lines(first)
     finally:
         _stop(first)
+    assert not _wait_gone(_pids(nodes), 30), "the first cluster's nodes live on"
     recorded = (data_dir / "endpoints.json").read_text()
     again = _up(data_dir)
     try:
-        assert _node_lines(again) == addresses
+        assert _addresses(_node_lines(again)) == _addresses(nodes)
     finally:
         _stop(again)
-    assert read_endpoints(data_dir) == [line.split(" grpc ")[1].split()[0] for line in addresses]
+    assert read_endpoints(data_dir) == [line.split(" grpc ")[1].split()[0] for line in _addresses(nodes)]
     assert recorded.count("127.0.0.1") == (data_dir / "endpoints.json").read_text().count("127.0.0.1")
+
+
+def test_a_killed_cluster_up_takes_its_nodes_with_it(tmp_path: Path) -> None:
+    """SIGKILL runs no shutdown code: the nodes must not live on holding the data dir's ports."""
+    up = _up(tmp_path / "data")
+    pids: list[int] = []
+    try:
+        pids = _pids(_node_lines(up))
+        up.kill()
+        up.wait(10)
+        assert not _wait_gone(pids, 30), "nodes outlived the cluster up that started them"
+    finally:
+        _stop(up)
+        for pid in _wait_gone(pids, 0):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
