@@ -217,8 +217,10 @@ def disk_full(root: Path, victim_role: str) -> dict:
             acked.add((agents[0], i))
         serving_s = time.monotonic() - started
         # Under a loaded machine the victim may first be deposed and lose elections before an
-        # AppendEntries from the new leader makes it write (and stop): give it time for that.
-        victim_exit = _wait_exit(victim, VICTIM_EXIT_S)
+        # AppendEntries from the new leader makes it write (and stop); the writes go on
+        # meanwhile, as a client's would, so there is something new for it to store.
+        victim_exit, more = _wait_exit_while_writing(victim, VICTIM_EXIT_S, client, agents[0], first=46)
+        acked |= more
         # A node that cannot store entries must not count toward a majority: with the
         # only healthy peer gone, a write must not be acknowledged.
         third = next(n for n in cluster.nodes if n is not victim and n is not cluster.leader())
@@ -242,6 +244,21 @@ def disk_full(root: Path, victim_role: str) -> dict:
                 "victim_exit": victim_exit, "victim_log": log_tail(cluster, victim),
                 "acked_without_majority": acked_without_majority, "acked": len(acked),
                 "missing": missing(client, acked), "converged_digest": digest, "statuses": _statuses(cluster)}
+
+
+def _wait_exit_while_writing(node: NodeProcess, timeout: float, client: Client, agent: str,
+                             first: int) -> tuple[int | None, set[tuple[str, int]]]:
+    """The node's exit code (None if still running at the deadline), and the writes
+    acknowledged meanwhile: one at a time, at most one per 0.1 s."""
+    acked: set[tuple[str, int]] = set()
+    end = time.monotonic() + timeout
+    i = first
+    while node.alive and time.monotonic() < end:
+        client.commit(agent, i)
+        acked.add((agent, i))
+        i += 1
+        time.sleep(0.1)
+    return _wait_exit(node, max(0.0, end - time.monotonic())), acked
 
 
 def _wait_exit(node: NodeProcess, timeout: float) -> int | None:

@@ -28,7 +28,7 @@ def test_a_full_disk_stops_the_node_and_loses_nothing(tmp_path: Path, victim: st
     assert result["victim_exit"] == EXIT_IO_ERROR, "\n".join(result["victim_log"])  # the whole tail, not a repr
     assert any("No space left on device" in line for line in result["victim_log"]), result["victim_log"]
     assert result["serving_s"] < 20  # 40 writes went through the other two nodes
-    assert result["missing"] == [] and result["acked"] == 50
+    assert result["missing"] == [] and result["acked"] >= 50
     assert result["converged_digest"] is not None, result["statuses"]
 
 
