@@ -46,9 +46,11 @@ def test_edge_sizes_round_trip(tmp_path: Path, data: bytes) -> None:
 def test_chunk_sizes_and_speed() -> None:
     data = state(8 * 1024 * 1024, seed=3)
     chunking.chunk_bounds(data[:1024 * 1024])  # warm up (first call loads the extension)
-    started = time.perf_counter()
-    bounds = chunking.chunk_bounds(data)
-    elapsed = time.perf_counter() - started
+    elapsed = float("inf")
+    for _ in range(3):  # the best of three: a busy machine only ever adds time
+        started = time.perf_counter()
+        bounds = chunking.chunk_bounds(data)
+        elapsed = min(elapsed, time.perf_counter() - started)
     sizes = [end - start for start, end in bounds]
     assert bounds[0][0] == 0 and bounds[-1][1] == len(data)
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))

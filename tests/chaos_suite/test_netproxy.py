@@ -81,16 +81,18 @@ def test_passes_bytes_both_ways_and_counts_them(wire: Wire) -> None:
 def test_delay_is_applied_per_direction_within_tolerance(wire: Wire) -> None:
     client, server = wire.connect()
     wire.proxy.update("l", up=delay(200))
-    started = time.monotonic()
-    client.sendall(b"x")
-    assert recv_exactly(server, 1) == b"x"
-    up = time.monotonic() - started
-    started = time.monotonic()
-    server.sendall(b"y")
-    assert recv_exactly(client, 1) == b"y"
-    down = time.monotonic() - started
-    assert 0.19 <= up < 0.5, up  # loaded machines add latency, never remove it
-    assert down < 0.15, down
+    ups, downs = [], []
+    for _ in range(3):  # a loaded machine adds latency to a sample, never removes it: judge the best
+        started = time.monotonic()
+        client.sendall(b"x")
+        assert recv_exactly(server, 1) == b"x"
+        ups.append(time.monotonic() - started)
+        started = time.monotonic()
+        server.sendall(b"y")
+        assert recv_exactly(client, 1) == b"y"
+        downs.append(time.monotonic() - started)
+    assert min(ups) >= 0.19 and min(ups) < 0.5, ups
+    assert min(downs) < 0.15, downs
 
 
 def test_jitter_never_reorders_bytes(wire: Wire) -> None:

@@ -384,12 +384,13 @@ def test_deadlines_are_honoured_and_the_server_moves_on(shared_cluster: LocalClu
             list(pb_grpc.AgentServiceStub(channel).WatchOrders(
                 pb.WatchOrdersRequest(group="e-cic", agent_id="e-a", token=tok()), timeout=0.5,
                 metadata=credentials_for(leader.grpc)))
-    assert info.value.code() == C.DEADLINE_EXCEEDED and time.monotonic() - started < 3
+    # Ends at its deadline, not for ever (the bound leaves room for a loaded machine's channel set-up).
+    assert info.value.code() == C.DEADLINE_EXCEEDED and time.monotonic() - started < 10
     wait_for(lambda: scrape_count(leader.metrics, "WatchOrders") > before, "the stream handler to finish", 10)
     # The node still answers promptly.
     started = time.monotonic()
     reply = call(shared_cluster, leader.grpc, case("d", "GetGroup", None, C.OK, ""), pb.GetGroupRequest(group="e-cic"), timeout=5)
-    assert reply.group.spec.group == "e-cic" and time.monotonic() - started < 3
+    assert reply.group.spec.group == "e-cic" and time.monotonic() - started < 10
 
 
 def test_replicas_agree_after_the_refusals(shared_cluster: LocalCluster, world: World) -> None:

@@ -62,7 +62,9 @@ class World:
         with grpc.insecure_channel(self.leader()) as channel:
             rpc = getattr(getattr(pb_grpc, f"{service}Stub")(channel), method)
             try:
-                result = rpc(request, timeout=5 if method != "WatchOrders" else 1, metadata=bearer(token))
+                # A refused watch ends at once; an admitted one runs to its deadline, which
+                # must still leave a loaded node time to refuse.
+                result = rpc(request, timeout=5 if method != "WatchOrders" else 3, metadata=bearer(token))
                 return list(result) if method == "WatchOrders" else result
             except grpc.RpcError as err:
                 if method == "WatchOrders" and err.code() is C.DEADLINE_EXCEEDED:

@@ -24,7 +24,8 @@ def group(client: Client) -> pb.GetGroupResponse:
 
 def test_missed_deadline_aborts_and_the_next_epoch_starts(cluster: LocalCluster, client: Client) -> None:
     client.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="cg", spec=pb.GroupSpec(
-        group="g", mode=pb.COORDINATED, lease_ttl_s=3600, epoch_timeout_s=1.0)))
+        # Long enough for epoch 1's two commits on a loaded machine, short enough to wait out for epoch 2.
+        group="g", mode=pb.COORDINATED, lease_ttl_s=3600, epoch_timeout_s=4.0)))
     client.register("a")
     client.register("b")
     epoch = client.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id="e1", group="g")).epoch
@@ -34,7 +35,7 @@ def test_missed_deadline_aborts_and_the_next_epoch_starts(cluster: LocalCluster,
     client.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id="e2", group="g"))
     commit(client, "a", 2, 2)  # b never commits epoch 2
     aborted = wait_for(lambda: next((e for e in group(client).recent_epochs
-                                     if e.epoch == 2 and e.state == pb.EPOCH_ABORTED), None), "the deadline abort", 20)
+                                     if e.epoch == 2 and e.state == pb.EPOCH_ABORTED), None), "the deadline abort", 30)
     assert "deadline" in aborted.reason
     assert group(client).group.stable_epoch == 1  # the previous stable epoch stays the recovery line
     with pytest.raises(grpc.RpcError) as info:

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.cluster
 def test_expired_lease_rolls_back_dependents_across_leader_kill(cluster: LocalCluster) -> None:
     conn = Connection(cluster.endpoints(), deadline=20, token=cluster.token, tls=cluster.client_tls())
     conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="cg", spec=pb.GroupSpec(
-        group="g", mode=pb.CIC_BCS, lease_ttl_s=2.0)))
+        # b's heartbeat retries through the failover well within its lease; a's silence ends it.
+        group="g", mode=pb.CIC_BCS, lease_ttl_s=4.0)))
     a = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="ra", group="g", agent_id="a"))
     b = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="rb", group="g", agent_id="b"))
     stop = threading.Event()
@@ -25,7 +26,7 @@ def test_expired_lease_rolls_back_dependents_across_leader_kill(cluster: LocalCl
         while not stop.wait(0.3):
             try:
                 conn.call("AgentService", "Heartbeat", pb.HeartbeatRequest(
-                    group="g", agent_id="b", token=pb.FencingToken(secret=b"s" * 16, incarnation=b.incarnation)), deadline=5)
+                    group="g", agent_id="b", token=pb.FencingToken(secret=b"s" * 16, incarnation=b.incarnation)), deadline=1.5)
             except (CoordinatorUnavailable, Rejected):
                 pass
 
@@ -58,8 +59,9 @@ def test_expired_lease_rolls_back_dependents_across_leader_kill(cluster: LocalCl
         assert order.roll_back.checkpoint_index == 0  # b's checkpoint 1 holds an orphan receive
         again = conn.call("AgentService", "Register", pb.RegisterRequest(secret=b"s" * 16, request_id="ra2", group="g", agent_id="a"))
         assert again.incarnation == a.incarnation + 1 and again.resume_from.index == 1
-        [a_order] = conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
-            group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=again.incarnation)), window=0.5)
+        [a_order] = wait_for(lambda: conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
+            group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=again.incarnation)), window=0.5),
+            "a's rollback order", 20)
         for agent, inc, o in (("b", b.incarnation, order), ("a", again.incarnation, a_order)):
             conn.call("AgentService", "AckOrder", pb.AckOrderRequest(
                 request_id=f"ack-{agent}", group="g", agent_id=agent, token=pb.FencingToken(secret=b"s" * 16, incarnation=inc),

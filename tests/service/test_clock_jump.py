@@ -16,7 +16,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.in_process import InProcessCoordinator
 from coordinator.replication.leader_clock import LeaderClock
 
-LEASE_TTL_S = 1.0
+LEASE_TTL_S = 2.0  # a loaded machine can stall a heartbeat round for most of a second
 
 
 class SteppedWall:

@@ -16,13 +16,16 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import queries
 from coordinator.transport.heavy_reads import HeavyReads
 
-READ_S = 0.8
+READ_S = 3.0  # long against a heartbeat even on a loaded machine
 
 
 def test_a_heartbeat_is_answered_while_slow_what_ifs_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     real_plan = queries.plan_for
 
+    computing = threading.Event()
+
     def slow_plan(*args, **kwargs):
+        computing.set()
         time.sleep(READ_S)  # holds its thread, as seconds of pure-Python planning do
         return real_plan(*args, **kwargs)
     monkeypatch.setattr(queries, "plan_for", slow_plan)
@@ -35,11 +38,12 @@ def test_a_heartbeat_is_answered_while_slow_what_ifs_compute(monkeypatch: pytest
         with ThreadPoolExecutor(2) as pool:
             what_ifs = [pool.submit(conn.call, "AdminService", "WhatIf", pb.WhatIfRequest(group="g", failed=["a"]))
                         for _ in range(2)]
-            time.sleep(0.2)  # let them reach the server; the heartbeat must not wait for them
+            assert computing.wait(20), "no what-if reached the server"  # the heartbeat must not wait for them
             started = time.perf_counter()
             conn.call("AgentService", "Heartbeat", pb.HeartbeatRequest(
                 group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=incarnation)))
             heartbeat_s = time.perf_counter() - started
+            assert not what_ifs[0].done() and not what_ifs[1].done(), "the heartbeat was answered after a what-if"
             assert [t.agent_id for t in what_ifs[0].result(30).targets] == ["a"]
     assert heartbeat_s < READ_S / 2, f"the heartbeat waited {heartbeat_s:.2f}s behind the what-ifs"
 

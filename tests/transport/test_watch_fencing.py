@@ -46,8 +46,9 @@ def test_an_open_order_stream_of_a_replaced_incarnation_ends_without_the_new_ord
         assert not watcher.is_alive() and seen == []
         assert ended and ended[0].code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "stale incarnation 1" in ended[0].details()
-        orders = conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
-            group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=again.incarnation)), window=0.5)
+        orders = wait_for(lambda: conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
+            group="g", agent_id="a", token=pb.FencingToken(secret=b"s" * 16, incarnation=again.incarnation)), window=0.5),
+            "the live incarnation's rollback order", 20)
         assert [o.roll_back.recovery_id for o in orders] == [again.recovery_id]  # the live incarnation gets it
 
 

@@ -11,6 +11,7 @@ import itertools
 from agent_client.connection import Connection
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.harness.local_cluster import wait_for
 
 
 def test_what_if_matches_the_recovery_that_follows_while_an_agent_owes_an_ack() -> None:
@@ -36,9 +37,10 @@ def test_what_if_matches_the_recovery_that_follows_while_an_agent_owes_an_ack() 
                 token=pb.FencingToken(secret=b"s" * 16, incarnation=1), records=[record]))
 
         def rollback_orders(agent: str, incarnation: int) -> list[pb.Order]:
-            return [o for o in conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
+            # Read again while empty: a window that closes before the stream's first read yields nothing.
+            return wait_for(lambda: [o for o in conn.collect("AgentService", "WatchOrders", pb.WatchOrdersRequest(
                 group="g", agent_id=agent, token=pb.FencingToken(secret=b"s" * 16, incarnation=incarnation)), window=0.5)
-                if o.WhichOneof("kind") == "roll_back"]
+                if o.WhichOneof("kind") == "roll_back"], f"{agent}'s rollback orders", 20)
 
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
