@@ -64,7 +64,7 @@ def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: Snaps
                        f"{store_applied} and there is {held}: entries in between are gone. {REBUILD_FROM_PEERS}")
 
 
-class CoordinatorNode(SyncObj):
+class CoordinatorNode(pysyncobj_adapter.AnswerOnApply, SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
                  on_journal_flush: Callable[[float], None] | None = None) -> None:
         pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched
@@ -168,6 +168,10 @@ class CoordinatorNode(SyncObj):
             pysyncobj_adapter.defer_election(self, now + self.config.raft_min_timeout)
             self._deferred_at = now
         self._tick_started = now
+        # The leader counts its own log toward the majority early in the tick; its
+        # AppendEntries left unflushed (FlushingTransport), and the end of the last
+        # tick flushed them, unless that tick ended in an exception.
+        self._journal.flush()
         super()._onTick(timeToWait)
 
     # ---- AppendEntries coalescing ---------------------------------------------------
@@ -209,22 +213,35 @@ class CoordinatorNode(SyncObj):
 
     def _end_of_tick(self) -> None:
         self.tick_lag.tick()
+        # What this tick appended and sent to followers unflushed becomes durable while
+        # they store it too (before the poll that waits for their answers).
+        self._journal.flush()
         # The leader commits every tick: replies wait for it. A follower answers no
         # one, so it commits less often (fewer fsyncs stalling its Raft thread); what
         # it applied but did not commit is replayed from the journal after a crash.
         now = time.monotonic()
         if (self._after_commit or self._isLeader() or now >= self._last_commit + FOLLOWER_COMMIT_PERIOD_S
                 or len(self._records.pending) >= FOLLOWER_COMMIT_KEYS):
-            self._commit_batch()
-            self._last_commit = now
+            self._commit_and_answer()
         if self._snapshot_to_sync:
             fsutil.fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
             self._snapshot_to_sync = False
         self._pending.track_leadership(self._isLeader())
         self._observe_raft()
+
+    def _commit_and_answer(self) -> None:
+        """Store what was applied and answer the proposals it settles."""
+        self._commit_batch()
+        self._last_commit = time.monotonic()
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:
             callback()
+
+    def _after_apply(self) -> None:
+        """Called by pysyncobj_adapter.AnswerOnApply once committed entries are applied:
+        the leader stores them and answers their proposals at once."""
+        if self._isLeader():
+            self._commit_and_answer()
 
     # ---- Raft events ----------------------------------------------------------------
     def _observe_raft(self) -> None:

@@ -1,6 +1,7 @@
-"""Raft's persistence rule on real pysyncobj nodes: no message leaves a node while its
-journal holds unflushed entries, an acknowledgement follows the flush, and a node
-that cannot store committed entries stops instead of carrying on."""
+"""Raft's persistence rule on real pysyncobj nodes: no acknowledgement or vote leaves a
+node while its journal holds unflushed entries, a leader counts its own log toward a
+commit only once flushed (its AppendEntries may leave first, so the flush overlaps the
+round trip), and a node that cannot store committed entries stops instead of carrying on."""
 from __future__ import annotations
 
 import threading
@@ -41,14 +42,38 @@ class SendsWhileDirty:
         monkeypatch.setattr(TCPTransport, "send", send)
 
 
-def test_no_message_leaves_with_unflushed_entries(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+class LeaderCommitsWhileDirty:
+    """Records every rise of a leader's commit index made while its journal held
+    unflushed entries (pysyncobj stores the new index through the journal)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> None:
+        self.rises = 0
+        self.dirty: list[int] = []
+        real = ConflictAwareJournal.setRaftCommitIndex
+        owners = {id(pysyncobj_adapter.raft_log(n)): n for n in cluster.nodes.values()}
+
+        def set_commit(journal: ConflictAwareJournal, index: int) -> None:
+            owner = owners.get(id(journal))
+            if owner is not None and owner.is_leader() and index > journal.getRaftCommitIndex():
+                self.rises += 1
+                if journal._dirty:
+                    self.dirty.append(index)
+            real(journal, index)
+
+        monkeypatch.setattr(ConflictAwareJournal, "setRaftCommitIndex", set_commit)
+
+
+def test_no_acknowledgement_leaves_and_no_commit_counts_unflushed_entries(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     sends = SendsWhileDirty(monkeypatch)  # FlushingTransport.send calls the patched base after its flush
+    commits = LeaderCommitsWhileDirty(monkeypatch, cluster)
     entries = [create_group(), register("r-1", "a")] + [commit(f"c-{i}", "a", i) for i in range(1, 30)]
     for entry in entries:
         cluster.propose(entry)
     wait_for(cluster.converged, "replicas to converge")
     assert sends.sent.get("append_entries", 0) > len(entries) and sends.sent.get("next_node_idx", 0) > len(entries)
-    assert sends.dirty == []
+    assert [kind for kind in sends.dirty if kind != "append_entries"] == []
+    assert commits.rises >= len(entries) // 2 and commits.dirty == []
 
 
 def test_a_single_node_acknowledges_only_flushed_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
