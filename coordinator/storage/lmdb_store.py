@@ -190,6 +190,12 @@ class LmdbStore:
                 self._grow(len(writes))
             except lmdb.DiskError as exc:  # aborted too; the meta page still names the old root
                 raise StoreIOError(f"LMDB store {self.path}: {exc}; nothing was written") from None
+            except lmdb.Error as exc:
+                # Any other failure of a commit, above all an I/O error from the fsync
+                # (a full thin or loop device reports EIO, not ENOSPC): LMDB may have
+                # written part of it, so the caller must stop rather than carry on
+                # (pysyncobj would log it and tick on with the store behind the log).
+                raise StoreIOError(f"LMDB store {self.path}: the commit failed: {exc}") from None
         with self._reader_lock:
             self._drop_reader()  # later reads must see this commit
         self._applied = applied_index

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
 from tests.cluster.test_membership import with_an_agent
-from tests.support.cluster import FAST, Client
+from tests.support.cluster import FAST, STABLE, Client
 from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.cluster
@@ -41,7 +41,7 @@ def flood(raft: str) -> int:
 
 @pytest.mark.slow
 def test_a_flood_at_the_leaders_raft_port_is_cut_short_and_forces_no_election(tmp_path: Path) -> None:
-    with LocalCluster(tmp_path / "c", 3, settings=FAST).start_all() as cluster:
+    with LocalCluster(tmp_path / "c", 3, settings=STABLE).start_all() as cluster:
         client, leader = with_an_agent(cluster)
         term = leader.status().term
         taken = [flood(leader.raft) for _ in range(3)]

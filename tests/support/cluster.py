@@ -15,6 +15,9 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import LocalCluster
 
 FAST = {"raft_min_timeout": 0.4, "raft_max_timeout": 0.8, "leader_fallback_timeout": 1.0}
+# etcd's election timeout: for tests whose claim is that something does *not* move the
+# leader, where a loaded two-core machine's own stalls must not be taken for it.
+STABLE = {"raft_min_timeout": 1.0, "raft_max_timeout": 2.0, "leader_fallback_timeout": 3.0}
 
 
 class Client:
