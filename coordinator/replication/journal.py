@@ -14,8 +14,7 @@ leader's entries of its old term): pysyncobj would commit up to the end of the
 log, so pysyncobj_adapter.commit_only_what_the_leader_sent holds the commit index
 to the last entry the leader's message carried, as Raft requires.
 
-It is durable (journal_file.DurableJournal); pysyncobj_adapter.FlushingTransport
-makes every outgoing message wait for the entries it may reflect, and
+It is durable (journal_file.DurableJournal, which says when it is flushed), and
 pysyncobj_adapter.install() makes pysyncobj create this journal.
 """
 from __future__ import annotations

@@ -1,15 +1,18 @@
 """A durable Raft journal for pysyncobj: log entries and term/vote on stable storage.
 
-Raft allows a node to send a message only once everything the message reflects is
-on stable storage: the current term and vote before a vote request or grant, the
-log entries before the AppendEntries that carries them (the leader counts its own
-log toward the majority) or the response that acknowledges them. pysyncobj 0.3.17's
-FileJournal fsyncs neither, and compacts by rewriting its file in place.
+Raft allows a node to act on its log only once what it acts on is on stable
+storage: the current term and vote before a vote request or grant, the log entries
+before the response that acknowledges them, and on a leader before it counts its
+own log toward a majority. pysyncobj 0.3.17's FileJournal fsyncs neither, and
+compacts by rewriting its file in place.
 
 - Entries are appended to the file as they come (so a kill -9 loses nothing that
   reached the page cache) and marked dirty; `flush()` makes them durable with one
-  fdatasync for everything appended since the last one (group commit). Whoever
-  sends messages calls it first (see pysyncobj_adapter.FlushingTransport).
+  fdatasync for everything appended since the last one (group commit). It runs
+  before every acknowledgement and vote (pysyncobj_adapter.FlushingTransport) and,
+  on a leader, before its commit index can count its own log
+  (pysyncobj_adapter.LeaderWritePath). The file is fsynced once at open too: what a
+  kill -9 left in the page cache is not yet durable.
 - Term, vote and commit index live in a small JSON file replaced atomically (temp,
   fsync, rename, fsync of the directory); `setCurrentTerm` returns only after that.
 - Compaction and `clear` write the kept entries to a new file, fsync it, rename it
@@ -97,7 +100,10 @@ class DurableJournal(pysyncobj_journal.Journal):
         self._fd = os.open(self._path, os.O_RDWR)
         if found.problem is not None and len(data) > found.end:
             os.ftruncate(self._fd, found.end)
-            fsutil.fsync_file(self._fd)
+        # Entries read back after a kill -9 may still sit only in the page cache: make
+        # them durable before this node can acknowledge them to a leader (nothing
+        # marks them dirty, and an identical entry sent again is not rewritten).
+        fsutil.fsync_file(self._fd)
         self._entries: list[Entry] = found.entries
         self._offsets: list[int] = found.offsets
         self._end = found.end

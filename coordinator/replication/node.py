@@ -64,7 +64,7 @@ def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: Snaps
                        f"{store_applied} and there is {held}: entries in between are gone. {REBUILD_FROM_PEERS}")
 
 
-class CoordinatorNode(pysyncobj_adapter.AnswerOnApply, SyncObj):
+class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
                  on_journal_flush: Callable[[float], None] | None = None) -> None:
         pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched
@@ -235,10 +235,13 @@ class CoordinatorNode(pysyncobj_adapter.AnswerOnApply, SyncObj):
         self._last_commit = time.monotonic()
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except Exception:  # one caller's answer (its event loop gone) must not cost the others theirs
+                log.exception("answering a proposal failed")
 
     def _after_apply(self) -> None:
-        """Called by pysyncobj_adapter.AnswerOnApply once committed entries are applied:
+        """Called by pysyncobj_adapter.LeaderWritePath once committed entries are applied:
         the leader stores them and answers their proposals at once."""
         if self._isLeader():
             self._commit_and_answer()

@@ -95,26 +95,39 @@ def current_log_index(node: SyncObj) -> int:
     return node._SyncObj__getCurrentLogIndex()
 
 
-class AnswerOnApply:
-    """Mixin for a SyncObj subclass: after applying committed entries, call
-    `self._after_apply()` and send no AppendEntries for them.
+class LeaderWritePath:
+    """Mixin for a SyncObj subclass: the leader's side of the write path.
 
-    pysyncobj (unbatched) sends every follower an AppendEntries right after the
-    leader applies, only to tell them the new commit index, and reaches the end of
-    its tick (where our store commits and clients are answered) after that. Raft
-    needs neither: the next AppendEntries (new entries, or the heartbeat every
+    After applying committed entries, call `self._after_apply()` (the node stores
+    them and answers their proposals) and send no AppendEntries for them. pysyncobj
+    (unbatched) sends every follower an AppendEntries right after the leader
+    applies, only to tell them the new commit index, and reaches the end of its tick
+    (where our store commits and clients are answered) after that. Raft needs
+    neither: the next AppendEntries (new entries, or the heartbeat every
     appendEntriesPeriod) carries the commit index, and a new leader commits what its
     predecessor did through its own first entry. At one write in flight the extra
     round (pickling and encrypting for each follower, and each follower handling it)
-    was about a quarter of the write's latency, and it came before the answer."""
+    was about a quarter of the write's latency, and it came before the answer.
+    Followers learn the commit index up to one heartbeat later; none serves reads.
+
+    A new leader's no-op entry is flushed at once: in a one-node cluster pysyncobj
+    counts it toward a commit in the same tick, before the end-of-tick flush
+    (FlushingTransport says where the other flushes are)."""
 
     def _after_apply(self) -> None:
         raise NotImplementedError
 
     def _SyncObj__applyLogEntries(self) -> bool:
         SyncObj._SyncObj__applyLogEntries(self)  # type: ignore[attr-defined]
-        self._after_apply()
+        try:
+            self._after_apply()
+        except Exception:  # the heartbeats later in this tick must still go out
+            log.exception("storing or answering applied entries failed")
         return False
+
+    def _SyncObj__onBecomeLeader(self) -> None:
+        SyncObj._SyncObj__onBecomeLeader(self)  # type: ignore[attr-defined]
+        raft_log(self).flush()
 
 
 @contextmanager
@@ -237,8 +250,8 @@ class FlushingTransport(TCPTransport):
     its log in parallel with replicating it): the leader counts its own log toward
     the majority only when it advances its commit index at the start of a tick, and
     the node (replication.node) flushes at the end of every tick and again before
-    that step, so its fdatasync overlaps the followers' round trip instead of
-    preceding it.
+    that step (and LeaderWritePath right after an election), so its fdatasync
+    overlaps the followers' round trip instead of preceding it.
     """
 
     def send(self, node, message) -> bool:

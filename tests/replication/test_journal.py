@@ -90,6 +90,21 @@ def test_flushed_entries_survive_a_crash(path: str) -> None:
     assert entries(open_journal(path)) == [(b"c%d" % i, i, 1) for i in range(1, 51)]
 
 
+def test_entries_left_unflushed_by_a_kill_are_made_durable_at_open(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill -9 leaves unflushed entries in the page cache, where the restarted node
+    reads them back clean: it would acknowledge them to a leader without an fsync."""
+    j = open_journal(path)
+    for idx in range(1, 4):
+        j.add(b"c%d" % idx, idx, 1)
+    crash(j)  # never flushed
+    synced: list[int] = []
+    real = fsutil.fsync_file
+    monkeypatch.setattr(fsutil, "fsync_file", lambda fd, **kw: (synced.append(fd), real(fd, **kw)))
+    again = open_journal(path)
+    assert entries(again) == [(b"c%d" % i, i, 1) for i in range(1, 4)]
+    assert again._fd in synced and not again._dirty
+
+
 def test_term_and_vote_are_stored_before_set_current_term_returns(path: str) -> None:
     j = open_journal(path)
     j.setCurrentTerm(7, "127.0.0.1:7001")

@@ -46,15 +46,20 @@ class LeaderCommitsWhileDirty:
     """Records every rise of a leader's commit index made while its journal held
     unflushed entries (pysyncobj stores the new index through the journal)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, cluster: Cluster | None) -> None:
+        """`cluster` None: every journal's (a one-node cluster's node leads from its
+        first tick, before the test can know it)."""
         self.rises = 0
         self.dirty: list[int] = []
         real = ConflictAwareJournal.setRaftCommitIndex
-        owners = {id(pysyncobj_adapter.raft_log(n)): n for n in cluster.nodes.values()}
+        owners = {id(pysyncobj_adapter.raft_log(n)): n for n in (cluster.nodes.values() if cluster else ())}
+
+        def leads(journal: ConflictAwareJournal) -> bool:
+            owner = owners.get(id(journal))
+            return cluster is None or (owner is not None and owner.is_leader())
 
         def set_commit(journal: ConflictAwareJournal, index: int) -> None:
-            owner = owners.get(id(journal))
-            if owner is not None and owner.is_leader() and index > journal.getRaftCommitIndex():
+            if leads(journal) and index > journal.getRaftCommitIndex():
                 self.rises += 1
                 if journal._dirty:
                     self.dirty.append(index)
@@ -77,7 +82,9 @@ def test_no_acknowledgement_leaves_and_no_commit_counts_unflushed_entries(
 
 
 def test_a_single_node_acknowledges_only_flushed_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No peer means no send: the flush in front of the store commit is the only one."""
+    """No peer means no send: its commits count its own log alone, from the no-op of
+    its first election on, in the same tick as the entries are added."""
+    commits = LeaderCommitsWhileDirty(monkeypatch, None)
     cluster = Cluster(tmp_path, size=1)
     seen: list[bool] = []
     node = cluster.leader()
@@ -95,6 +102,7 @@ def test_a_single_node_acknowledges_only_flushed_entries(tmp_path: Path, monkeyp
     finally:
         cluster.close()
     assert seen == [False, False, False]
+    assert commits.rises >= 3 and commits.dirty == []
 
 
 def test_a_store_that_cannot_commit_stops_the_node_unacknowledged(tmp_path: Path,
