@@ -64,7 +64,7 @@ def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: Snaps
                        f"{store_applied} and there is {held}: entries in between are gone. {REBUILD_FROM_PEERS}")
 
 
-class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, SyncObj):
+class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMembershipChangeAtATime, SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
                  on_journal_flush: Callable[[float], None] | None = None) -> None:
         pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched

@@ -130,6 +130,25 @@ class LeaderWritePath:
         raft_log(self).flush()
 
 
+class OneMembershipChangeAtATime:
+    """Mixin for a SyncObj subclass: a leader appends a membership change only once the
+    previous one is applied (Raft's single-server changes; two in flight can form
+    majorities that do not overlap).
+
+    pysyncobj 0.3.17 has the check (`__changeCluster` refuses while
+    `__changeClusterIDx` is above the last applied index) but never sets that index,
+    so it never refused. It is set here to the index the accepted change is about to
+    be appended at; a second change meanwhile gets REQUEST_DENIED (MembershipOutcome
+    REFUSED). A new leader takes no change before its no-op is applied, which
+    commits any change its predecessor left in the log."""
+
+    def _SyncObj__changeCluster(self, request) -> bool:  # type: ignore[no-untyped-def]
+        accepted = SyncObj._SyncObj__changeCluster(self, request)  # type: ignore[attr-defined]
+        if accepted:  # pysyncobj appends it next, at the index after the current last one
+            self._SyncObj__changeClusterIDx = current_log_index(self) + 1  # type: ignore[assignment]
+        return accepted
+
+
 @contextmanager
 def one_append_entries(node: SyncObj) -> Iterator[None]:
     """Hold back the AppendEntries pysyncobj sends for each command queued in the

@@ -15,6 +15,7 @@ from coordinator.api.v1 import log_pb2
 from coordinator.core.commands import CheckpointResult, Failure, decode_result
 from coordinator.replication import snapshot_file
 from coordinator.replication.node import CoordinatorNode, NotLeader
+from coordinator.replication.replica import MembershipOutcome
 from coordinator.storage import open_store
 from coordinator.storage.state import result_key
 
@@ -208,3 +209,20 @@ def test_replicas_forget_old_answers_identically(cluster: Cluster) -> None:
     result = cluster.propose(late)
     assert isinstance(result, Failure) and "too old to deduplicate" in result.reason
     wait_for(cluster.converged, "replicas to converge")
+
+
+def test_a_second_membership_change_is_refused_until_the_first_is_applied(cluster: Cluster) -> None:
+    """Raft's single-server changes: pysyncobj 0.3.17 checks for a change in progress
+    but never records one (pysyncobj_adapter.OneMembershipChangeAtATime). With the
+    followers stopped the first change cannot commit, so it stays in progress."""
+    leader = cluster.leader()
+    cluster.propose(create_group())  # the leader's no-op is applied: changes are taken from here on
+    for i in [i for i, n in cluster.nodes.items() if n is not leader]:
+        cluster.stop(i)
+    first, second = (f"127.0.0.1:{p}" for p in free_ports(2))
+    outcomes: dict[str, MembershipOutcome] = {}
+    leader.change_membership(first, add=True, callback=lambda outcome, why: outcomes.setdefault(first, outcome))
+    leader.change_membership(second, add=True, callback=lambda outcome, why: outcomes.setdefault(second, outcome))
+    wait_for(lambda: second in outcomes, "the second change decided")
+    assert outcomes[second] is MembershipOutcome.REFUSED
+    assert outcomes.get(first) is not MembershipOutcome.APPLIED  # no majority to commit it
