@@ -43,8 +43,10 @@ class Admission:
     def __init__(self, limits: AdmissionLimits = AdmissionLimits(), *,
                  proposals_waiting: Callable[[], int] = lambda: 0,
                  tick_lag_since: Callable[[float], float] = lambda since: 0.0,
+                 leads: Callable[[], bool] = lambda: True,
                  loop_lag: LoopLag | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
+        self._leads = leads
         self.loop_lag = loop_lag or LoopLag(monotonic=monotonic)
         self._proposals_waiting = proposals_waiting
         self._tick_lag_since = tick_lag_since
@@ -65,6 +67,12 @@ class Admission:
         metrics.LOOP_LAG.set(self.loop_lag_s)
 
     def check(self, work: Work) -> Shed | None:
+        """Every method judged here is served by the leader only. A node that does not
+        lead sheds none of them: its handler refuses at once with the leader's address,
+        which costs no more than a refusal for load and sends the client where it can be
+        served, where a load refusal would have it wait and ask this node again."""
+        if not self._leads():
+            return None
         shed = admit(work, Load(self._proposals_waiting(), self.rpcs_in_flight, self.loop_lag_s, self.tick_lag_s),
                      self.limits)
         if shed is not None:

@@ -106,7 +106,8 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
 
 def gate_for(batcher: Batcher) -> Admission:
     """The admission gate over a batcher's proposals and its replica's Raft tick."""
-    return Admission(proposals_waiting=lambda: batcher.waiting, tick_lag_since=batcher.replica.tick_lag_since)
+    return Admission(proposals_waiting=lambda: batcher.waiting, tick_lag_since=batcher.replica.tick_lag_since,
+                     leads=batcher.replica.is_leader)
 
 
 @contextlib.asynccontextmanager

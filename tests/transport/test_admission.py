@@ -29,9 +29,13 @@ PLAIN = ClientTLS.plaintext()  # the node here is served without TLS: admission 
 
 
 class LaggingReplica(LocalReplica):
-    """A replica whose Raft tick lags by whatever the test sets."""
+    """A replica whose Raft tick lags, and that leads or not, as the test sets."""
 
     lag = 0.0
+    leading = True
+
+    def is_leader(self) -> bool:
+        return self.leading
 
     def tick_lag_since(self, since: float) -> float:
         return self.lag
@@ -112,6 +116,29 @@ async def test_work_is_shed_before_heartbeats_with_a_reason_and_a_retry_hint(nod
         assert not call.done()
         await lag(replica, 0.0)
         assert (await asyncio.wait_for(call, 15)).incarnation == 1
+
+
+async def test_a_lagging_node_that_does_not_lead_redirects_instead_of_shedding(node) -> None:
+    """A follower's lag must not keep a client from the leader: shed, the client would wait
+    the hint and ask the same follower again; refused as not the leader, it goes on."""
+    replica, address = node
+    incarnation = await asyncio.to_thread(set_up, address, 600)
+    beat = pb.HeartbeatRequest(group="g", agent_id="a", token=pb.FencingToken(incarnation=incarnation, secret=SECRET))
+    shed_before = sum(metrics.SHED.labels(w)._value.get() for w in ("write", "keepalive"))
+    replica.leading = False
+    await lag(replica, 2.0)  # past both bounds: a leader would shed heartbeats and session opens
+
+    err = await asyncio.to_thread(refusal, address, "Heartbeat", beat)
+    assert err is not None and err.code() == grpc.StatusCode.UNAVAILABLE, err
+
+    def open_session() -> grpc.RpcError:
+        with grpc.insecure_channel(address) as channel:
+            with pytest.raises(grpc.RpcError) as info:
+                list(pb_grpc.AgentServiceStub(channel).Session(iter(()), timeout=5))
+            return info.value
+    err = await asyncio.to_thread(open_session)
+    assert err.code() == grpc.StatusCode.UNAVAILABLE, err
+    assert sum(metrics.SHED.labels(w)._value.get() for w in ("write", "keepalive")) == shed_before
 
 
 LEASE_S = 1.5  # short, to keep the test short; long enough that the lag starts within it
