@@ -19,7 +19,7 @@ from agent_client.connection import Connection
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import LocalCluster, credentials_for, node_status, wait_for
-from tests.support.cluster import Client
+from tests.support.cluster import Client, past_overload
 from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.cluster
@@ -287,10 +287,12 @@ CASES = [
 
 
 def call(cluster: LocalCluster, address: str, c: Case, request, timeout: float = 10.0):
-    with cluster.client_tls().channel(address) as channel:
-        rpc = getattr(getattr(pb_grpc, f"{c.service}Stub")(channel), c.method)
-        result = rpc(request, timeout=timeout, metadata=credentials_for(address))
-        return list(result) if c.method == "WatchOrders" else result
+    def attempt():
+        with cluster.client_tls().channel(address) as channel:
+            rpc = getattr(getattr(pb_grpc, f"{c.service}Stub")(channel), c.method)
+            result = rpc(request, timeout=timeout, metadata=credentials_for(address))
+            return list(result) if c.method == "WatchOrders" else result
+    return past_overload(attempt)
 
 
 def leader_state_digest(cluster: LocalCluster) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import LocalCluster, wait_for
 from coordinator.transport.auth import add_token
-from tests.support.cluster import FAST
+from tests.support.cluster import FAST, past_overload
 
 pytestmark = pytest.mark.cluster
 
@@ -59,17 +59,19 @@ class World:
 
     def call(self, service: str, method: str, request: Any, token: str | None) -> Any:
         """The response, or the grpc.RpcError that refused the call."""
-        with grpc.insecure_channel(self.leader()) as channel:
-            rpc = getattr(getattr(pb_grpc, f"{service}Stub")(channel), method)
-            try:
+        def attempt() -> Any:
+            with grpc.insecure_channel(self.leader()) as channel:
+                rpc = getattr(getattr(pb_grpc, f"{service}Stub")(channel), method)
                 # A refused watch ends at once; an admitted one runs to its deadline, which
                 # must still leave a loaded node time to refuse.
                 result = rpc(request, timeout=5 if method != "WatchOrders" else 3, metadata=bearer(token))
                 return list(result) if method == "WatchOrders" else result
-            except grpc.RpcError as err:
-                if method == "WatchOrders" and err.code() is C.DEADLINE_EXCEEDED:
-                    return []  # an admitted watch that simply had nothing to send
-                return err
+        try:
+            return past_overload(attempt)
+        except grpc.RpcError as err:
+            if method == "WatchOrders" and err.code() is C.DEADLINE_EXCEEDED:
+                return []  # an admitted watch that simply had nothing to send
+            return err
 
     def refused(self, service: str, method: str, request: Any, token: str | None, code: grpc.StatusCode,
                 reason: str) -> None:
