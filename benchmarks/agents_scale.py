@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -44,7 +45,7 @@ from agent_client.agent_stream import AsyncSessionStream  # noqa: E402
 from agent_client.connection import AsyncConnection, Connection, Rejected  # noqa: E402
 from coordinator import channels  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
-from _proc import cpu_seconds  # noqa: E402
+from _proc import box_busy_seconds, cpu_seconds, total_cpu_seconds  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster, wait_for  # noqa: E402
 
 GROUP_SIZE = 10
@@ -290,10 +291,15 @@ def _measure(size: int, path: str, root: Path, cluster: LocalCluster) -> dict:
         unregistered = sum(json.loads(f["ready"].read_text())["unregistered"] for f in files)
         time.sleep(KEEPALIVE_S)  # every agent's keepalive phase under way
         pid = leader.process.pid
-        idle_from, cpu0 = time.time(), cpu_seconds(pid)
+        # The load generators share the machine: their CPU (and the whole box's) says
+        # whether a keepalive's round trip was the leader's or the machine's.
+        loadgens = [p.pid for p in procs]
+        idle_from, cpu0, gen0, box0 = time.time(), cpu_seconds(pid), total_cpu_seconds(loadgens), box_busy_seconds()
         time.sleep(IDLE_S)
-        idle_to, cpu1 = time.time(), cpu_seconds(pid)
+        idle_to, cpu1, gen1, box1 = time.time(), cpu_seconds(pid), total_cpu_seconds(loadgens), box_busy_seconds()
         cpu = 100 * (cpu1 - cpu0) / (idle_to - idle_from)
+        loadgen_cpu = 100 * (gen1 - gen0) / (idle_to - idle_from)
+        box_cpu = 100 * (box1 - box0) / (idle_to - idle_from) / (os.cpu_count() or 1)
         commits = commit_latency(endpoints, COMMIT_S)
         # The rollback is measured in groups none of whose agents was declared failed
         # (any that was is a false failure, counted at the end).
@@ -331,6 +337,7 @@ def _measure(size: int, path: str, root: Path, cluster: LocalCluster) -> dict:
                   if not any(e.startswith(f"{g}/a0:") for g in failed_at)]  # the failed agents' own fence
         conn.close()
         return {"size": size, "path": path, "connect_s": connect_s, "unregistered": unregistered, "cpu": cpu,
+                "loadgen_cpu": loadgen_cpu, "box_cpu": box_cpu,
                 "ka_p50_ms": 1000 * pct(rtts, 0.5), "ka_p99_ms": 1000 * pct(rtts, 0.99), "keepalives": len(rtts),
                 "commit_p50_ms": 1000 * statistics.median(commits) if commits else float("nan"),
                 "fail_call_ms": 1000 * statistics.median(fail_calls) if fail_calls else float("nan"),
@@ -391,13 +398,15 @@ def main() -> None:
             row = run_size(size, path, Path(tmp), dict(s.split("=", 1) for s in args.set))
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    header = ("path", "agents", "connect s", "never registered", "leader CPU %", "keepalive p50/p99 ms", "commit p50 ms",
+    header = ("path", "agents", "connect s", "never registered", "leader CPU %",
+              "load generators CPU %", "machine busy %", "keepalive p50/p99 ms", "commit p50 ms",
               "failing Register ms", "rollback p50/p99 ms", "after the answer p99 ms", "missing", "false FAILED",
               "FAILED after a TTL of silence", "leader changes", "errors", "degraded")
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for r in rows:
         print(" | ".join([r["path"], str(r["size"]), f"{r['connect_s']:.1f}", str(r["unregistered"]), f"{r['cpu']:.0f}",
+                          f"{r['loadgen_cpu']:.0f}", f"{r['box_cpu']:.0f}",
                           f"{r['ka_p50_ms']:.1f}/{r['ka_p99_ms']:.1f}", f"{r['commit_p50_ms']:.1f}",
                           f"{r['fail_call_ms']:.1f}", f"{r['rb_p50_ms']:.1f}/{r['rb_p99_ms']:.1f}",
                           f"{r['rb_after_answer_p99_ms']:.1f}", str(r["rb_missing"]), str(r["false_failed"]), str(r["failed_after_silence"]),

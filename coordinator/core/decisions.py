@@ -40,9 +40,11 @@ def epoch_commands(group: Group, current: Epoch | None, now: float) -> list[Comm
 
 
 def expired_leases(leases: Mapping[tuple[str, str], Lease], now: float) -> list[DeclareAgentFailed]:
-    """Agents whose lease ran out; the state machine ignores a stale incarnation."""
-    return [DeclareAgentFailed(group, agent, lease.incarnation)
-            for (group, agent), lease in sorted(leases.items()) if lease.expires_at <= now]
+    """Agents whose lease ran out, in key order; the state machine ignores a stale
+    incarnation. Filtered before sorted: the leader runs this every quarter second over
+    every lease, and sorting thousands of live ones each time was a tenth of its CPU."""
+    due = [(key, lease) for key, lease in leases.items() if lease.expires_at <= now]
+    return [DeclareAgentFailed(group, agent, lease.incarnation) for (group, agent), lease in sorted(due)]
 
 
 def renew(leases: dict[tuple[str, str], Lease], group: Group, agent_id: str, incarnation: int, now: float) -> Lease:

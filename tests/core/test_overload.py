@@ -88,3 +88,12 @@ def test_a_credited_lease_does_not_expire_for_the_leaders_stall() -> None:
     assert [d.agent_id for d in expired_leases(leases, now + 1.0)] == ["a"]
     extend(leases, 0.0)
     assert leases[("g", "b")] == Lease(2, 109.0)
+
+
+def test_expired_leases_are_exactly_the_run_out_ones_in_key_order() -> None:
+    """The leader proposes failures in this order on every node's log: it must not
+    depend on the order leases were renewed in."""
+    leases = {("g2", "a"): Lease(1, 5.0), ("g1", "z"): Lease(3, 9.0), ("g1", "b"): Lease(2, 4.0),
+              ("g1", "c"): Lease(4, 5.0), ("g0", "x"): Lease(5, 5.0001)}
+    due = expired_leases(leases, 5.0)
+    assert [(d.group, d.agent_id, d.incarnation) for d in due] == [("g1", "b", 2), ("g1", "c", 4), ("g2", "a", 1)]

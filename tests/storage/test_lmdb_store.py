@@ -213,3 +213,25 @@ def test_a_rename_failure_mid_swap_keeps_a_working_store(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db", "src"]
     s.commit({b"x": b"1"}, 20)
     s.close()
+
+
+def test_a_commit_never_waits_for_a_busy_reader_and_later_reads_see_it(tmp_path: Path) -> None:
+    """The Raft thread commits while gRPC threads read. A commit must not queue behind a
+    reader (the event loop would then queue behind the Raft thread), yet a read after the
+    commit returned must see it, although the cached read transaction was not dropped."""
+    import threading
+
+    store = LmdbStore(tmp_path / "s")
+    try:
+        store.commit({b"k": b"v1"}, 1)
+        assert store.get(b"k") == b"v1"  # the cached reader now holds the snapshot at index 1
+        done = threading.Event()
+        with store._reader_lock:  # a reader busy in another thread, as the event loop is
+            committer = threading.Thread(target=lambda: (store.commit({b"k": b"v2"}, 2), done.set()))
+            committer.start()
+            assert done.wait(10), "the commit waited for the reader"
+        committer.join(10)
+        assert store.get(b"k") == b"v2"
+        assert store.scan(b"k") == [(b"k", b"v2")]
+    finally:
+        store.close()
