@@ -17,7 +17,7 @@ from pathlib import Path
 from coordinator import config
 from coordinator.channels import ClientTLS
 from coordinator.config import ConfigError, NodeConfig
-from coordinator.observability import metrics
+from coordinator.observability import gc_pauses, metrics
 from coordinator.observability.logging import configure_logging
 from coordinator.replication.fail_stop import fail_stop
 from coordinator.replication.journal_format import JournalFormatError
@@ -92,6 +92,8 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
         node = open_node(cfg)
         try:
             _start_metrics(cfg, tls)
+            gc_pauses.tune_for_serving()  # the node's long-lived objects exist now
+            metrics.GC_PAUSE.set_function(gc_pauses.worst_recent_pause)
             log.info("node started raft=%s grpc=%s metrics=%s tls=%s", cfg.raft_address, cfg.grpc_address,
                      cfg.metrics_address, "off (--insecure)" if tls is None else f"on, client auth {tls.client_auth}")
             peers = [p.grpc for p in cfg.peer_list()]

@@ -61,6 +61,8 @@ RPC_SECONDS = Histogram("raftpoint_rpc_seconds", "gRPC handling time by method a
                         buckets=(5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 2.5, 10))
 
 # ---- overload (core.overload) ------------------------------------------------------
+GC_PAUSE = Gauge("raftpoint_gc_pause_seconds", "Longest garbage-collector pause of the interpreter within the "
+                 "last minute: it stalls the event loop and the Raft thread alike")
 LOOP_LAG = Gauge("raftpoint_event_loop_lag_seconds", "Worst lateness of the event loop over the last second "
                  "(a short sleep's overshoot); past a few hundred ms the node sheds load")
 TICK_LAG = Gauge("raftpoint_raft_tick_lag_seconds", "Worst lateness of the Raft thread's tick against its intended "
