@@ -27,6 +27,7 @@ import sysconfig
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from coordinator.harness.local_cluster import free_ports, wait_for
@@ -115,7 +116,8 @@ class S3Server:
                                             stderr=subprocess.STDOUT, start_new_session=True)
         atexit.register(self.kill)  # its own session: a test run that exits early must not leave it running
         try:
-            wait_for(self._ready, f"the S3 server at {self.endpoint} (log: {self.log_path})", timeout, 0.1)
+            wait_for(lambda: self._ready() and self._serves_objects(),
+                     f"the S3 server at {self.endpoint} (log: {self.log_path})", timeout, 0.1)
         except TimeoutError:
             self.kill()
             raise
@@ -143,6 +145,27 @@ class S3Server:
         except OSError:
             return False
         return True
+
+    def _serves_objects(self) -> bool:
+        """A signed write and read of a probe object (outside every prefix tests use).
+        The gateway answers before the volume server has registered: after a restart
+        it served the bucket while reads of existing objects still failed with 500 for
+        a moment, and a client with short retries took that for an outage."""
+        import obstore
+        from obstore.store import S3Store
+
+        probe = S3Store(self.bucket, prefix=".harness", config={
+            "endpoint": self.endpoint, "region": REGION, "access_key_id": self.access_key,
+            "secret_access_key": self.secret_key}, client_options={
+            "allow_http": True, "connect_timeout": timedelta(seconds=1), "timeout": timedelta(seconds=2)},
+            retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=1),
+                          "backoff": {"init_backoff": timedelta(seconds=0.05), "max_backoff": timedelta(seconds=0.1),
+                                      "base": 2}})
+        try:
+            obstore.put(probe, "ready", b"ok", mode="overwrite", use_multipart=False)
+            return bytes(obstore.get(probe, "ready").bytes()) == b"ok"
+        except Exception:  # noqa: BLE001 - any failure means: not serving objects yet
+            return False
 
     # ---- faults ---------------------------------------------------------------------
     def kill(self) -> None:
