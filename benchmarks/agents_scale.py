@@ -42,7 +42,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_client.agent_stream import AsyncSessionStream  # noqa: E402
-from agent_client.connection import AsyncConnection, Connection, Rejected  # noqa: E402
+from agent_client.connection import AsyncConnection, Connection, CoordinatorUnavailable, Rejected  # noqa: E402
 from coordinator import channels  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from _proc import box_busy_seconds, cpu_seconds, total_cpu_seconds  # noqa: E402
@@ -170,11 +170,11 @@ async def loadgen(args: argparse.Namespace) -> None:
     for i, (group, agent) in enumerate(mine):
         tasks.append(asyncio.create_task(_agent(args.path, conns[i // SESSIONS_PER_CHANNEL], group, agent, out, stop, gate)))
     ready, stop_file = Path(args.ready), Path(args.stop)
-    while out["connected"] + out["unregistered"] < len(mine):
-        await asyncio.sleep(0.1)
-    partial = ready.with_suffix(".partial")  # renamed into place: the driver never reads half a file
-    partial.write_text(json.dumps({"connected": out["connected"], "unregistered": out["unregistered"]}))
-    partial.rename(ready)
+    progress = ready.with_suffix(".progress")  # how far registration got, for a driver that gives up waiting
+    while out["connected"] + out["unregistered"] < len(mine) and not stop_file.exists():
+        _write_atomically(progress, {"connected": out["connected"], "unregistered": out["unregistered"]})
+        await asyncio.sleep(0.5)
+    _write_atomically(ready, {"connected": out["connected"], "unregistered": out["unregistered"]})
     while not stop_file.exists():
         await asyncio.sleep(0.1)
     stop.set()
@@ -182,6 +182,12 @@ async def loadgen(args: argparse.Namespace) -> None:
     for c in conns:
         await c.close()
     Path(args.result).write_text(json.dumps(out))
+
+
+def _write_atomically(path: Path, value: dict) -> None:
+    partial = path.with_suffix(".partial")  # renamed into place: the driver never reads half a file
+    partial.write_text(json.dumps(value))
+    partial.rename(path)
 
 
 # ---- the driver ----------------------------------------------------------------------
@@ -284,8 +290,11 @@ def _measure(size: int, path: str, root: Path, cluster: LocalCluster) -> dict:
                     [sys.executable, __file__, "--loadgen", "--path", path, "--endpoints", ",".join(endpoints),
                      "--agents", ",".join(f"{g}/{a}" for g, a in share), "--ready", str(f["ready"]),
                      "--stop", str(f["stop"]), "--result", str(f["result"])], stdout=log, stderr=subprocess.STDOUT))
-        wait_for(lambda: all(f["ready"].exists() for f in files) or any(p.poll() is not None for p in procs),
-                 "agents to connect", 120 + size / 50, 0.2)
+        try:
+            wait_for(lambda: all(f["ready"].exists() for f in files) or any(p.poll() is not None for p in procs),
+                     "agents to connect", 120 + size / 50, 0.2)
+        except TimeoutError:
+            return _gave_up(size, path, time.monotonic() - connect_started, files, procs, conn, term0)
         if not all(f["ready"].exists() for f in files):
             raise RuntimeError("a load generator exited: " + files[0]["log"].read_text()[-2000:])
         connect_s = time.monotonic() - connect_started
@@ -355,7 +364,36 @@ def _measure(size: int, path: str, root: Path, cluster: LocalCluster) -> dict:
                 p.wait(10)
 
 
+def _gave_up(size: int, path: str, waited_s: float, files: list[dict], procs: list[subprocess.Popen],
+             conn: Connection, term0: int) -> dict:
+    """The row of a size whose agents did not all register in time: how many did, and
+    whether leadership moved meanwhile; nothing else was measured."""
+    connected = 0
+    for f in files:
+        source = f["ready"] if f["ready"].exists() else f["ready"].with_suffix(".progress")
+        if source.exists():
+            connected += json.loads(source.read_text())["connected"]
+        f["stop"].touch()
+    for p in procs:
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    try:
+        leader_changes = conn.call("AdminService", "ClusterStatus", pb.ClusterStatusRequest()).node.term - term0
+    except (Rejected, CoordinatorUnavailable):
+        leader_changes = -1  # not known: no leader answered
+    nan = float("nan")
+    return {"size": size, "path": path, "connect_s": waited_s, "unregistered": size - connected, "cpu": nan,
+            "loadgen_cpu": nan, "box_cpu": nan, "ka_p50_ms": nan, "ka_p99_ms": nan, "keepalives": 0,
+            "commit_p50_ms": nan, "fail_call_ms": nan, "rollback_groups": 0, "rb_p50_ms": nan, "rb_p99_ms": nan,
+            "rb_after_answer_p99_ms": nan, "rb_missing": 0, "false_failed": 0, "failed_after_silence": 0,
+            "leader_changes": leader_changes, "errors": 0, "error_sample": [], "gave_up": True}
+
+
 def degraded(row: dict) -> list[str]:
+    if row.get("gave_up"):
+        return [f"not all agents registered within {row['connect_s']:.0f} s"]
     why = []
     if row["cpu"] >= TARGETS["cpu"]:
         why.append("leader CPU")
