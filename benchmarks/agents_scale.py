@@ -383,6 +383,7 @@ def _gave_up(size: int, path: str, waited_s: float, files: list[dict], procs: li
         leader_changes = conn.call("AdminService", "ClusterStatus", pb.ClusterStatusRequest()).node.term - term0
     except (Rejected, CoordinatorUnavailable):
         leader_changes = -1  # not known: no leader answered
+    conn.close()
     nan = float("nan")
     return {"size": size, "path": path, "connect_s": waited_s, "unregistered": size - connected, "cpu": nan,
             "loadgen_cpu": nan, "box_cpu": nan, "ka_p50_ms": nan, "ka_p99_ms": nan, "keepalives": 0,

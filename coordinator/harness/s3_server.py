@@ -147,10 +147,11 @@ class S3Server:
         return True
 
     def _serves_objects(self) -> bool:
-        """A signed write and read of a probe object (outside every prefix tests use).
-        The gateway answers before the volume server has registered: after a restart
-        it served the bucket while reads of existing objects still failed with 500 for
-        a moment, and a client with short retries took that for an outage."""
+        """A signed read of the probe object an earlier start stored (outside every prefix
+        tests use), then a write and read of it. The gateway answers before the volume
+        server has registered: after a restart it served the bucket while reads of
+        stored objects still failed with 500 for a moment, and a client with short
+        retries took that for an outage."""
         import obstore
         from obstore.store import S3Store
 
@@ -162,6 +163,11 @@ class S3Server:
                           "backoff": {"init_backoff": timedelta(seconds=0.05), "max_backoff": timedelta(seconds=0.1),
                                       "base": 2}})
         try:
+            try:
+                if bytes(obstore.get(probe, "ready").bytes()) != b"ok":
+                    return False
+            except FileNotFoundError:
+                pass  # a first start: nothing stored yet
             obstore.put(probe, "ready", b"ok", mode="overwrite", use_multipart=False)
             return bytes(obstore.get(probe, "ready").bytes()) == b"ok"
         except Exception:  # noqa: BLE001 - any failure means: not serving objects yet

@@ -68,9 +68,9 @@ class Admission:
 
     def check(self, work: Work) -> Shed | None:
         """Every method judged here is served by the leader only. A node that does not
-        lead sheds none of them: its handler refuses at once with the leader's address,
-        which costs no more than a refusal for load and sends the client where it can be
-        served, where a load refusal would have it wait and ask this node again."""
+        lead sheds none of them: its handler refuses with the leader's address before it
+        proposes or reads anything (Proposer.require_leader), which sends the client where
+        it can be served, where a load refusal would have it wait and ask this node again."""
         if not self._leads():
             return None
         shed = admit(work, Load(self._proposals_waiting(), self.rpcs_in_flight, self.loop_lag_s, self.tick_lag_s),

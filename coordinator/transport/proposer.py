@@ -66,9 +66,10 @@ class Proposer:
         `issued_at`: the client's first-send time as sent (metadata or session frame)."""
         async def propose() -> Result:
             ids.check_request_id(request.request_id)
+            command, issued = to_command(request), self._issued_at(issued_at)
+            self.require_leader()  # bad input is refused as such anywhere; a follower batches nothing
             # The grant admission found (transport.auth): the state machine re-checks it.
-            return await self.batcher.propose(Entry(request.request_id, 0.0, to_command(request),
-                                                    self._issued_at(issued_at), auth.PRINCIPAL.get()))
+            return await self.batcher.propose(Entry(request.request_id, 0.0, command, issued, auth.PRINCIPAL.get()))
 
         result = await self._outcome(propose())
         if isinstance(result, Failure):
@@ -84,6 +85,7 @@ class Proposer:
 
     async def read_point(self) -> None:
         """A linearizable read point (Batcher.barrier); raises Refused when there is none."""
+        self.require_leader()
         await self._outcome(self.batcher.barrier())
 
     async def _outcome(self, proposal: Awaitable[T]) -> T:

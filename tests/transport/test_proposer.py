@@ -52,6 +52,13 @@ class Addresses:
 
 class Replica:
     config = Addresses()
+    leader: str | None = None  # the leader's Raft address when this node does not lead; None: it leads
+
+    def is_leader(self) -> bool:
+        return self.leader is None
+
+    def leader_raft_address(self) -> str | None:
+        return self.leader
 
 
 class Batcher:
@@ -143,3 +150,22 @@ async def test_a_read_barrier_without_a_leader_redirects_the_caller() -> None:
     ok = Batcher(EmptyResult())
     await Proposer(ok).barrier(Context())  # type: ignore[arg-type]
     assert ok.barriers == 1
+
+
+async def test_a_node_that_does_not_lead_refuses_before_batching_or_reading() -> None:
+    """It must not batch, encode and hand Raft a proposal only to be told it does not
+    lead, nor wait behind its last term's batches: admission lets its calls through
+    (it sheds nothing), so this is where they end."""
+    batcher = Batcher(EmptyResult())
+    batcher.replica.leader = "10.0.0.2:4321"
+    for call in (lambda ctx: submit(batcher, ctx), lambda ctx: Proposer(batcher).barrier(ctx)):  # type: ignore[arg-type]
+        context = Context()
+        with pytest.raises(Aborted):
+            await call(context)
+        assert (context.code, context.trailing) == (grpc.StatusCode.UNAVAILABLE, ((LEADER_METADATA_KEY, "10.0.0.2:50051"),))
+    assert batcher.proposed == [] and batcher.barriers == 0
+    # Bad input is refused as bad input even here: the node's role does not change the answer.
+    context = Context()
+    with pytest.raises(Aborted):
+        await submit(batcher, context, register("bad id"))
+    assert context.code is grpc.StatusCode.INVALID_ARGUMENT
