@@ -10,7 +10,7 @@ knows about it. Bugs:
   epoch that is not open (a commit for another epoch is counted for the open one).
 - `skip-fsync`: LMDB commits without sync and every fsync helper of
   coordinator.fsutil does nothing, so an acknowledgement no longer means durable.
-- `stale-read`: reads skip the read barrier, so a follower or a deposed leader
+- `stale-read`: reads skip the leadership check and the read barrier, so a follower or a deposed leader
   answers from whatever it has applied.
 - `gc-too-eager`: GC keeps only each agent's newest usable checkpoint, collecting
   ones a recovery line or the retention still needs.
@@ -91,11 +91,16 @@ def _skip_fsync() -> None:
 
 def _stale_read() -> None:
     from coordinator.replication.batcher import Batcher
+    from coordinator.transport.proposer import Proposer
 
     async def no_barrier(self: Batcher) -> None:
         return None
 
+    async def no_read_point(self: Proposer) -> None:
+        return None  # neither the leadership check nor the barrier
+
     Batcher.barrier = no_barrier  # type: ignore[method-assign]
+    Proposer.read_point = no_read_point  # type: ignore[method-assign]
 
 
 def _gc_too_eager() -> None:
