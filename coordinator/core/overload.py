@@ -40,7 +40,7 @@ class Load:
 
     proposals_waiting: int  # commands queued or in Raft, not yet answered
     rpcs_in_flight: int  # unary calls being handled (streams excluded: they idle)
-    loop_lag_s: float  # the event loop's worst recent lateness
+    loop_lag_s: float  # the event loop's worst recent lateness seen twice in a row (LoopLag.sustained_since)
     tick_lag_s: float  # the Raft tick's worst recent lateness
 
 
@@ -105,27 +105,44 @@ class LagWindow:
 
     A sample is (time it was taken, lateness); readers ask for the worst since some
     time, so a spike is seen by every reader whose window covers it, not only by the
-    first one to look."""
+    first one to look.
+
+    It also keeps lateness seen twice in a row (`worst_twice_since`): one pause (a
+    garbage collection, or the process the loop shares stalling it) shows in one sample
+    and is over once it is measured; overload shows in every sample until it is gone.
+    Samples on time are counted (`on_time`) but not stored, so an idle window stays empty."""
 
     def __init__(self, horizon_s: float) -> None:
         self.horizon_s = horizon_s
-        self._samples: deque[tuple[float, float]] = deque()
+        self._samples: deque[tuple[float, float, float]] = deque()  # (at, lag, lesser of it and the one before)
+        self.last_lag_s = 0.0  # the latest sample's lateness, stored or not
 
     def add(self, at: float, lag_s: float) -> None:
-        self._samples.append((at, max(0.0, lag_s)))
+        lag = max(0.0, lag_s)
+        self._samples.append((at, lag, min(lag, self.last_lag_s)))
+        self.last_lag_s = lag
         while self._samples and self._samples[0][0] < at - self.horizon_s:
             self._samples.popleft()
 
-    def worst_since(self, since: float) -> float:
-        worst = 0.0
-        for at, lag in reversed(self._samples):  # newest first: stop at the first one too old
-            if at < since:
-                break
-            worst = max(worst, lag)
-        return worst
+    def on_time(self) -> None:
+        """A sample within the noise: it ends a run of late ones."""
+        self.last_lag_s = 0.0
 
-    def latest(self) -> float:
-        return self._samples[-1][1] if self._samples else 0.0
+    def worst_since(self, since: float) -> float:
+        return self._worst(since, 1)
+
+    def worst_twice_since(self, since: float) -> float:
+        """The worst lateness that two consecutive samples both reached, the later of
+        them taken since `since`."""
+        return self._worst(since, 2)
+
+    def _worst(self, since: float, field: int) -> float:
+        worst = 0.0
+        for sample in reversed(self._samples):  # newest first: stop at the first one too old
+            if sample[0] < since:
+                break
+            worst = max(worst, sample[field])
+        return worst
 
 
 @dataclass(frozen=True)

@@ -34,17 +34,28 @@ class LoopLag:
             self._waiting_since = started
             await asyncio.sleep(self.period_s)
             now = self._monotonic()
+            self._waiting_since = None  # measured now: no longer pending
             if now - started - self.period_s > NOISE_S:
                 self._window.add(now, now - started - self.period_s)
+            else:
+                self._window.on_time()
             if on_sample is not None:
                 on_sample()
 
     def worst_since(self, since: float) -> float:
         """The worst lateness since `since` (monotonic seconds), including the sleep in
         progress if it is already overdue."""
-        now = self._monotonic()
-        pending = 0.0 if self._waiting_since is None else now - self._waiting_since - self.period_s
-        return max(self._window.worst_since(since), pending, 0.0)
+        return max(self._window.worst_since(since), self._pending(), 0.0)
+
+    def sustained_since(self, since: float) -> float:
+        """The worst lateness seen in two samples in a row since `since`, an overdue sleep
+        counting as the latest sample: what admission sheds on. One pause is over by the
+        time it is measured, and shedding after it refuses calls the loop can serve."""
+        return max(self._window.worst_twice_since(since), min(self._pending(), self._window.last_lag_s), 0.0)
+
+    def _pending(self) -> float:
+        """How overdue the sleep in progress is (negative while it is not)."""
+        return 0.0 if self._waiting_since is None else self._monotonic() - self._waiting_since - self.period_s
 
     def recent(self, within_s: float = 1.0) -> float:
         return self.worst_since(self._monotonic() - within_s)

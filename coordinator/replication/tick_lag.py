@@ -36,6 +36,8 @@ class TickLag:
         if last is not None and now - last - self.period_s > NOISE_S:
             with self._lock:
                 self._window.add(now, now - last - self.period_s)
+        else:
+            self._window.on_time()
 
     def worst_since(self, since: float) -> float:
         """The worst lateness recorded since `since` (monotonic seconds), counting the

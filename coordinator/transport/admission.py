@@ -33,7 +33,9 @@ WORK_OF_METHOD: dict[str, Work] = {
     **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf"), Work.READ),
 }
 # The worst lag within this many seconds decides: a burst keeps shedding on a little
-# after the loop catches up, so the backlog it left drains first.
+# after the loop catches up, so the backlog it left drains first. The event loop's lag
+# counts only once two samples in a row saw it (LoopLag.sustained_since): a single pause,
+# such as a collection of the process's garbage, is over before it is measured.
 LAG_WINDOW_S = 1.0
 
 
@@ -53,7 +55,8 @@ class Admission:
         self._monotonic = monotonic
         self.rpcs_in_flight = 0
         self.keepalives_shed = 0  # ever: the failure detector reads its growth per tick
-        self.loop_lag_s = 0.0
+        self.loop_lag_s = 0.0  # the worst (reported by ClusterStatus and the gauge)
+        self.loop_lag_sustained_s = 0.0  # what admission judges
         self.tick_lag_s = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -63,6 +66,7 @@ class Admission:
     def refresh(self) -> None:
         since = self._monotonic() - LAG_WINDOW_S
         self.loop_lag_s = self.loop_lag.worst_since(since)
+        self.loop_lag_sustained_s = self.loop_lag.sustained_since(since)
         self.tick_lag_s = self._tick_lag_since(since)
         metrics.LOOP_LAG.set(self.loop_lag_s)
 
@@ -73,7 +77,8 @@ class Admission:
         it can be served, where a load refusal would have it wait and ask this node again."""
         if not self._leads():
             return None
-        shed = admit(work, Load(self._proposals_waiting(), self.rpcs_in_flight, self.loop_lag_s, self.tick_lag_s),
+        shed = admit(work, Load(self._proposals_waiting(), self.rpcs_in_flight, self.loop_lag_sustained_s,
+                                self.tick_lag_s),
                      self.limits)
         if shed is not None:
             metrics.SHED.labels(work.value).inc()

@@ -62,7 +62,19 @@ def test_a_lag_window_keeps_the_worst_within_its_horizon() -> None:
     window.add(5.0, 0.1)
     assert window.worst_since(0.0) == 2.0 and window.worst_since(1.0) == 0.1
     window.add(11.0, -0.5)  # an early wake-up is no lateness; the 2 s sample falls out of the horizon
-    assert window.worst_since(-100.0) == 0.1 and window.latest() == 0.0
+    assert window.worst_since(-100.0) == 0.1 and window.last_lag_s == 0.0
+
+
+def test_lateness_counts_twice_only_when_two_samples_in_a_row_saw_it() -> None:
+    window = LagWindow(horizon_s=10.0)
+    window.add(1.0, 0.5)  # one pause
+    window.on_time()
+    window.add(2.0, 0.4)  # another, not right after it
+    assert window.worst_since(0.0) == 0.5 and window.worst_twice_since(0.0) == 0.0
+    window.add(2.5, 0.3)  # late again at once: 0.3 seen twice in a row
+    window.add(3.0, 0.6)
+    assert window.worst_twice_since(0.0) == 0.3 and window.worst_twice_since(2.8) == 0.3
+    assert window.worst_twice_since(3.1) == 0.0  # the later sample of each pair is older than asked
 
 
 def tick(gap: float = 0.25, loop: float = 0.0, raft: float = 0.0, shed: int = 0) -> DetectorTick:
