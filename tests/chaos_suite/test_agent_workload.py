@@ -7,6 +7,7 @@ own invariant fail, while the same run without it passes. Every wait has a deadl
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +28,7 @@ from tests.support.tls import clients_trust
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]
 LONG = 120.0  # the workload's own bound; the tests stop it as soon as they are done
+CRASHING_S = 80.0  # new crash cycles start only this long, well within LONG
 
 
 def traffic(wl: AgentWorkload, deliveries: int = 15) -> None:
@@ -44,12 +46,22 @@ def crash_cycle(wl: AgentWorkload, rng: random.Random) -> list[str]:
     return crashed
 
 
+def fallbacks(history: History) -> list[object]:
+    """Why crashes that could not be set up became plain kills (for a failure's message)."""
+    return [op.value.get("fallback") for op in history.ops if isinstance(op.value, dict) and op.value.get("fallback")]
+
+
 def test_every_crash_kind_and_a_leader_kill_keep_the_agent_invariants(chaos: ChaosCluster, tmp_path: Path) -> None:
     wl = AgentWorkload(chaos.history, chaos.endpoints(), tmp_path / "agents", AgentConfig(duration_s=LONG, seed=3))
     rng = random.Random(5)
+    # A kind that could not be set up (on a loaded machine a mid-rollback's what-if or
+    # hook can miss its chance) comes round again, within these bounds.
+    deadline = time.monotonic() + CRASHING_S
     try:
         wl.start()
-        for cycle in range(3 * len(CRASH_KINDS)):  # a kind that could not be set up comes round again
+        for cycle in range(6 * len(CRASH_KINDS)):
+            if time.monotonic() > deadline:
+                break
             if cycle == 2:
                 leader = chaos.leader()
                 chaos.history.fault("kill", node=leader)
@@ -64,7 +76,7 @@ def test_every_crash_kind_and_a_leader_kill_keep_the_agent_invariants(chaos: Cha
         report = Report(wl.finish())
     assert report.ok, report.table()
     counts = wl.counts
-    assert set(counts["crashes"]) == set(CRASH_KINDS), counts
+    assert set(counts["crashes"]) == set(CRASH_KINDS), (counts, fallbacks(chaos.history))
     assert counts["recoveries"] >= len(CRASH_KINDS) and counts["messages"] > 100
     assert report.result(ZOMBIES).counts["refused"] >= 1
     assert report.result(NAMES[TOKENS]).counts["audits"] >= len(wl.groups)
