@@ -54,6 +54,7 @@ from coordinator.transport.auth import add_binding, add_token
 
 MODES = {"COORDINATED": pb.COORDINATED, "CIC_BCS": pb.CIC_BCS, "UNCOORDINATED": pb.UNCOORDINATED}
 LOCK_WAIT_S = 0.5
+DOWN_DEADLINE_S = 1.0  # each final read's, when no node process is left to answer it
 # A coordinated checkpoint refused because its epoch is no longer (or not yet, or not
 # for this agent) the open one: nothing to cut, wait for the next epoch.
 EPOCH_CLOSED = (pb.REASON_NOT_OPEN_EPOCH, pb.REASON_JOINED_AFTER_EPOCH, pb.REASON_EPOCH_NOT_STARTED)
@@ -168,15 +169,23 @@ class MetadataWorkload:
     def stop(self) -> None:
         self.budget.stop()
 
-    def finish(self, convergence_timeout: float = 30.0) -> None:
+    def finish(self, convergence_timeout: float = 30.0, nodes_running: Callable[[], bool] = lambda: True) -> None:
         """After the faults healed: settle what is still unknown, read the final state,
-        and wait for every node to hold the same content."""
+        and wait for every node to hold the same content.
+
+        `nodes_running()` False: no node process is left (each refused its damaged store
+        at restart, as a planted skip-fsync power loss leaves them). The final reads and
+        the convergence check are still made and recorded, but each with a deadline of
+        DOWN_DEADLINE_S: nothing can answer, and waiting each one out took 90 s per run."""
         self.stop()
         self.wait()
         for proc in self._processes:
             if proc.thread is None or not proc.thread.is_alive():  # else it still has an op open
                 proc.resolve_unknown()
-        final = self._process("final", deadline=10.0)
+        down = not nodes_running()
+        if down:
+            convergence_timeout = DOWN_DEADLINE_S
+        final = self._process("final", deadline=DOWN_DEADLINE_S if down else 10.0)
         for g in self.groups.values():
             state = self._read_group(final, g)
             # Settle only a group the cluster answered for: with no leader (every node's
