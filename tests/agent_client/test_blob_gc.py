@@ -21,20 +21,20 @@ def state(size: int, seed: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
-def run_agent(coordinator: InProcessCoordinator, location: str, tmp_path: Path, group: str) -> AgentClient:
+def run_agent(coordinator: InProcessCoordinator, location: str, tmp_path: Path, group: str) -> None:
     """Four checkpoints with retention 1: GarbageCollect keeps the last and its parent
-    (an incremental checkpoint's base) and releases the first two."""
+    (an incremental checkpoint's base) and releases the first two. The client is closed
+    (not deregistered): its threads must not outlive the test."""
     with Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id=f"cg-{group}", spec=pb.GroupSpec(group=group, mode=pb.CIC_BCS, lease_ttl_s=600, retention=1)))
     live = {"state": b""}
-    agent = AgentClient(group, "a", [coordinator.address], location, tls=coordinator.client_tls(), snapshot=lambda: live["state"],
-                        state_dir=tmp_path / group)
-    agent.register()
-    for seed in (1, 2, 3, 4):
-        live["state"] = state(300_000, seed)
-        agent.checkpoint()
-    return agent
+    with AgentClient(group, "a", [coordinator.address], location, tls=coordinator.client_tls(),
+                     snapshot=lambda: live["state"], state_dir=tmp_path / group) as agent:
+        agent.register()
+        for seed in (1, 2, 3, 4):
+            live["state"] = state(300_000, seed)
+            agent.checkpoint()
 
 
 def objects(location: str) -> tuple[set[str], set[str]]:
@@ -63,10 +63,10 @@ def test_gc_command_deletes_released_checkpoints_on_s3(s3_url: str, tmp_path: Pa
                        for c in store.manifest(store.backend.uri(key)).chunks}
         assert live_chunks < chunks_before
         assert objects(s3_url) == (manifests_after, live_chunks)
-        restarted = AgentClient("g", "a", [coordinator.address], s3_url, tls=coordinator.client_tls(), snapshot=lambda: b"",
-                                state_dir=tmp_path / "g")
-        restarted.register()
-        assert restarted.restore().state == state(300_000, 4)
+        with AgentClient("g", "a", [coordinator.address], s3_url, tls=coordinator.client_tls(), snapshot=lambda: b"",
+                         state_dir=tmp_path / "g") as restarted:
+            restarted.register()
+            assert restarted.restore().state == state(300_000, 4)
 
 
 def test_gc_library_call_on_a_directory(tmp_path: Path) -> None:

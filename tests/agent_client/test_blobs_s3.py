@@ -1,6 +1,7 @@
 """The blob store on a real S3 server (SeaweedFS on loopback), and the faults users meet."""
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import sys
@@ -125,12 +126,13 @@ def test_server_killed_mid_upload_and_down_at_restore(own_s3_server: S3Server, t
     store failed. Down at restore: a clear error naming the store (not 'missing', which
     would make recovery fall back to an older checkpoint). Back up: restore works."""
     url = with_endpoint(own_s3_server.url("agents"), own_s3_server.endpoint)
-    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as admin:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as admin, \
+            contextlib.ExitStack() as clients:  # closed before the coordinator stops: no thread outlives the test
         admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
         live = {"state": state(100_000, seed=6)}
-        agent = AgentClient("g", "a", [coordinator.address], url, tls=coordinator.client_tls(), snapshot=lambda: live["state"],
-                            state_dir=tmp_path / "a")
+        agent = clients.enter_context(AgentClient("g", "a", [coordinator.address], url, tls=coordinator.client_tls(),
+                                                  snapshot=lambda: live["state"], state_dir=tmp_path / "a"))
         agent.register()
         committed = agent.checkpoint()
         backend = agent.blobs.backend  # type: ignore[attr-defined]
@@ -149,7 +151,8 @@ def test_server_killed_mid_upload_and_down_at_restore(own_s3_server: S3Server, t
         listed = admin.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g", agent_id="a"))
         assert [c.index for c in listed.checkpoints] == [committed]
 
-        restarted = AgentClient("g", "a", [coordinator.address], url, tls=coordinator.client_tls(), snapshot=lambda: b"", state_dir=tmp_path / "a")
+        restarted = clients.enter_context(AgentClient("g", "a", [coordinator.address], url, tls=coordinator.client_tls(),
+                                                      snapshot=lambda: b"", state_dir=tmp_path / "a"))
         restarted.register()
         with pytest.raises(BlobStoreUnavailable, match="blob store s3://checkpoints/agents at http"):
             restarted.restore()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -17,10 +18,23 @@ from tests.support.cluster import Client
 pytestmark = pytest.mark.cluster
 
 
+OPEN: list[AgentClient] = []
+
+
+@pytest.fixture(autouse=True)
+def close_agents() -> Iterator[None]:
+    """Each test's clients are closed after it: their session threads would go on
+    reconnecting to a cluster that is gone."""
+    yield
+    while OPEN:
+        OPEN.pop().close()
+
+
 def agent(cluster: LocalCluster, tmp_path: Path, name: str, state: dict, **kw) -> AgentClient:
     kw.setdefault("background", False)  # these tests carry out orders by hand
     client = AgentClient("g", name, cluster.endpoints(), tmp_path / "blobs", token=cluster.token, tls=cluster.client_tls(),
                          snapshot=lambda: repr(sorted(state.items())).encode(), **kw)
+    OPEN.append(client)
     client.register()
     return client
 
