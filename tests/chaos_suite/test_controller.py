@@ -167,17 +167,41 @@ def test_wiped_follower_catches_up_to_the_same_digest(chaos: ChaosCluster, proxi
     assert proxied.checkpoints() == list(range(1, 26))
 
 
-def test_redirects_keep_clients_behind_the_proxies(chaos: ChaosCluster) -> None:
+def settled_leader(chaos: ChaosCluster) -> tuple[int, int] | None:
+    """(leader, term) once every other node's status names that leader too: a follower
+    learns who leads from the leader's first append, which can come well after the
+    leader claims it on a loaded machine."""
     leader = chaos.leader()
+    statuses = chaos.statuses()
+    named = {chaos.node_of(s.leader) for i, s in statuses.items() if i != leader}
+    return (leader, statuses[leader].term) if len(statuses) == chaos.size and named == {leader} else None
+
+
+def test_redirects_keep_clients_behind_the_proxies(chaos: ChaosCluster) -> None:
     endpoints = chaos.endpoints()
     request = pb.CreateGroupRequest(request_id="cg-r", spec=pb.GroupSpec(group="r", mode=pb.CIC_BCS))
-    for follower in others(chaos, leader):
-        with chaos.client_tls().channel(endpoints[follower]) as channel:
-            with pytest.raises(grpc.RpcError) as info:
-                pb_grpc.AdminServiceStub(channel).CreateGroup(request, timeout=5,
-                                                              metadata=credentials_for(endpoints[follower]))
-        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert dict(info.value.trailing_metadata())[LEADER_METADATA_KEY] == endpoints[leader]
+
+    def followers_redirect() -> tuple[int, int] | None:
+        """Each follower that knows the leader refuses the write as UNAVAILABLE and names
+        the leader's proxied address. Asked again only when leadership moved meanwhile."""
+        settled = wait_for(lambda: settled_leader(chaos), "every node to know the leader", timeout=20)
+        leader = settled[0]
+        answers: dict[int, object] = {}
+        for follower in others(chaos, leader):
+            with chaos.client_tls().channel(endpoints[follower]) as channel:
+                try:
+                    answers[follower] = pb_grpc.AdminServiceStub(channel).CreateGroup(
+                        request, timeout=5, metadata=credentials_for(endpoints[follower]))
+                except grpc.RpcError as err:
+                    answers[follower] = (err.code(), err.details(),
+                                         dict(err.trailing_metadata() or ()).get(LEADER_METADATA_KEY))
+        if settled_leader(chaos) != settled:
+            return None
+        expected = (grpc.StatusCode.UNAVAILABLE, f"not the leader; leader is {endpoints[leader]}", endpoints[leader])
+        assert answers == dict.fromkeys(answers, expected)
+        return settled
+
+    leader = wait_for(followers_redirect, "one leadership to last through the calls", timeout=40, interval=0.2)[0]
     # Cut clients off the leader's proxy: a client that starts at a follower is sent
     # there and cannot get around it.
     chaos.network.isolate_client(leader)
