@@ -84,14 +84,20 @@ class NodeConfig:
     store: str = "lmdb"
     map_size_mb: int = 1024
     max_map_size_mb: int = 65536
-    leader_fallback_timeout: float = 2.0
+    # etcd's election timeout (1 s) and a leader fallback above its widest draw: a
+    # leader saturated by thousands of agents' keepalives runs its Raft ticks late,
+    # and with 0.4-1 s it lost the lead 44 times in one run at 5,000 agents, and agents
+    # that were alive were declared failed (1,309); with these, neither happened
+    # (benchmarks/agents_scale.py). raft_min_timeout and raft_max_timeout below go with
+    # it. Failover costs about a second more.
+    leader_fallback_timeout: float = 3.0
     dns_cache_time: float = 5.0
     # The Raft thread's longest sleep: messages and proposals wake it at once, so this
     # only paces timers (heartbeats every append_entries_period, election timeouts).
     # At 5 ms an idle node woke 200 times a second for nothing.
     auto_tick_period: float = 0.02
-    raft_min_timeout: float = 0.4
-    raft_max_timeout: float = 1.0
+    raft_min_timeout: float = 1.0
+    raft_max_timeout: float = 2.0
     append_entries_period: float = 0.05
     # False: send AppendEntries as soon as a command arrives (low latency); True: only
     # every append_entries_period (fewer, larger batches).

@@ -47,7 +47,7 @@ class Load:
 @dataclass(frozen=True)
 class AdmissionLimits:
     """Where shedding starts. The lag bounds are well under the client's RPC timeout
-    (5 s) and the Raft election timeout (0.4-1 s): a call refused at once is better
+    (5 s) and the Raft election timeout (1-2 s by default): a call refused at once is better
     than one that waits to time out, and Raft must keep enough of the interpreter to
     send its heartbeats."""
 

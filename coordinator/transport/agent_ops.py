@@ -59,6 +59,11 @@ class AgentOps:
                                    generation=result.agent.generation, recovery_id=result.group.recovery_id)
 
     async def heartbeat(self, request: pb.HeartbeatRequest, issued_at: str | None = None) -> pb.HeartbeatResponse:
+        return self.keepalive(request)
+
+    def keepalive(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        """Heartbeat's work, synchronous: it reads only the leader's applied state and never
+        waits, so a session answers it where it reads the frame (AgentSession._keepalive)."""
         check_ids((request.group, "group"), (request.agent_id, "agent_id"))
         self.p.require_leader()
         # Not linearizable on purpose: a heartbeat must stay cheap, and a stale read

@@ -2,7 +2,8 @@
 
 Each AgentFrame is handed to the same AgentOps method its unary RPC calls, in a task
 of its own, so a session's writes are proposed concurrently (several commits share a
-Raft batch) while each answer carries its frame's correlation number. Each frame is
+Raft batch) while each answer carries its frame's correlation number. A keepalive,
+which only reads and never waits, is answered by the reader itself. Each frame is
 admitted as its unary call would be: an overloaded node answers it with the shedding
 status and its retry hint instead of doing the work. A watch frame
 subscribes the session to the agent's orders through the applier's wake-ups
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from typing import Any, AsyncIterator, Iterator
 
@@ -29,6 +31,11 @@ from coordinator.transport.status_map import Refused
 
 log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 64  # frames of one session being processed at once; more wait to be read
+# Answers waiting to be sent on one session. A client that sends frames but does not
+# read its answers would otherwise have the node buffer them without bound; at this
+# many the session reads no more frames until the client takes some, and gRPC's flow
+# control then holds the client's sends.
+OUTBOX_LIMIT = 256
 # The unary RPC each frame kind stands for: a frame is authorized as that call would be.
 RPC_OF_FRAME = {"register": "Register", "heartbeat": "Heartbeat", "commit_checkpoint": "CommitCheckpoint",
                 "report_dependencies": "ReportDependencies", "ack_order": "AckOrder", "deregister": "Deregister",
@@ -45,6 +52,7 @@ class AgentSession:
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[None]] = set()
         self._watch: asyncio.Task[None] | None = None
+        self._taken = asyncio.Event()  # set when frames() takes an answer out of the outbox
         self._handlers: dict[str, Op] = {
             "register": ops.register, "heartbeat": ops.heartbeat, "commit_checkpoint": ops.commit_checkpoint,
             "report_dependencies": ops.report_dependencies, "ack_order": ops.ack_order,
@@ -58,6 +66,7 @@ class AgentSession:
             with self.wakeups.leadership_watch(self._leadership_lost):
                 while True:
                     item = await self.outbox.get()
+                    self._taken.set()
                     if item is None:
                         return
                     if isinstance(item, Refused):
@@ -75,10 +84,16 @@ class AgentSession:
     async def _read(self, requests: AsyncIterator[Any]) -> None:
         try:
             async for frame in requests:
+                await self._room_in_outbox()
                 if not isinstance(frame, pb.AgentFrame):  # the interceptor's stand-in for bytes that do not decode
                     self.outbox.put_nowait(Refused.of(Rejection.invalid(
                         "frame", f"does not decode: {getattr(frame, 'error', '')}")))
                     return
+                if frame.WhichOneof("body") == "heartbeat":
+                    # In a context of its own: the grant its admission sets (auth.PRINCIPAL)
+                    # reaches neither the tasks this reader starts nor the next keepalive.
+                    contextvars.copy_context().run(self._keepalive, frame)
+                    continue
                 await self._slots.acquire()
                 task = asyncio.create_task(self._answer(frame))
                 self._tasks.add(task)
@@ -91,34 +106,64 @@ class AgentSession:
             log.debug("session read ended: %r", exc)
             self.outbox.put_nowait(None)
 
+    async def _room_in_outbox(self) -> None:
+        while self.outbox.qsize() >= OUTBOX_LIMIT:
+            self._taken.clear()
+            await self._taken.wait()
+
+    def _keepalive(self, frame: pb.AgentFrame) -> None:
+        """Answer a keepalive where it was read, in the reader: it only reads the applied
+        state and never waits, so a task of its own (created, scheduled, stepped and
+        counted against the session's slots) would cost more than the keepalive itself."""
+        try:
+            refusal = self._refusal(frame, "heartbeat")
+            self.outbox.put_nowait(refusal or pb.CoordinatorFrame(
+                correlation=frame.correlation, heartbeat=self.ops.keepalive(frame.heartbeat)))
+        except Exception as exc:
+            self.outbox.put_nowait(self._failed(frame, exc))
+
     async def _answer(self, frame: pb.AgentFrame) -> None:
         try:
             kind = frame.WhichOneof("body")
-            if kind in RPC_OF_FRAME:
-                self._admit(RPC_OF_FRAME[kind], getattr(frame, kind))
             if kind == "watch_orders":
+                self._admit(RPC_OF_FRAME[kind], frame.watch_orders)
                 self._start_watch(frame.correlation, frame.watch_orders)
                 return
             handler = self._handlers.get(kind or "")
             if handler is None:
                 raise Refused.of(Rejection.invalid("frame", "carries no operation"))
-            shed = self.admission.check(WORK_OF_METHOD[RPC_OF_FRAME[kind]]) if self.admission else None
-            if shed is not None:  # as a unary call would be shed: the client re-sends after the hint
-                self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, status=refused_frame(shed)))
+            refusal = self._refusal(frame, kind)
+            if refusal is not None:
+                self.outbox.put_nowait(refusal)
                 return
             with self._in_flight():
                 response = await handler(getattr(frame, kind), frame.issued_at or None)
             self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, **{kind: response}))
-        except Refused as r:
-            self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, status=r.to_pb()))
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("session frame failed")
-            self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, status=Refused(
-                grpc.StatusCode.INTERNAL, "the coordinator failed to answer this frame").to_pb()))
+        except Exception as exc:
+            self.outbox.put_nowait(self._failed(frame, exc))
         finally:
             self._slots.release()
+
+    def _refusal(self, frame: pb.AgentFrame, kind: str) -> pb.CoordinatorFrame | None:
+        """Authorize the frame as its unary call (raises Refused), then admit it: the answer
+        that sheds it, as the unary call would be shed (the client re-sends after the hint),
+        or None to go on."""
+        self._admit(RPC_OF_FRAME[kind], getattr(frame, kind))
+        shed = self.admission.check(WORK_OF_METHOD[RPC_OF_FRAME[kind]]) if self.admission else None
+        if shed is None:
+            return None
+        return pb.CoordinatorFrame(correlation=frame.correlation, status=refused_frame(shed))
+
+    @staticmethod
+    def _failed(frame: pb.AgentFrame, exc: Exception) -> pb.CoordinatorFrame:
+        """The answer for a frame whose work raised: its refusal, or INTERNAL for a fault of ours."""
+        if isinstance(exc, Refused):
+            return pb.CoordinatorFrame(correlation=frame.correlation, status=exc.to_pb())
+        log.error("session frame failed", exc_info=exc)
+        return pb.CoordinatorFrame(correlation=frame.correlation, status=Refused(
+            grpc.StatusCode.INTERNAL, "the coordinator failed to answer this frame").to_pb())
 
     @contextlib.contextmanager
     def _in_flight(self) -> Iterator[None]:

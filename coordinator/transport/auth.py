@@ -185,10 +185,13 @@ class Authorizer:
         self.client_certs = client_certs
         self._node_token_hash = token_hash(node_token) if node_token else ""
 
-    def caller(self, context: grpc.aio.ServicerContext) -> Caller:
+    def caller(self, context: grpc.aio.ServicerContext,
+               tokens: tuple[tuple[str, str], ...] | None = None) -> Caller:
+        """Who `context`'s call comes from; a bearer token is looked up in `tokens` (the
+        tokens file as tokens_in_force returned it) or, when None, in the file as it is now."""
         presented = _bearer(context)
         if presented is not None:
-            identity = self._token_identity(presented)
+            identity = self._token_identity(presented, tokens if tokens is not None else self.tokens_in_force())
             return Caller(identity, "" if identity else "unknown, revoked or rotated bearer token")
         if self.client_certs:
             identity = certificate_identity(context.auth_context())
@@ -196,10 +199,10 @@ class Authorizer:
                 return Caller(identity)
         return Caller(None)
 
-    def _token_identity(self, presented: str) -> str | None:
+    def _token_identity(self, presented: str, tokens: tuple[tuple[str, str], ...] | None) -> str | None:
         digest = token_hash(presented)
         found = None
-        known = self.tokens.current() if self.tokens is not None else ()
+        known = tokens or ()
         if self._node_token_hash:
             known = ((NODE_IDENTITY, self._node_token_hash), *known)
         for identity, stored in known:  # every line compared: no early exit to time
@@ -207,9 +210,19 @@ class Authorizer:
                 found = identity
         return found
 
+    def tokens_in_force(self) -> tuple[tuple[str, str], ...] | None:
+        """The parsed tokens file (re-read if it changed; None when there is none): the
+        same object for as long as its content is, so a caller derived from it holds
+        until this changes."""
+        return self.tokens.current() if self.tokens is not None else None
+
     def admit(self, rpc: str, request: Any, context: grpc.aio.ServicerContext) -> Grant:
         """The caller's grant for this call; raises the Rejection that refuses it."""
-        caller = self.caller(context)
+        return self.grant(self.caller(context), rpc, request)
+
+    def grant(self, caller: Caller, rpc: str, request: Any) -> Grant:
+        """`caller`'s grant for `rpc` on `request`'s target, under the bindings in force
+        now; raises the Rejection that refuses it."""
         if caller.identity is None and caller.why_not:
             raise Rejection.because(ReasonCode.UNAUTHENTICATED, caller.why_not)
         group, agent_id = request_target(request)
@@ -262,19 +275,52 @@ def admit_into_context(authorizer: "Authorizer | None", rpc: str, request: Any,
     """Admit one call (or one session frame) of `rpc`: its grant into PRINCIPAL, for
     the proposal the state machine re-checks, and its agent secret sealed. Raises the
     Rejection that refuses it. `authorizer` None: the open development mode."""
-    grant = authorizer.admit(rpc, request, context) if authorizer else None
+    _admitted(authorizer.admit(rpc, request, context) if authorizer else None, request)
+
+
+def _admitted(grant: Grant | None, request: Any) -> None:
+    """What every admitted call or frame carries on: its grant, for the proposal the
+    state machine re-checks, and its agent secret sealed."""
     PRINCIPAL.set(grant)
     seal_secrets(request)
+
+
+class SessionCaller:
+    """Who a session's frames come from, derived when it opens and again only when the
+    tokens file changed. A stream's bearer token and client certificate are fixed for its
+    life, so hashing the token and reading the certificate per frame would only repeat
+    the open's answer; both files are still checked at every frame (tokens_in_force and
+    the bindings in Authorizer.grant), so a revocation refuses the session's next frame."""
+
+    def __init__(self, authorizer: Authorizer, context: grpc.aio.ServicerContext) -> None:
+        self._authorizer, self._context = authorizer, context
+        self._caller: Caller | None = None
+        self._derived_from: tuple[tuple[str, str], ...] | None = None
+
+    def current(self) -> Caller:
+        tokens = self._authorizer.tokens_in_force()
+        if self._caller is None or tokens is not self._derived_from:
+            # Derived from this very object: one read of the file names both the caller
+            # and what it was derived from, so a change in between cannot be missed.
+            self._caller, self._derived_from = self._authorizer.caller(self._context, tokens), tokens
+        return self._caller
+
+    def admit(self, rpc: str, request: Any) -> None:
+        """As admit_into_context, for one frame of the session."""
+        _admitted(self._authorizer.grant(self.current(), rpc, request), request)
 
 
 def open_session(authorizer: "Authorizer | None", context: grpc.aio.ServicerContext) -> None:
     """A session stream opens only for a caller with an identity; each of its frames is
     then admitted like the unary call of the same operation (FRAME_CHECK)."""
-    if authorizer is not None:
-        caller = authorizer.caller(context)
-        if caller.identity is None:
-            raise Rejection.because(ReasonCode.UNAUTHENTICATED, caller.why_not or "no credentials")
-    FRAME_CHECK.set(lambda rpc, request: admit_into_context(authorizer, rpc, request, context))
+    if authorizer is None:
+        FRAME_CHECK.set(lambda rpc, request: admit_into_context(None, rpc, request, context))
+        return
+    session = SessionCaller(authorizer, context)
+    caller = session.current()
+    if caller.identity is None:
+        raise Rejection.because(ReasonCode.UNAUTHENTICATED, caller.why_not or "no credentials")
+    FRAME_CHECK.set(session.admit)
 
 
 # Set for a session's handler by open_session: how each frame's operation is admitted.

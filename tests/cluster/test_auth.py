@@ -7,6 +7,7 @@ before anything is proposed: the leader's state digest is unchanged after it.
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -288,6 +289,41 @@ def test_a_rotated_token_is_refused_once_the_file_changes_without_a_restart(worl
     lines = [ln for ln in world.tokens_file.read_text().splitlines() if not ln.startswith(("rotating", "#"))]
     world.tokens_file.write_text("\n".join(lines) + "\n")  # revoked
     world.refused("AdminService", "GetGroup", request, new, C.UNAUTHENTICATED, "REASON_UNAUTHENTICATED")
+
+
+def test_a_token_revoked_while_its_session_is_open_refuses_the_next_frame(world: World) -> None:
+    """A session derives its caller once and again only when the tokens file changes
+    (auth.SessionCaller): the frame after the token was revoked is refused, on the same
+    stream, and the one before it was served."""
+    identity = "revoked-mid-session"
+    bindings = Path(world.cluster.settings["auth_bindings_file"])
+    bindings.write_text(BINDINGS + f'\n["{identity}"]\nrole = "agent"\ngroup = "g"\npattern = "a*"\n')
+    presented = add_token(world.tokens_file, identity)
+    first_answered, revoked = threading.Event(), threading.Event()
+
+    def heartbeat(correlation: int) -> pb.AgentFrame:
+        return pb.AgentFrame(correlation=correlation, heartbeat=pb.HeartbeatRequest(
+            group="g", agent_id="a1", token=token()))
+
+    def frames() -> Iterator[pb.AgentFrame]:
+        yield heartbeat(1)
+        if first_answered.wait(10):
+            kept = [ln for ln in world.tokens_file.read_text().splitlines() if not ln.startswith(identity)]
+            world.tokens_file.write_text("\n".join(kept) + "\n")
+            revoked.set()
+            yield heartbeat(2)
+
+    answers: list[pb.CoordinatorFrame] = []
+    with grpc.insecure_channel(world.leader()) as channel:
+        for answer in pb_grpc.AgentServiceStub(channel).Session(frames(), timeout=15, metadata=bearer(presented)):
+            answers.append(answer)
+            first_answered.set()
+    assert revoked.is_set(), answers
+    assert [a.correlation for a in answers] == [1, 2], answers
+    assert answers[0].WhichOneof("body") == "heartbeat", answers[0]
+    assert answers[1].WhichOneof("body") == "status", answers[1]
+    assert (answers[1].status.code, answers[1].status.reason) == (C.UNAUTHENTICATED.value[0],
+                                                                  pb.REASON_UNAUTHENTICATED), answers[1]
 
 
 def test_an_agent_library_session_presents_its_token(world: World, tmp_path: Path) -> None:

@@ -2,10 +2,13 @@
 correlation number, with orders pushed as they are applied."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
 import threading
 import time
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, AsyncIterator, Iterator
 
 import grpc
 import pytest
@@ -16,6 +19,7 @@ from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import wait_for
+from coordinator.transport.agent_session import OUTBOX_LIMIT, AgentSession
 from tests.support.cluster import past_overload
 from tests.transport.test_refusal_status import coordinator  # noqa: F401  (group "g", agent "a" at incarnation 2)
 
@@ -247,3 +251,46 @@ def test_an_undecodable_frame_ends_the_session_as_invalid(coordinator) -> None:
             list(call)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "does not decode" in (info.value.details() or "")
+
+
+async def test_a_client_that_does_not_read_its_answers_is_not_read_either() -> None:
+    """Answers wait in the session's outbox until sent; a client that keeps sending
+    frames but never reads would make the node buffer them without bound. At
+    OUTBOX_LIMIT waiting answers the session stops reading frames, and every frame is
+    still answered once the client reads."""
+    class Ops(SimpleNamespace):  # what a session of keepalives uses of AgentOps
+        p = SimpleNamespace(require_leader=lambda: None)
+
+        def keepalive(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+            return pb.HeartbeatResponse(current_epoch=1)
+
+    writes = dict.fromkeys(("register", "heartbeat", "commit_checkpoint", "report_dependencies", "ack_order",
+                            "deregister"))
+
+    class Wakeups:
+        @contextlib.contextmanager
+        def leadership_watch(self, on_lost: Any) -> Iterator[None]:
+            yield
+
+    sent = 4 * OUTBOX_LIMIT
+    read = [0]
+
+    async def frames() -> AsyncIterator[pb.AgentFrame]:
+        for correlation in range(1, sent + 1):
+            read[0] += 1
+            yield pb.AgentFrame(correlation=correlation, heartbeat=pb.HeartbeatRequest(group="g", agent_id="a"))
+
+    session = AgentSession(Ops(**writes), Wakeups())  # type: ignore[arg-type]
+    answers = session.frames(frames())
+    first = await answers.__anext__()  # the session reads; from here on the client reads nothing
+    deadline = asyncio.get_running_loop().time() + 10
+    while session.outbox.qsize() < OUTBOX_LIMIT:
+        assert asyncio.get_running_loop().time() < deadline, (session.outbox.qsize(), read[0])
+        await asyncio.sleep(0.01)
+    for _ in range(100):  # the reader has every chance to read on
+        await asyncio.sleep(0)
+    assert session.outbox.qsize() == OUTBOX_LIMIT
+    assert read[0] <= OUTBOX_LIMIT + 2, read[0]  # the one taken, the one waiting for room
+    rest = [answer async for answer in answers]
+    assert sorted([first.correlation, *(a.correlation for a in rest)]) == list(range(1, sent + 1))
+    assert all(a.WhichOneof("body") == "heartbeat" for a in [first, *rest])
