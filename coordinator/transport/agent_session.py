@@ -53,8 +53,9 @@ class AgentSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self._watch: asyncio.Task[None] | None = None
         self._taken = asyncio.Event()  # set when frames() takes an answer out of the outbox
+        # The frames answered in tasks of their own; a keepalive is answered by the reader (_keepalive).
         self._handlers: dict[str, Op] = {
-            "register": ops.register, "heartbeat": ops.heartbeat, "commit_checkpoint": ops.commit_checkpoint,
+            "register": ops.register, "commit_checkpoint": ops.commit_checkpoint,
             "report_dependencies": ops.report_dependencies, "ack_order": ops.ack_order,
             "deregister": ops.deregister}
 

@@ -264,8 +264,7 @@ async def test_a_client_that_does_not_read_its_answers_is_not_read_either() -> N
         def keepalive(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
             return pb.HeartbeatResponse(current_epoch=1)
 
-    writes = dict.fromkeys(("register", "heartbeat", "commit_checkpoint", "report_dependencies", "ack_order",
-                            "deregister"))
+    writes = dict.fromkeys(("register", "commit_checkpoint", "report_dependencies", "ack_order", "deregister"))
 
     class Wakeups:
         @contextlib.contextmanager
