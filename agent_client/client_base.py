@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import grpc
 
-from agent_client.agent_stream import TRANSPORTS
+from agent_client.agent_stream import TRANSPORTS, keepalive_every
 from agent_client.background import FENCED
 from agent_client.blobs.location import local_root, open_blob_store
 from agent_client.blobstore import BlobStore, PutResult
@@ -57,8 +57,8 @@ class ClientBase:
         delivery and side-effect logs (default: <blob dir>/agents/<group>/<agent>; with
         an s3:// location or another blob store and no state_dir the delivery log is in memory, and an agent
         that crashed cannot re-deliver). `fsync_deliveries` makes each delivery survive a
-        power loss, not only a crash of the process. `heartbeat_interval` defaults to a
-        third of the group's lease. `after_blob_write` and `after_commit` are test hooks
+        power loss, not only a crash of the process. `heartbeat_interval` defaults to
+        keepalive_every(transport, the group's lease). `after_blob_write` and `after_commit` are test hooks
         around the metadata commit; `before_ack(order)` runs once an order is carried out
         (a rollback restored and handed to on_rollback) and before it is acknowledged.
         `token`: the bearer token that identifies this agent to the coordinator (when it
@@ -103,7 +103,7 @@ class ClientBase:
             log.warning("order watch ended: %s %s", code.name, reason)
 
     def heartbeat_every(self) -> float:
-        return self.heartbeat_interval or min(5.0, max(0.1, (self.core.lease_ttl_s or 3.0) / 3))
+        return self.heartbeat_interval or keepalive_every(self.transport, self.core.lease_ttl_s or 3.0)
     group = _view("group", "the agent's group")
     agent_id = _view("agent_id", "this agent")
     mode = _view("mode", "the group's checkpointing mode (pb.GroupMode)")

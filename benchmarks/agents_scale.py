@@ -41,7 +41,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_client.agent_stream import AsyncSessionStream  # noqa: E402
+from agent_client.agent_stream import AsyncSessionStream, keepalive_every  # noqa: E402
 from agent_client.connection import AsyncConnection, Connection, CoordinatorUnavailable, Rejected  # noqa: E402
 from coordinator import channels  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
@@ -51,7 +51,9 @@ from coordinator.observability import gc_pauses  # noqa: E402
 
 GROUP_SIZE = 10
 LEASE_TTL_S = 10.0
-KEEPALIVE_S = LEASE_TTL_S / 3
+# Each path's keepalive cadence, as the client's: on a session, the open stream holds
+# the lease and a keepalive only learns the rollback floor.
+KEEPALIVE_S = {path: keepalive_every(path, LEASE_TTL_S) for path in ("session", "unary")}
 SESSIONS_PER_CHANNEL = 100
 ROLLBACK_GROUPS = 5
 IDLE_S = 10.0
@@ -115,11 +117,16 @@ async def _agent(path: str, conn: AsyncConnection, group: str, agent: str, out: 
     out["connected"] += 1
     # The longest time this agent's lease went unrenewed as far as it can tell: from the
     # send time of one answered keepalive (its registration first) to the next, or to the
-    # refusal that says its incarnation is no longer live. Only an agent silent for a
-    # lease TTL may rightly have been declared failed.
+    # refusal that says its incarnation is no longer live. On the unary path only an agent
+    # silent for a lease TTL may rightly have been declared failed. A session holds the
+    # lease while it is open, and its keepalives are a TTL apart anyway, so there an agent
+    # counts as silent only when two answers were more than a TTL plus a keepalive
+    # period apart: its frames then went unanswered for a TTL. Any other failure of a
+    # session agent is counted false.
     renewed, silence = registering, 0.0
+    allowed_silence = LEASE_TTL_S + (KEEPALIVE_S[path] if path == "session" else 0.0)
     try:
-        await asyncio.sleep(random.uniform(0, KEEPALIVE_S))
+        await asyncio.sleep(random.uniform(0, KEEPALIVE_S[path]))
         while not stop.is_set():
             sent, started = time.monotonic(), time.perf_counter()
             try:
@@ -133,11 +140,11 @@ async def _agent(path: str, conn: AsyncConnection, group: str, agent: str, out: 
             except Exception as exc:  # a slow or changing leader: the next keepalive tries again
                 out["errors"].append(f"{group}/{agent}: {type(exc).__name__}: {str(exc)[:120]}")
             try:
-                await asyncio.wait_for(stop.wait(), KEEPALIVE_S)
+                await asyncio.wait_for(stop.wait(), KEEPALIVE_S[path])
             except asyncio.TimeoutError:
                 pass
     finally:
-        if silence >= LEASE_TTL_S:
+        if silence >= allowed_silence:
             out["silent"].append(f"{group}/{agent}")
         if stream is not None:
             await stream.close()
@@ -323,7 +330,7 @@ def _measure(size: int, path: str, root: Path, cluster: LocalCluster) -> dict:
             raise RuntimeError("a load generator exited: " + files[0]["log"].read_text()[-2000:])
         connect_s = time.monotonic() - connect_started
         unregistered = sum(json.loads(f["ready"].read_text())["unregistered"] for f in files)
-        time.sleep(KEEPALIVE_S)  # every agent's keepalive phase under way
+        time.sleep(KEEPALIVE_S[path])  # every agent's keepalive phase under way
         pid = leader.process.pid
         # The load generators share the machine: their CPU (and the whole box's) says
         # whether a keepalive's round trip was the leader's or the machine's.

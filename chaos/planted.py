@@ -20,8 +20,9 @@ knows about it. Bugs:
   lines no longer see the messages.
 - `skip-authz`: the authorization decision allows everything (as admin), in the
   transport and in the state machine's re-check alike.
-- `short-lease`: the leader's lease table grants a tenth of the group's TTL, so
-  agents heartbeating at the usual third of the TTL are declared failed.
+- `short-lease`: the leader's lease table grants a tenth of the group's TTL and
+  forgets that open sessions hold their agents' leases, so agents keeping their leases
+  as the client does are declared failed.
 """
 from __future__ import annotations
 
@@ -169,11 +170,16 @@ def _short_lease() -> None:
     from coordinator.service.leases import LeaseTable
 
     def short(self: LeaseTable, group: Any, agent_id: str, incarnation: int) -> Any:
-        lease = Lease(incarnation, self._monotonic() + group.spec.lease_ttl_s * SHORT_LEASE_FRACTION)
+        ttl = group.spec.lease_ttl_s * SHORT_LEASE_FRACTION
+        lease = Lease(incarnation, self._monotonic() + ttl, ttl)
         self.leases[(group.spec.name, agent_id)] = lease
         return lease
 
+    def held_by_none(self: LeaseTable, group: str, agent_id: str, incarnation: int) -> None:
+        return None
+
     LeaseTable.renew = short  # type: ignore[method-assign]
+    LeaseTable.hold = held_by_none  # type: ignore[method-assign]
 
 
 BUGS: dict[str, Callable[[], None]] = {

@@ -123,6 +123,10 @@ class NodeConfig:
     # connection and one long-lived WatchOrders call on the leader.
     max_connections: int = 2048
     max_rpcs: int = 8192
+    # HTTP/2 pings on every client connection (transport/server.py::ServerLimits): an
+    # agent's open session holds its lease, and these prove the session's client alive.
+    session_ping_s: float = 3.0
+    session_ping_timeout_s: float = 3.0
     # Kubernetes: when set, derive raft/grpc addresses and peers from the pod name.
     statefulset_replicas: int = 0
     headless_service: str = ""
@@ -196,6 +200,8 @@ class NodeConfig:
             raise ConfigError("max_connections must be between 1 and 1000000")
         if not 1 <= self.max_rpcs <= 1_000_000:
             raise ConfigError("max_rpcs must be between 1 and 1000000")
+        if not (0.1 <= self.session_ping_s <= 3600 and 0.1 <= self.session_ping_timeout_s <= 3600):
+            raise ConfigError("session_ping_s and session_ping_timeout_s must be between 0.1 s and an hour")
         self._validate_tls()
         return self
 

@@ -103,7 +103,8 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
                                                          _stop_diverged, peer_tls, peer_credentials)
                                         ) if cfg.digest_audit_s and peers else None
             await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
-                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs),
+                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs,
+                                     ping_s=cfg.session_ping_s, ping_timeout_s=cfg.session_ping_timeout_s),
                         authorizer=authorizer, tls=tls)
             if audit is not None:
                 await audit

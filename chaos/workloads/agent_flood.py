@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from agent_client.agent_stream import keepalive_every
 from agent_client.connection import AsyncConnection, overload_hint, read_token_file, token_from_env
 from coordinator.api.metadata import LEADER_METADATA_KEY, REASON_METADATA_KEY, bearer, parse_reason
 from coordinator.channels import ClientTLS
@@ -226,7 +227,7 @@ async def flood(endpoints: list[str], agents: int, seconds: float, committers: i
     seconds in."""
     await create_groups(endpoints, agents, token)
     leader, tally = Leader(endpoints, token), Tally()
-    interval = min(5.0, max(0.1, LEASE_TTL_S / 3))  # the client's default heartbeat period
+    interval = keepalive_every("unary", LEASE_TTL_S)  # the client's default heartbeat period (unary calls)
     started = time.monotonic()
     end = started + seconds
     ramp = min(max(0.0, ramp), seconds)

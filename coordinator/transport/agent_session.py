@@ -7,7 +7,13 @@ which only reads and never waits, is answered by the reader itself. Each frame i
 admitted as its unary call would be: an overloaded node answers it with the shedding
 status and its retry hint instead of doing the work. A watch frame
 subscribes the session to the agent's orders through the applier's wake-ups
-(order_wakeups.py): nothing polls. The session ends, with a status the client acts
+(order_wakeups.py): nothing polls. Once a frame has proved which live incarnation the
+session speaks for (register, keepalive or watch), the session holds that agent's
+lease (Leases.hold): the lease does not run out while the session is open, since the
+session's connection is proved alive by HTTP/2 pings (server.ServerLimits.ping_s),
+as long as the agent's keepalives keep proving it within a few TTLs
+(core.decisions.HOLD_PROOF_TTLS), and runs a whole TTL from when the session ends, or
+from a refused keepalive or watch, or the agent's deregistration. The session ends, with a status the client acts
 on, when the client closes it (OK), sends bytes that are no frame (INVALID_ARGUMENT),
 or this node stops leading (UNAVAILABLE, the leader's address, and the reason).
 """
@@ -53,6 +59,8 @@ class AgentSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self._watch: asyncio.Task[None] | None = None
         self._taken = asyncio.Event()  # set when frames() takes an answer out of the outbox
+        self._held: tuple[str, str, int] | None = None  # the (group, agent, incarnation) whose lease this session holds
+        self._ended = False
         # The frames answered in tasks of their own; a keepalive is answered by the reader (_keepalive).
         self._handlers: dict[str, Op] = {
             "register": ops.register, "commit_checkpoint": ops.commit_checkpoint,
@@ -77,8 +85,35 @@ class AgentSession:
             reader.cancel()
             for task in [*self._tasks, *([self._watch] if self._watch else [])]:
                 task.cancel()
+            self.end()
+
+    def end(self) -> None:
+        """The call is over: release the lease this session holds, and take no other.
+
+        Called when frames() ends and, by the servicer, when gRPC says the call
+        terminated: a generator left suspended at a yield when its call is cancelled is
+        only closed when it is collected, and a hold kept until then would keep a dead
+        agent's lease. Idempotent."""
+        self._hold(None)
+        self._ended = True
+
+    def _hold(self, held: tuple[str, str, int] | None) -> None:
+        """A frame proved this incarnation live: hold its lease (None: none) from now on,
+        releasing the one held before."""
+        if self._ended and held is not None:
+            return
+        if held == self._held:
+            if held is not None:
+                self.ops.leases.prove(*held)
+            return
+        if self._held is not None:
+            self.ops.leases.release(*self._held)
+        self._held = held
+        if held is not None:
+            self.ops.leases.hold(*held)
 
     def _leadership_lost(self) -> None:
+        self.end()  # now, not when the client has read the answers queued before the refusal
         refused = self.ops.p.not_leader(self.ops.p.node.leader_raft_address())
         self.outbox.put_nowait(Refused(refused.code, f"{refused.text}: {LEADERSHIP_LOST}", leader=refused.leader))
 
@@ -118,10 +153,22 @@ class AgentSession:
         counted against the session's slots) would cost more than the keepalive itself."""
         try:
             refusal = self._refusal(frame, "heartbeat")
-            self.outbox.put_nowait(refusal or pb.CoordinatorFrame(
-                correlation=frame.correlation, heartbeat=self.ops.keepalive(frame.heartbeat)))
+            if refusal is not None:
+                self.outbox.put_nowait(refusal)
+                return
+            request = frame.heartbeat
+            response = self.ops.keepalive(request)
+            self._hold((request.group, request.agent_id, request.token.incarnation))
+            self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, heartbeat=response))
         except Exception as exc:
+            self._unproved(frame.heartbeat)
             self.outbox.put_nowait(self._failed(frame, exc))
+
+    def _unproved(self, request: Any) -> None:
+        """A keepalive or watch of the agent this session holds was refused (not live any
+        more, or no longer allowed): the session no longer speaks for it."""
+        if self._held is not None and self._held[:2] == (request.group, request.agent_id):
+            self._hold(None)
 
     async def _answer(self, frame: pb.AgentFrame) -> None:
         try:
@@ -137,8 +184,13 @@ class AgentSession:
             if refusal is not None:
                 self.outbox.put_nowait(refusal)
                 return
+            request = getattr(frame, kind)
             with self._in_flight():
-                response = await handler(getattr(frame, kind), frame.issued_at or None)
+                response = await handler(request, frame.issued_at or None)
+            if kind == "register":
+                self._hold((request.group, request.agent_id, response.incarnation))
+            elif kind == "deregister":
+                self._unproved(request)  # the agent left: its lease is gone too (Leases.forget)
             self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, **{kind: response}))
         except asyncio.CancelledError:
             raise
@@ -203,10 +255,16 @@ class AgentSession:
         try:
             await self.ops.open_watch(request)
             sent: set[int] = set()
+            first = True
             with self.wakeups.subscribe(request.group, request.agent_id) as wake:
                 while True:
                     for order in self.ops.new_orders(request, wake.take(), sent):
                         self.outbox.put_nowait(pb.CoordinatorFrame(correlation=correlation, order=order))
+                    if first:  # the client's watch frame, its token found live: the session speaks
+                        # for this incarnation. Later wake-ups are the coordinator's, no proof of the agent.
+                        self._hold((request.group, request.agent_id, request.token.incarnation))
+                        first = False
                     await wake.wait()
         except Refused as r:
+            self._unproved(request)
             self.outbox.put_nowait(pb.CoordinatorFrame(correlation=correlation, status=r.to_pb()))

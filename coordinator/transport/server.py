@@ -50,13 +50,26 @@ class ServerLimits:
     the node at most `max_rpcs` (beyond: RESOURCE_EXHAUSTED). Each agent holds one
     long-lived Session (or WatchOrders) stream, which is what `max_rpcs` must leave room for.
     Before any of these is reached, `transport.admission` sheds calls by the node's
-    measured lag and the work in flight (core.overload.AdmissionLimits)."""
+    measured lag and the work in flight (core.overload.AdmissionLimits).
+
+    Every `ping_s` the node sends an HTTP/2 ping on each connection and closes one whose
+    client has not answered within `ping_timeout_s`. The client's gRPC answers in its own
+    I/O, without a frame or any of the agent's code, so this costs the node no Python
+    work; it is what proves an agent's session alive, the session holding the agent's
+    lease (agent_session.py). An agent whose host vanishes without closing its
+    connection is thus declared failed at most ping_s + ping_timeout_s + its lease TTL
+    after it vanished; one whose process dies (the kernel closes the connection) a TTL
+    after. That needs the agent's own gRPC at the other end: a proxy that answers pings
+    itself hides a vanished agent until its keepalives stop proving it
+    (core.decisions.HOLD_PROOF_TTLS)."""
 
     max_connections: int = NodeConfig.max_connections
     max_streams_per_connection: int = 128
     max_rpcs: int = NodeConfig.max_rpcs
     idle_s: float = 300.0
     handshake_s: float = 10.0
+    ping_s: float = NodeConfig.session_ping_s
+    ping_timeout_s: float = NodeConfig.session_ping_timeout_s
 
 
 def serving(node: Replica) -> bool:
@@ -137,6 +150,14 @@ async def running(batcher: Batcher, leases: Leases, address: str,
         ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
         ("grpc.max_connection_idle_ms", int(limits.idle_s * 1000)),
         ("grpc.server_handshake_timeout_ms", int(limits.handshake_s * 1000)),
+        ("grpc.keepalive_time_ms", int(limits.ping_s * 1000)),
+        # Both: gRPC core waits ping_timeout_ms for a keepalive ping's answer (without it,
+        # an unanswered ping was never timed out), and keepalive_timeout_ms for older cores.
+        ("grpc.keepalive_timeout_ms", int(limits.ping_timeout_s * 1000)),
+        ("grpc.http2.ping_timeout_ms", int(limits.ping_timeout_s * 1000)),
+        # An idle session carries no data for minutes; by default only 2 pings may go out
+        # without data, after which the node could no longer tell a dead client from an idle one.
+        ("grpc.http2.max_pings_without_data", 0),
     ])
     proposer = Proposer(batcher)
     wakeups = OrderWakeups(asyncio.get_running_loop())

@@ -97,8 +97,10 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     async def Session(self, request_iterator, context):
         """One per agent process: the calls above as frames, orders pushed (agent_session.py)."""
+        session = AgentSession(self.ops, self.wakeups, self.admission)
+        context.add_done_callback(lambda _: session.end())
         try:
-            async for frame in AgentSession(self.ops, self.wakeups, self.admission).frames(request_iterator):
+            async for frame in session.frames(request_iterator):
                 yield frame
         except Refused as r:
             await r.abort(context)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from coordinator.core.commands import AbortEpoch, DeclareAgentFailed, StartEpoch
-from coordinator.core.decisions import Lease, epoch_commands, expired_leases, renew
+from coordinator.core.decisions import Lease, epoch_commands, expired_leases, release_hold, renew
 from coordinator.core.model import Epoch, EpochState, Group, GroupSpec, GroupState, Mode
 
 
@@ -44,7 +44,31 @@ def test_leases_expire_and_renew() -> None:
     renew(leases, group(lease_ttl_s=5), "a", 2, now=10.0)
     assert expired_leases(leases, 14.9) == []
     assert expired_leases(leases, 15.0) == [DeclareAgentFailed("g", "a", 2)]
-    leases[("g", "b")] = Lease(1, 20.0)
+    leases[("g", "b")] = Lease(1, 20.0, 5.0)
     renew(leases, group(lease_ttl_s=5), "a", 2, now=14.0)
     assert expired_leases(leases, 18.9) == []
     assert [d.agent_id for d in expired_leases(leases, 20.0)] == ["a", "b"]
+
+
+def test_a_lease_held_by_an_open_session_of_its_incarnation_does_not_run_out() -> None:
+    leases: dict = {}
+    renew(leases, group(lease_ttl_s=5), "a", 2, now=10.0)
+    renew(leases, group(lease_ttl_s=5), "b", 1, now=10.0)
+    # Proved at 90: held for 3 TTLs (15 s) from then. b's session holds an incarnation b no longer is.
+    held = {("g", "a"): {2: 90.0}, ("g", "b"): {7: 99.0}}
+    assert expired_leases(leases, 100.0, held) == [DeclareAgentFailed("g", "b", 1)]
+    assert leases[("g", "a")] == Lease(2, 105.0, 5.0)  # looked at again a TTL later, not every tick
+    assert expired_leases(leases, 104.9, held) == [DeclareAgentFailed("g", "b", 1)]  # b not yet forgotten here
+    # Not proved since 90: at 105, 3 TTLs later, the hold keeps the lease no longer (a stuck agent).
+    assert [d.agent_id for d in expired_leases(leases, 105.0, held)] == ["a", "b"]
+
+
+def test_a_released_hold_gives_its_agent_a_whole_ttl_from_the_release() -> None:
+    leases: dict = {}
+    renew(leases, group(lease_ttl_s=5), "a", 2, now=10.0)
+    release_hold(leases, ("g", "a"), 2, now=100.0)  # held past its expiry, then the session ended
+    assert expired_leases(leases, 104.9) == []
+    assert expired_leases(leases, 105.0) == [DeclareAgentFailed("g", "a", 2)]
+    release_hold(leases, ("g", "a"), 1, now=200.0)  # an older incarnation's session: not a's lease any more
+    release_hold(leases, ("g", "gone"), 1, now=200.0)  # no lease at all (the agent left): none is made
+    assert leases == {("g", "a"): Lease(2, 105.0, 5.0)}

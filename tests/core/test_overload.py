@@ -93,19 +93,19 @@ def test_a_stalled_window_is_credited_whole(window: DetectorTick) -> None:
 
 def test_a_credited_lease_does_not_expire_for_the_leaders_stall() -> None:
     """An agent whose lease had 1 s left when the leader stalled 5 s keeps its 1 s."""
-    leases = {("g", "a"): Lease(1, expires_at=101.0), ("g", "b"): Lease(2, expires_at=104.0)}
+    leases = {("g", "a"): Lease(1, expires_at=101.0, ttl_s=10.0), ("g", "b"): Lease(2, expires_at=104.0, ttl_s=10.0)}
     now = 105.0  # the leader's first tick after a 5 s stall that began at 100
     extend(leases, stall_credit(tick(gap=5.0)))
     assert expired_leases(leases, now) == []
     assert [d.agent_id for d in expired_leases(leases, now + 1.0)] == ["a"]
     extend(leases, 0.0)
-    assert leases[("g", "b")] == Lease(2, 109.0)
+    assert leases[("g", "b")] == Lease(2, 109.0, 10.0)
 
 
 def test_expired_leases_are_exactly_the_run_out_ones_in_key_order() -> None:
     """The leader proposes failures in this order on every node's log: it must not
     depend on the order leases were renewed in."""
-    leases = {("g2", "a"): Lease(1, 5.0), ("g1", "z"): Lease(3, 9.0), ("g1", "b"): Lease(2, 4.0),
-              ("g1", "c"): Lease(4, 5.0), ("g0", "x"): Lease(5, 5.0001)}
+    leases = {("g2", "a"): Lease(1, 5.0, 1.0), ("g1", "z"): Lease(3, 9.0, 1.0), ("g1", "b"): Lease(2, 4.0, 1.0),
+              ("g1", "c"): Lease(4, 5.0, 1.0), ("g0", "x"): Lease(5, 5.0001, 1.0)}
     due = expired_leases(leases, 5.0)
     assert [(d.group, d.agent_id, d.incarnation) for d in due] == [("g1", "b", 2), ("g1", "c", 4), ("g2", "a", 1)]

@@ -19,6 +19,7 @@ from coordinator.api.metadata import ISSUED_AT_METADATA_KEY, LEADER_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import wait_for
+from coordinator.service.leases import LeaseTable
 from coordinator.transport.agent_session import OUTBOX_LIMIT, AgentSession
 from tests.support.cluster import past_overload
 from tests.transport.test_refusal_status import coordinator  # noqa: F401  (group "g", agent "a" at incarnation 2)
@@ -253,33 +254,70 @@ def test_an_undecodable_frame_ends_the_session_as_invalid(coordinator) -> None:
     assert "does not decode" in (info.value.details() or "")
 
 
+class KeepaliveOps(SimpleNamespace):
+    """What a session of keepalives uses of AgentOps: every keepalive is answered."""
+    p = SimpleNamespace(require_leader=lambda: None)
+
+    def __init__(self) -> None:
+        super().__init__(**dict.fromkeys(("register", "commit_checkpoint", "report_dependencies", "ack_order",
+                                          "deregister")))
+        self.leases = LeaseTable()
+
+    def keepalive(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        return pb.HeartbeatResponse(current_epoch=1)
+
+
+class SteadyLeader:
+    """Wake-ups of a node that never stops leading."""
+    @contextlib.contextmanager
+    def leadership_watch(self, on_lost: Any) -> Iterator[None]:
+        yield
+
+
+def keepalive(correlation: int, agent: str = "a", incarnation: int = 0) -> pb.AgentFrame:
+    return pb.AgentFrame(correlation=correlation, heartbeat=pb.HeartbeatRequest(
+        group="g", agent_id=agent, token=pb.FencingToken(incarnation=incarnation)))
+
+
+async def test_a_session_holds_its_agents_lease_until_it_ends_even_when_left_suspended() -> None:
+    """gRPC may leave a cancelled call's generator suspended at a yield, closed only when
+    collected: the servicer ends the session when the call terminates, and from then on
+    it holds no lease, whatever a straggling frame proves."""
+    ops = KeepaliveOps()
+    session = AgentSession(ops, SteadyLeader())  # type: ignore[arg-type]
+
+    async def frames() -> AsyncIterator[pb.AgentFrame]:
+        yield keepalive(1, "a", 3)
+        yield keepalive(2, "b", 5)  # the session now speaks for b: a's lease is released
+        await asyncio.Event().wait()  # the client sends nothing more
+
+    answers = session.frames(frames())
+    assert (await answers.__anext__()).correlation == 1
+    assert (await answers.__anext__()).correlation == 2
+    assert {key: set(held) for key, held in ops.leases.holds.items()} == {("g", "b"): {5}}
+    session.end()  # the call terminated; the generator is still suspended at its yield
+    assert ops.leases.holds == {}
+    session._keepalive(keepalive(3, "c", 1))  # a frame answered after the end holds nothing
+    assert ops.leases.holds == {}
+    await answers.aclose()
+    assert ops.leases.holds == {}
+
+
 async def test_a_client_that_does_not_read_its_answers_is_not_read_either() -> None:
     """Answers wait in the session's outbox until sent; a client that keeps sending
     frames but never reads would make the node buffer them without bound. At
     OUTBOX_LIMIT waiting answers the session stops reading frames, and every frame is
     still answered once the client reads."""
-    class Ops(SimpleNamespace):  # what a session of keepalives uses of AgentOps
-        p = SimpleNamespace(require_leader=lambda: None)
-
-        def keepalive(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
-            return pb.HeartbeatResponse(current_epoch=1)
-
-    writes = dict.fromkeys(("register", "commit_checkpoint", "report_dependencies", "ack_order", "deregister"))
-
-    class Wakeups:
-        @contextlib.contextmanager
-        def leadership_watch(self, on_lost: Any) -> Iterator[None]:
-            yield
-
     sent = 4 * OUTBOX_LIMIT
     read = [0]
 
     async def frames() -> AsyncIterator[pb.AgentFrame]:
         for correlation in range(1, sent + 1):
             read[0] += 1
-            yield pb.AgentFrame(correlation=correlation, heartbeat=pb.HeartbeatRequest(group="g", agent_id="a"))
+            yield keepalive(correlation)
 
-    session = AgentSession(Ops(**writes), Wakeups())  # type: ignore[arg-type]
+    ops = KeepaliveOps()
+    session = AgentSession(ops, SteadyLeader())  # type: ignore[arg-type]
     answers = session.frames(frames())
     first = await answers.__anext__()  # the session reads; from here on the client reads nothing
     deadline = asyncio.get_running_loop().time() + 10
@@ -290,6 +328,8 @@ async def test_a_client_that_does_not_read_its_answers_is_not_read_either() -> N
         await asyncio.sleep(0)
     assert session.outbox.qsize() == OUTBOX_LIMIT
     assert read[0] <= OUTBOX_LIMIT + 2, read[0]  # the one taken, the one waiting for room
+    assert {key: set(held) for key, held in ops.leases.holds.items()} == {("g", "a"): {0}}  # the keepalives' agent
     rest = [answer async for answer in answers]
+    assert ops.leases.holds == {}  # released when the session ended
     assert sorted([first.correlation, *(a.correlation for a in rest)]) == list(range(1, sent + 1))
     assert all(a.WhichOneof("body") == "heartbeat" for a in [first, *rest])
