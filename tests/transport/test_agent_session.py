@@ -21,6 +21,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import wait_for
 from coordinator.service.leases import LeaseTable
 from coordinator.transport.agent_session import OUTBOX_LIMIT, AgentSession
+from coordinator.transport.servicers import AgentServicer
 from tests.support.cluster import past_overload
 from tests.transport.test_refusal_status import coordinator  # noqa: F401  (group "g", agent "a" at incarnation 2)
 
@@ -301,6 +302,28 @@ async def test_a_session_holds_its_agents_lease_until_it_ends_even_when_left_sus
     assert ops.leases.holds == {}
     await answers.aclose()
     assert ops.leases.holds == {}
+
+
+async def test_the_servicer_ends_its_session_when_grpc_says_the_call_terminated() -> None:
+    """The wiring the test above relies on: the Session servicer registers the session's
+    end with gRPC, so a cancelled call releases its hold without waiting for its
+    generator to be collected."""
+    servicer = AgentServicer.__new__(AgentServicer)  # the servicer's Session, over stand-in operations
+    servicer.ops, servicer.wakeups, servicer.admission = KeepaliveOps(), SteadyLeader(), None
+    terminated: list[Any] = []
+    context = SimpleNamespace(add_done_callback=terminated.append)
+
+    async def frames() -> AsyncIterator[pb.AgentFrame]:
+        yield keepalive(1, "a", 2)
+        await asyncio.Event().wait()
+
+    call = servicer.Session(frames(), context)
+    assert (await call.__anext__()).correlation == 1
+    assert set(servicer.ops.leases.holds) == {("g", "a")}
+    for done in terminated:  # gRPC: the call is over; its generator is still suspended at its yield
+        done(context)
+    assert servicer.ops.leases.holds == {}
+    await call.aclose()
 
 
 async def test_a_client_that_does_not_read_its_answers_is_not_read_either() -> None:
