@@ -22,7 +22,7 @@ from chaos.controller import ChaosCluster
 from chaos.history import History
 from chaos.invariants.damage import BIT_ROT_DONE, BIT_ROT_OUTCOME, REFUSED, RUNNING
 from chaos.linkfaults import Partition
-from coordinator.storage.data_dir import move_aside
+from coordinator.replication.rebuild import prepare_rebuild
 from coordinator.storage.protocol import EXIT_DAMAGED
 
 log = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class Nemesis:
         outcome = {None: RUNNING, EXIT_DAMAGED: REFUSED}.get(code, f"exited with {code}")
         self.history.nemesis(BIT_ROT_OUTCOME, {"node": i, "outcome": outcome})
         if code is not None:
-            move_aside(self.cluster.nodes[i].data_dir)
+            prepare_rebuild(self.cluster.nodes[i].data_dir)
             self.cluster.start(i)
 
     def _rolling_restart(self, i: int) -> None:

@@ -59,9 +59,9 @@ def _stop_damaged(message: str) -> None:
     fail_stop(message, EXIT_DAMAGED)
 
 
-def _stop_diverged(message: str) -> None:
+def _stop_diverged(found: digest_audit.Verdict) -> None:
     metrics.DIGEST_DIVERGED.set(1)
-    fail_stop(f"{message}. {REBUILD_FROM_PEERS}", EXIT_DAMAGED)
+    fail_stop(f"{found.message}. {REBUILD_FROM_PEERS}" if found.rebuild else f"{found.message}.", EXIT_DAMAGED)
 
 
 def authorizer_of(cfg: NodeConfig) -> Authorizer | None:
@@ -100,7 +100,8 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
             peer_tls = ClientTLS.plaintext() if tls is None else tls.peer_client()
             peer_credentials = bearer(node_token(cfg.password()))
             audit = asyncio.create_task(digest_audit.run(node, cfg.raft_address, peers, cfg.digest_audit_s, stop,
-                                                         _stop_diverged, peer_tls, peer_credentials)
+                                                         _stop_diverged, peer_tls, peer_credentials,
+                                                         node.replaced_applied_from)
                                         ) if cfg.digest_audit_s and peers else None
             await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
                         ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs,

@@ -20,6 +20,7 @@ pysyncobj_adapter.install() makes pysyncobj create this journal.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from coordinator.replication.journal_file import DurableJournal
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 class ConflictAwareJournal(DurableJournal):
     def __init__(self, journal_file: str, **options) -> None:  # type: ignore[no-untyped-def]
         self._cut: int | None = None  # position from which pysyncobj asked to delete
+        self.on_conflict: Callable[[int], None] | None = None  # told the first index a conflict replaces
         super().__init__(journal_file, **options)
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
@@ -43,6 +45,8 @@ class ConflictAwareJournal(DurableJournal):
                     self._cut = pos + 1  # identical entry: keep it
                     return
                 log.warning("raft log conflict at index %d (term %d replaces %d): truncating", idx, term, old_term)
+                if self.on_conflict is not None:
+                    self.on_conflict(idx)
                 super().deleteEntriesFrom(pos)
             self._cut = None
         super().add(command, idx, term)

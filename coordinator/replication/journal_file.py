@@ -27,6 +27,11 @@ compacts by rewriting its file in place.
 - Records carry a MAC keyed from the Raft password (journal_format), checked
   before pysyncobj unpickles anything; a journal of the previous (CRC) format is
   rewritten in the new one at open.
+- A log found shorter than the commit index the term file kept (a journal moved
+  aside by `raftpoint repair --from-peers`, or deleted by hand) has lost entries
+  this node may have acknowledged: the term file records the term it was lost in
+  (LOG_LOST_KEY, which the repair command also sets) until a leader has caught the
+  log up again (pysyncobj_adapter.RebuildingVoter).
 
 Any I/O error after opening (disk full, EIO) calls `on_io_error`, by default
 fail_stop: pysyncobj cannot undo a half-done step.
@@ -54,6 +59,7 @@ log = logging.getLogger(__name__)
 TERM_SUFFIX = TERM_FILE.removeprefix(JOURNAL_FILE)  # term, vote and commit index (JSON)
 COMPACT_SUFFIX = ".compact"  # the next journal file while a compaction or clear writes it
 PYSYNCOBJ_META_SUFFIX = ".meta"  # pysyncobj's pickled term/vote file (raftpoint 0.1.0)
+LOG_LOST_KEY = "log_lost_in_term"  # in the term file: the log was lost in this term and is not yet rebuilt
 
 
 class DurableJournal(pysyncobj_journal.Journal):
@@ -97,6 +103,7 @@ class DurableJournal(pysyncobj_journal.Journal):
             fsutil.atomic_write(self._path, data)
             found.end = len(data)
             log.warning("journal %s: rewrote %d entries with authenticated records", self._path, len(found.entries))
+        self._note_a_lost_log(found.entries)
         self._fd = os.open(self._path, os.O_RDWR)
         if found.problem is not None and len(data) > found.end:
             os.ftruncate(self._fd, found.end)
@@ -121,6 +128,20 @@ class DurableJournal(pysyncobj_journal.Journal):
         if not isinstance(meta, dict):
             raise JournalFormatError(f"{self._term_path}: unreadable term/vote file: {meta!r}")
         return meta
+
+    def _note_a_lost_log(self, entries: list[Entry]) -> None:
+        """Record a lost log: the stored commit index runs past the last entry only when
+        entries were removed from outside (the journal never stores a commit index
+        before the entries it covers, and never truncates below it)."""
+        last = entries[-1][1] if entries else 0
+        durable = int(self._meta.get("commit_index", 0))
+        if durable > max(last, 1) and LOG_LOST_KEY not in self._meta:
+            self._meta[LOG_LOST_KEY] = self.getCurrentTerm()
+            fsutil.atomic_write(self._term_path, json.dumps(self._meta, sort_keys=True).encode())
+        if LOG_LOST_KEY in self._meta:
+            log.warning("journal %s: this node's log was lost in term %s (it ends at index %d, entries up to %d "
+                        "were committed): it grants no vote and stands for no election until a leader has "
+                        "caught its log up", self._path, self._meta[LOG_LOST_KEY], last, durable)
 
     def _check_key(self) -> None:
         """Refuse a journal written with another key before any record is judged by it:
@@ -244,6 +265,16 @@ class DurableJournal(pysyncobj_journal.Journal):
             self._meta["commit_index"] = raftCommitIndex
             self._meta_saved = False
 
+    def log_lost_in_term(self) -> int | None:
+        """The term this node's log was lost in, while it has not been caught up since."""
+        lost = self._meta.get(LOG_LOST_KEY)
+        return None if lost is None else int(lost)
+
+    def log_rebuilt(self) -> None:
+        """A leader caught the log up: the node may vote and stand again (stored at once)."""
+        if self._meta.pop(LOG_LOST_KEY, None) is not None:
+            self._store_meta()
+
     def getRaftCommitIndex(self) -> int:
         """Never beyond the journal: a commit index is only a hint after a restart, and
         one pointing past the last entry would let a new entry count as committed."""
@@ -283,3 +314,16 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
+
+
+def mark_log_lost(journal_file: str | Path) -> bool:
+    """For a stopped node whose journal is being removed: record in its term file that
+    its log is lost in the term it holds. False when there is no term file (a node
+    that never took part in an election has nothing to forget)."""
+    term_path = Path(str(journal_file) + TERM_SUFFIX)
+    if not term_path.exists():
+        return False
+    meta = json.loads(term_path.read_bytes())
+    meta.setdefault(LOG_LOST_KEY, int(meta.get("term", 0)))
+    fsutil.atomic_write(term_path, json.dumps(meta, sort_keys=True).encode())
+    return True

@@ -64,7 +64,8 @@ def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: Snaps
                        f"{store_applied} and there is {held}: entries in between are gone. {REBUILD_FROM_PEERS}")
 
 
-class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMembershipChangeAtATime, SyncObj):
+class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMembershipChangeAtATime,
+                      pysyncobj_adapter.SnapshotReceiver, SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
                  on_journal_flush: Callable[[float], None] | None = None) -> None:
         pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched
@@ -86,6 +87,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         self.tick_lag = TickLag(config.auto_tick_period)
         self._tick_started: float | None = None
         self._deferred_at = float("-inf")
+        self._replaced_applied_from: int | None = None
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / SNAPSHOT_FILE)
@@ -132,6 +134,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         super().__init__(config.raft_address, [p.raft for p in config.peer_list()], conf,
                          transportClass=pysyncobj_adapter.FlushingTransport)
         self._journal.on_flush = on_journal_flush
+        self._journal.on_conflict = self._on_log_conflict
         self.addOnTickCallback(self._end_of_tick)
 
     @property
@@ -167,6 +170,8 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         if stalled and now >= self._deferred_at + self.config.raft_max_timeout:
             pysyncobj_adapter.defer_election(self, now + self.config.raft_min_timeout)
             self._deferred_at = now
+        if self._journal.log_lost_in_term() is not None:  # pysyncobj_adapter.RebuildingVoter
+            pysyncobj_adapter.defer_election(self, now + self.config.raft_max_timeout, even_a_transfer=True)
         self._tick_started = now
         # The leader counts its own log toward the majority early in the tick; its
         # AppendEntries left unflushed (FlushingTransport), and the end of the last
@@ -245,6 +250,20 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         the leader stores them and answers their proposals at once."""
         if self._isLeader():
             self._commit_and_answer()
+
+    def _on_log_conflict(self, index: int) -> None:
+        """A leader's entry replaced this node's at `index`. Entries this node applied
+        were committed as far as it knew: replacing one means two histories were
+        committed, and the state holds the one the cluster dropped."""
+        if index <= self._batch_index and (self._replaced_applied_from is None or index < self._replaced_applied_from):
+            self._replaced_applied_from = index
+            log.error("the leader replaced entries from index %d that this node had applied (up to %d): its "
+                      "history diverged from the cluster's", index, self._batch_index)
+
+    def replaced_applied_from(self) -> int | None:
+        """The first applied entry a leader's log replaced since the start (None: none):
+        this node's state then holds a history the cluster's does not."""
+        return self._replaced_applied_from
 
     # ---- Raft events ----------------------------------------------------------------
     def _observe_raft(self) -> None:
@@ -345,6 +364,9 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         self._commit_batch()
         self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store, self._key)
         self._snapshot_to_sync = True
+
+    def _snapshot_last_entry(self, path: str) -> tuple[int, int] | None:
+        return snapshots.last_entry(path)
 
     def _read_snapshot(self, path: str) -> tuple:
         self._commit_batch()

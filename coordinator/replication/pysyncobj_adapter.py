@@ -171,12 +171,15 @@ def _no_op() -> None:
 
 
 # ---- the election timer -----------------------------------------------------------
-def defer_election(node: SyncObj, until: float) -> None:
+def defer_election(node: SyncObj, until: float, *, even_a_transfer: bool = False) -> None:
     """Hold a follower's (or candidate's) election timer until at least `until`
     (pysyncobj's monotonic clock, time.monotonic), unless a leadership transfer asked
-    for an election now. A leader's messages reset the timer as they are read."""
-    if node._SyncObj__transferInProgress or node._SyncObj__raftElectionDeadline == 0:
+    for an election now (`even_a_transfer`: that one too, and the transfer is dropped).
+    A leader's messages reset the timer as they are read."""
+    transfer = node._SyncObj__transferInProgress or node._SyncObj__raftElectionDeadline == 0
+    if transfer and not even_a_transfer:
         return
+    node._SyncObj__transferInProgress = False
     node._SyncObj__raftElectionDeadline = max(node._SyncObj__raftElectionDeadline, until)
 
 
@@ -302,14 +305,13 @@ class FlushingTransport(TCPTransport):
                             f"within {timeout:g} s")
 
     def setOnMessageReceivedCallback(self, callback) -> None:  # type: ignore[no-untyped-def]
-        """pysyncobj registers its message handler here; every AppendEntries it handles
-        then passes through commit_only_what_the_leader_sent."""
+        """pysyncobj registers its message handler here; every message it handles then
+        passes through follow_raft_rules."""
         if callback is None:
             super().setOnMessageReceivedCallback(None)
             return
         owner = transport_owner(self)
-        super().setOnMessageReceivedCallback(
-            lambda peer, message: commit_only_what_the_leader_sent(owner, callback, peer, message))
+        super().setOnMessageReceivedCallback(lambda peer, message: follow_raft_rules(owner, callback, peer, message))
 
 
 def transport_owner(transport: TCPTransport) -> SyncObj:
@@ -365,6 +367,138 @@ def probe_password(node: SyncObj, address: str, timeout: float) -> None:
     if echoed != ours:
         raise RaftProbeFailed("its answer does not carry the key this node sent")
 
+# ---- Raft's rules on received messages ---------------------------------------------
+def follow_raft_rules(node: SyncObj, handle: Callable[[Any, Any], None], peer: Any, message: Any) -> None:
+    """Let pysyncobj handle `message`, within the rules of Raft it bends:
+    a node whose log was lost grants no vote (RebuildingVoter), a snapshot is installed
+    only when it carries news (SnapshotReceiver), and a follower's commit index rises
+    only over entries the leader sent (commit_only_what_the_leader_sent)."""
+    kind = message.get("type") if isinstance(message, dict) else None
+    if kind == "request_vote" and raft_log(node).log_lost_in_term() is not None:
+        RebuildingVoter.refuse(node, peer, message)
+        return
+    if kind != "append_entries":
+        handle(peer, message)
+        return
+    if message.get("serialized") is not None and isinstance(node, SnapshotReceiver):
+        node.receive_snapshot_chunk(handle, peer, message)
+        return
+    commit_only_what_the_leader_sent(node, handle, peer, message)
+    if raft_log(node).log_lost_in_term() is not None:
+        RebuildingVoter.note_caught_up(node, peer, message)
+
+
+class RebuildingVoter:
+    """The rules for a node whose log was lost (DurableJournal.log_lost_in_term).
+
+    Raft counts a node's acknowledgement of an entry as a promise that the node keeps
+    it: a committed entry is on a majority, and every election needs a majority's
+    votes, so some voter holds it and refuses any candidate whose log lacks it. A node
+    rebuilt empty has broken that promise; pysyncobj would grant its vote to any
+    candidate whose log is as long as its empty one (the lone survivor of the writes
+    then loses them to a stale candidate), and let it stand for election itself.
+
+    So until its log is caught up it grants no vote and calls no election (the node
+    holds its election timer: CoordinatorNode._onTick). Caught up means: a leader of
+    the current term sent an AppendEntries carrying no entries whose previous entry
+    is this node's last and matched, so the log holds everything that leader held. A
+    leader of a later term than the loss was elected without this node, so it holds
+    every committed entry; the leader of the same term holds every entry this node
+    acknowledged to it (it read those acknowledgements before the node could be
+    stopped, repaired and started again)."""
+
+    @staticmethod
+    def refuse(node: SyncObj, peer: Any, message: dict) -> None:
+        log.info("refusing the vote %s asked for in term %s: this node's log was lost in term %s and no leader "
+                 "has caught it up yet", getattr(peer, "address", peer), message.get("term"),
+                 raft_log(node).log_lost_in_term())
+
+    @staticmethod
+    def note_caught_up(node: SyncObj, peer: Any, message: dict) -> None:
+        if message.get("entries") or "transmission" in message or message.get("prevLogIdx") is None:
+            return
+        if message.get("term") != node.raftCurrentTerm or node._SyncObj__raftLeader != peer:
+            return  # a message pysyncobj ignored (an older term)
+        last = current_log_index(node)
+        if message["prevLogIdx"] != last or _entry_term(node, last) != message.get("prevLogTerm"):
+            return
+        raft_log(node).log_rebuilt()
+        log.warning("this node's log is caught up with the leader of term %s at index %d: it votes and may "
+                    "stand for election again", message["term"], last)
+
+
+class SnapshotReceiver:
+    """Mixin for a SyncObj subclass whose snapshots are files: it receives a leader's
+    snapshot itself, and installs it only when it carries news.
+
+    pysyncobj renames every snapshot it receives over the node's own and replaces the
+    whole log with it. A paused follower whose leader sent a snapshot before it fell
+    behind (a late transfer) then installed one ending below its own commit index,
+    dropped committed entries it had acknowledged, and moved its commit index back.
+    Raft's InstallSnapshot rule: a snapshot whose last entry the follower already
+    holds (at or below its commit index, or the same index and term in its log) is
+    ignored, and the log is kept; only a snapshot the log does not reach replaces it.
+
+    The subclass names where the node's snapshot lives (`snapshot_path`) and reads
+    the last entry of a received file (`_snapshot_last_entry`)."""
+
+    snapshot_path: str
+    _incoming_snapshot: Any = None  # the open file of a transfer under way
+
+    def _snapshot_last_entry(self, path: str) -> tuple[int, int] | None:
+        """(index, term) of the last entry a snapshot file holds; None when unreadable."""
+        raise NotImplementedError
+
+    def receive_snapshot_chunk(self, handle: Callable[[Any, Any], None], peer: Any, message: dict) -> None:
+        """Let pysyncobj handle the message as a bare AppendEntries (term, leader,
+        election timer; our commit rule holds its commit index), then take its chunk
+        of the snapshot if pysyncobj accepted the message from the leader it follows."""
+        chunk = message["serialized"]
+        commit_only_what_the_leader_sent(self, handle, peer, {**message, "serialized": None})
+        node: SyncObj = self  # type: ignore[assignment]
+        if message.get("term") != node.raftCurrentTerm or node._SyncObj__raftLeader != peer:
+            return
+        data, first, last = chunk
+        incoming = self.snapshot_path + ".incoming"
+        if first:
+            self._close_incoming()
+            self._incoming_snapshot = open(incoming, "wb")
+        if self._incoming_snapshot is None:
+            return  # the start of this transfer was missed; the leader sends it again
+        self._incoming_snapshot.write(data)
+        if last:
+            self._close_incoming()
+            self._settle_snapshot(peer, incoming)
+
+    def _close_incoming(self) -> None:
+        if self._incoming_snapshot is not None:
+            self._incoming_snapshot.close()
+            self._incoming_snapshot = None
+
+    def _settle_snapshot(self, peer: Any, incoming: str) -> None:
+        node: SyncObj = self  # type: ignore[assignment]
+        ends = self._snapshot_last_entry(incoming)
+        commit = node.raftCommitIndex
+        if ends is not None and (ends[0] <= commit or _entry_term(node, ends[0]) == ends[1]):
+            os.unlink(incoming)
+            matched = max(commit, ends[0])  # committed entries, and a prefix the last entry vouches for
+            log.info("ignored a snapshot ending at index %d (term %d): this node holds that entry (commit index "
+                     "%d, log up to %d) and keeps its log", ends[0], ends[1], commit, current_log_index(node))
+            node._SyncObj__sendNextNodeIdx(peer, nextNodeIdx=matched + 1, success=True)
+            return
+        os.replace(incoming, self.snapshot_path)
+        node._SyncObj__loadDumpFile(clearJournal=True)
+        installed = current_log_index(node)  # the snapshot's last entry; everything in it is committed
+        if ends is None or installed != ends[0]:
+            log.error("a snapshot received from %s was not installed; the leader sends it again",
+                      getattr(peer, "address", peer))
+            return
+        if installed > node.raftCommitIndex:
+            node._SyncObj__raftCommitIndex = installed
+            raft_log(node).setRaftCommitIndex(installed)
+        node._SyncObj__sendNextNodeIdx(peer, success=True)
+
+
 # ---- the follower's commit index -----------------------------------------------------
 def commit_only_what_the_leader_sent(node: SyncObj, handle: Callable[[Any, Any], None], peer: Any,
                                      message: Any) -> None:
@@ -385,12 +519,12 @@ def commit_only_what_the_leader_sent(node: SyncObj, handle: Callable[[Any, Any],
     if not isinstance(message, dict) or message.get("type") != "append_entries":
         handle(peer, message)
         return
-    commit_before, applied_before = node.raftCommitIndex, node.raftLastApplied
+    commit_before = node.raftCommitIndex
     handle(peer, message)
     commit = node.raftCommitIndex
     if commit <= commit_before:
         return
-    allowed = max(commit_before, _last_entry_sent(node, message, applied_before))
+    allowed = max(commit_before, _last_entry_sent(message))
     if commit > allowed:
         node._SyncObj__raftCommitIndex = allowed
         raft_log(node).setRaftCommitIndex(allowed)
@@ -411,17 +545,17 @@ def _entry_term(node: SyncObj, index: int) -> int | None:
     return journal[position][2] if 0 <= position < len(journal) else None
 
 
-def _last_entry_sent(node: SyncObj, message: dict, applied_before: int) -> int:
+def _last_entry_sent(message: dict) -> int:
     """The index of the last entry `message` made this node's log agree on with the
-    leader's: the last entry it carried, the snapshot it completed, or nothing (0)."""
+    leader's: the last entry it carried, or nothing (0). A snapshot's chunks reach
+    pysyncobj without the snapshot (SnapshotReceiver installs it and sets the commit
+    index)."""
     if "prevLogIdx" in message:
         if message["prevLogIdx"] is None:
             return 0
         # One entry too large for a message comes in pieces; only the last one carries it.
         carried = 1 if message.get("transmission") == "finish" else len(message.get("entries", ()))
         return message["prevLogIdx"] + carried
-    if node.raftLastApplied != applied_before:
-        return current_log_index(node)  # a snapshot was installed: the log is the snapshot's two entries
     return 0
 
 
@@ -447,13 +581,25 @@ def use_journal_key(journal_file: str, key: bytes) -> None:
     _JOURNAL_KEYS[journal_file] = key
 
 
+# The entry every node's log starts with: pysyncobj's no-op at index 1, written in
+# term 0 by a node created empty.
+GENESIS = (bytes([pysyncobj_syncobj._COMMAND_TYPE.NO_OP]), 1, 0)
+
+
 def create_journal(journal_file: str | None = None) -> pysyncobj_journal.Journal:
-    """pysyncobj's journal factory, replaced: the conflict-aware durable journal on disk."""
+    """pysyncobj's journal factory, replaced: the conflict-aware durable journal on disk.
+
+    An empty journal starts with GENESIS. pysyncobj would write its no-op in the term
+    the node holds, so a node whose log was lost (its term file kept) would start
+    with an entry no leader wrote, in a term where the leader wrote another."""
     if journal_file is None:
         return pysyncobj_journal.MemoryJournal()
     if journal_file not in _JOURNAL_KEYS:
         raise RuntimeError(f"no journal key for {journal_file}: call use_journal_key first")
-    return ConflictAwareJournal(journal_file, key=_JOURNAL_KEYS[journal_file])
+    journal = ConflictAwareJournal(journal_file, key=_JOURNAL_KEYS[journal_file])
+    if len(journal) == 0:
+        journal.add(*GENESIS)
+    return journal
 
 
 def install() -> None:

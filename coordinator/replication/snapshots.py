@@ -44,6 +44,19 @@ def existing(path: str) -> SnapshotInfo | None:
         return None
 
 
+def last_entry(path: str) -> tuple[int, int] | None:
+    """(index, term) of the last log entry a snapshot file covers, from its raft data
+    alone (unverified: enough to tell a stale snapshot, which is then discarded; one
+    that is installed is verified by open_received). None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            header = snapshot_file.read_header(f)
+            last, _previous, _members = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
+    except (OSError, ValueError, KeyError, TypeError):  # SnapshotFormatError is a ValueError
+        return None
+    return last[1], last[2]
+
+
 def write(path: str, raft_data: tuple, store: Store, key: bytes) -> SnapshotInfo:
     """Write and fsync a snapshot of `store` (the caller has committed what it applied).
     `key`: journal_format.record_key of the Raft password, for the file's MAC."""

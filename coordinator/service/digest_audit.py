@@ -13,12 +13,19 @@ flow, so samples accumulate until some do (an idle cluster lines up at once).
 A node whose digest at an index differs from one that a majority of the whole
 cluster holds at that index is the one that diverged: it logs why, sets the
 raftpoint_digest_diverged metric and stops (EXIT_DAMAGED), so it neither serves
-nor leads; it is then rebuilt from its peers like any damaged node.
+nor leads. Its verdict says which of two things happened:
+- its state went wrong on its own (a value changed at rest, a bug): it is rebuilt
+  from its peers like any damaged node;
+- its history diverged: a leader replaced log entries this node had already
+  applied, so two histories were committed and this node may hold the only copy of
+  acknowledged writes. Rebuilding it would destroy them: it says so and keeps
+  its data dir as it is for the operator.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 import grpc
@@ -55,12 +62,34 @@ def diverged(me: str, samples: Samples, cluster_size: int) -> tuple[int, str] | 
     return None
 
 
+@dataclass(frozen=True)
+class Verdict:
+    message: str
+    rebuild: bool  # False: the histories diverged, and this node's data must be kept
+
+
+def verdict(at: int, mine: str, theirs: str, replaced_from: int | None) -> Verdict:
+    """What to tell the operator about a divergence found at applied index `at`;
+    `replaced_from`: the first applied entry a leader replaced on this node, if any."""
+    found = f"at applied index {at} its content digest is {mine[:16]}, a majority holds {theirs[:16]}"
+    if replaced_from is None:
+        return Verdict(f"this node's store diverged from the cluster's: {found}; it stops rather than serve or "
+                       "lead with that state", rebuild=True)
+    return Verdict(f"this node's history diverged from the cluster's: {found}, and a leader replaced entries from "
+                   f"index {replaced_from} that this node had already applied. Two histories were committed; this "
+                   "node may hold the only copy of acknowledged writes. It stops; do NOT rebuild it from its peers: "
+                   "keep its data dir, compare its state with the cluster's (raftpoint status), and report it",
+                   rebuild=False)
+
+
 async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, stop: asyncio.Event,
-              on_diverged: Callable[[str], None], tls: ClientTLS,
-              credentials: tuple[tuple[str, str], ...] = ()) -> None:
+              on_diverged: Callable[[Verdict], None], tls: ClientTLS,
+              credentials: tuple[tuple[str, str], ...] = (),
+              replaced_from: Callable[[], int | None] = lambda: None) -> None:
     """`tls`: how this node calls its peers (its own certificate, the cluster's CA);
     `credentials`: call metadata that identifies this node to its peers (their
-    ClusterStatus needs a role when authentication is on)."""
+    ClusterStatus needs a role when authentication is on); `replaced_from`: the
+    node's first applied entry a leader replaced (CoordinatorNode.replaced_applied_from)."""
     samples: Samples = {}
     async for _ in ticks.every(period, stop):
         try:
@@ -75,9 +104,7 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
         found = diverged(me, samples, len(peers_grpc) + 1)
         if found is not None:
             at, theirs = found
-            on_diverged(f"this node's store diverged from the cluster's: at applied index {at} its content digest "
-                        f"is {samples[me][at][:16]}, a majority holds {theirs[:16]}; it stops rather than serve or "
-                        "lead with that state")
+            on_diverged(verdict(at, samples[me][at], theirs, replaced_from()))
             return
 
 

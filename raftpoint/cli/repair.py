@@ -2,7 +2,10 @@
 
 For a node that refused to start on damaged data (exit code 65 and a message
 saying so): its journal, snapshot and store are moved aside, its term and vote
-kept, and its next start fetches everything from the cluster.
+kept, and its next start fetches everything from the cluster. The term file also
+records that its log was lost: until a leader has caught it up, the node grants no
+vote and stands for no election (it may have acknowledged entries that it no
+longer holds).
 """
 from __future__ import annotations
 
@@ -10,8 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from coordinator.storage.data_dir import move_aside
-from coordinator.storage.protocol import TERM_FILE
+from coordinator.replication.rebuild import prepare_rebuild
 
 PROG = "raftpoint repair"
 
@@ -31,14 +33,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: {data_dir} is not a directory", file=sys.stderr)
         return 2
     try:
-        aside, moved = move_aside(data_dir)
-    except OSError as exc:
+        prepared = prepare_rebuild(data_dir)
+    except (OSError, ValueError) as exc:
         print(f"{PROG}: cannot move the damaged files in {data_dir} aside: {exc}", file=sys.stderr)
         return 1
-    if not moved:
+    if not prepared.moved:
         print(f"{PROG}: nothing to move in {data_dir}: the node already starts empty")
         return 0
-    kept = " (kept its term and vote)" if (data_dir / TERM_FILE).exists() else ""
-    print(f"moved {', '.join(moved)} to {aside}{kept}; start the node again with the same flags: "
+    kept = " (kept its term and vote; it votes again once a leader has caught its log up)" if prepared.kept_vote else ""
+    print(f"moved {', '.join(prepared.moved)} to {prepared.aside}{kept}; start the node again with the same flags: "
           "it rebuilds from its peers")
     return 0

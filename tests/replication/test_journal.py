@@ -402,3 +402,47 @@ def test_a_pysyncobj_journal_is_migrated(path: str) -> None:
     assert Path(path).read_bytes().startswith(MAGIC)
     assert not Path(path + ".meta").exists()
     assert json.loads(Path(path + journal_file.TERM_SUFFIX).read_text())["term"] == 4
+
+
+def test_a_log_found_shorter_than_its_stored_commit_index_is_lost_until_rebuilt(path: str) -> None:
+    j = filled(path, 5)
+    j.setCurrentTerm(4, "n1")
+    j.setRaftCommitIndex(5)
+    j._destroy()
+    os.unlink(path)  # removed by hand; the term file kept
+    lost = open_journal(path)
+    assert (len(lost), lost.log_lost_in_term()) == (0, 4)
+    lost._destroy()
+    again = open_journal(path)
+    assert again.log_lost_in_term() == 4, "the mark did not survive a restart"
+    for idx in range(1, 7):  # caught up by a leader
+        again.add(b"c%d" % idx, idx, 5)
+    again.log_rebuilt()
+    crash(again)
+    assert open_journal(path).log_lost_in_term() is None, "log_rebuilt was not stored at once"
+
+
+def test_a_node_that_only_voted_has_lost_no_log(path: str) -> None:
+    j = open_journal(path)
+    j.setCurrentTerm(3, "n1")
+    j._destroy()
+    assert open_journal(path).log_lost_in_term() is None
+
+
+def test_the_repair_mark_is_kept_until_rebuilt(path: str) -> None:
+    j = filled(path, 2)
+    j.setCurrentTerm(6, None)
+    j._destroy()
+    assert journal_file.mark_log_lost(path) is True
+    assert open_journal(path).log_lost_in_term() == 6
+    assert journal_file.mark_log_lost(str(Path(path).parent / "other.journal")) is False  # no term file
+
+
+def test_a_conflict_names_the_first_index_it_replaces(path: str) -> None:
+    j = filled(path, 5)
+    seen: list[int] = []
+    j.on_conflict = seen.append
+    j.deleteEntriesFrom(2)
+    j.add(b"c3", 3, 1)  # the same entry: no conflict
+    j.add(b"x4", 4, 2)
+    assert seen == [4] and [e[1] for e in entries(j)] == [1, 2, 3, 4]

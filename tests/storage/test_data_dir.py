@@ -1,6 +1,7 @@
 """`raftpoint repair --from-peers`: what it moves aside, what it keeps, and bad input."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ def damaged_node(tmp_path: Path) -> Path:
     data = tmp_path / "node0"
     (data / STORE_DIR).mkdir(parents=True)
     (data / STORE_DIR / "data.mdb").write_bytes(b"pages")
-    for name, content in ((JOURNAL_FILE, b"journal"), (SNAPSHOT_FILE, b"snapshot"), (TERM_FILE, b'{"term": 7}')):
+    for name, content in ((JOURNAL_FILE, b"journal"), (SNAPSHOT_FILE, b"snapshot"),
+                          (TERM_FILE, b'{"commit_index": 40, "term": 7}')):
         (data / name).write_bytes(content)
     return data
 
@@ -23,6 +25,7 @@ def test_repair_moves_what_the_peers_give_back_and_keeps_the_vote(tmp_path: Path
     data = damaged_node(tmp_path)
     assert cli.main(["repair", "--from-peers", "--data-dir", str(data)]) == 0
     assert "kept its term and vote" in capsys.readouterr().out
+    assert json.loads((data / TERM_FILE).read_bytes()) == {"commit_index": 40, "term": 7, "log_lost_in_term": 7}
     assert sorted(p.name for p in data.iterdir()) == ["damaged-0", TERM_FILE]
     assert (data / "damaged-0" / JOURNAL_FILE).read_bytes() == b"journal"
     assert (data / "damaged-0" / STORE_DIR / "data.mdb").read_bytes() == b"pages"
