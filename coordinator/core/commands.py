@@ -100,7 +100,9 @@ class DeleteGroup:
 
 @dataclass(frozen=True)
 class ReadBarrier:
-    pass
+    """A no-op entry that once served as a read point. Reads now take a read index
+    (replication.read_index) and propose none; journals written before still hold
+    some, and they apply as before."""
 
 
 Command = (CreateGroup | Register | CommitCheckpoint | ReportDependencies | StartEpoch | AbortEpoch

@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable
 
 import structlog
 
@@ -91,6 +92,9 @@ class LocalReplica:
         if self._listener is not None and changes:
             self._listener(changes)
         callback(result, None)
+
+    def read_index(self, done: Callable[[str | None], None]) -> None:
+        done(None)  # one replica, always the leader, every proposal applied at once
 
     def read_state(self) -> KvState:
         return KvState(self._store)

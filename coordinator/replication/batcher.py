@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import uuid
 from dataclasses import dataclass
 
 from coordinator import wire
 from coordinator.api.v1 import log_pb2
 from coordinator.config import NodeConfig
-from coordinator.core.commands import Entry, Proposal, ReadBarrier, Result, decode_result
+from coordinator.core.commands import Entry, Proposal, Result, decode_result
 from coordinator.core.validation import validate
 from coordinator.replication.leader_clock import LeaderClock
+from coordinator.replication.read_index import NOT_LEADER
 from coordinator.replication.replica import NotLeader, Overloaded, Replica
 
 DEFAULT_DEDUPE_WINDOW_S = NodeConfig.dedupe_window_s  # one default, the config's
@@ -79,8 +79,27 @@ class Batcher:
             self.waiting -= 1
 
     async def barrier(self) -> None:
-        """A linearizable read point: a no-op entry through the log on the current leader."""
-        await self.propose(Entry(f"read-{uuid.uuid4().hex}", 0.0, ReadBarrier()))
+        """A linearizable read point (Raft's ReadIndex, replication.read_index): returns
+        once this node has confirmed with a majority that it still leads and has applied
+        everything committed before the call. No log entry, no journal write.
+
+        Raises NotLeader, or OutcomeUnknown when no read point came in time."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def settle(outcome: str | None) -> None:
+            if not future.done():
+                future.set_result(outcome)
+
+        self.replica.read_index(lambda outcome: loop.call_soon_threadsafe(settle, outcome))
+        try:
+            outcome = await asyncio.wait_for(future, ANSWER_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise OutcomeUnknown("no read point in time") from None
+        if outcome == NOT_LEADER:
+            raise NotLeader(self.replica.leader_raft_address())
+        if outcome is not None:
+            raise OutcomeUnknown(f"no read point: {outcome}")
 
     def _flush(self) -> None:
         self._flush_scheduled = False

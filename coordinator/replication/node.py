@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.pending_proposals import PendingProposals
+from coordinator.replication.read_index import LEADER_CHANGED, NOT_LEADER, ReadDone, ReadRounds
 from coordinator.replication.replica import (Callback, ChangeListener, MembershipOutcome, NodeStatus, NotLeader,
                                              Overloaded)
 from coordinator.replication.snapshots import SnapshotInfo
@@ -88,6 +90,8 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         self._tick_started: float | None = None
         self._deferred_at = float("-inf")
         self._replaced_applied_from: int | None = None
+        self.read_rounds = ReadRounds()  # Raft thread only; the transport stamps and counts with it
+        self._reads_arriving: queue.SimpleQueue[ReadDone] = queue.SimpleQueue()
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
         self.snapshot_path = str(data / SNAPSHOT_FILE)
@@ -228,6 +232,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         if (self._after_commit or self._isLeader() or now >= self._last_commit + FOLLOWER_COMMIT_PERIOD_S
                 or len(self._records.pending) >= FOLLOWER_COMMIT_KEYS):
             self._commit_and_answer()
+        self._serve_reads()
         if self._snapshot_to_sync:
             fsutil.fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
             self._snapshot_to_sync = False
@@ -334,7 +339,44 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         if self._full:
             raise Overloaded(self._usage)
 
-    # ---- reads (callers must have passed a read barrier for linearizability) --------
+    # ---- ReadIndex (read_index.py) -------------------------------------------------
+    def read_index(self, done: ReadDone) -> None:
+        """Ask for a linearizable read point: done(None) once this leader has confirmed
+        its lead with a majority after this call and applied everything committed
+        before it; done(reason) when it cannot. Raises NotLeader at once on a follower.
+        Any thread; `done` runs on the Raft thread."""
+        if not self._isLeader():
+            raise NotLeader(self.leader_raft_address())
+        self._reads_arriving.put(done)
+        pysyncobj_adapter.wake(self)
+
+    def _serve_reads(self) -> None:
+        """At the end of every tick: start a round for the reads that arrived, and
+        answer those a majority confirmed and the store has applied."""
+        rounds, leader, term = self.read_rounds, self._isLeader(), self.raftCurrentTerm
+        if len(rounds) and (not leader or term != rounds.term):
+            self._tell(rounds.abandon(), LEADER_CHANGED)
+        arrived: list[ReadDone] = []
+        while not self._reads_arriving.empty():
+            arrived.append(self._reads_arriving.get_nowait())
+        if arrived and not leader:
+            self._tell(arrived, NOT_LEADER)
+        elif arrived:
+            rounds.begin(term, pysyncobj_adapter.read_index(self), arrived)
+            pysyncobj_adapter.send_append_entries_now(self)  # stamped with the new round
+        if len(rounds):
+            followers = pysyncobj_adapter.voters(self)[0] - {self.config.raft_address}
+            self._tell(rounds.ready(followers, self._store.applied_index), None)
+
+    @staticmethod
+    def _tell(reads: list[ReadDone], outcome: str | None) -> None:
+        for done in reads:
+            try:
+                done(outcome)
+            except Exception:  # one caller's answer must not cost the others theirs
+                log.exception("answering a read failed")
+
+    # ---- reads (callers must have passed a read point for linearizability) ---------
     def read_state(self) -> KvState:
         return KvState(RecordCache(self._store, self._read_memo))
 

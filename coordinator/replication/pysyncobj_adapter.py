@@ -277,8 +277,13 @@ class FlushingTransport(TCPTransport):
     """
 
     def send(self, node, message) -> bool:
+        owner = transport_owner(self)
         if not (isinstance(message, dict) and message.get("type") == "append_entries"):
-            raft_log(transport_owner(self)).flush()
+            raft_log(owner).flush()
+        else:
+            read_round = _read_rounds(owner).stamp() if _read_rounds(owner) is not None else None
+            if read_round is not None:  # ReadIndex: the follower acknowledges it (follow_raft_rules)
+                message["read_round"] = read_round
         return super().send(node, message)
 
     @property
@@ -372,20 +377,68 @@ def follow_raft_rules(node: SyncObj, handle: Callable[[Any, Any], None], peer: A
     """Let pysyncobj handle `message`, within the rules of Raft it bends:
     a node whose log was lost grants no vote (RebuildingVoter), a snapshot is installed
     only when it carries news (SnapshotReceiver), and a follower's commit index rises
-    only over entries the leader sent (commit_only_what_the_leader_sent)."""
+    only over entries the leader sent (commit_only_what_the_leader_sent). Also the
+    ReadIndex exchange pysyncobj lacks: a follower acknowledges each read round its
+    leader's AppendEntries carry, and the leader counts the acknowledgements."""
     kind = message.get("type") if isinstance(message, dict) else None
     if kind == "request_vote" and raft_log(node).log_lost_in_term() is not None:
         RebuildingVoter.refuse(node, peer, message)
+        return
+    if kind == READ_ROUND_ACK:
+        rounds = _read_rounds(node)
+        if rounds is not None and node._isLeader():
+            rounds.acknowledged(peer.address, message.get("term"), message.get("round", 0))
         return
     if kind != "append_entries":
         handle(peer, message)
         return
     if message.get("serialized") is not None and isinstance(node, SnapshotReceiver):
         node.receive_snapshot_chunk(handle, peer, message)
-        return
-    commit_only_what_the_leader_sent(node, handle, peer, message)
-    if raft_log(node).log_lost_in_term() is not None:
-        RebuildingVoter.note_caught_up(node, peer, message)
+    else:
+        commit_only_what_the_leader_sent(node, handle, peer, message)
+        if raft_log(node).log_lost_in_term() is not None:
+            RebuildingVoter.note_caught_up(node, peer, message)
+    if "read_round" in message and _from_my_leader(node, peer, message):
+        node._SyncObj__transport.send(peer, {"type": READ_ROUND_ACK, "term": message["term"],
+                                             "round": message["read_round"]})
+
+
+# ---- ReadIndex (read_index.ReadRounds keeps the books) -------------------------------
+READ_ROUND_ACK = "read_round_ack"  # a follower's answer to an AppendEntries stamped with a read round
+
+
+def _read_rounds(node: SyncObj) -> Any:
+    """The node's read_index.ReadRounds, if it serves reads by ReadIndex."""
+    return getattr(node, "read_rounds", None)
+
+
+def _from_my_leader(node: SyncObj, peer: Any, message: dict) -> bool:
+    """Whether pysyncobj accepted `message` as coming from the leader this node follows
+    in its current term (it ignores an older term's)."""
+    return message.get("term") == node.raftCurrentTerm and node._SyncObj__raftLeader == peer
+
+
+def read_index(node: SyncObj) -> int:
+    """The index a read arriving now must see applied: the commit index once an entry of
+    this leader's term is committed; before that the end of its log (its own first
+    entry of the term is there, and committing it commits everything before)."""
+    commit = node.raftCommitIndex
+    return commit if _entry_term(node, commit) == node.raftCurrentTerm else current_log_index(node)
+
+
+def send_append_entries_now(node: SyncObj) -> None:
+    """A leader's AppendEntries (entries or a heartbeat) to every follower at once,
+    instead of at the next appendEntriesPeriod. Raft thread only."""
+    node._SyncObj__sendAppendEntries()
+
+
+def wake(node: SyncObj) -> None:
+    """Cut the Raft thread's wait for socket events short, as a proposal does (pysyncobj
+    has a notifier only when it does not batch AppendEntries; then the next tick,
+    autoTickPeriod away at most, serves)."""
+    notifier = getattr(node, "_SyncObj__pipeNotifier", None)
+    if notifier is not None:
+        notifier.notify()
 
 
 class RebuildingVoter:
@@ -417,8 +470,8 @@ class RebuildingVoter:
     def note_caught_up(node: SyncObj, peer: Any, message: dict) -> None:
         if message.get("entries") or "transmission" in message or message.get("prevLogIdx") is None:
             return
-        if message.get("term") != node.raftCurrentTerm or node._SyncObj__raftLeader != peer:
-            return  # a message pysyncobj ignored (an older term)
+        if not _from_my_leader(node, peer, message):
+            return
         last = current_log_index(node)
         if message["prevLogIdx"] != last or _entry_term(node, last) != message.get("prevLogTerm"):
             return
@@ -455,8 +508,7 @@ class SnapshotReceiver:
         of the snapshot if pysyncobj accepted the message from the leader it follows."""
         chunk = message["serialized"]
         commit_only_what_the_leader_sent(self, handle, peer, {**message, "serialized": None})
-        node: SyncObj = self  # type: ignore[assignment]
-        if message.get("term") != node.raftCurrentTerm or node._SyncObj__raftLeader != peer:
+        if not _from_my_leader(self, peer, message):  # type: ignore[arg-type]
             return
         data, first, last = chunk
         incoming = self.snapshot_path + ".incoming"

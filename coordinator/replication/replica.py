@@ -59,6 +59,9 @@ class Replica(Protocol):
     def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
         """callback(result, None) after durable apply -- a list of results for a batch --
         or (None, reason). `decoded`: the proposer's decoding of `data`, if it has one."""
+    def read_index(self, done: Callable[[str | None], None]) -> None:
+        """done(None) at a linearizable read point (read_index.ReadRounds), or done(reason)
+        when there is none; raises NotLeader at once on a follower."""
     def read_state(self) -> KvState: ...
     def on_agent_changes(self, listener: ChangeListener | None) -> None:
         """Call `listener` after each commit that changes an agent's orders or record."""

@@ -29,7 +29,7 @@ WORK_OF_METHOD: dict[str, Work] = {
     "Heartbeat": Work.KEEPALIVE,
     **dict.fromkeys(("Register", "CommitCheckpoint", "ReportDependencies", "AckOrder", "Deregister",
                      "CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup",
-                     "WatchOrders", "Session"), Work.WRITE),  # a new stream proposes a read barrier
+                     "WatchOrders", "Session"), Work.WRITE),  # a new stream takes a read point (a quorum round)
     **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf"), Work.READ),
 }
 # The worst lag within this many seconds decides: a burst keeps shedding on a little
