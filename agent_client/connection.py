@@ -31,8 +31,9 @@ T = TypeVar("T")
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 BACKOFF = dict(multiplier=0.02, max=0.25)  # a leader election takes ~1 s: poll it finely
 # Each connection gets TCP connections of its own: gRPC otherwise shares one per target
-# across a process, and a node serves at most ServerLimits.max_streams_per_connection
-# (128) calls on one, so the 129th agent's session in a process would wait forever.
+# across a process, and a node serves a bounded number of calls on one
+# (ServerLimits.max_streams_per_connection), so one agent too many in a process would
+# have its session wait forever.
 CHANNEL_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
 
 

@@ -2,7 +2,8 @@
 
 CommitCheckpoint (~200-byte record) vs etcd Put (200-byte value) at 1, 32 and 128 in
 flight on one channel to the leader, and the same commits through agent Session
-streams (one per lane); ReportDependencies in batches of 100 at 8 and 32 in flight; and the
+streams (one per lane); linearizable reads, GetGroup vs etcd Range, at the same
+concurrencies (with the log entries the reads cost: none, by ReadIndex); ReportDependencies in batches of 100 at 8 and 32 in flight; and the
 time from killing the leader to the next accepted write, over several kills (the
 killed member is restarted and caught up before the next), reporting each and the
 worst. etcd (Debian etcd-server) is installed if missing and possible; otherwise
@@ -83,6 +84,11 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
 
 def put_request(key: bytes) -> bytes:
     return b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(len(VALUE)) + VALUE
+
+
+def range_request(key: bytes) -> bytes:
+    """A RangeRequest for one key; linearizable (serializable is false by default)."""
+    return b"\x0a" + _varint(len(key)) + key
 
 
 def _raw(channel: grpc.aio.Channel, method: str):
@@ -180,8 +186,10 @@ async def run_load(make_call, concurrency: int, seconds: float, max_ops: int) ->
                 except grpc.aio.AioRpcError as exc:
                     # 128 in flight is the server's per-connection stream cap: a stream
                     # opened before an earlier one is fully closed is refused
-                    # (REFUSED_STREAM, never processed) and sent again, inside its latency.
-                    if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > end + 10:
+                    # (REFUSED_STREAM, never processed) and sent again, inside its latency;
+                    # so is a read the node shed (RESOURCE_EXHAUSTED: too many queued).
+                    if (exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+                            or time.monotonic() > end + 10):
                         raise
                     refused[0] += 1
             latencies.append(time.perf_counter() - started)
@@ -219,6 +227,14 @@ async def raftpoint_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: 
                 return lambda: agent.CommitCheckpoint(request, timeout=10)
             out[c] = await run_load(make, c, seconds, max_ops)
         out["session"] = await session_cells(leader, tls, seconds, max_ops, next_index)
+
+        appended_before = (await admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10)).node.commit_index
+        read = pb.GetGroupRequest(group="bench", page_size=1)  # the group record and one agent
+        for c in CONCURRENCY:
+            out[f"read{c}"] = await run_load(lambda n, i: (lambda: admin.GetGroup(read, timeout=10)), c, seconds,
+                                             max_ops)
+        appended_after = (await admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10)).node.commit_index
+        out["read_log_entries"] = appended_after - appended_before
 
         for c in DEPS_CONCURRENCY:
             def deps(n: int, i: int, c=c):  # ids unique per cell: a repeated one is answered from the dedupe table
@@ -258,6 +274,11 @@ async def etcd_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int) 
         for c in CONCURRENCY:
             out[c] = await run_load(lambda n, i, c=c: (lambda: put(put_request(f"k{c}-{n}-{i}".encode()), timeout=10)),
                                     c, seconds, max_ops)
+        get = _raw(ch, "/etcdserverpb.KV/Range")
+        await put(put_request(b"read-me"), timeout=10)
+        for c in CONCURRENCY:
+            out[f"read{c}"] = await run_load(lambda n, i: (lambda: get(range_request(b"read-me"), timeout=10)), c,
+                                             seconds, max_ops)
     return out
 
 
@@ -355,6 +376,21 @@ def main() -> int:
             print(" | ".join([str(c), path, f"{o['ops_s']:.0f}", f"{o['p50']:.2f}", f"{o['p99']:.2f}",
                               f"{o['cpu_ms']:.3f}", *tail])
                   + (f"  (streams refused and resent: {o['refused']})" if o["refused"] else ""))
+    print()
+    print("Linearizable reads: GetGroup (the group and one agent, ReadIndex) vs etcd Range (one key, linearizable)")
+    header = ("in flight", "ops/s", "p50 ms", "p99 ms", "CPU ms/op", "etcd ops/s", "etcd p50 ms", "etcd CPU ms/op",
+              "ops/s ratio", "CPU ratio")
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    for c in CONCURRENCY:
+        o, t = ours[f"read{c}"], theirs.get(f"read{c}")
+        tail = ([f"{t['ops_s']:.0f}", f"{t['p50']:.2f}", f"{t['cpu_ms']:.3f}", f"{o['ops_s'] / t['ops_s']:.2f}",
+                 f"{o['cpu_ms'] / t['cpu_ms']:.1f}" if t["cpu_ms"] else "-"] if t else ["-"] * 5)
+        print(" | ".join([str(c), f"{o['ops_s']:.0f}", f"{o['p50']:.2f}", f"{o['p99']:.2f}", f"{o['cpu_ms']:.3f}",
+                          *tail]) + (f"  (shed or refused and resent: {o['refused']})" if o["refused"] else ""))
+    reads = sum(ours[f"read{c}"]["ops"] for c in CONCURRENCY)
+    print(f"log entries the leader committed during those {reads:,} reads: {ours['read_log_entries']}")
+    print()
     for c in DEPS_CONCURRENCY:
         d = ours[f"deps{c}"]
         print(f"ReportDependencies, batches of 100, {c} in flight: {d['ops_s'] * 100:,.0f} records/s "

@@ -49,6 +49,11 @@ class ServerLimits:
     the slots come back; one connection carries at most `max_streams_per_connection` calls, and
     the node at most `max_rpcs` (beyond: RESOURCE_EXHAUSTED). Each agent holds one
     long-lived Session (or WatchOrders) stream, which is what `max_rpcs` must leave room for.
+    The per-connection limit sits far above what one client keeps in flight: a stream's
+    slot frees only once the node has finished with it, after the client already has its
+    answer, so a client keeping N calls in flight against a limit of N has its next
+    stream refused (REFUSED_STREAM, UNAVAILABLE to the caller). `max_rpcs` and admission
+    bound the node's work; this limit only bounds one connection's share of it.
     Before any of these is reached, `transport.admission` sheds calls by the node's
     measured lag and the work in flight (core.overload.AdmissionLimits).
 
@@ -64,7 +69,7 @@ class ServerLimits:
     (core.decisions.HOLD_PROOF_TTLS)."""
 
     max_connections: int = NodeConfig.max_connections
-    max_streams_per_connection: int = 128
+    max_streams_per_connection: int = 4096
     max_rpcs: int = NodeConfig.max_rpcs
     idle_s: float = 300.0
     handshake_s: float = 10.0

@@ -130,3 +130,31 @@ def test_a_store_that_cannot_commit_stops_the_node_unacknowledged(tmp_path: Path
         cluster.close()
     assert stops[0][1] == EXIT_IO_ERROR and "No space left" in stops[0][0]
     assert answered == []  # never acknowledged
+
+
+def test_writes_whose_store_commit_was_lost_are_replayed_from_the_journal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's store commits are dropped (as a crash would lose an unsynced commit):
+    every acknowledged write is still there on every node once the leader restarts,
+    replayed from its journal from the store's applied index on."""
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.propose(create_group())
+        cluster.propose(register("r-1", "a"))
+        wait_for(cluster.converged, "replicas to converge")
+        leader = cluster.leader()
+        index = next(i for i, n in cluster.nodes.items() if n is leader)
+        stored = leader.store.applied_index
+        monkeypatch.setattr(leader._records, "commit", lambda applied_index: None)
+        for i in range(1, 11):
+            assert isinstance(cluster.propose(commit(f"c-{i}", "a", i), leader), CheckpointResult)
+        assert leader.store.applied_index == stored, "the store committed after all"
+        cluster.stop(index)
+        monkeypatch.undo()
+        cluster.start(index)
+        wait_for(lambda: cluster.converged() and all(
+            [c.index for c in n.read_state().checkpoints("g", "a")] == list(range(1, 11)) for n in cluster.nodes.values()),
+            "every node to hold the ten acknowledged writes")
+    finally:
+        cluster.close()
+

@@ -153,3 +153,36 @@ def test_a_repaired_node_does_not_vote_until_a_leader_has_caught_it_up(tmp_path:
         assert [x.index for x in new_leader.read_state().checkpoints("g", "a")] == list(range(1, 21))
     finally:
         cluster.close()
+
+
+def test_with_the_vote_guard_off_the_lone_holder_of_the_writes_sees_its_history_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the guard prevents, and what the digest audit then says: the repaired node
+    votes, C leads without the 20 writes, and when A returns the new leader replaces
+    entries A had applied; A knows its history diverged (its audit says not to wipe it)."""
+    from coordinator.replication.journal_file import DurableJournal
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.propose(create_group())
+        cluster.propose(register("r-1", "a"))
+        wait_for(cluster.converged, "replicas to converge")
+        a = next(i for i, n in cluster.nodes.items() if n.is_leader())
+        b, c = (i for i in cluster.nodes if i != a)
+        cluster.stop(c)
+        for i in range(1, 21):
+            cluster.propose(commit(f"c-{i}", "a", i))
+        wait_for(lambda: cluster.nodes[b].store.applied_index == cluster.nodes[a].store.applied_index,
+                 "B to apply every write")
+        cluster.stop(a)
+        cluster.stop(b)
+        repair_from_peers(cluster.config(b).data_dir)
+        monkeypatch.setattr(DurableJournal, "log_lost_in_term", lambda self: None)  # the guard, off
+        cluster.start(b)
+        cluster.start(c)
+        wait_for(lambda: any(n.is_leader() for n in cluster.nodes.values()), "B and C to elect a leader")
+        cluster.propose(commit("c-new", "a", 1))  # the new leader's history: no checkpoint 1 yet
+        node_a = cluster.start(a)
+        wait_for(lambda: node_a.replaced_applied_from() is not None,
+                 "A to find that the leader replaced entries it had applied")
+    finally:
+        cluster.close()

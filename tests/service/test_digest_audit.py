@@ -1,7 +1,7 @@
 """Which node diverged: the one whose digest at an index differs from a majority's."""
 from __future__ import annotations
 
-from coordinator.service.digest_audit import KEEP, Samples, diverged, record
+from coordinator.service.digest_audit import KEEP, Samples, diverged, record, verdict
 
 
 def samples(**nodes: dict[int, str]) -> Samples:
@@ -26,3 +26,12 @@ def test_only_the_latest_samples_are_kept() -> None:
     for index in range(KEEP + 10):
         record(s, "a", index, "d")
     assert sorted(s["a"]) == list(range(10, KEEP + 10))
+
+
+def test_a_damaged_store_is_rebuilt_and_a_diverged_history_is_kept() -> None:
+    damaged = verdict(10, "a" * 64, "b" * 64, replaced_from=None)
+    assert damaged.rebuild and "store diverged" in damaged.message and "aaaaaaaaaaaaaaaa" in damaged.message
+    diverged_history = verdict(10, "a" * 64, "b" * 64, replaced_from=7)
+    assert not diverged_history.rebuild
+    assert "history diverged" in diverged_history.message and "index 7" in diverged_history.message
+    assert "do NOT rebuild" in diverged_history.message
