@@ -366,7 +366,15 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
             pysyncobj_adapter.send_append_entries_now(self)  # stamped with the new round
         if len(rounds):
             followers = pysyncobj_adapter.voters(self)[0] - {self.config.raft_address}
-            self._tell(rounds.ready(followers, self._store.applied_index), None)
+            self._tell(rounds.ready(followers, self._stored_through()), None)
+
+    def _stored_through(self) -> int:
+        """The last log index whose effect the store holds. Once the applied batch is
+        committed that is Raft's applied index: the entries after the store's own
+        applied index (a leader's no-op, a membership change) change no state."""
+        if self._records.pending or self._batch_index > self._store.applied_index:
+            return self._store.applied_index
+        return self.raftLastApplied
 
     @staticmethod
     def _tell(reads: list[ReadDone], outcome: str | None) -> None:

@@ -280,10 +280,10 @@ class FlushingTransport(TCPTransport):
         owner = transport_owner(self)
         if not (isinstance(message, dict) and message.get("type") == "append_entries"):
             raft_log(owner).flush()
+            if message.get("type") == "next_node_idx":
+                ReadRoundAcks.stamp_answer(owner, node, message)
         else:
-            read_round = _read_rounds(owner).stamp() if _read_rounds(owner) is not None else None
-            if read_round is not None:  # ReadIndex: the follower acknowledges it (follow_raft_rules)
-                message["read_round"] = read_round
+            ReadRoundAcks.stamp_append_entries(owner, message)
         return super().send(node, message)
 
     @property
@@ -378,33 +378,63 @@ def follow_raft_rules(node: SyncObj, handle: Callable[[Any, Any], None], peer: A
     a node whose log was lost grants no vote (RebuildingVoter), a snapshot is installed
     only when it carries news (SnapshotReceiver), and a follower's commit index rises
     only over entries the leader sent (commit_only_what_the_leader_sent). Also the
-    ReadIndex exchange pysyncobj lacks: a follower acknowledges each read round its
-    leader's AppendEntries carry, and the leader counts the acknowledgements."""
+    ReadIndex exchange pysyncobj lacks (ReadRoundAcks)."""
     kind = message.get("type") if isinstance(message, dict) else None
     if kind == "request_vote" and raft_log(node).log_lost_in_term() is not None:
         RebuildingVoter.refuse(node, peer, message)
         return
-    if kind == READ_ROUND_ACK:
-        rounds = _read_rounds(node)
-        if rounds is not None and node._isLeader():
-            rounds.acknowledged(peer.address, message.get("term"), message.get("round", 0))
-        return
+    if kind == "next_node_idx":
+        ReadRoundAcks.count(node, peer, message)
     if kind != "append_entries":
         handle(peer, message)
         return
-    if message.get("serialized") is not None and isinstance(node, SnapshotReceiver):
-        node.receive_snapshot_chunk(handle, peer, message)
-    else:
-        commit_only_what_the_leader_sent(node, handle, peer, message)
-        if raft_log(node).log_lost_in_term() is not None:
-            RebuildingVoter.note_caught_up(node, peer, message)
-    if "read_round" in message and _from_my_leader(node, peer, message):
-        node._SyncObj__transport.send(peer, {"type": READ_ROUND_ACK, "term": message["term"],
-                                             "round": message["read_round"]})
+    with ReadRoundAcks.answering(node, peer, message):
+        if message.get("serialized") is not None and isinstance(node, SnapshotReceiver):
+            node.receive_snapshot_chunk(handle, peer, message)
+        else:
+            commit_only_what_the_leader_sent(node, handle, peer, message)
+            if raft_log(node).log_lost_in_term() is not None:
+                RebuildingVoter.note_caught_up(node, peer, message)
 
 
 # ---- ReadIndex (read_index.ReadRounds keeps the books) -------------------------------
-READ_ROUND_ACK = "read_round_ack"  # a follower's answer to an AppendEntries stamped with a read round
+class ReadRoundAcks:
+    """The ReadIndex exchange on pysyncobj's own messages: while reads wait, the leader
+    stamps the round on every AppendEntries it sends; a follower stamps the answer
+    (next_node_idx, which carries no term of its own) with that round and the term it
+    accepted the AppendEntries in; the leader counts an answer of its own term."""
+
+    @staticmethod
+    def stamp_append_entries(node: SyncObj, message: dict) -> None:
+        rounds = _read_rounds(node)
+        read_round = rounds.stamp() if rounds is not None else None
+        if read_round is not None:
+            message["read_round"] = read_round
+
+    @staticmethod
+    @contextmanager
+    def answering(node: SyncObj, peer: Any, message: dict) -> Iterator[None]:
+        """While pysyncobj handles a stamped AppendEntries, its answer to `peer` is stamped."""
+        if "read_round" not in message:
+            yield
+            return
+        node.read_round_answering = (peer, message)
+        try:
+            yield
+        finally:
+            node.read_round_answering = None
+
+    @staticmethod
+    def stamp_answer(node: SyncObj, peer: Any, message: dict) -> None:
+        answering = getattr(node, "read_round_answering", None)
+        if answering is not None and answering[0] == peer and _from_my_leader(node, peer, answering[1]):
+            message["read_round"], message["read_term"] = answering[1]["read_round"], node.raftCurrentTerm
+
+    @staticmethod
+    def count(node: SyncObj, peer: Any, message: dict) -> None:
+        rounds = _read_rounds(node)
+        if "read_round" in message and rounds is not None and node._isLeader():
+            rounds.acknowledged(peer.address, message.get("read_term"), message["read_round"])
 
 
 def _read_rounds(node: SyncObj) -> Any:

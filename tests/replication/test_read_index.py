@@ -113,3 +113,21 @@ def test_a_leader_cut_off_from_its_followers_serves_no_read(tmp_path: Path) -> N
         assert not leader.is_leader()
     finally:
         cluster.close()
+
+
+def test_a_new_leader_serves_reads_once_its_own_entry_is_committed(tmp_path: Path) -> None:
+    """A new leader's log ends with its no-op, which changes no state: the read waits for
+    it to be committed and applied, not for the store to record its index."""
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.propose(create_group())
+        cluster.propose(register("r-1", "a"))
+        old = cluster.leader()
+        assert read(old) is None
+        cluster.stop(next(i for i, n in cluster.nodes.items() if n is old))
+        new = cluster.leader()
+        assert read(new) is None
+        assert new.read_state().agent("g", "a") is not None
+    finally:
+        cluster.close()
+
