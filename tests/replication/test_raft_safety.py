@@ -112,25 +112,32 @@ def repair_from_peers(data_dir: str) -> None:
     assert repair.run(argparse.Namespace(data_dir=Path(data_dir), from_peers=True)) == 0
 
 
+def writes_only_on_a_after_b_is_repaired(cluster: Cluster) -> tuple[int, int, int]:
+    """(A, B, C), all stopped: C went stale, A (the leader) and B acknowledged 20 writes,
+    then B was rebuilt empty by `raftpoint repair --from-peers`; only A holds the writes."""
+    cluster.propose(create_group())
+    cluster.propose(register("r-1", "a"))
+    wait_for(cluster.converged, "replicas to converge")
+    a = next(i for i, n in cluster.nodes.items() if n.is_leader())
+    b, c = (i for i in cluster.nodes if i != a)
+    cluster.stop(c)
+    for i in range(1, 21):  # acknowledged by A and B only
+        cluster.propose(commit(f"c-{i}", "a", i))
+    wait_for(lambda: cluster.nodes[b].store.applied_index == cluster.nodes[a].store.applied_index,
+             "B to apply every write")
+    cluster.stop(a)
+    cluster.stop(b)
+    repair_from_peers(cluster.config(b).data_dir)
+    return a, b, c
+
+
 def test_a_repaired_node_does_not_vote_until_a_leader_has_caught_it_up(tmp_path: Path) -> None:
     """The issue's sequence: C stale; writes acknowledged by A and B only; A and B stop;
     B rebuilt empty; B and C start. C must not win with B's vote (the writes would be
     gone); when A returns, A leads with every write, and B votes again once caught up."""
     cluster = Cluster(tmp_path)
     try:
-        cluster.propose(create_group())
-        cluster.propose(register("r-1", "a"))
-        wait_for(cluster.converged, "replicas to converge")
-        a = next(i for i, n in cluster.nodes.items() if n.is_leader())
-        b, c = (i for i in cluster.nodes if i != a)
-        cluster.stop(c)
-        for i in range(1, 21):  # acknowledged by A and B only
-            cluster.propose(commit(f"c-{i}", "a", i))
-        wait_for(lambda: cluster.nodes[b].store.applied_index == cluster.nodes[a].store.applied_index,
-                 "B to apply every write")
-        cluster.stop(a)
-        cluster.stop(b)
-        repair_from_peers(cluster.config(b).data_dir)
+        a, b, c = writes_only_on_a_after_b_is_repaired(cluster)
 
         node_b, node_c = cluster.start(b), cluster.start(c)
         term_c = node_c.raftCurrentTerm
@@ -163,19 +170,7 @@ def test_with_the_vote_guard_off_the_lone_holder_of_the_writes_sees_its_history_
     from coordinator.replication.journal_file import DurableJournal
     cluster = Cluster(tmp_path)
     try:
-        cluster.propose(create_group())
-        cluster.propose(register("r-1", "a"))
-        wait_for(cluster.converged, "replicas to converge")
-        a = next(i for i, n in cluster.nodes.items() if n.is_leader())
-        b, c = (i for i in cluster.nodes if i != a)
-        cluster.stop(c)
-        for i in range(1, 21):
-            cluster.propose(commit(f"c-{i}", "a", i))
-        wait_for(lambda: cluster.nodes[b].store.applied_index == cluster.nodes[a].store.applied_index,
-                 "B to apply every write")
-        cluster.stop(a)
-        cluster.stop(b)
-        repair_from_peers(cluster.config(b).data_dir)
+        a, b, c = writes_only_on_a_after_b_is_repaired(cluster)
         monkeypatch.setattr(DurableJournal, "log_lost_in_term", lambda self: None)  # the guard, off
         cluster.start(b)
         cluster.start(c)
