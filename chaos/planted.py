@@ -23,6 +23,10 @@ knows about it. Bugs:
 - `short-lease`: the leader's lease table grants a tenth of the group's TTL and
   forgets that open sessions hold their agents' leases, so agents keeping their leases
   as the client does are declared failed.
+- `repaired-votes`: a node whose log was lost (`raftpoint repair --from-peers`)
+  takes it as rebuilt the first time it looks (DurableJournal.log_lost_in_term), so
+  it votes and stands for election at once: beside a stale node it elects a leader
+  that lacks writes it had acknowledged itself.
 """
 from __future__ import annotations
 
@@ -182,6 +186,16 @@ def _short_lease() -> None:
     LeaseTable.hold = held_by_none  # type: ignore[method-assign]
 
 
+def _repaired_votes() -> None:
+    from coordinator.replication.journal_file import DurableJournal
+
+    def forgotten(self: DurableJournal) -> None:
+        self.log_rebuilt()  # the mark goes from the term file too, as a node that never kept it
+        return None
+
+    DurableJournal.log_lost_in_term = forgotten  # type: ignore[method-assign]
+
+
 BUGS: dict[str, Callable[[], None]] = {
     "no-dedupe": _no_dedupe,
     "accept-stale-epoch": _accept_stale_epoch,
@@ -192,6 +206,7 @@ BUGS: dict[str, Callable[[], None]] = {
     "drop-dependency": _drop_dependency,
     "skip-authz": _skip_authz,
     "short-lease": _short_lease,
+    "repaired-votes": _repaired_votes,
 }
 
 

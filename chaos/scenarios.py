@@ -27,10 +27,12 @@ POWER_LOSS = "power-loss"      # every node loses power at once: unsynced writes
 AGENT_CRASH = "agent-crash"    # SIGKILL agent processes (the agent workload restarts them)
 CLOCK_JUMP = "clock-jump"      # the target's wall clock stepped by params["seconds"]; put right when healed
 BIT_ROT = "bit-rot"            # stop the target, flip bytes in params["file"], start it; rebuilt if it refused
+REPAIR = "repair"              # a follower rebuilt from its peers while another is stale and the target (the
+                               # leader) is killed; healed once the rebuilt node is caught up (chaos.repair)
 
 LEADER, FOLLOWER, ANY, ALL = "leader", "follower", "any", "all"
 NODE_FAULTS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, RESTART, DISK_FULL, SLOW_DISK, POWER_LOSS, CLOCK_JUMP,
-               BIT_ROT)
+               BIT_ROT, REPAIR)
 DISK_FAULTS = (DISK_FULL, SLOW_DISK, POWER_LOSS)
 
 
@@ -123,7 +125,20 @@ def _bit_rot(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
 # The agent-flood scenario's flood: past what 2 cores serve without shedding.
 FLOOD_AGENTS = 1000
 
-MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH)
+# A repair fault's hold: its injection alone (a stale node stopped, writes, a node
+# stopped and rebuilt, the leader killed, two nodes started and two elections) takes
+# most of it on 2 cores. Its heal starts the leader and waits for the rebuilt node to
+# catch up, a few seconds more: the next fault is planned after those.
+REPAIR_HOLD = (6.0, 8.0)
+REPAIR_HEAL_S = 4.0
+
+
+def _repair(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    """The first at 2 s, so a 12 s smoke run holds one; then one every 14-18 s."""
+    return _repeat(REPAIR, LEADER, (14.0, 18.0), REPAIR_HOLD)(rng, duration, nodes)
+
+
+MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH, REPAIR)
 
 
 def _random_mix(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
@@ -132,11 +147,12 @@ def _random_mix(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
         if t < busy_until:
             continue
         kind = rng.choice(MIX_KINDS)
-        target = rng.choice((LEADER, FOLLOWER, ANY)) if kind != AGENT_CRASH else "agents"
+        target = "agents" if kind == AGENT_CRASH else LEADER if kind == REPAIR else rng.choice((LEADER, FOLLOWER, ANY))
         params = {"count": 1} if kind == AGENT_CRASH else {"delay_ms": 80} if kind == DELAY else {}
-        fault = Fault(round(t, 2), kind, target, round(rng.uniform(1.5, 4.0), 2), params)
+        hold = REPAIR_HOLD if kind == REPAIR else (1.5, 4.0)
+        fault = Fault(round(t, 2), kind, target, round(rng.uniform(*hold), 2), params)
         faults.append(fault)
-        busy_until = fault.heal_at + 0.5
+        busy_until = fault.heal_at + (REPAIR_HEAL_S if kind == REPAIR else 0.5)
     return faults
 
 
@@ -169,4 +185,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              _repeat(KILL, LEADER, (5.0, 8.0), (1.5, 3.0)), flood=FLOOD_AGENTS),
     Scenario("bit-rot", "bytes flipped in a stopped follower's journal, store or snapshot; it must refuse "
              "to start (and is rebuilt from its peers) or agree with them", _bit_rot),
+    Scenario("repair", "a follower stopped and rebuilt from its peers (raftpoint repair --from-peers) right after "
+             "writes it held with the leader only; the leader killed, a stale follower started beside it: no "
+             "acknowledged write may be lost", _repair),
 )}

@@ -4,8 +4,8 @@ Each scenario runs `raftpoint chaos run` in its own process (disk scenarios re-e
 themselves in a private mount namespace): a 3-node cluster behind fault proxies, the
 workloads, the scenario's faults, then the checker. A run passes only when every
 invariant held and the faults it planned were injected. Planted bugs must make the
-same command fail, naming the invariant that caught them. Soak runs use the same
-command with a longer --duration (README, "Chaos testing").
+same command fail on the invariants each explains, and on no other. Soak runs use
+the same command with a longer --duration (README, "Chaos testing").
 """
 from __future__ import annotations
 
@@ -68,20 +68,63 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
         assert flood["agents_registered"] == 0, flood
 
 
-@pytest.mark.parametrize("scenario, bug, caught_by", [
-    ("leader-kill-loop", "no-dedupe", "retries-apply-once"),
-    ("follower-pause", "accept-stale-epoch", "stale-writes-refused"),
-    ("power-loss", "skip-fsync", "acknowledged-checkpoints-survive"),
-    ("leader-kill-loop", "gc-too-eager", "gc-collects-only-unneeded"),
-    ("follower-pause", "stale-list", "reads-reflect-acknowledged-writes"),
-    ("leader-kill-loop", "drop-dependency", "recovery-lines-consistent-and-maximal"),
-    ("leader-kill-loop", "skip-authz", "unauthorized-writes-refused"),
-    ("agent-flood", "short-lease", "no-healthy-agent-declared-failed"),
-])
-def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, caught_by: str) -> None:
+# Each planted bug with the invariants it explains. A run must fail on every one of
+# `fails` and on nothing the bug does not explain: an extra failure is a bug of its own
+# (accept-stale-epoch under follower-pause once failed replicas-agree too: a follower
+# installed a stale snapshot). `may_fail` holds what the bug explains only when the
+# workload happens to step on it in a 12 s run (seen failing and holding over runs with
+# the same seed); each says why it follows from the bug.
+PLANTED = [
+    ("leader-kill-loop", "no-dedupe", {"retries-apply-once"}, {
+        # a deliberately re-sent GC is applied again and collects checkpoints its first
+        # answer did not list, so a later ListCheckpoints misses them
+        "reads-reflect-acknowledged-writes",
+        # re-sent commits and dependency reports applied again change what the lines are
+        # computed from, beyond what the history's one application per request shows
+        "recovery-lines-consistent-and-maximal"}),
+    ("follower-pause", "accept-stale-epoch", {"stale-writes-refused"}, {
+        # a zombie's commit counted for the open epoch can make it stable on a checkpoint
+        # the checker counts for a closed one, so GC's line is higher than the checker's
+        "gc-collects-only-unneeded"}),
+    ("power-loss", "skip-fsync", {"acknowledged-checkpoints-survive", "replicas-agree"}, {
+        # the groups were never synced and are gone after the power cut: a re-sent
+        # request is answered NOT_FOUND instead of its first answer, and every write
+        # after the heal is refused, so none is acknowledged
+        "retries-apply-once", "serves-after-heal"}),
+    ("leader-kill-loop", "gc-too-eager", {"gc-collects-only-unneeded"}, set()),
+    ("follower-pause", "stale-list", {"reads-reflect-acknowledged-writes"}, {
+        # the final ListCheckpoints, which the survival check reads, may be a stale copy
+        "acknowledged-checkpoints-survive"}),
+    # Without the dependencies the GC watermark is also higher than the recorded ones allow.
+    ("leader-kill-loop", "drop-dependency", {"recovery-lines-consistent-and-maximal", "gc-collects-only-unneeded"},
+     set()),
+    ("leader-kill-loop", "skip-authz", {"unauthorized-writes-refused"}, {
+        # the intruders' Register, Deregister and GarbageCollect are applied: incarnations
+        # bumped, recoveries and rollbacks no workload process asked for, checkpoints gone
+        "acknowledged-checkpoints-survive", "retries-apply-once", "reads-reflect-acknowledged-writes",
+        "recovery-lines-consistent-and-maximal"}),
+    ("agent-flood", "short-lease", {"no-healthy-agent-declared-failed"}, set()),
+    ("repair", "repaired-votes", {"acknowledged-checkpoints-survive", "reads-reflect-acknowledged-writes"}, {
+        # the stale leader's history replaces the writes the repaired node had acknowledged:
+        # every answer that saw them (epochs started, agents registered, epochs closed,
+        # dependencies, request ids answered) can be contradicted later
+        "epochs-monotonic", "stable-epochs-have-one-identity", "stale-writes-refused",
+        "recovery-lines-consistent-and-maximal", "retries-apply-once", "gc-collects-only-unneeded",
+        # the old leader comes back holding the dropped history in its store, until it
+        # installs a snapshot or its digest audit stops it
+        "replicas-agree"}),
+]
+
+
+@pytest.mark.parametrize("scenario, bug, fails, may_fail", PLANTED, ids=[f"{row[0]}-{row[1]}" for row in PLANTED])
+def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, fails: set[str],
+                                     may_fail: set[str]) -> None:
     code, report = chaos_run(tmp_path, scenario, "--bug", bug)
-    assert code == 1 and not report["ok"]
-    assert caught_by in [i["name"] for i in report["invariants"] if not i["ok"]], report["summary"]
+    failed = {i["name"] for i in report["invariants"] if not i["ok"]}
+    perhaps = f" and perhaps {sorted(may_fail)}" if may_fail else ""
+    assert code == 1 and not report["ok"] and fails <= failed <= fails | may_fail, (
+        f"failed: {sorted(failed)}; expected: {sorted(fails)}{perhaps}; not caught: {sorted(fails - failed)}; "
+        f"not explained by {bug}: {sorted(failed - fails - may_fail)}; exit {code}; summary: {report['summary']}")
 
 
 def test_check_loads_and_checks_a_cluster_someone_else_runs(tmp_path: Path) -> None:

@@ -1,13 +1,17 @@
 """Scenario plans are reproducible from their seed, heal inside the run and never stack faults."""
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from chaos.linkfaults import LinkFaults, delay
-from chaos.scenarios import DISK_FAULTS, NODE_FAULTS, AGENT_CRASH, SCENARIOS, RESTART
+from chaos.repair import roles
+from chaos.scenarios import (DISK_FAULTS, LEADER, NODE_FAULTS, AGENT_CRASH, REPAIR, REPAIR_HEAL_S, REPAIR_HOLD,
+                             SCENARIOS, RESTART)
 
 REQUIRED = {"leader-kill-loop", "follower-pause", "partition-leader", "asymmetric-partition", "flapping-links",
-            "disk-full", "rolling-restart", "agent-crash-storm", "random-mix"}
+            "disk-full", "rolling-restart", "agent-crash-storm", "random-mix", "repair"}
 
 
 def test_the_issue_s_scenarios_exist() -> None:
@@ -39,3 +43,28 @@ def test_disk_needs_are_declared() -> None:
     assert SCENARIOS["power-loss"].needs_disks(1, 60.0)
     assert not SCENARIOS["leader-kill-loop"].needs_disks(1, 60.0)
     assert any(f.kind in DISK_FAULTS for s in range(10) for f in SCENARIOS["random-mix"].faults(s, 120.0))
+
+
+@pytest.mark.parametrize("size", [3, 5])
+def test_repair_roles_leave_the_writes_on_nodes_that_are_down(size: int) -> None:
+    """The holders of the writes (leader, repaired, witnesses) are a bare majority, and the
+    nodes started while they are down (repaired, stale) one too: the majority that must
+    not elect a leader without the writes."""
+    majority = size // 2 + 1
+    for seed in range(10):
+        leader = seed % size
+        r = roles(leader, size, random.Random(seed))
+        holders, started = {r.leader, r.repaired, *r.witnesses}, {r.repaired, *r.stale}
+        assert len(holders) == len(started) == majority, r
+        assert holders | started == set(range(size)) and holders & started == {r.repaired}, r
+        assert r.leader == leader and r.repaired != leader, r
+
+
+def test_random_mix_draws_repair_on_the_leader_with_time_to_heal() -> None:
+    plans = [SCENARIOS["random-mix"].faults(seed, 120.0) for seed in range(10)]
+    repairs = [(f, plan[n + 1] if n + 1 < len(plan) else None) for plan in plans for n, f in enumerate(plan)
+               if f.kind == REPAIR]
+    assert repairs, "random-mix never drew a repair"
+    for f, after in repairs:
+        assert f.target == LEADER and REPAIR_HOLD[0] <= f.hold <= REPAIR_HOLD[1], f
+        assert after is None or after.at >= f.heal_at + REPAIR_HEAL_S, (f, after)
