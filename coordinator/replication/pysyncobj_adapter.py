@@ -568,6 +568,11 @@ class SnapshotReceiver:
                      "%d, log up to %d) and keeps its log", ends[0], ends[1], commit, current_log_index(node))
             node._SyncObj__sendNextNodeIdx(peer, nextNodeIdx=matched + 1, success=True)
             return
+        if ends is not None and _entry_term(node, ends[0]) is not None:
+            # The log holds another entry at the snapshot's last index: replaced from there.
+            on_conflict = raft_log(node).on_conflict
+            if on_conflict is not None:
+                on_conflict(ends[0])
         os.replace(incoming, self.snapshot_path)
         node._SyncObj__loadDumpFile(clearJournal=True)
         installed = current_log_index(node)  # the snapshot's last entry; everything in it is committed
