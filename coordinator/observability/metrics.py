@@ -36,6 +36,8 @@ APPLIED_INDEX = Gauge("raftpoint_applied_index", "Highest log index durably appl
 LOG_ENTRIES = Gauge("raftpoint_raft_log_entries", "Entries in the Raft journal (shrinks on compaction)")
 SNAPSHOT_AGE = Gauge("raftpoint_snapshot_age_seconds", "Seconds since the last snapshot was written or loaded "
                      "(-1: none yet)")
+AUTH_FILE_UNUSABLE = Gauge("raftpoint_auth_file_unusable", "1 while an auth file (bindings or tokens) as it is now "
+                           "cannot be read or parsed and its last good version stays in force", ["file"])
 DIGEST_DIVERGED = Gauge("raftpoint_digest_diverged", "1 once this node found its store's digest differs from "
                         "the majority's at an applied index (it then stops)")
 SNAPSHOT_BYTES = Gauge("raftpoint_snapshot_bytes", "Size of the last snapshot file")

@@ -5,7 +5,8 @@ in the tokens file, which holds only SHA-256 hashes) or, failing that, from the
 client certificate gRPC verified (its CN, else its first subject alternative name).
 The decision itself is `coordinator.core.authz`'s, against the bindings file. Both
 files are re-read when they change, so a revoked or rotated token is refused
-without a restart; a file that no longer parses grants nothing (fail closed).
+without a restart; a changed file that cannot be read or parsed leaves the last
+good version in force and says so (WatchedFile).
 
 Also here: agent secrets are replaced by their SHA-256 as soon as a request is
 decoded (`seal_secrets`), so no handler, log entry or stored record holds one.
@@ -19,7 +20,6 @@ import logging
 import os
 import re
 import secrets
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +27,13 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 
 import grpc
 
+from coordinator import fsutil
 from coordinator.api.metadata import AUTHORIZATION_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import agent_secret, authz
 from coordinator.core.authz import Grant, Role
 from coordinator.core.errors import ReasonCode, Rejection
+from coordinator.observability import metrics
 
 log = logging.getLogger("raftpoint.auth")
 
@@ -89,17 +91,7 @@ def add_token(path: Path, identity: str, *, keep_old: bool = False) -> str:
     entries.append((identity, token_hash(token)))
     parse_tokens(f"{identity} {token_hash(token)}\n", "identity")  # refuse a malformed identity
     body = "# <identity> <sha256 of its bearer token>\n" + "".join(f"{i} {h}\n" for i, h in entries)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    fsutil.atomic_write(path, body.encode())  # owner-only, like every temp file it renames
     return token
 
 
@@ -110,7 +102,7 @@ def add_binding(path: Path, identity: str, role: Role, group: str = "", pattern:
         table += f'group = "{group}"\npattern = "{pattern}"\n'
     text = (path.read_text() if path.exists() else "") + table
     parse_bindings(text, str(path))
-    path.write_text(text)
+    fsutil.atomic_write(path, text.encode())  # a node reading it meanwhile sees the old or the new file
 
 
 def parse_bindings(text: str, source: str = "bindings file") -> dict[str, Grant]:
@@ -143,28 +135,49 @@ def parse_bindings(text: str, source: str = "bindings file") -> dict[str, Grant]
 
 class WatchedFile(Generic[T]):
     """A file parsed again whenever it changes (its mtime, size or inode), checked on
-    every use: a stat is cheap next to an RPC, and a revocation takes effect at once."""
+    every use: a stat is cheap next to an RPC, and a revocation (a line removed from a
+    file that still parses) takes effect at once.
 
-    def __init__(self, path: str, parse: Callable[[str, str], T], empty: T) -> None:
-        self.path, self._parse, self._empty = path, parse, empty
-        self._key: tuple[int, int, int] | None = None
-        self._value = empty
-        self.current(strict=True)
+    A changed file that cannot be read or parsed keeps the last good parse in force,
+    as the TLS reloader keeps the last good certificate: one typo in the file every
+    node reads (one ConfigMap on Kubernetes) would otherwise refuse every agent's
+    heartbeat, the leader would declare them all failed, and the admin who must fix
+    it would be locked out too. The problem is logged once per change of the file and
+    shown by raftpoint_auth_file_unusable until a good version is in place."""
 
-    def current(self, strict: bool = False) -> T:
+    def __init__(self, path: str, parse: Callable[[str, str], T]) -> None:
+        self.path, self._parse = path, parse
+        self._key: tuple[int, int, int] | None = None  # the version last read, good or not
+        self.problem = ""  # why the file as it is now is not in force ("" when it is)
+        self._value: T = self._read(strict=True)
+
+    def current(self) -> T:
+        self._value = self._read(strict=False)
+        return self._value
+
+    def _read(self, strict: bool) -> T:
+        key: tuple[int, int, int] | None = None  # None: the file could not even be stat'ed
         try:
             st = os.stat(self.path)
             key = (st.st_mtime_ns, st.st_size, st.st_ino)
-            if key != self._key:
-                self._value, self._key = self._parse(Path(self.path).read_text(), self.path), key
-                log.info("auth file loaded: %s", self.path)
+            if key == self._key:
+                return self._value
+            value = self._parse(Path(self.path).read_text(), self.path)
         except (OSError, AuthConfigError) as exc:
             if strict:
                 raise AuthConfigError(str(exc)) from None
-            if self._key is not None:
-                log.error("auth file %s unusable, granting nothing until it is fixed: %s", self.path, exc)
-            self._value, self._key = self._empty, None
-        return self._value
+            if (key, str(exc)) != (self._key, self.problem):  # once per version of the file and problem
+                log.error("auth file %s is unusable; the last good version stays in force until it is "
+                          "fixed: %s", self.path, exc)
+            # A version that does not parse is not parsed again until it changes.
+            self._key, self.problem = (key if isinstance(exc, AuthConfigError) else None), str(exc)
+            metrics.AUTH_FILE_UNUSABLE.labels(self.path).set(1)
+            return self._value
+        if self._key is not None or self.problem:
+            log.info("auth file loaded: %s", self.path)
+        self._key, self.problem = key, ""
+        metrics.AUTH_FILE_UNUSABLE.labels(self.path).set(0)
+        return value
 
 
 @dataclass(frozen=True)
@@ -180,8 +193,8 @@ class Authorizer:
 
     def __init__(self, bindings_file: str, tokens_file: str = "", client_certs: bool = False,
                  node_token: str = "") -> None:
-        self.bindings = WatchedFile(bindings_file, parse_bindings, {})
-        self.tokens = WatchedFile(tokens_file, parse_tokens, ()) if tokens_file else None
+        self.bindings = WatchedFile(bindings_file, parse_bindings)
+        self.tokens = WatchedFile(tokens_file, parse_tokens) if tokens_file else None
         self.client_certs = client_certs
         self._node_token_hash = token_hash(node_token) if node_token else ""
 

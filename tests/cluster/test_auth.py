@@ -22,6 +22,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.local_cluster import LocalCluster, wait_for
 from coordinator.transport.auth import add_token
 from tests.support.cluster import FAST, past_overload
+from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.cluster
 
@@ -289,6 +290,30 @@ def test_a_rotated_token_is_refused_once_the_file_changes_without_a_restart(worl
     lines = [ln for ln in world.tokens_file.read_text().splitlines() if not ln.startswith(("rotating", "#"))]
     world.tokens_file.write_text("\n".join(lines) + "\n")  # revoked
     world.refused("AdminService", "GetGroup", request, new, C.UNAUTHENTICATED, "REASON_UNAUTHENTICATED")
+
+
+def test_a_typo_in_the_auth_files_leaves_the_last_good_version_in_force(world: World) -> None:
+    """The files every node reads, broken at once: agents keep heartbeating, the admin
+    keeps reading, and each node says the file is unusable; fixed, they are used again."""
+    bindings, tokens = Path(world.cluster.settings["auth_bindings_file"]), world.tokens_file
+    good_bindings, good_tokens = bindings.read_text(), tokens.read_text()
+    heartbeat = pb.HeartbeatRequest(group="g", agent_id="a1", token=token())
+    status = pb.ClusterStatusRequest()
+    try:
+        bindings.write_text(good_bindings + '\n["typo"\nrole = admin\n')
+        tokens.write_text(good_tokens + "half a line\n")
+        for _ in range(3):  # each node reads the files at its next call
+            answer = world.call("AgentService", "Heartbeat", heartbeat, world.tokens["w1"])
+            assert not isinstance(answer, grpc.RpcError), f"a typo refused an agent's heartbeat: {answer}"
+            answer = world.call("AdminService", "ClusterStatus", status, world.tokens["admin"])
+            assert not isinstance(answer, grpc.RpcError), f"a typo locked the admin out: {answer}"
+        leader = next(n for n in world.cluster.nodes if n.grpc == world.leader())
+        shown = f'raftpoint_auth_file_unusable{{file="{bindings}"}}'
+        assert scrape(leader.metrics).get(shown) == 1.0, f"the leader does not show the broken file: {shown}"
+    finally:
+        bindings.write_text(good_bindings)
+        tokens.write_text(good_tokens)
+    assert not isinstance(world.call("AgentService", "Heartbeat", heartbeat, world.tokens["w1"]), grpc.RpcError)
 
 
 def test_a_token_revoked_while_its_session_is_open_refuses_the_next_frame(world: World) -> None:

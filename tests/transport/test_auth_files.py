@@ -2,17 +2,19 @@
 and the tokens and bindings files (coordinator/transport/auth.py)."""
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from coordinator.core.authz import Grant, Role
 from coordinator.transport.auth import (AuthConfigError, AuthSettings, Authorizer, WatchedFile, authorizer_for,
                                         certificate_identity, parse_bindings, parse_tokens, token_hash)
-from coordinator.transport.auth import add_token
+from coordinator.transport.auth import add_binding, add_token
 
 
 def test_without_tls_and_identity_source_auth_is_off() -> None:
@@ -71,10 +73,31 @@ def test_tokens_are_stored_hashed_and_rotation_replaces_the_old_one(tmp_path: Pa
     assert [h for _, h in parse_tokens(path.read_text())] == [token_hash(second), token_hash(kept)]
 
 
-def test_a_watched_file_that_stops_parsing_grants_nothing(tmp_path: Path) -> None:
+def test_a_watched_file_that_stops_parsing_keeps_its_last_good_version(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "b.toml"
-    path.write_text('["a"]\nrole = "admin"\n')
-    watched = WatchedFile(str(path), parse_bindings, {})
-    assert set(watched.current()) == {"a"}
-    path.write_text('["a"]\nrole = "admin"\n["b"] = nonsense')
-    assert watched.current() == {}
+    path.write_text('["a"]\nrole = "admin"\n["b"]\nrole = "observer"\n')
+    watched = WatchedFile(str(path), parse_bindings)
+    assert set(watched.current()) == {"a", "b"}
+    unusable = lambda: REGISTRY.get_sample_value("raftpoint_auth_file_unusable", {"file": str(path)})  # noqa: E731
+    assert unusable() == 0
+    path.write_text('["a"]\nrole = "admin"\n["b"] = nonsense')  # a typo
+    with caplog.at_level(logging.ERROR):
+        for _ in range(5):
+            assert set(watched.current()) == {"a", "b"}, "a typo revoked the grants in force"
+    assert len([r for r in caplog.records if "unusable" in r.getMessage()]) == 1, "logged once per version"
+    assert watched.problem and unusable() == 1
+    path.unlink()  # gone: the same
+    assert set(watched.current()) == {"a", "b"} and unusable() == 1
+    path.write_text('["a"]\nrole = "admin"\n')  # fixed, with b's line removed: a revocation
+    assert set(watched.current()) == {"a"} and watched.problem == "" and unusable() == 0
+
+
+def test_adding_a_binding_replaces_the_file_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "b.toml"
+    add_binding(path, "a", Role.ADMIN)
+    replaced: list[Path] = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (replaced.append(Path(dst)), real(src, dst))[1])
+    add_binding(path, "b", Role.OBSERVER)
+    assert replaced == [path] and set(parse_bindings(path.read_text())) == {"a", "b"}
