@@ -1,10 +1,16 @@
 """The replicated state machine: a pysyncobj SyncObj with one replicated method.
 
-Entries are applied on pysyncobj's thread into an in-memory batch overlay; at the
-end of every tick the batch is committed to the store in one durable transaction
-(group commit) and only then are the proposers' callbacks run. So an
-acknowledgement always follows both the Raft majority commit and the local
-durable apply, while the store sees one fsync per tick instead of one per entry.
+Entries are applied on pysyncobj's thread into an in-memory batch overlay. At the
+end of every tick on the leader (every 50 ms on a follower) the batch is handed to
+the store committer, which commits it durably in the background (group commit,
+store_committer.py), and the proposers' callbacks run at once: Raft's rule, as etcd
+keeps it. An entry is answered once a majority's journals hold it fsynced
+(FlushingTransport) and it is applied where every reader of this node sees it (the
+handed-over batches are read above the store). A node that stops before the store
+commit replays the journal from the store's applied index when it starts again
+(apply_entry skips what the store holds), and a snapshot is written only from a
+store the committer has caught up (_write_snapshot), so log compaction never drops
+an entry the store does not hold.
 """
 from __future__ import annotations
 
@@ -32,11 +38,12 @@ from coordinator.replication.read_index import LEADER_CHANGED, NOT_LEADER, ReadD
 from coordinator.replication.replica import (Callback, ChangeListener, MembershipOutcome, NodeStatus, NotLeader,
                                              Overloaded)
 from coordinator.replication.snapshots import SnapshotInfo
+from coordinator.replication.store_committer import StoreCommitter
 from coordinator.replication.tick_lag import TickLag
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
                                           DamagedAtRest, Store, StoreFullError, StoreIOError)
 from coordinator.storage import keys
-from coordinator.storage.state import RESULT, DecodeMemo, KvState, RecordCache, agent_changes
+from coordinator.storage.state import RESULT, DecodeMemo, KvState, RecordCache, Writes, agent_changes
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +80,11 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched
         self.config = config
         self._store = store
-        self._records = RecordCache(store)
+        self._committer = StoreCommitter(store, self._store_failed)
+        self._records = RecordCache(store, layers=self._unstored)
         self._read_memo = DecodeMemo()  # for readers on other threads (the event loop's heartbeats)
         self._batch_index = store.applied_index
-        self._after_commit: list[Callable[[], None]] = []
+        self._to_answer: list[Callable[[], None]] = []
         self._change_listener: ChangeListener | None = None
         self._snapshot_to_sync = False
         self._on_apply = on_apply
@@ -200,8 +208,12 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
             super()._checkCommandsToApply()
 
     # ---- group commit -------------------------------------------------------------
-    def _commit_batch(self) -> None:
-        if self._batch_index <= self._store.applied_index and not self._records.pending:
+    def _unstored(self) -> tuple[Writes, ...]:
+        return self._committer.layers
+
+    def _hand_over_batch(self) -> None:
+        """Hand what was applied to the store committer; readers see it from now on."""
+        if self._batch_index <= self._committer.handed_index and not self._records.pending:
             return
         # The entries applied here are committed, so a majority holds them durably;
         # flushing our own copy first keeps the journal at least as far as the store's
@@ -210,28 +222,37 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         self._journal.flush()
         listener = self._change_listener
         changes = agent_changes(self._records.pending) if listener is not None else None
-        try:
-            self._records.commit(self._batch_index)
-        except (StoreFullError, StoreIOError) as exc:
-            # The entries are committed in Raft; a replica that cannot store them must
-            # stop rather than diverge. It replays them from the journal after restart.
-            fail_stop(f"cannot store committed entries: {exc}",
-                      EXIT_STORE_FULL if isinstance(exc, StoreFullError) else EXIT_IO_ERROR)
+        self._committer.hand_over(self._batch_index, self._records.hand_off())
         if listener is not None and changes:
-            listener(changes)  # after the commit: a woken stream reads what changed
+            listener(changes)  # after the hand-over: a woken stream reads what changed
+
+    def _store_failed(self, exc: Exception) -> None:
+        """On the committer's thread: the entries are committed in Raft; a replica that
+        cannot store them must stop rather than diverge. It replays them from the
+        journal after its restart."""
+        code = EXIT_STORE_FULL if isinstance(exc, StoreFullError) else EXIT_IO_ERROR
+        if not isinstance(exc, (StoreFullError, StoreIOError)):
+            log.error("the store commit failed unexpectedly", exc_info=exc)
+        fail_stop(f"cannot store committed entries: {exc}", code)
+
+    def _store_caught_up(self) -> None:
+        """Everything applied is in the store: before a snapshot is written or installed."""
+        self._hand_over_batch()
+        self._committer.drain()
 
     def _end_of_tick(self) -> None:
         self.tick_lag.tick()
         # What this tick appended and sent to followers unflushed becomes durable while
         # they store it too (before the poll that waits for their answers).
         self._journal.flush()
-        # The leader commits every tick: replies wait for it. A follower answers no
-        # one, so it commits less often (fewer fsyncs stalling its Raft thread); what
-        # it applied but did not commit is replayed from the journal after a crash.
+        # The leader hands its batch over every tick: replies and readers wait for it.
+        # A follower answers no one, so it hands over less often (fewer store commits
+        # competing with its Raft thread); what it applied but did not store is replayed
+        # from the journal after a crash.
         now = time.monotonic()
-        if (self._after_commit or self._isLeader() or now >= self._last_commit + FOLLOWER_COMMIT_PERIOD_S
+        if (self._to_answer or self._isLeader() or now >= self._last_commit + FOLLOWER_COMMIT_PERIOD_S
                 or len(self._records.pending) >= FOLLOWER_COMMIT_KEYS):
-            self._commit_and_answer()
+            self._hand_over_and_answer()
         self._serve_reads()
         if self._snapshot_to_sync:
             fsutil.fsync_dir(Path(self.snapshot_path).parent)  # make pysyncobj's rename durable
@@ -239,11 +260,12 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         self._pending.track_leadership(self._isLeader())
         self._observe_raft()
 
-    def _commit_and_answer(self) -> None:
-        """Store what was applied and answer the proposals it settles."""
-        self._commit_batch()
+    def _hand_over_and_answer(self) -> None:
+        """Hand what was applied to the store committer and answer the proposals it
+        settles: committed in Raft, and visible to this node's readers."""
+        self._hand_over_batch()
         self._last_commit = time.monotonic()
-        callbacks, self._after_commit = self._after_commit, []
+        callbacks, self._to_answer = self._to_answer, []
         for callback in callbacks:
             try:
                 callback()
@@ -252,9 +274,9 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
 
     def _after_apply(self) -> None:
         """Called by pysyncobj_adapter.LeaderWritePath once committed entries are applied:
-        the leader stores them and answers their proposals at once."""
+        the leader hands them over and answers their proposals at once."""
         if self._isLeader():
-            self._commit_and_answer()
+            self._hand_over_and_answer()
 
     def _on_log_conflict(self, index: int) -> None:
         """A leader's entry replaced this node's at `index`. Entries this node applied
@@ -312,7 +334,8 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         return self.tick_lag.worst_since(since)
 
     def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
-        """Propose an encoded LogEntry; callback(result, None) after durable apply, or (None, reason)."""
+        """Propose an encoded LogEntry; callback(result, None) once it is committed (on a
+        majority's journal) and applied, or (None, reason)."""
         if not self._isLeader():
             raise NotLeader(self.leader_raft_address())
         self._check_capacity()
@@ -322,7 +345,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
             if not self._pending.settle(number):
                 return  # already answered "outcome unknown" when this node lost the lead
             if error == FAIL_REASON.SUCCESS:
-                self._after_commit.append(lambda: callback(result, None))
+                self._to_answer.append(lambda: callback(result, None))
             else:
                 self._pending.forget_decoded(data)
                 callback(None, _FAIL_NAMES.get(error, str(error)))
@@ -366,14 +389,14 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
             pysyncobj_adapter.send_append_entries_now(self)  # stamped with the new round
         if len(rounds):
             followers = pysyncobj_adapter.voters(self)[0] - {self.config.raft_address}
-            self._tell(rounds.ready(followers, self._stored_through()), None)
+            self._tell(rounds.ready(followers, self._readable_through()), None)
 
-    def _stored_through(self) -> int:
-        """The last log index whose effect the store holds. Once the applied batch is
-        committed that is Raft's applied index: the entries after the store's own
-        applied index (a leader's no-op, a membership change) change no state."""
-        if self._records.pending or self._batch_index > self._store.applied_index:
-            return self._store.applied_index
+    def _readable_through(self) -> int:
+        """The last log index whose effect this node's readers see. Once the applied
+        batch is handed over that is Raft's applied index: the entries after the last
+        one applied here (a leader's no-op, a membership change) change no state."""
+        if self._records.pending or self._batch_index > self._committer.handed_index:
+            return self._committer.handed_index
         return self.raftLastApplied
 
     @staticmethod
@@ -386,7 +409,8 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
 
     # ---- reads (callers must have passed a read point for linearizability) ---------
     def read_state(self) -> KvState:
-        return KvState(RecordCache(self._store, self._read_memo))
+        layers = self._committer.layers  # taken before any store read (store_committer)
+        return KvState(RecordCache(self._store, self._read_memo, layers=lambda: layers))
 
     def on_agent_changes(self, listener: ChangeListener | None) -> None:
         self._change_listener = listener
@@ -411,7 +435,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
 
     # ---- snapshots ----------------------------------------------------------------
     def _write_snapshot(self, tmp_path: str, raft_data: tuple) -> None:
-        self._commit_batch()
+        self._store_caught_up()
         self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store, self._key)
         self._snapshot_to_sync = True
 
@@ -419,7 +443,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         return snapshots.last_entry(path)
 
     def _read_snapshot(self, path: str) -> tuple:
-        self._commit_batch()
+        self._store_caught_up()
         try:
             return self._install_snapshot(path)
         except (DamagedAtRest, snapshot_file.SnapshotFormatError) as exc:
@@ -446,6 +470,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
                     self._store.load_image(received.image, received.header.image_len)
                 self._records.reset()
                 self._batch_index = self._store.applied_index
+                self._committer.reset(self._batch_index)
                 if self._change_listener is not None:
                     self._change_listener(None)
         self.last_snapshot = SnapshotInfo.of(path, applied_index)
@@ -477,6 +502,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
 
     def close(self) -> None:
         self.destroy_synchronous()
+        self._committer.close()
         self._store.close()
 
 

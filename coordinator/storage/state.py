@@ -79,26 +79,40 @@ class DecodeMemo:
         return value
 
 
+Layers = Callable[[], tuple[Writes, ...]]
+
+
+def _no_layers() -> tuple[Writes, ...]:
+    return ()
+
+
 class RecordCache:
     """Decoded records over the store, for the store's single writer.
 
-    All writes reach the store through commit(), so a decoded copy of what the
+    All writes reach the store through this cache, so a decoded copy of what the
     store holds never goes stale: hot records (a group, its agents) are decoded
     once, and `pending` holds the applied-but-uncommitted batch as objects, encoded
     once per key at commit. Readers on other threads use their own instance.
+
+    `layers`: batches applied and handed over to be committed but not yet in the
+    store (replication.store_committer), oldest first; they are read above the store.
     """
 
-    def __init__(self, store: Store, memo: DecodeMemo | None = None) -> None:
+    def __init__(self, store: Store, memo: DecodeMemo | None = None, layers: Layers = _no_layers) -> None:
         self.store = store
         self.pending: Writes = {}
         self._clean: dict[bytes, object | None] = {}
         self._decode = _decode if memo is None else memo.decode
+        self._layers = layers
 
     def get(self, key: bytes, cls: type) -> object | None:
         if key in self.pending:
             return self.pending[key]
         if key in self._clean:
             return self._clean[key]
+        for layer in reversed(self._layers()):
+            if key in layer:
+                return layer[key]
         raw = self.store.get(key)
         value = None if raw is None else self._decode(cls, raw)
         self._remember(key, value)
@@ -106,16 +120,24 @@ class RecordCache:
 
     def scan(self, prefix: bytes, cls: type) -> dict[bytes, object | None]:
         clean = self._clean
+        layers = self._layers()  # before the store: a layer leaves only once the store holds it
         found: dict[bytes, object | None] = {
             k: clean[k] if k in clean else self._decode(cls, raw) for k, raw in self.store.scan(prefix)}
+        for layer in layers:
+            found.update((k, v) for k, v in layer.items() if k.startswith(prefix))
         found.update((k, v) for k, v in self.pending.items() if k.startswith(prefix))
         return found
 
     def commit(self, applied_index: int) -> None:
         self.store.commit(encode_writes(self.pending), applied_index)
-        for key, value in self.pending.items():
+        self.hand_off()
+
+    def hand_off(self) -> Writes:
+        """Take the pending batch, to be committed elsewhere; its values stay known here."""
+        writes, self.pending = self.pending, {}
+        for key, value in writes.items():
             self._remember(key, value)
-        self.pending = {}
+        return writes
 
     def reset(self) -> None:
         """After the store's content was replaced wholesale (snapshot install)."""

@@ -18,7 +18,7 @@ from coordinator.replication import pysyncobj_adapter
 from coordinator.replication.fail_stop import EXIT_IO_ERROR
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.storage import StoreIOError
-from tests.replication.test_node import Cluster, cluster, commit, create_group, register, wait_for  # noqa: F401
+from tests.replication.test_node import DEADLINE, Cluster, cluster, commit, create_group, register, wait_for  # noqa: F401
 
 
 class SendsWhileDirty:
@@ -105,8 +105,11 @@ def test_a_single_node_acknowledges_only_flushed_entries(tmp_path: Path, monkeyp
     assert commits.rises >= 3 and commits.dirty == []
 
 
-def test_a_store_that_cannot_commit_stops_the_node_unacknowledged(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_store_that_cannot_commit_stops_the_node_and_what_it_acknowledged_is_replayed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An acknowledgement follows the journal's flush and the apply, not the store's
+    commit: a store that then fails stops the node, and the next start replays the
+    acknowledged entry from the journal."""
     cluster = Cluster(tmp_path, size=1)
     stops: list[tuple[str, int]] = []
     answers: list[tuple[object, object]] = []
@@ -122,19 +125,49 @@ def test_a_store_that_cannot_commit_stops_the_node_unacknowledged(tmp_path: Path
             raise StoreIOError("mdb_txn_commit: No space left on device; nothing was written")
         monkeypatch.setattr(node.store, "commit", disk_full)
         node.propose(register("r-1", "a").SerializeToString(), lambda result, error: answers.append((result, error)))
-        wait_for(lambda: stops, "the node to stop")
-        time.sleep(0.2)  # what would a node that carried on do meanwhile? (checked below)
-        answered = list(answers)  # before the disk is "fixed" below: a real node has exited by now
+        wait_for(lambda: stops and answers, "the node to answer and to stop")
+        answered = list(answers)
     finally:
         monkeypatch.undo()
         cluster.close()
     assert stops[0][1] == EXIT_IO_ERROR and "No space left" in stops[0][0]
-    assert answered == []  # never acknowledged
+    assert answered[0][1] is None, f"acknowledged once committed and applied: {answered}"
+    restarted = cluster.start(0)
+    wait_for(lambda: restarted.read_state().agent("g", "a") is not None, "the journal's replay of the acknowledged write")
+
+
+def test_an_acknowledged_write_is_read_before_the_store_has_committed_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store commit runs after the answer (store_committer): until it is done, the
+    node's readers see the write above the store, so a client that reads right after
+    its acknowledgement (a keepalive after a re-registration) never sees it undone."""
+    cluster = Cluster(tmp_path, size=1)
+    node = cluster.leader()
+    release = threading.Event()
+    try:
+        cluster.propose(create_group())
+        node._committer.drain()  # the group is in the store: what follows is the only commit held
+        real = node.store.commit
+
+        def held(writes: object, applied_index: int) -> None:
+            assert release.wait(DEADLINE), "the test never released the store"
+            real(writes, applied_index)
+        monkeypatch.setattr(node.store, "commit", held)
+        stored = node.store.applied_index
+        cluster.propose(register("r-1", "a"))  # answered while the store is held
+        assert node.store.applied_index == stored, "the answer waited for the store after all"
+        assert node.read_state().agent("g", "a") is not None, "an acknowledged write was not readable"
+        release.set()
+        wait_for(lambda: node.store.applied_index > stored, "the held store commit")
+        assert node.read_state().agent("g", "a") is not None
+    finally:
+        release.set()
+        cluster.close()
 
 
 def test_writes_whose_store_commit_was_lost_are_replayed_from_the_journal(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The leader's store commits are dropped (as a crash would lose an unsynced commit):
+    """The leader's store commits are dropped (as a crash before the background commit):
     every acknowledged write is still there on every node once the leader restarts,
     replayed from its journal from the store's applied index on."""
     cluster = Cluster(tmp_path)
@@ -145,7 +178,7 @@ def test_writes_whose_store_commit_was_lost_are_replayed_from_the_journal(
         leader = cluster.leader()
         index = next(i for i, n in cluster.nodes.items() if n is leader)
         stored = leader.store.applied_index
-        monkeypatch.setattr(leader._records, "commit", lambda applied_index: None)
+        monkeypatch.setattr(leader.store, "commit", lambda writes, applied_index: None)
         for i in range(1, 11):
             assert isinstance(cluster.propose(commit(f"c-{i}", "a", i), leader), CheckpointResult)
         assert leader.store.applied_index == stored, "the store committed after all"
