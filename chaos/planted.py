@@ -27,6 +27,12 @@ knows about it. Bugs:
   takes it as rebuilt the first time it looks (DurableJournal.log_lost_in_term), so
   it votes and stands for election at once: beside a stale node it elects a leader
   that lacks writes it had acknowledged itself.
+- `skip-replay`: a restarted node takes its store to hold every entry its journal
+  holds: until its first commit the store reports max(its applied index, the index
+  of the journal's last record), so the replay skips the committed entries the store
+  had not committed yet (and any entry a new leader writes at those indexes). After
+  a power loss the nodes that skipped them can be the majority: writes acknowledged
+  just before it are gone.
 """
 from __future__ import annotations
 
@@ -196,6 +202,58 @@ def _repaired_votes() -> None:
     DurableJournal.log_lost_in_term = forgotten  # type: ignore[method-assign]
 
 
+def _skip_replay() -> None:
+    import logging
+    from pathlib import Path
+
+    from coordinator import main
+    from coordinator.replication.journal_format import MAGIC, RECORD
+    from coordinator.storage.protocol import JOURNAL_FILE
+
+    open_store = main.open_store  # the name open_node calls
+
+    def last_index(journal: Path) -> int:
+        """The index of the journal's last whole record (0: none), from the headers alone."""
+        try:
+            data = journal.read_bytes()
+        except OSError:
+            return 0
+        pos, last = len(MAGIC), 0
+        while data.startswith(MAGIC) and pos + RECORD.size <= len(data):
+            length, index, _term, _mac = RECORD.unpack_from(data, pos)
+            if pos + RECORD.size + length > len(data):
+                break
+            pos, last = pos + RECORD.size + length, index
+        return last
+
+    class Hinted:
+        """The store, but its applied index is at least `hint` until it commits."""
+
+        def __init__(self, store: Any, hint: int) -> None:
+            self._store, self._hint = store, hint
+
+        @property
+        def applied_index(self) -> int:
+            return max(self._store.applied_index, self._hint)
+
+        def commit(self, writes: Any, applied_index: int) -> None:
+            self._store.commit(writes, applied_index)
+            self._hint = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._store, name)
+
+    def hinted(kind: str, path: Any, **options: Any) -> Any:
+        store = open_store(kind, path, **options)
+        hint = last_index(Path(path).parent / JOURNAL_FILE)  # the store is STORE_DIR in the data dir
+        if hint <= store.applied_index:
+            return store
+        logging.getLogger(__name__).warning("skip-replay: store at %d taken as %d", store.applied_index, hint)
+        return Hinted(store, hint)
+
+    main.open_store = hinted
+
+
 BUGS: dict[str, Callable[[], None]] = {
     "no-dedupe": _no_dedupe,
     "accept-stale-epoch": _accept_stale_epoch,
@@ -207,6 +265,7 @@ BUGS: dict[str, Callable[[], None]] = {
     "skip-authz": _skip_authz,
     "short-lease": _short_lease,
     "repaired-votes": _repaired_votes,
+    "skip-replay": _skip_replay,
 }
 
 
