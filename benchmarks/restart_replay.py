@@ -107,13 +107,15 @@ def main() -> int:
             box.wait(30)
         wait_for(lambda: node.store.applied_index >= node.status().commit_index, "the setup to be stored")
         stored = node.store.applied_index
-        node._records.commit = lambda applied_index: None  # every later store commit is lost, as in a crash
+        node.store.commit = lambda writes, applied_index: None  # every later store commit is lost, as in a crash
         filled = time.monotonic()
         propose_all(node, args.entries, args.batch)
         fill_s = time.monotonic() - filled
         target = node.status().commit_index
         journal_bytes = (root / "raft.journal").stat().st_size
         node.close()
+        if node.store.applied_index != stored:
+            raise RuntimeError(f"the store committed up to {node.store.applied_index}: nothing left to replay")
 
         started = time.monotonic()
         node = start(root, port)
