@@ -65,8 +65,11 @@ class StateGap(DamagedAtRest):
 def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: SnapshotInfo | None) -> None:
     """Raise StateGap when the journal starts after an entry that neither the store nor the
     snapshot holds (a lost store without its snapshot): started so, the node would apply
-    the journal to an empty state and serve, or lead, a state that never existed."""
-    covered = max(store_applied, snapshot.applied_index if snapshot is not None else 0)
+    the journal to an empty state and serve, or lead, a state that never existed. The
+    snapshot covers the log up to its last entry, which may lie past the store index it
+    holds: the entries after that one changed no state (SnapshotInfo.last_log_index)."""
+    covered = store_applied if snapshot is None else max(store_applied, snapshot.applied_index,
+                                                          snapshot.last_log_index)
     if journal_first is not None and journal_first > covered + 1:
         held = "no readable snapshot" if snapshot is None else f"a snapshot up to {snapshot.applied_index}"
         raise StateGap(f"the journal starts at index {journal_first}, but the store holds entries up to "

@@ -25,13 +25,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SnapshotInfo:
-    applied_index: int
+    applied_index: int  # the store's applied index in the image
     at_monotonic: float  # when it was written or loaded, for the status' age
     size: int
+    # The Raft index of its last entry: at or past applied_index, by the entries that
+    # change no state (a new leader's no-op, a membership change) applied after it.
+    last_log_index: int = 0
 
     @classmethod
-    def of(cls, path: str, applied_index: int) -> SnapshotInfo:
-        return cls(applied_index, time.monotonic(), os.path.getsize(path))
+    def of(cls, path: str, applied_index: int, last_log_index: int = 0) -> SnapshotInfo:
+        return cls(applied_index, time.monotonic(), os.path.getsize(path), last_log_index)
 
 
 def existing(path: str) -> SnapshotInfo | None:
@@ -39,9 +42,10 @@ def existing(path: str) -> SnapshotInfo | None:
     try:
         with open(path, "rb") as f:
             header = snapshot_file.read_header(f)
-        return SnapshotInfo.of(path, header.applied_index)
     except (OSError, snapshot_file.SnapshotFormatError):
         return None
+    ends = last_entry(path)
+    return SnapshotInfo.of(path, header.applied_index, ends[0] if ends is not None else 0)
 
 
 def last_entry(path: str) -> tuple[int, int] | None:

@@ -99,17 +99,22 @@ def test_a_snapshot_of_the_unauthenticated_format_is_still_installed(tmp_path: P
     assert restored.digest_with_index() == store.digest_with_index()
 
 
-@pytest.mark.parametrize("journal_first, store_applied, snapshot_applied, gap", [
-    (None, 0, None, False),  # a new node
-    (1, 0, None, False),  # nothing compacted yet
-    (99, 0, 100, False),  # compacted: the snapshot holds up to the journal
-    (99, 100, None, False),  # the snapshot file lost, the store still holds everything
-    (99, 0, None, True),  # store and snapshot lost: entries 1..98 are gone
-    (99, 50, 60, True),  # both behind the journal
+@pytest.mark.parametrize("journal_first, store_applied, snapshot_applied, snapshot_log_end, gap", [
+    (None, 0, None, 0, False),  # a new node
+    (1, 0, None, 0, False),  # nothing compacted yet
+    (99, 0, 100, 100, False),  # compacted: the snapshot holds up to the journal
+    (99, 100, None, 0, False),  # the snapshot file lost, the store still holds everything
+    (99, 0, None, 0, True),  # store and snapshot lost: entries 1..98 are gone
+    (99, 50, 60, 60, True),  # both behind the journal
+    # compacted after leader changes only: no-ops past the store's last state entry
+    (2, 0, 0, 3, False),
+    (40, 30, 30, 41, False),
 ])
 def test_a_node_refuses_to_start_when_its_files_leave_a_gap(journal_first: int | None, store_applied: int,
-                                                           snapshot_applied: int | None, gap: bool) -> None:
-    snapshot = None if snapshot_applied is None else snapshots.SnapshotInfo(snapshot_applied, 0.0, 1)
+                                                           snapshot_applied: int | None, snapshot_log_end: int,
+                                                           gap: bool) -> None:
+    snapshot = None if snapshot_applied is None else snapshots.SnapshotInfo(snapshot_applied, 0.0, 1,
+                                                                             snapshot_log_end)
     if gap:
         with pytest.raises(StateGap, match="entries in between are gone"):
             _refuse_a_gap(journal_first, store_applied, snapshot)
