@@ -378,7 +378,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
 
     def _serve_reads(self) -> None:
         """At the end of every tick: start a round for the reads that arrived, and
-        answer those a majority confirmed and the store has applied."""
+        answer those a majority confirmed and this node's readers see applied."""
         rounds, leader, term = self.read_rounds, self._isLeader(), self.raftCurrentTerm
         if len(rounds) and (not leader or term != rounds.term):
             self._tell(rounds.abandon(), LEADER_CHANGED)
