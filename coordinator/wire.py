@@ -124,6 +124,10 @@ def delete_group_from_pb(m: pb.DeleteGroupRequest) -> c.DeleteGroup:
     return c.DeleteGroup(m.group)
 
 
+def reset_dedupe_clock_from_pb(m: pb.ResetDedupeClockRequest) -> c.ResetDedupeClock:
+    return c.ResetDedupeClock()
+
+
 _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "create_group": create_group_from_pb,
     "register": register_from_pb,
@@ -137,6 +141,7 @@ _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "garbage_collect": garbage_collect_from_pb,
     "delete_group": delete_group_from_pb,
     "read_barrier": lambda m: c.ReadBarrier(),
+    "reset_dedupe_clock": reset_dedupe_clock_from_pb,
 }
 
 
@@ -273,6 +278,8 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
             msg.delete_group.CopyFrom(pb.DeleteGroupRequest(request_id=rid, group=group))
         case c.ReadBarrier():
             msg.read_barrier.SetInParent()
+        case c.ResetDedupeClock():
+            msg.reset_dedupe_clock.CopyFrom(pb.ResetDedupeClockRequest(request_id=rid))
         case other:
             raise TypeError(f"not a command: {other!r}")
     return msg

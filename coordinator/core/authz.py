@@ -50,6 +50,7 @@ RPC_ACCESS: Mapping[str, Access] = {
     "ClusterStatus": Access.CLUSTER_READ,
     "CreateGroup": Access.ADMIN, "StartEpoch": Access.ADMIN, "GarbageCollect": Access.ADMIN,
     "DeleteGroup": Access.ADMIN, "AddNode": Access.ADMIN, "RemoveNode": Access.ADMIN,
+    "ResetDedupeClock": Access.ADMIN,
 }
 
 # Which accesses each role holds; the agent role's are limited to its group (and,

@@ -105,8 +105,16 @@ class ReadBarrier:
     some, and they apply as before."""
 
 
+@dataclass(frozen=True)
+class ResetDedupeClock:
+    """Put the replicated dedupe clock and its watermark at the time this entry was
+    proposed, even backwards (core.dedupe.reset): the way back from a clock pushed
+    far ahead. Applied by the applier, which keeps that clock, not by the state machine."""
+
+
 Command = (CreateGroup | Register | CommitCheckpoint | ReportDependencies | StartEpoch | AbortEpoch
-           | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | DeleteGroup | ReadBarrier)
+           | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | DeleteGroup | ReadBarrier
+           | ResetDedupeClock)
 
 
 @dataclass(frozen=True)
@@ -199,6 +207,14 @@ class EmptyResult:
 
 
 @dataclass(frozen=True)
+class ClockResult:
+    """The replicated dedupe clock after and before a ResetDedupeClock, in seconds."""
+
+    clock_s: float
+    previous_clock_s: float
+
+
+@dataclass(frozen=True)
 class Failure:
     """A rejected command, stored like any result so a retry gets the same answer."""
 
@@ -214,10 +230,10 @@ class Failure:
 
 
 Result = (GroupResult | RegisterResult | CheckpointResult | DependenciesResult | EpochResult | RecoveryResult
-          | AckResult | GcResult | EmptyResult | Failure)
+          | AckResult | GcResult | EmptyResult | ClockResult | Failure)
 RESULT_TYPES: dict[str, type] = {t.__name__: t for t in (
     GroupResult, RegisterResult, CheckpointResult, DependenciesResult, EpochResult, RecoveryResult,
-    AckResult, GcResult, EmptyResult, Failure)}
+    AckResult, GcResult, EmptyResult, ClockResult, Failure)}
 
 
 class EncodedResult(bytes):

@@ -17,6 +17,15 @@ retry apply twice:
   watermark, so a forgotten request can only ever be refused -- whatever the
   clocks, and even if the window setting changes between leaders.
 
+An operator's reset (`reset`, ResetDedupeClock) is the one move backwards: after
+a leader whose clock was far ahead pushed the clock and watermark forward, every
+honest request looks too old. The reset puts both at the reset's own time and
+marks every answer recorded so far as forgettable (`ForgetThrough`): a request
+issued before the reset is then answered while its answer is remembered and
+refused as too old after, so none applies twice. (A client whose clock is ahead
+of the cluster's could have a request issued after the reset by its clock,
+answered before and forgotten: such a retry is the one a reset can apply again.)
+
 Answers are queued in the order they were recorded (sequence numbers `head` to
 `tail`), and each applied entry forgets at most a bounded number from the head, so
 an apply never does unbounded work. Pure and deterministic: every replica forgets
@@ -44,6 +53,14 @@ class DedupeClock:
     tail: int = 0  # sequence number the next answer gets
 
 
+@dataclass(frozen=True)
+class ForgetThrough:
+    """Answers with sequence numbers below `sequence` may go whatever their issue time:
+    those recorded before the last reset."""
+
+    sequence: int = 0
+
+
 def to_ms(seconds: float) -> int:
     """Whole milliseconds; the same float gives the same integer on every replica."""
     return int(seconds * 1000) if math.isfinite(seconds) and seconds > 0 else 0
@@ -59,6 +76,12 @@ def advance(clock: DedupeClock, proposed_at: float, window_s: float) -> DedupeCl
     if (now, watermark) == (clock.clock_ms, clock.watermark_ms):
         return clock
     return dataclasses.replace(clock, clock_ms=now, watermark_ms=watermark)
+
+
+def reset(clock: DedupeClock, proposed_at: float) -> DedupeClock:
+    """The clock and watermark put at `proposed_at`, forwards or backwards."""
+    at = to_ms(proposed_at)
+    return dataclasses.replace(clock, clock_ms=at, watermark_ms=at)
 
 
 def admit(clock: DedupeClock, issued_ms: int, window_s: float) -> Rejection | None:

@@ -58,7 +58,7 @@ def validate(command: c.Command) -> None:
         case (c.AbortEpoch(group=group) | c.StartEpoch(group=group) | c.GarbageCollect(group=group)
               | c.DeleteGroup(group=group)):
             ids.check_id(group, "group")
-        case c.ReadBarrier():
+        case c.ReadBarrier() | c.ResetDedupeClock():
             pass
         case _:
             ids.check_id(command.group, "group")  # type: ignore[union-attr]

@@ -63,6 +63,9 @@ RPC_SECONDS = Histogram("raftpoint_rpc_seconds", "gRPC handling time by method a
                         buckets=(5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 2.5, 10))
 
 # ---- overload (core.overload) ------------------------------------------------------
+CLOCK_AHEAD_OF_VOTERS = Gauge("raftpoint_clock_ahead_of_voters_seconds", "How far this leader's wall clock is "
+                              "ahead of the time a majority of the voters' clocks have reached, while its proposals "
+                              "are held to theirs (0 otherwise): check this node's clock")
 GC_PAUSE = Gauge("raftpoint_gc_pause_seconds", "Longest garbage-collector pause of the interpreter within the "
                  "last minute: it stalls the event loop and the Raft thread alike")
 LOOP_LAG = Gauge("raftpoint_event_loop_lag_seconds", "Worst lateness of the event loop over the last second "

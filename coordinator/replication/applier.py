@@ -12,11 +12,12 @@ import dataclasses
 
 from coordinator import wire
 from coordinator.core import dedupe
-from coordinator.core.commands import Entry, Failure, Proposal, ReadBarrier, encode_result
-from coordinator.core.dedupe import DedupeClock
+from coordinator.core.commands import ClockResult, Entry, Failure, Proposal, ReadBarrier, ResetDedupeClock, encode_result
+from coordinator.core.dedupe import DedupeClock, ForgetThrough
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.state_machine import apply
-from coordinator.storage.state import DEDUPE_CLOCK_KEY, KvState, RecordCache, remembered_key, result_key
+from coordinator.storage.state import (DEDUPE_CLOCK_KEY, DEDUPE_FORGET_THROUGH_KEY, KvState, RecordCache,
+                                      remembered_key, result_key)
 
 Answer = bytes | list[bytes]
 
@@ -48,6 +49,11 @@ def apply_proposal(records: RecordCache, proposal: Proposal) -> Answer:
     for entry in proposal.entries:
         if isinstance(entry, Failure):
             answers.append(encode_result(entry))
+            continue
+        if isinstance(entry.command, ResetDedupeClock):
+            previous, clock = clock, dedupe.reset(clock, proposal.proposed_at)
+            records.pending[DEDUPE_FORGET_THROUGH_KEY] = ForgetThrough(tail)
+            answers.append(encode_result(ClockResult(clock.clock_ms / 1000, previous.clock_ms / 1000)))
             continue
         answer, recorded = _apply_one(records, entry, clock, proposal, tail)
         answers.append(answer)
@@ -89,10 +95,15 @@ def _forget(records: RecordCache, clock: DedupeClock, budget: int) -> DedupeCloc
         item = records.get(remembered_key(head), bytes)
         if item is not None:
             issued, _, request_id = item.partition(b" ")
-            if not dedupe.forgettable(clock, int(issued)):
+            if not dedupe.forgettable(clock, int(issued)) and head >= _forget_through(records):
                 break
             records.pending[result_key(request_id.decode())] = None
             records.pending[remembered_key(head)] = None
         head += 1
         budget -= 1
     return clock if head == clock.head else dataclasses.replace(clock, head=head)
+
+
+def _forget_through(records: RecordCache) -> int:
+    marked = records.get(DEDUPE_FORGET_THROUGH_KEY, ForgetThrough)
+    return marked.sequence if isinstance(marked, ForgetThrough) else 0

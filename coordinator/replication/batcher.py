@@ -24,7 +24,7 @@ from coordinator.core.commands import Entry, Proposal, Result, decode_result
 from coordinator.core.validation import validate
 from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.read_index import NOT_LEADER
-from coordinator.replication.replica import NotLeader, Overloaded, Replica
+from coordinator.replication.replica import ClockAgreement, NotLeader, Overloaded, Replica
 
 DEFAULT_DEDUPE_WINDOW_S = NodeConfig.dedupe_window_s  # one default, the config's
 # A batch without an answer this long is given up: its outcome is unknown.
@@ -56,6 +56,7 @@ class Batcher:
         self._flush_scheduled = False
         self._in_flight = 0
         self.waiting = 0  # proposals not yet answered (queued or in Raft): admission bounds it
+        self._clocks_awaited_in_term = -1
 
     async def propose(self, entry: Entry) -> Result:
         """Propose one command (its proposed_at is set when it is sent) and await its result.
@@ -65,6 +66,7 @@ class Batcher:
         that is cancelled while waiting leaves its command out of any batch not yet sent.
         """
         validate(entry.command)
+        await self._hear_voters_clocks()
         message = wire.entry_to_pb(entry)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
@@ -100,6 +102,24 @@ class Batcher:
             raise NotLeader(self.replica.leader_raft_address())
         if outcome is not None:
             raise OutcomeUnknown(f"no read point: {outcome}")
+
+    async def _hear_voters_clocks(self) -> None:
+        """A leader that has not heard a majority's clocks lately (just elected after every
+        node restarted) stamps nothing before one read round, which every voter answers
+        with its clock: its own clock is then held to theirs (leader_clock's ceiling).
+        Once a term: voters too old to stamp their clocks leave the clock unbounded, as before."""
+        agreement = self.replica
+        if (not isinstance(agreement, ClockAgreement) or not agreement.is_leader()
+                or agreement.agreed_time(0.0) is not None):
+            return
+        term = self.replica.status().term
+        if term == self._clocks_awaited_in_term:
+            return
+        self._clocks_awaited_in_term = term
+        try:
+            await self.barrier()
+        except (NotLeader, OutcomeUnknown):
+            pass  # the proposal itself then fails or goes on as it would have
 
     def _flush(self) -> None:
         self._flush_scheduled = False

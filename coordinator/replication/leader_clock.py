@@ -17,18 +17,22 @@ clock when that comes back within the tolerance. A step is therefore ignored for
 as long as it lasts: no write is refused because of it, and no lease or epoch
 deadline moves.
 
-What it cannot tell is a node *started* with a wrong clock: it has no earlier
-reading to compare with. A clock behind the replicated one is caught at takeover
-(`catch_up`: the leader moves forward to the clock the log already holds, which
-earlier leaders agreed on); a clock ahead of it is indistinguishable from a
-cluster that was down for that long, and is believed. Leases never use the wall
-clock at all: they are measured on the monotonic clock from the leader's takeover.
+What it cannot tell alone is a node *started* with a wrong clock: it has no
+earlier reading to compare with. A clock behind the replicated one is caught at
+takeover (`catch_up`: the leader moves forward to the clock the log already
+holds, which earlier leaders agreed on). A clock ahead is held to its `ceiling`:
+on a leader, the time a majority of the voters' clocks have reached
+(voter_clocks), or before they have answered in this term, the replicated clock
+itself. The clock reads no further ahead than the ceiling (plus the tolerance)
+and keeps its own offset, so it follows its own wall clock again the moment that
+comes back in line. Leases never use the wall clock at all: they are measured on
+the monotonic clock from the leader's takeover.
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +46,16 @@ def _system_wall() -> float:
     return time.time()  # looked up at each call, so a test harness can step it process-wide
 
 
+# Given this clock's reading, the latest time the cluster agrees has been reached, or
+# None where nothing bounds it (a follower does not stamp proposals).
+Ceiling = Callable[[float], Optional[float]]
+
+
 class LeaderClock:
     def __init__(self, wall: Callable[[], float] = _system_wall,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._wall, self._monotonic = wall, monotonic
+                 monotonic: Callable[[], float] = time.monotonic, ceiling: Ceiling | None = None) -> None:
+        self._wall, self._monotonic, self._ceiling = wall, monotonic, ceiling
+        self.ahead_by = 0.0  # how far this clock is ahead of its ceiling while held to it; 0 otherwise
         self._last_monotonic = monotonic()
         self._offset = wall() - self._last_monotonic  # wall = monotonic + offset while believed
         self.stepped_by = 0.0  # how far the wall clock is from ours while it has stepped; 0 when in line
@@ -55,7 +65,23 @@ class LeaderClock:
         return self._monotonic()
 
     def now(self) -> float:
-        """Seconds since the epoch, as the wall clock would say had it never stepped."""
+        """Seconds since the epoch, as the wall clock would say had it never stepped,
+        and never further ahead than the ceiling allows."""
+        own = self._stepless()
+        ceiling = self._ceiling(own) if self._ceiling is not None else None
+        ahead = own - ceiling if ceiling is not None else 0.0
+        if ahead <= TOLERANCE_S:
+            if self.ahead_by:
+                log.warning("this node's clock is back in line with its voters' clocks; using it again")
+            self.ahead_by = 0.0
+            return own
+        if not self.ahead_by:
+            log.warning("this node's clock is %.3fs ahead of the time a majority of the voters' clocks have "
+                        "reached; proposals are stamped with theirs (check this node's clock)", ahead)
+        self.ahead_by = ahead
+        return ceiling + TOLERANCE_S
+
+    def _stepless(self) -> float:
         wall, mono = self._wall(), self._monotonic()
         expected = mono + self._offset
         tolerance = TOLERANCE_S + SLEW_PER_S * max(0.0, mono - self._last_monotonic)

@@ -40,6 +40,8 @@ from coordinator.replication.replica import (Callback, ChangeListener, Membershi
 from coordinator.replication.snapshots import SnapshotInfo
 from coordinator.replication.store_committer import StoreCommitter
 from coordinator.replication.tick_lag import TickLag
+from coordinator.replication.leader_clock import LeaderClock
+from coordinator.replication.voter_clocks import VoterClocks
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILD_FROM_PEERS, SNAPSHOT_FILE,
                                           DamagedAtRest, Store, StoreFullError, StoreIOError)
 from coordinator.storage import keys
@@ -102,6 +104,10 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         self._deferred_at = float("-inf")
         self._replaced_applied_from: int | None = None
         self.read_rounds = ReadRounds()  # Raft thread only; the transport stamps and counts with it
+        # This node's clock as it stamps its answers to a leader (Raft thread only), and
+        # the voters' clocks as a leader hears them (voter_clocks).
+        self.answer_clock = LeaderClock()
+        self.voter_clocks = VoterClocks()
         self._reads_arriving: queue.SimpleQueue[ReadDone] = queue.SimpleQueue()
         data = Path(config.data_dir)
         fsutil.ensure_dir(data)  # the journal and term file in it survive a power loss
@@ -332,6 +338,14 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
 
     def is_leader(self) -> bool:
         return self._isLeader()
+
+    def agreed_time(self, own: float) -> float | None:
+        """On the leader, the wall-clock time a majority of the voters' clocks have
+        reached, `own` being this node's reading (voter_clocks); None on a follower,
+        or while fewer than a majority have answered lately."""
+        if not self._isLeader():
+            return None
+        return self.voter_clocks.agreed(self.config.raft_address, own, time.monotonic(), self._voters[0])
 
     def tick_lag_since(self, since: float) -> float:
         return self.tick_lag.worst_since(since)

@@ -17,6 +17,7 @@ builds its SyncObj) patches pysyncobj, and calling it again changes nothing.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import struct
@@ -282,6 +283,7 @@ class FlushingTransport(TCPTransport):
             raft_log(owner).flush()
             if message.get("type") == "next_node_idx":
                 ReadRoundAcks.stamp_answer(owner, node, message)
+                AnswerClocks.stamp(owner, message)
         else:
             ReadRoundAcks.stamp_append_entries(owner, message)
         return super().send(node, message)
@@ -378,13 +380,15 @@ def follow_raft_rules(node: SyncObj, handle: Callable[[Any, Any], None], peer: A
     a node whose log was lost grants no vote (RebuildingVoter), a snapshot is installed
     only when it carries news (SnapshotReceiver), and a follower's commit index rises
     only over entries the leader sent (commit_only_what_the_leader_sent). Also the
-    ReadIndex exchange pysyncobj lacks (ReadRoundAcks)."""
+    ReadIndex exchange pysyncobj lacks (ReadRoundAcks), and the voters' clocks a
+    leader's own is held to (AnswerClocks)."""
     kind = message.get("type") if isinstance(message, dict) else None
     if kind == "request_vote" and raft_log(node).log_lost_in_term() is not None:
         RebuildingVoter.refuse(node, peer, message)
         return
     if kind == "next_node_idx":
         ReadRoundAcks.count(node, peer, message)
+        AnswerClocks.hear(node, peer, message)
     if kind != "append_entries":
         handle(peer, message)
         return
@@ -435,6 +439,25 @@ class ReadRoundAcks:
         rounds = _read_rounds(node)
         if "read_round" in message and rounds is not None and node._isLeader():
             rounds.acknowledged(peer.address, message.get("read_term"), message["read_round"])
+
+
+class AnswerClocks:
+    """Each follower's wall clock, on its answers to AppendEntries (next_node_idx), for
+    the leader's voter_clocks.VoterClocks: a node started with its clock far ahead
+    must not stamp the replicated clock with it when it leads."""
+
+    @staticmethod
+    def stamp(node: SyncObj, message: dict) -> None:
+        clock = getattr(node, "answer_clock", None)
+        if clock is not None:
+            message["clock"] = clock.now()
+
+    @staticmethod
+    def hear(node: SyncObj, peer: Any, message: dict) -> None:
+        clocks, wall = getattr(node, "voter_clocks", None), message.get("clock")
+        if (clocks is not None and isinstance(wall, float) and math.isfinite(wall) and node._isLeader()
+                and getattr(peer, "address", None) is not None):
+            clocks.heard(peer.address, wall, time.monotonic())
 
 
 def _read_rounds(node: SyncObj) -> Any:

@@ -73,6 +73,17 @@ class Replica(Protocol):
     def leader_raft_address(self) -> str | None: ...
 
 
+@runtime_checkable
+class ClockAgreement(Protocol):
+    """What bounds a leader's clock by its voters' (replication.voter_clocks): a
+    replicated node has it; a single in-process replica, whose clock is the
+    majority, does not."""
+
+    def agreed_time(self, own: float) -> float | None:
+        """On the leader, the time a majority of the voters' clocks have reached, `own`
+        being this node's reading; None elsewhere or while it is not known."""
+
+
 class RaftProbeFailed(Exception):
     """The address does not answer pysyncobj's key exchange with this cluster's password.
     Defined beside the Membership protocol, not in the adapter, so the transport can

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
+from coordinator.observability import metrics
 from coordinator.replication.batcher import DEFAULT_DEDUPE_WINDOW_S, Batcher
 from coordinator.replication.leader_clock import LeaderClock
-from coordinator.replication.replica import Replica
+from coordinator.replication.replica import ClockAgreement, Replica
 from coordinator.service import leader_loop
 from coordinator.service.leases import LeaseTable
 from coordinator.service.stall_watch import StallWatch
@@ -27,7 +28,8 @@ async def serve(replica: Replica, address: str, stop: asyncio.Event,
 
     The server stops as soon as `stop` is set, without waiting for a leader-loop
     tick that may be waiting for an answer; the loop ends after its tick."""
-    clock = clock or LeaderClock()
+    clock = clock or LeaderClock(ceiling=replica.agreed_time if isinstance(replica, ClockAgreement) else None)
+    metrics.CLOCK_AHEAD_OF_VOTERS.set_function(lambda: clock.ahead_by)
     batcher, leases = Batcher(replica, dedupe_window_s, clock), LeaseTable(clock.monotonic)
     admission = server.gate_for(batcher)
     watch = StallWatch(admission, replica.tick_lag_since, leader_loop.PERIOD_S)

@@ -305,6 +305,7 @@ def agent_changes(writes: Writes) -> list[AgentChange]:
 # int part, which never collides with a str part), and the table's clock (a str
 # part no request id can have, since "#" is not allowed in request ids).
 DEDUPE_CLOCK_KEY = keys.key(RESULT, "#clock")
+DEDUPE_FORGET_THROUGH_KEY = keys.key(RESULT, "#forget-through")  # core.dedupe.ForgetThrough, once reset
 
 
 def result_key(request_id: str) -> bytes:

@@ -28,7 +28,7 @@ from coordinator.transport.status_map import Refused, abort_with
 WORK_OF_METHOD: dict[str, Work] = {
     "Heartbeat": Work.KEEPALIVE,
     **dict.fromkeys(("Register", "CommitCheckpoint", "ReportDependencies", "AckOrder", "Deregister",
-                     "CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup",
+                     "CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup", "ResetDedupeClock",
                      "WatchOrders", "Session"), Work.WRITE),  # a new stream takes a read point (a quorum round)
     **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf"), Work.READ),
 }

@@ -136,6 +136,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         result = await self.p.submit(context, request, wire.delete_group_from_pb)
         return _freed(result)
 
+    async def ResetDedupeClock(self, request, context):
+        result = await self.p.submit(context, request, wire.reset_dedupe_clock_from_pb)
+        return pb.ResetDedupeClockResponse(clock_s=result.clock_s, previous_clock_s=result.previous_clock_s)
+
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))
         await self.p.barrier(context)

@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.gc",
     "raftpoint.cli.repair",
     "raftpoint.cli.auth",
+    "raftpoint.cli.clock",
 )
 
 

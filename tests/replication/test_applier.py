@@ -164,3 +164,27 @@ def test_decoding_matches_the_proposers_own_decoding() -> None:
     assert proposal.batch and proposal.proposed_at == 5.0 and proposal.dedupe_window_s == WINDOW
     assert [e.request_id for e in proposal.entries] == ["x-1", "x-2"]
     assert [e.issued_at for e in proposal.entries] == [4.5, 0.0] and {e.proposed_at for e in proposal.entries} == {5.0}
+
+
+YEAR = 365 * 86400.0
+
+
+def test_a_reset_brings_a_clock_pushed_a_year_ahead_back_and_applies_nothing_twice() -> None:
+    r = Replica()
+    setup(r)
+    r.apply(raft_entry(1001.0, commit_entry("cp-1", 1, issued_at=1001.0)))
+    r.apply(raft_entry(1002.0 + YEAR, commit_entry("cp-2", 2)))  # a leader a year ahead stamps it
+    refused = r.apply(raft_entry(1003.0, commit_entry("cp-3", 3, issued_at=1003.0)))
+    assert isinstance(refused, Failure) and "too old to deduplicate" in refused.reason
+    reset = r.apply(raft_entry(1004.0, log_pb2.LogEntry(
+        request_id="reset", reset_dedupe_clock=pb.ResetDedupeClockRequest(request_id="reset"))))
+    assert (reset.clock_s, reset.previous_clock_s) == (1004.0, 1002.0 + YEAR)
+    assert isinstance(r.apply(raft_entry(1005.0, commit_entry("cp-3", 3, issued_at=1005.0))), CheckpointResult)
+    # A retry of a request issued before the reset, its answer forgotten: refused, not applied twice.
+    late = r.apply(raft_entry(1006.0, commit_entry("cp-1", 1, issued_at=1001.0)))
+    assert isinstance(late, Failure) and "too old to deduplicate" in late.reason, late
+    # Every answer from before the reset goes, even the one stamped a year ahead.
+    for i in range(4, 40):
+        r.apply(raft_entry(1006.0 + i, commit_entry(f"cp-{i}", i, issued_at=1006.0 + i)))
+    assert not {"cg", "reg", "cp-1", "cp-2"} & set(r.answers()), r.answers()
+    assert [c.index for c in KvState(r.records).checkpoints("g", "a")] == list(range(1, 40))

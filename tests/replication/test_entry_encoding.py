@@ -41,6 +41,7 @@ COMMANDS: list[c.Command] = [
     c.GarbageCollect("g"),
     c.DeleteGroup("g"),
     c.ReadBarrier(),
+    c.ResetDedupeClock(),
 ]
 
 

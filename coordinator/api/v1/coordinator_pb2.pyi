@@ -590,6 +590,20 @@ class DeleteGroupRequest(_message.Message):
     group: str
     def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
+class ResetDedupeClockRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class ResetDedupeClockResponse(_message.Message):
+    __slots__ = ("clock_s", "previous_clock_s")
+    CLOCK_S_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_CLOCK_S_FIELD_NUMBER: _ClassVar[int]
+    clock_s: float
+    previous_clock_s: float
+    def __init__(self, clock_s: _Optional[float] = ..., previous_clock_s: _Optional[float] = ...) -> None: ...
+
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -458,6 +458,11 @@ class AdminServiceStub:
                 request_serializer=v1_dot_coordinator__pb2.MembershipRequest.SerializeToString,
                 response_deserializer=v1_dot_coordinator__pb2.MembershipResponse.FromString,
                 _registered_method=True)
+        self.ResetDedupeClock = channel.unary_unary(
+                '/raftpoint.v1.AdminService/ResetDedupeClock',
+                request_serializer=v1_dot_coordinator__pb2.ResetDedupeClockRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.ResetDedupeClockResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -523,6 +528,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetDedupeClock(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -575,6 +586,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RemoveNode,
                     request_deserializer=v1_dot_coordinator__pb2.MembershipRequest.FromString,
                     response_serializer=v1_dot_coordinator__pb2.MembershipResponse.SerializeToString,
+            ),
+            'ResetDedupeClock': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetDedupeClock,
+                    request_deserializer=v1_dot_coordinator__pb2.ResetDedupeClockRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.ResetDedupeClockResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -847,6 +863,33 @@ class AdminService:
             '/raftpoint.v1.AdminService/RemoveNode',
             v1_dot_coordinator__pb2.MembershipRequest.SerializeToString,
             v1_dot_coordinator__pb2.MembershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetDedupeClock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/ResetDedupeClock',
+            v1_dot_coordinator__pb2.ResetDedupeClockRequest.SerializeToString,
+            v1_dot_coordinator__pb2.ResetDedupeClockResponse.FromString,
             options,
             channel_credentials,
             insecure,
