@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from chaos import bitrot, repair
+from chaos import bitrot, boot_skew, repair
 from chaos import scenarios as s
 from chaos.controller import ChaosCluster
 from chaos.history import History
@@ -144,6 +144,9 @@ class Nemesis:
             case s.BIT_ROT:
                 return lambda: self._rot(i, str(fault.params.get("file", bitrot.JOURNAL))), \
                     lambda: self._after_rot(i)
+            case s.BOOT_SKEW:
+                skewed = boot_skew.BootSkewFault(c, self.history, i, self._stop)
+                return skewed.inject, skewed.heal
             case s.REPAIR:  # i leads; the rest of the roles drawn now (chaos.repair)
                 rebuild = repair.RepairFault(c, self.history, repair.roles(i, c.size, self.rng), self._stop)
                 return rebuild.inject, rebuild.heal

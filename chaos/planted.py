@@ -33,6 +33,9 @@ knows about it. Bugs:
   had not committed yet (and any entry a new leader writes at those indexes). After
   a power loss the nodes that skipped them can be the majority: writes acknowledged
   just before it are gone.
+- `unbounded-clock`: a leader's clock is not held to its voters' clocks
+  (VoterClocks never agrees on a time), so a node booted with its clock far ahead
+  stamps the replicated dedupe clock with it once it leads.
 """
 from __future__ import annotations
 
@@ -254,6 +257,15 @@ def _skip_replay() -> None:
     main.open_store = hinted
 
 
+def _unbounded_clock() -> None:
+    from coordinator.replication.voter_clocks import VoterClocks
+
+    def never(self: VoterClocks, me: str, own_wall: float, now: float, voters: Any) -> None:
+        return None
+
+    VoterClocks.agreed = never  # type: ignore[method-assign,assignment]
+
+
 BUGS: dict[str, Callable[[], None]] = {
     "no-dedupe": _no_dedupe,
     "accept-stale-epoch": _accept_stale_epoch,
@@ -266,6 +278,7 @@ BUGS: dict[str, Callable[[], None]] = {
     "short-lease": _short_lease,
     "repaired-votes": _repaired_votes,
     "skip-replay": _skip_replay,
+    "unbounded-clock": _unbounded_clock,
 }
 
 

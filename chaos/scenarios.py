@@ -27,12 +27,14 @@ POWER_LOSS = "power-loss"      # every node loses power at once: unsynced writes
 AGENT_CRASH = "agent-crash"    # SIGKILL agent processes (the agent workload restarts them)
 CLOCK_JUMP = "clock-jump"      # the target's wall clock stepped by params["seconds"]; put right when healed
 BIT_ROT = "bit-rot"            # stop the target, flip bytes in params["file"], start it; rebuilt if it refused
+BOOT_SKEW = "boot-skew"        # the target restarted with its wall clock a year ahead, then made leader;
+                               # its clock put right and it restarted when healed (chaos.boot_skew)
 REPAIR = "repair"              # a follower rebuilt from its peers while another is stale and the target (the
                                # leader) is killed; healed once the rebuilt node is caught up (chaos.repair)
 
 LEADER, FOLLOWER, ANY, ALL = "leader", "follower", "any", "all"
 NODE_FAULTS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, RESTART, DISK_FULL, SLOW_DISK, POWER_LOSS, CLOCK_JUMP,
-               BIT_ROT, REPAIR)
+               BIT_ROT, REPAIR, BOOT_SKEW)
 DISK_FAULTS = (DISK_FULL, SLOW_DISK, POWER_LOSS)
 
 
@@ -138,7 +140,22 @@ def _repair(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
     return _repeat(REPAIR, LEADER, (14.0, 18.0), REPAIR_HOLD)(rng, duration, nodes)
 
 
-MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH, REPAIR)
+# A boot-skew fault's hold: a restart and up to a few elections won by pausing leaders;
+# its heal restarts the node again, which the next fault waits for.
+BOOT_SKEW_HOLD = (6.0, 9.0)
+BOOT_SKEW_HEAL_S = 2.0
+
+
+def _boot_skew(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    """The first at 2 s, so a 12 s smoke run holds one; then one every 12-16 s."""
+    return _repeat(BOOT_SKEW, FOLLOWER, (12.0 + BOOT_SKEW_HEAL_S, 16.0), BOOT_SKEW_HOLD)(rng, duration, nodes)
+
+
+MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH, REPAIR, BOOT_SKEW)
+# Faults that need a target of their own kind and hold longer than the mix's others.
+_MIX_TARGET = {REPAIR: LEADER, BOOT_SKEW: FOLLOWER}
+_MIX_HOLD = {REPAIR: REPAIR_HOLD, BOOT_SKEW: BOOT_SKEW_HOLD}
+_MIX_HEAL_S = {REPAIR: REPAIR_HEAL_S, BOOT_SKEW: BOOT_SKEW_HEAL_S}
 
 
 def _random_mix(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
@@ -147,12 +164,12 @@ def _random_mix(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
         if t < busy_until:
             continue
         kind = rng.choice(MIX_KINDS)
-        target = "agents" if kind == AGENT_CRASH else LEADER if kind == REPAIR else rng.choice((LEADER, FOLLOWER, ANY))
+        target = "agents" if kind == AGENT_CRASH else _MIX_TARGET.get(kind) or rng.choice((LEADER, FOLLOWER, ANY))
         params = {"count": 1} if kind == AGENT_CRASH else {"delay_ms": 80} if kind == DELAY else {}
-        hold = REPAIR_HOLD if kind == REPAIR else (1.5, 4.0)
+        hold = _MIX_HOLD.get(kind, (1.5, 4.0))
         fault = Fault(round(t, 2), kind, target, round(rng.uniform(*hold), 2), params)
         faults.append(fault)
-        busy_until = fault.heal_at + (REPAIR_HEAL_S if kind == REPAIR else 0.5)
+        busy_until = fault.heal_at + _MIX_HEAL_S.get(kind, 0.5)
     return faults
 
 
@@ -188,4 +205,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("repair", "a follower stopped and rebuilt from its peers (raftpoint repair --from-peers) right after "
              "writes it held with the leader only; the leader killed, a stale follower started beside it: no "
              "acknowledged write may be lost", _repair),
+    Scenario("boot-skew", "a follower restarted with its wall clock a year ahead, then made leader by pausing "
+             "the others' leaders: no write may be refused for time, before or after", _boot_skew, agents=True),
 )}

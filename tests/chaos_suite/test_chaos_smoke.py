@@ -137,6 +137,19 @@ PLANTED = [
         "stable-epochs-have-one-identity",
         # GC's watermark computed without a skipped dependency report is too high
         "gc-collects-only-unneeded"}),
+    # The node booted a year ahead stamps the dedupe clock a year ahead once it leads.
+    ("boot-skew", "unbounded-clock", {"no-refusals-for-time"}, {
+        # every write after that is refused as too old, so none is acknowledged after the heal
+        "serves-after-heal",
+        # the jump forgot every remembered answer: a re-sent request is refused as too old
+        # instead of given its first answer
+        "retries-apply-once",
+        # a request applied while its client saw no answer, then refused as too old when
+        # re-sent, counts as not applied for the checker: a dependency report or checkpoint
+        # the coordinator computes lines (and GC's watermark) from is missing from its model
+        "recovery-lines-consistent-and-maximal", "gc-collects-only-unneeded",
+        # and such a checkpoint shows in listings the checker never saw acknowledged
+        "reads-reflect-acknowledged-writes"}),
 ]
 
 

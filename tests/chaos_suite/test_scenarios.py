@@ -7,11 +7,11 @@ import pytest
 
 from chaos.linkfaults import LinkFaults, delay
 from chaos.repair import roles
-from chaos.scenarios import (DISK_FAULTS, LEADER, NODE_FAULTS, AGENT_CRASH, REPAIR, REPAIR_HEAL_S, REPAIR_HOLD,
-                             SCENARIOS, RESTART)
+from chaos.scenarios import (BOOT_SKEW, BOOT_SKEW_HEAL_S, BOOT_SKEW_HOLD, DISK_FAULTS, FOLLOWER, LEADER,
+                             NODE_FAULTS, AGENT_CRASH, REPAIR, REPAIR_HEAL_S, REPAIR_HOLD, SCENARIOS, RESTART)
 
 REQUIRED = {"leader-kill-loop", "follower-pause", "partition-leader", "asymmetric-partition", "flapping-links",
-            "disk-full", "rolling-restart", "agent-crash-storm", "random-mix", "repair"}
+            "disk-full", "rolling-restart", "agent-crash-storm", "random-mix", "repair", "boot-skew"}
 
 
 def test_the_issue_s_scenarios_exist() -> None:
@@ -60,11 +60,14 @@ def test_repair_roles_leave_the_writes_on_nodes_that_are_down(size: int) -> None
         assert r.leader == leader and r.repaired != leader, r
 
 
-def test_random_mix_draws_repair_on_the_leader_with_time_to_heal() -> None:
+@pytest.mark.parametrize("kind, target, hold, heal_s", [(REPAIR, LEADER, REPAIR_HOLD, REPAIR_HEAL_S),
+                                                        (BOOT_SKEW, FOLLOWER, BOOT_SKEW_HOLD, BOOT_SKEW_HEAL_S)])
+def test_random_mix_draws_the_long_faults_on_their_target_with_time_to_heal(
+        kind: str, target: str, hold: tuple[float, float], heal_s: float) -> None:
     plans = [SCENARIOS["random-mix"].faults(seed, 120.0) for seed in range(10)]
-    repairs = [(f, plan[n + 1] if n + 1 < len(plan) else None) for plan in plans for n, f in enumerate(plan)
-               if f.kind == REPAIR]
-    assert repairs, "random-mix never drew a repair"
-    for f, after in repairs:
-        assert f.target == LEADER and REPAIR_HOLD[0] <= f.hold <= REPAIR_HOLD[1], f
-        assert after is None or after.at >= f.heal_at + REPAIR_HEAL_S, (f, after)
+    drawn = [(f, plan[n + 1] if n + 1 < len(plan) else None) for plan in plans for n, f in enumerate(plan)
+             if f.kind == kind]
+    assert drawn, f"random-mix never drew {kind}"
+    for f, after in drawn:
+        assert f.target == target and hold[0] <= f.hold <= hold[1], f
+        assert after is None or after.at >= f.heal_at + heal_s, (f, after)
