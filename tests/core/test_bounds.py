@@ -8,7 +8,7 @@ from coordinator.core import ids
 from coordinator.core.errors import Code, Rejection, ReasonCode, shown
 from coordinator.core.history import Dependency
 from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode
-from coordinator.core.validation import MAX_COUNTER, validate
+from coordinator.core.validation import MAX_CHECKPOINT_INDEX, MAX_COUNTER, validate
 
 SHA = "ab" * 32
 
@@ -61,8 +61,13 @@ def test_checkpoint_counters_beyond_their_bounds_are_refused(field: str, value: 
     assert refusal(checkpoint(**{field: value})).field == f"checkpoint.{field}"
 
 
-def test_the_highest_checkpoint_index_leaves_a_higher_one_to_commit() -> None:
-    validate(checkpoint(index=MAX_COUNTER))
+def test_the_highest_checkpoint_index_leaves_its_next_interval_in_bounds() -> None:
+    """An agent at checkpoint k sends in interval k + 1: at k = 2^53 its receivers'
+    dependency reports were refused, so its messages could never be delivered."""
+    assert refusal(checkpoint(index=MAX_COUNTER)).field == "checkpoint.index"
+    validate(checkpoint(index=MAX_CHECKPOINT_INDEX))
+    validate(c.ReportDependencies("g", "a", c.Token(1, 0), (
+        Dependency("b", MAX_CHECKPOINT_INDEX + 1, "a", MAX_CHECKPOINT_INDEX + 1, "m"),)))
 
 
 @pytest.mark.parametrize("field", ["send_interval", "receive_interval", "send_generation"])
