@@ -78,6 +78,26 @@ def test_dependency_counters_beyond_their_bounds_are_refused(field: str) -> None
     assert r.field == f"records[0].{field}"
 
 
+@pytest.mark.parametrize("address", [
+    "a" * 64 + ".example:7000",  # a DNS label is at most 63 characters
+    "a..b:7000", ".a:7000", ("a" * 63 + ".") * 4 + "a:7000",  # an empty label; a name past 253 characters
+    "hé:7000", "a_b@c:7000", "[::1:7000",
+])
+def test_a_host_no_resolver_could_look_up_is_refused(address: str) -> None:
+    """A name the resolver's IDNA codec cannot encode raised UnicodeError deep in AddNode (UNKNOWN)."""
+    with pytest.raises(Rejection) as info:
+        ids.check_address(address, "node")
+    assert info.value.reason_code is ReasonCode.INVALID_FIELD and info.value.field == "node"
+
+
+@pytest.mark.parametrize("address", [
+    "127.0.0.1:7000", "localhost:1", "raftpoint-0.raftpoint-peers.ns.svc.cluster.local:7000", "[::1]:7000",
+    "node_1.example.:50051", "a" * 63 + ".example:7000",
+])
+def test_host_names_and_ip_addresses_are_accepted(address: str) -> None:
+    ids.check_address(address, "node")
+
+
 @pytest.mark.parametrize("check", [
     lambda v: ids.check_id(v, "agent_id"),
     lambda v: ids.check_request_id(v),
