@@ -27,6 +27,7 @@ from agent_client.blobs.errors import BlobCorrupted
 ENV_KEY = "RAFTPOINT_AEAD_KEY"
 ENV_KEY_FILE = "RAFTPOINT_AEAD_KEY_FILE"
 NONCE_BYTES = 12
+OVERHEAD = NONCE_BYTES + 16  # a sealed chunk is its plaintext plus the nonce and GCM's tag
 ALGORITHM = "AES-256-GCM"
 _AAD_PREFIX = b"raftpoint-chunk-v1:"
 

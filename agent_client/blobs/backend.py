@@ -48,8 +48,10 @@ class ChunkBackend(Protocol):
         after a checkpoint's chunks and again after its manifest, so no durable manifest
         ever names a chunk a power loss could take)."""
 
-    def get(self, key: str) -> bytes:
-        """The bytes; raises BlobMissing naming the key if absent."""
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """The bytes; raises BlobMissing naming the key if absent. With `max_bytes`, at
+        most max_bytes + 1 of them: a longer object is cut there, so the caller sees it
+        is too long without reading it whole."""
 
     def exists(self, key: str) -> bool: ...
 
@@ -120,9 +122,10 @@ class DirectoryBackend:
                 self._unsynced.append(path)
         return created
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         try:
-            return self._path(key).read_bytes()
+            with self._path(key).open("rb") as f:
+                return f.read() if max_bytes is None else f.read(max_bytes + 1)
         except FileNotFoundError:
             raise BlobMissing(f"{self.uri(key)} is missing") from None
 
@@ -169,11 +172,28 @@ class DirectoryBackend:
         return self._path(key).as_uri()
 
     def key_for_uri(self, uri: str) -> str | None:
-        parsed = urlparse(uri)
-        if parsed.scheme != "file":
+        try:
+            path = file_url_path(uri)
+        except ValueError:  # not file://, or another machine's
             return None
-        path = Path(unquote(parsed.path))
         try:
             return path.resolve().relative_to(self.root).as_posix()
         except ValueError:
             return None
+
+
+# The hosts a file:// URL may name: this machine's.
+LOCAL_FILE_HOSTS = frozenset({"", "localhost"})
+
+
+def file_url_path(url: str) -> Path:
+    """The local path of a file:// URL. ValueError for another scheme, and for a URL
+    naming another host: its path is that machine's, and the same path here is
+    another directory (file://host/x is not /x)."""
+    parsed = urlparse(url)
+    if parsed.scheme != "file":
+        raise ValueError(f"not a file:// URL: {url!r}")
+    if parsed.netloc.lower() not in LOCAL_FILE_HOSTS:
+        raise ValueError(f"file:// URL {url!r} names host {parsed.netloc!r}: only this machine's files can be used "
+                         "(file:///path or file://localhost/path); mount a remote store and give its local path")
+    return Path(unquote(parsed.path))

@@ -22,7 +22,7 @@ from typing import Iterable
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
 from agent_client.blobs.errors import BlobMissing
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, chunk_key, manifest_digest
-from agent_client.blobs.manifest import Manifest
+from agent_client.blobs.manifest import MAX_MANIFEST_BYTES, Manifest
 
 DEFAULT_GRACE_S = 3600.0
 
@@ -38,7 +38,7 @@ def read_manifest(backend: ChunkBackend, key: str) -> Manifest:
     digest = manifest_digest(key)
     if digest is None:
         raise BlobMissing(f"{backend.uri(key)} is not a manifest of this blob store")
-    return Manifest.from_json(backend.get(key), digest, backend.uri(key))
+    return Manifest.from_json(backend.get(key, max_bytes=MAX_MANIFEST_BYTES), digest, backend.uri(key))
 
 
 def _referenced_chunks(backend: ChunkBackend, manifest_keys: Iterable[str]) -> set[str]:

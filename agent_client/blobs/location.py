@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Mapping
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from agent_client.blobs.aead import aead_key_from_env
-from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
+from agent_client.blobs.backend import ChunkBackend, DirectoryBackend, file_url_path
 from agent_client.blobs.store import LocalBlobStore
 
 OBJECT_STORE_SCHEMES = frozenset({"s3"})
@@ -25,7 +25,7 @@ def local_root(location: str | Path) -> Path | None:
     if parsed.scheme in OBJECT_STORE_SCHEMES:
         return None
     if parsed.scheme == "file":
-        return Path(unquote(parsed.path))
+        return file_url_path(location)
     if parsed.scheme and len(parsed.scheme) > 1:  # one letter: a Windows drive, not a scheme
         raise ValueError(f"unsupported blob store location {parsed.scheme}://... "
                          f"(a directory, file://, or {', '.join(s + '://' for s in sorted(OBJECT_STORE_SCHEMES))})")

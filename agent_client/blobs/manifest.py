@@ -8,12 +8,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
+from typing import Any
 
+from agent_client.blobs.chunking import MAX_CHUNK
 from agent_client.blobs.errors import BlobMissing
 
 VERSION = 3  # 3: chunks cut by compiled FastCDC (see chunking.ALGORITHM); layout unchanged
 READABLE_VERSIONS = frozenset({2, VERSION})  # 2: the pure-Python chunker; reading never re-chunks
+# The most chunks one manifest lists: a state of 4 GiB at the smallest chunks, about
+# 20 GiB at typical ones. put() refuses a state that needs more, and a reader reads at
+# most MAX_MANIFEST_BYTES + 1 of a manifest (the longest such a list can be), so a
+# planted manifest of any size costs it no more.
+MAX_CHUNKS = 2**18
+_MAX_ENTRY_BYTES = len('["%s",%d],' % ("0" * 64, MAX_CHUNK))
+MAX_MANIFEST_BYTES = 4096 + MAX_CHUNKS * _MAX_ENTRY_BYTES
+# Digests and the key id become parts of storage keys: only these forms are ever used.
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+_KEY_ID_RE = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,11 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes, expected_digest: str, where: str) -> "Manifest":
+        """The manifest `data` holds, checked whole before anything in it is used (its
+        digests name storage keys); BlobMissing for anything this store never writes."""
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise BlobMissing(f"manifest {where} is larger than {MAX_MANIFEST_BYTES} bytes, more than any manifest "
+                              "this store writes")
         if hashlib.sha256(data).hexdigest() != expected_digest:
             raise BlobMissing(f"manifest {where} is truncated or altered (its bytes do not hash to its name)")
         try:
@@ -55,8 +73,43 @@ class Manifest:
             if doc["version"] not in READABLE_VERSIONS:
                 raise BlobMissing(f"manifest {where} has unsupported version {doc['version']}")
             enc = doc["encryption"] or {}
-            return cls(int(doc["size"]), str(doc["sha256"]),
-                       tuple(ChunkRef(str(d), int(n)) for d, n in doc["chunks"]), str(doc["chunking"]),
-                       enc.get("key_id"), enc.get("cipher"), doc["parent"], int(doc["version"]))
-        except (ValueError, KeyError, TypeError) as exc:
+            manifest = cls(doc["size"], doc["sha256"], tuple(ChunkRef(d, n) for d, n in doc["chunks"]),
+                           doc["chunking"], enc.get("key_id"), enc.get("cipher"), doc["parent"], doc["version"])
+            manifest._check()
+            return manifest
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BlobMissing(f"manifest {where} is unreadable ({exc!r})") from None
+
+    def _check(self) -> None:
+        """ValueError unless every field has the form and range put() gives it."""
+        if not (_is_int(self.version, 0) and _is_int(self.size, 0) and _is_digest(self.sha256)
+                and isinstance(self.chunking, str)):
+            raise ValueError("version, size, sha256 or chunking malformed")
+        if self.parent is not None and not _is_digest(self.parent):
+            raise ValueError(f"parent {self.parent!r} is not a SHA-256 digest")
+        if self.key_id is not None and not (isinstance(self.key_id, str) and _KEY_ID_RE.fullmatch(self.key_id)
+                                            and isinstance(self.cipher, str)):
+            raise ValueError(f"encryption key id {self.key_id!r} malformed")
+        if len(self.chunks) > MAX_CHUNKS:
+            raise ValueError(f"{len(self.chunks)} chunks, more than {MAX_CHUNKS}")
+        for ref in self.chunks:
+            if not (_is_digest(ref.digest) and _is_int(ref.size, 1, MAX_CHUNK)):
+                raise ValueError(f"chunk {ref.digest!r} of {ref.size!r} bytes malformed")
+        if sum(ref.size for ref in self.chunks) != self.size:
+            raise ValueError(f"the chunks' sizes do not add up to size {self.size}")
+
+
+def check_chunk_count(count: int, size: int) -> None:
+    """ValueError when a state of `size` bytes cut into `count` chunks needs a manifest
+    longer than readers accept (put() asks before writing anything)."""
+    if count > MAX_CHUNKS:
+        raise ValueError(f"a state of {size} bytes cuts into {count} chunks, more than the {MAX_CHUNKS} one "
+                         "manifest may list: checkpoint it in parts")
+
+
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, str) and _DIGEST_RE.fullmatch(value) is not None
+
+
+def _is_int(value: Any, low: int, high: int | None = None) -> bool:
+    return type(value) is int and low <= value and (high is None or value <= high)

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import parse_qs, urlparse
 
 import obstore
@@ -179,9 +179,12 @@ class S3Backend:
     def flush(self) -> None:
         """Nothing to do: S3 acknowledges a PUT once the object is stored."""
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         try:
-            return bytes(obstore.get(self._store, key).bytes())
+            result = obstore.get(self._store, key)
+            if max_bytes is None or result.meta["size"] <= max_bytes:
+                return bytes(result.bytes())
+            return _prefix(result.stream(), max_bytes + 1)  # the rest is never downloaded
         except FileNotFoundError:
             raise BlobMissing(f"{self.uri(key)} is missing") from None
         except Exception as exc:
@@ -236,6 +239,16 @@ class S3Backend:
             return path or None
         head = self.where.prefix + "/"
         return path[len(head):] if path.startswith(head) and len(path) > len(head) else None
+
+
+def _prefix(stream: Iterable[Buffer], length: int) -> bytes:
+    """The first `length` bytes of a download stream; stops reading once it has them."""
+    head = bytearray()
+    for piece in stream:
+        head += memoryview(piece)[:length - len(head)]
+        if len(head) >= length:
+            break
+    return bytes(head)
 
 
 def _first_line(exc: Exception) -> str:

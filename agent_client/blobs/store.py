@@ -31,12 +31,13 @@ from typing import Iterable, Mapping, Protocol
 
 from agent_client.blobs import chunking, gc
 from agent_client.blobs.aead import ALGORITHM as AEAD_ALGORITHM
+from agent_client.blobs.aead import OVERHEAD as AEAD_OVERHEAD
 from agent_client.blobs.aead import ChunkCipher, aead_key_from_env
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, chunk_key, manifest_digest, manifest_key
-from agent_client.blobs.manifest import ChunkRef, Manifest
+from agent_client.blobs.manifest import ChunkRef, Manifest, check_chunk_count
 
 __all__ = ["CHUNKS", "MANIFESTS", "BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key"]
 
@@ -98,13 +99,15 @@ class LocalBlobStore:
         Chunks are hashed and written as slices of one memoryview: a 64 MiB state is
         never copied (the caller must not mutate a bytearray until put returns)."""
         with self._lock, memoryview(data) as whole, whole.cast("B") as view:
+            bounds = chunking.chunk_bounds(view)
+            check_chunk_count(len(bounds), len(view))
             known = self._known_chunks(parent)
             refs: list[ChunkRef] = []
             pending: list[Future[int]] = []
             pool = self._pool
             whole_digest = pool.submit(lambda: hashlib.sha256(view).hexdigest())  # overlaps the chunk loop
             try:
-                for start, end in chunking.chunk_bounds(view):
+                for start, end in bounds:
                     piece = view[start:end]
                     digest = hashlib.sha256(piece).hexdigest()
                     refs.append(ChunkRef(digest, len(piece)))
@@ -156,7 +159,7 @@ class LocalBlobStore:
         key = manifest_key(manifest.digest)
         if not self.backend.create(key, body):
             try:
-                intact = self.backend.get(key) == body
+                intact = self.backend.get(key, max_bytes=len(body)) == body
             except BlobMissing:
                 intact = False
             if not intact:
@@ -182,8 +185,9 @@ class LocalBlobStore:
 
     def _open_chunk(self, key: str, digest: str, size: int, where: str) -> bytes:
         """The chunk's plaintext, checked against its digest and length."""
+        overhead = 0 if self._cipher is None else AEAD_OVERHEAD
         try:
-            stored = self.backend.get(key)
+            stored = self.backend.get(key, max_bytes=size + overhead)
         except BlobMissing:
             raise BlobMissing(f"chunk {digest} of {where} is missing") from None
         piece = stored if self._cipher is None else self._cipher.open(digest, stored, where)

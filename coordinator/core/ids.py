@@ -8,6 +8,7 @@ two different agents.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from coordinator.core.errors import Rejection, shown
@@ -18,6 +19,9 @@ _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,%d}" % MAX_REQUEST_ID_CHARS)
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f]")
+# One DNS label (RFC 1035 lengths; `_` allowed, as service names use it); a name's length.
+_LABEL_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+_MAX_HOST_CHARS = 253
 
 
 def check_id(value: str, field: str) -> None:
@@ -46,8 +50,23 @@ def check_uri(value: str, field: str, *, required: bool) -> None:
 
 
 def check_address(value: str, field: str) -> None:
-    """host:port, as node addresses are written everywhere (config, membership changes)."""
+    """host:port, as node addresses are written everywhere (config, membership changes).
+
+    The host is an IP address (IPv6 optionally in brackets) or a DNS name the resolver
+    can encode: ASCII labels of 1-63 characters, at most 253 in all. A longer label made
+    the resolver's IDNA codec raise UnicodeError wherever the address was first dialled."""
     host, sep, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(
-            c.isspace() or ord(c) < 32 for c in host):
-        raise Rejection.invalid(field, f"must be host:port, got {shown(value)}")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not _is_host(host):
+        raise Rejection.invalid(field, f"must be host:port, the host an IP address or a DNS name of labels of "
+                                       f"1-63 characters of A-Z a-z 0-9 - _, got {shown(value)}")
+
+
+def _is_host(host: str) -> bool:
+    literal = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(literal)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host  # a fully qualified name's root dot
+    return len(name) <= _MAX_HOST_CHARS and all(_LABEL_RE.fullmatch(label) for label in name.split("."))

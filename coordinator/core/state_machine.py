@@ -23,7 +23,7 @@ from coordinator.core.model import (
 )
 from coordinator.core.recovery_plan import plan_gc
 from coordinator.core.state import State
-from coordinator.core.validation import MAX_DEPENDENCIES_PER_AGENT, validate
+from coordinator.core.validation import MAX_DEPENDENCIES_PER_AGENT, check_index_step, validate
 
 
 
@@ -170,6 +170,7 @@ def _commit_checkpoint(state: State, cmd: CommitCheckpoint, now: float) -> Resul
             ReasonCode.INDEX_NOT_ABOVE_LAST,
             f"index {cp.index} is not above the agent's last checkpoint {agent.last_checkpoint_index}",
             "checkpoint.index")
+    check_index_step(cp.index, agent.last_checkpoint_index)
     if cp.parent_index and state.checkpoint(group.spec.name, agent.agent_id, cp.parent_index) is None:
         raise Rejection.because(ReasonCode.PARENT_MISSING, f"parent checkpoint {cp.parent_index} does not exist",
                                 "checkpoint.parent_index")
@@ -227,7 +228,13 @@ def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> R
         if rec.sender not in senders:
             senders[rec.sender] = state.agent(group.spec.name, rec.sender)
         sender = senders[rec.sender]
-        fence = sender and fences.undoing(sender.fences, rec.send_generation, rec.send_interval)
+        if sender is None:
+            # An agent sends only once registered, and its Register is applied before any
+            # report of what it sent; one that left stays known (its fences judge it).
+            raise Rejection.because(ReasonCode.AGENT_NOT_FOUND,
+                                    f"sender {rec.sender!r} of message {rec.message_id!r} never registered in group "
+                                    f"{group.spec.name!r}", f"records[{i}].sender")
+        fence = fences.undoing(sender.fences, rec.send_generation, rec.send_interval)
         if fence:
             raise Rejection.because(
                 ReasonCode.ORPHAN_MESSAGE,

@@ -30,6 +30,13 @@ MAX_WHAT_IF_FAILED = 10_000
 # Checkpoint indexes, intervals and generations: far below 2^64, so whoever reaches
 # the bound by counting one at a time never does, and a higher value always exists.
 MAX_COUNTER = 2**53
+# An agent at checkpoint k sends in interval k + 1, which must still be a valid interval.
+MAX_CHECKPOINT_INDEX = MAX_COUNTER - 1
+# How far past the agent's last checkpoint one index may jump. Indexes only grow, so an
+# index at the top leaves no later one to commit; with this bound reaching it takes
+# 2^21 commits, not one. BCS forced checkpoints jump to the sender's index: a jump is
+# the difference between two agents' checkpoint counts, far below 2^32 in practice.
+MAX_INDEX_STEP = 2**32
 MAX_CHECKPOINT_BYTES = 2**60
 DAY_S = 86_400.0
 # Inclusive (low, high) bounds of each GroupSpec duration, in seconds. 0 is also
@@ -85,9 +92,10 @@ def _spec(spec: GroupSpec) -> None:
                                                           f"the shortest interval is {MIN_EPOCH_INTERVAL_S:g}s")
 
 
-def _counter(value: int, field: str, low: int = 0) -> None:
-    if not low <= value <= MAX_COUNTER:
-        raise Rejection.invalid(field, f"must be between {low} and 2^53, got {shown(value)}")
+def _counter(value: int, field: str, low: int = 0, high: int = MAX_COUNTER) -> None:
+    if not low <= value <= high:
+        bound = "2^53" if high == MAX_COUNTER else "2^53 - 1"
+        raise Rejection.invalid(field, f"must be between {low} and {bound}, got {shown(value)}")
 
 
 def _checkpoint(cp: Checkpoint) -> None:
@@ -95,7 +103,7 @@ def _checkpoint(cp: Checkpoint) -> None:
     ids.check_id(cp.agent_id, "checkpoint.agent_id")
     if cp.index < 1:
         raise Rejection.invalid("checkpoint.index", "must be >= 1 (0 is the implicit initial state)")
-    _counter(cp.index, "checkpoint.index", 1)
+    _counter(cp.index, "checkpoint.index", 1, MAX_CHECKPOINT_INDEX)
     ids.check_sha256(cp.sha256, "checkpoint.sha256")
     ids.check_uri(cp.blob_uri, "checkpoint.blob_uri", required=True)
     ids.check_uri(cp.channel_state_uri, "checkpoint.channel_state_uri", required=False)
@@ -126,6 +134,14 @@ def _dependencies(cmd: c.ReportDependencies) -> None:
         _counter(rec.send_interval, f"records[{i}].send_interval", 1)
         _counter(rec.receive_interval, f"records[{i}].receive_interval", 1)
         _counter(rec.send_generation, f"records[{i}].send_generation")
+
+
+def check_index_step(index: int, last_index: int) -> None:
+    """A checkpoint's index against the agent's last one (the state machine's check: it
+    needs the agent), so no single commit takes the index out of reach of a later one."""
+    if index - last_index > MAX_INDEX_STEP:
+        raise Rejection.invalid("checkpoint.index", f"may be at most 2^32 above the agent's last checkpoint "
+                                                    f"{last_index}, got {shown(index)}")
 
 
 def check_failed_ids(failed: Sequence[str]) -> None:

@@ -38,6 +38,9 @@ SNAPSHOT_AGE = Gauge("raftpoint_snapshot_age_seconds", "Seconds since the last s
                      "(-1: none yet)")
 AUTH_FILE_UNUSABLE = Gauge("raftpoint_auth_file_unusable", "1 while an auth file (bindings or tokens) as it is now "
                            "cannot be read or parsed and its last good version stays in force", ["file"])
+TLS_FILES_UNUSABLE = Gauge("raftpoint_tls_files_unusable", "1 while the node's TLS files as they are now are not "
+                           "served (unusable, or a certificate that would fail handshakes the served one passes) "
+                           "and the last good certificate stays in force")
 DIGEST_DIVERGED = Gauge("raftpoint_digest_diverged", "1 once this node found its store's digest differs from "
                         "the majority's at an applied index (it then stops)")
 SNAPSHOT_BYTES = Gauge("raftpoint_snapshot_bytes", "Size of the last snapshot file")

@@ -3,7 +3,10 @@
 The identity comes from a bearer token (`authorization: Bearer <token>`, looked up
 in the tokens file, which holds only SHA-256 hashes) or, failing that, from the
 client certificate gRPC verified (its CN, else its first subject alternative name).
-The decision itself is `coordinator.core.authz`'s, against the bindings file. Both
+Token names and certificate names are two namespaces, whoever issues them: a token
+acts as the principal `token:<name>`, a certificate as its name (`binding` says which
+table of the bindings file applies to which). The decision itself is
+`coordinator.core.authz`'s, against the bindings file. Both
 files are re-read when they change, so a revoked or rotated token is refused
 without a restart; a changed file that cannot be read or parsed leaves the last
 good version in force and says so (WatchedFile).
@@ -14,6 +17,8 @@ decoded (`seal_secrets`), so no handler, log entry or stored record holds one.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import enum
 import hashlib
 import hmac
 import logging
@@ -23,7 +28,7 @@ import secrets
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, Mapping, TypeVar
+from typing import Any, Callable, Collection, Generic, Mapping, TypeVar
 
 import grpc
 
@@ -107,7 +112,8 @@ def add_binding(path: Path, identity: str, role: Role, group: str = "", pattern:
 
 def parse_bindings(text: str, source: str = "bindings file") -> dict[str, Grant]:
     """TOML, one table per identity: `role` (admin, agent, observer); the agent role
-    also needs `group` and `pattern` (fnmatch, e.g. "worker-*")."""
+    also needs `group` and `pattern` (fnmatch, e.g. "worker-*"). A table is named
+    `token:NAME`, `cert:NAME` or a bare `NAME` (see `binding`)."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -116,6 +122,8 @@ def parse_bindings(text: str, source: str = "bindings file") -> dict[str, Grant]
     for identity, table in doc.items():
         if not isinstance(table, dict) or not _IDENTITY.match(identity):
             raise AuthConfigError(f"{source}: [{identity}] must be a table named by an identity")
+        if identity in {kind.prefix for kind in IdentityKind}:
+            raise AuthConfigError(f"{source}: [{identity}] names no one: write [{identity}NAME]")
         unknown = set(table) - {"role", "group", "pattern"}
         if unknown:
             raise AuthConfigError(f"{source}: [{identity}] has unknown keys {sorted(unknown)}")
@@ -180,12 +188,52 @@ class WatchedFile(Generic[T]):
         return value
 
 
+class IdentityKind(enum.Enum):
+    """Where an identity's name comes from: the tokens file, or a client certificate."""
+
+    TOKEN = "token"
+    CERTIFICATE = "cert"
+
+    @property
+    def prefix(self) -> str:
+        """How a bindings table names an identity of this kind only."""
+        return f"{self.value}:"
+
+
 @dataclass(frozen=True)
 class Caller:
-    """Who a call comes from: an identity, or None with the reason there is none."""
+    """Who a call comes from: an identity and its kind, or None with the reason there is none."""
 
     identity: str | None
     why_not: str = ""
+    kind: IdentityKind = IdentityKind.CERTIFICATE
+
+    @property
+    def principal(self) -> str | None:
+        """The name grants carry (into log entries and the dedupe table): `token:<name>` for a
+        token, the name itself for a certificate, as before tokens and certificates were apart.
+        No certificate name begins with `token:` (Authorizer.caller refuses one), so
+        the two never meet."""
+        if self.identity is None or self.kind is IdentityKind.CERTIFICATE:
+            return self.identity
+        return IdentityKind.TOKEN.prefix + self.identity
+
+
+def binding(caller: Caller, bindings: Mapping[str, Grant], token_names: Callable[[], Collection[str]]) -> Grant | None:
+    """The bindings table that applies to `caller`, as its principal's grant; None if none does.
+
+    `token:NAME` binds the bearer token NAME only and `cert:NAME` a certificate named NAME
+    only. A bare `NAME` (the bindings files of earlier versions) binds the token NAME if
+    the tokens file has one, else a certificate NAME: a certificate never takes a
+    token's binding, whoever issued it. A name that itself begins with `token:` or `cert:`
+    has no bare table (that table is another identity's). `token_names` is asked only
+    for a certificate's bare table."""
+    assert caller.identity is not None and caller.principal is not None
+    grant = bindings.get(caller.kind.prefix + caller.identity)
+    bare = not caller.identity.startswith(tuple(kind.prefix for kind in IdentityKind))
+    if grant is None and bare and (caller.kind is IdentityKind.TOKEN or caller.identity not in token_names()):
+        grant = bindings.get(caller.identity)
+    return None if grant is None else dataclasses.replace(grant, identity=caller.principal)
 
 
 class Authorizer:
@@ -205,9 +253,12 @@ class Authorizer:
         presented = _bearer(context)
         if presented is not None:
             identity = self._token_identity(presented, tokens if tokens is not None else self.tokens_in_force())
-            return Caller(identity, "" if identity else "unknown, revoked or rotated bearer token")
+            return Caller(identity, "" if identity else "unknown, revoked or rotated bearer token", IdentityKind.TOKEN)
         if self.client_certs:
             identity = certificate_identity(context.auth_context())
+            if identity and identity.startswith(IdentityKind.TOKEN.prefix):
+                return Caller(None, f"a certificate named {identity!r}: names beginning with "
+                                    f"{IdentityKind.TOKEN.prefix!r} are kept for bearer tokens")
             if identity:
                 return Caller(identity)
         return Caller(None)
@@ -239,10 +290,17 @@ class Authorizer:
         if caller.identity is None and caller.why_not:
             raise Rejection.because(ReasonCode.UNAUTHENTICATED, caller.why_not)
         group, agent_id = request_target(request)
-        grants = self.bindings.current()
-        if caller.identity == NODE_IDENTITY:
-            grants = {NODE_IDENTITY: NODE_GRANT}
-        return authz.check(authz.decide(caller.identity, grants, rpc, group, agent_id))
+        grant: Grant | None = None
+        if caller.identity == NODE_IDENTITY and caller.kind is IdentityKind.TOKEN:
+            grant = NODE_GRANT
+        elif caller.identity is not None:
+            grant = binding(caller, self.bindings.current(), self._token_names)
+        grants = {} if grant is None else {grant.identity: grant}
+        principal = caller.principal if grant is None else grant.identity
+        return authz.check(authz.decide(principal, grants, rpc, group, agent_id))
+
+    def _token_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.tokens_in_force() or ())
 
 
 def certificate_identity(auth_context: Mapping[str, Any]) -> str | None:

@@ -5,8 +5,9 @@ a node must serve the new one without a restart. gRPC asks `fetch()` before ever
 new handshake; it compares the files' (mtime, size, inode) with what it loaded and
 re-reads only on a change. New material that does not check out (a key that does not
 match, half-written files) is logged and skipped: the node keeps serving the last good
-certificate rather than refusing every client. Connections already open keep the
-certificate they were made with.
+certificate rather than refusing every client. So is a valid pair that would fail the
+handshakes the served one passes (a certificate for another host, or from another CA:
+`rotation_problem`). Connections already open keep the certificate they were made with.
 
 Client certificates: grpcio's Python server can either not ask for one or require
 one (and verify it against the client CA); it cannot ask and accept a missing one.
@@ -15,20 +16,26 @@ So `tls_client_auth` is `none` (bearer tokens, or no client identity) or `requir
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.x509 import verification
 
 from coordinator.channels import ClientTLS
 from coordinator.config import NodeConfig
+from coordinator.observability import metrics
 
 log = logging.getLogger(__name__)
+# Hosts a node may bind that name no one (every address of the machine).
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
 class TLSMaterialError(ValueError):
@@ -43,13 +50,18 @@ class ServerTLS:
     key_file: str
     client_ca_file: str = ""
     client_auth: str = "none"
+    # The names the node is reached at (its gRPC address's host, as its peers and its
+    # probe dial it): a new certificate must pass for each that the served one passes for.
+    names: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, cfg: NodeConfig) -> "ServerTLS | None":
         """The node's TLS settings; None for a node run with --insecure."""
         if cfg.insecure:
             return None
-        return cls(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file, cfg.tls_client_auth)
+        host = cfg.grpc_address.rpartition(":")[0]
+        names = () if host in WILDCARD_HOSTS else (host.strip("[]"),)
+        return cls(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file, cfg.tls_client_auth, names)
 
     def peer_client(self) -> ClientTLS:
         """How this node calls its peers: its own certificate as client certificate, the
@@ -112,6 +124,43 @@ def load(tls: ServerTLS, now: dt.datetime | None = None) -> Material:
     return Material(cert_pem, key_pem, ca_pem, cert.serial_number)
 
 
+def rotation_problem(served: Material, new: Material, names: Sequence[str], now: dt.datetime) -> str | None:
+    """Why `new` would fail a handshake `served` passes, or None.
+
+    For each of the node's names, the check a client makes: the certificate chains to
+    the CA in tls_client_ca_file (the cluster's CA, which peers and the probe trust;
+    without one, the certificate's own names alone are checked) and covers the name.
+    A name the served certificate does not pass for sets no rule (a node dialled by
+    another name, or whose clients trust another CA), so no rotation that changes
+    nothing for them is refused."""
+    for name in names:
+        if _handshake_failure(served, name, now) is None:
+            failure = _handshake_failure(new, name, now)
+            if failure is not None:
+                return f"the new certificate fails where the served one passes, for {name!r}: {failure}"
+    return None
+
+
+def _handshake_failure(material: Material, name: str, now: dt.datetime) -> str | None:
+    """Why a client dialling `name` and trusting the material's CA would refuse its certificate, or None."""
+    try:
+        subject: verification.Subject = verification.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        try:
+            subject = verification.DNSName(name)
+        except ValueError:
+            return f"{name!r} is neither an IP address nor a DNS name"
+    leaf, *chain = x509.load_pem_x509_certificates(material.cert)
+    anchors = x509.load_pem_x509_certificates(material.client_ca) if material.client_ca else [leaf]
+    verifier = verification.PolicyBuilder().store(verification.Store(anchors)).time(now).build_server_verifier(
+        subject)
+    try:
+        verifier.verify(leaf, chain)
+    except verification.VerificationError as exc:
+        return str(exc)
+    return None
+
+
 def _stamp(paths: list[str]) -> tuple[tuple[int, int, int], ...]:
     out = []
     for path in paths:
@@ -138,6 +187,7 @@ class _Reloader:
         self._stamp = _stamp(self._paths)
         self.material = load(tls)
         self.initial = _configuration(self.material)
+        metrics.TLS_FILES_UNUSABLE.set(0)
 
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
         stamp = _stamp(self._paths)
@@ -145,15 +195,25 @@ class _Reloader:
             if stamp == self._stamp:
                 return None
             self._stamp = stamp
+            now = dt.datetime.now(dt.timezone.utc)
             try:
-                material = load(self.tls)
+                material = load(self.tls, now)
             except TLSMaterialError as exc:
-                log.warning("TLS files changed but cannot be used yet (%s); still serving certificate serial %x",
-                            exc, self.material.serial)
-                return None
+                return self._keep(f"cannot be used yet ({exc})")
             if material == self.material:
+                metrics.TLS_FILES_UNUSABLE.set(0)
                 return None
+            problem = rotation_problem(self.material, material, self.tls.names, now)
+            if problem is not None:
+                return self._keep(f"are refused: {problem}")
             log.info("TLS files changed: now serving certificate serial %x (was %x)", material.serial,
                      self.material.serial)
             self.material = material
+            metrics.TLS_FILES_UNUSABLE.set(0)
             return _configuration(material)
+
+    def _keep(self, why: str) -> None:
+        """Keep serving the last good material; say why the files on disk are not in force."""
+        log.warning("TLS files changed but %s; still serving certificate serial %x", why, self.material.serial)
+        metrics.TLS_FILES_UNUSABLE.set(1)
+        return None

@@ -228,6 +228,18 @@ def test_urls_never_carry_credentials_and_bad_urls_fail_early() -> None:
         open_blob_store("gs://bucket/p")
 
 
+def test_a_bounded_read_stops_past_its_limit() -> None:
+    """A manifest or chunk longer than its reader allows is cut at the limit + 1 bytes
+    (the object store's own listing size says so before the body is read)."""
+    from obstore.store import MemoryStore
+
+    backend = S3Backend("s3://bucket/p", env={"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"})
+    backend._store = MemoryStore()  # the same obstore calls, without a server
+    backend.put("k", b"x" * 300_000)
+    assert len(backend.get("k", max_bytes=1_000)) == 1_001
+    assert len(backend.get("k", max_bytes=300_000)) == 300_000 == len(backend.get("k"))
+
+
 def test_credentials_from_the_shared_file_only_when_the_environment_has_none(tmp_path: Path) -> None:
     creds = tmp_path / "credentials"
     creds.write_text("[default]\naws_access_key_id = AK\naws_secret_access_key = SK\n"

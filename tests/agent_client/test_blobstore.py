@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import random
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -300,3 +302,86 @@ def test_every_new_file_is_synced_before_put_returns(tmp_path: Path, monkeypatch
     # a data sync per new chunk and for the manifest, plus at least one directory; at most
     # also one per directory that got a name and one per fan-out directory created
     assert put.chunks_new + 2 <= len(synced) <= 3 * (put.chunks_new + 1)
+
+
+def stored_manifest(store: LocalBlobStore, body: bytes) -> str:
+    """`body` stored as a manifest under its own SHA-256 (as anyone who can write the store could); its URI."""
+    key = f"manifests/{hashlib.sha256(body).hexdigest()}.json"
+    store.backend.put(key, body)
+    return store.backend.uri(key)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("chunks", [["../..", 1]]), ("chunks", [["AB" * 32, 1]]), ("chunks", [["ab" * 32, -1]]),
+    ("chunks", [["ab" * 32, chunking.MAX_CHUNK + 1]]), ("size", 2), ("sha256", "../x"), ("parent", "../x"),
+    ("encryption", {"cipher": "AES-256-GCM", "key_id": "../../plain"}),
+])
+def test_a_crafted_manifest_is_refused_as_unreadable_not_used_as_paths(tmp_path: Path, field: str,
+                                                                       value: object) -> None:
+    """A chunk digest of `../..` raised ValueError from deep in the directory backend (a
+    crash of the restore, not a refusal); digests and the key id become storage keys, so
+    each is checked for its form, and sizes for what the store writes, before any use."""
+    store = LocalBlobStore(tmp_path)
+    doc = {"version": 3, "size": 1, "sha256": "ab" * 32, "chunking": chunking.ALGORITHM,
+           "chunks": [["ab" * 32, 1]], "encryption": None, "parent": None, field: value}
+    uri = stored_manifest(store, json.dumps(doc).encode())
+    with pytest.raises(BlobMissing, match="unreadable"):
+        store.get(uri)
+    with pytest.raises(BlobMissing, match="unreadable"):
+        store.collect_garbage()  # GC refuses to run without every manifest's chunk list
+
+
+def test_a_manifest_larger_than_any_the_store_writes_is_refused_reading_at_most_the_limit(tmp_path: Path) -> None:
+    """A 180 MB manifest was read whole (and hashed) before anything looked at it."""
+    store = LocalBlobStore(tmp_path)
+    head = json.dumps({"version": 3, "size": 0, "sha256": "ab" * 32, "chunking": chunking.ALGORITHM,
+                       "encryption": None, "parent": None, "chunks": []}).encode()
+    bomb = tmp_path / "bomb.json"
+    with bomb.open("wb") as f:
+        f.write(head)
+        f.truncate(180_000_000)  # sparse: no disk spent
+    key = "manifests/" + "ab" * 32 + ".json"
+    (tmp_path / "manifests").mkdir(exist_ok=True)
+    bomb.rename(tmp_path / key)
+    tracemalloc.start()
+    try:
+        with pytest.raises(BlobMissing, match="larger than"):
+            store.get(store.backend.uri(key))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < manifest_module.MAX_MANIFEST_BYTES + 4_000_000, f"reading the manifest allocated {peak} bytes"
+
+
+def test_a_state_whose_manifest_would_pass_the_limit_is_refused_at_put(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What put() writes get() must read back: the limit is checked on both sides, and
+    before anything is written."""
+    monkeypatch.setattr(manifest_module, "MAX_CHUNKS", 5)
+    store = LocalBlobStore(tmp_path)
+    with pytest.raises(ValueError, match="more than the 5 one manifest may list"):
+        store.put(state(2_000_000))
+    assert not list(tmp_path.rglob("*.json")) and not chunk_files(tmp_path)
+    assert store.get(store.put(state(200_000)).uri) == state(200_000)
+
+
+@pytest.mark.parametrize("location", ["file://otherhost/var/blobs", "file://10.0.0.1/var/blobs"])
+def test_a_file_url_naming_another_host_is_refused(location: str) -> None:
+    """`file://host/path` used the local /path whatever the host: a store on another
+    machine silently became a local directory."""
+    from agent_client.blobs.location import local_root
+
+    with pytest.raises(ValueError, match="host"):
+        local_root(location)
+
+
+def test_file_urls_of_this_host_name_a_local_directory(tmp_path: Path) -> None:
+    from agent_client.blobs.location import local_root
+
+    assert local_root(f"file://{tmp_path}") == tmp_path
+    assert local_root(f"file://localhost{tmp_path}") == tmp_path
+    store = LocalBlobStore(tmp_path)
+    put = store.put(state(10_000))
+    foreign = put.uri.replace("file://", "file://otherhost", 1)
+    with pytest.raises(BlobMissing, match="not a manifest"):
+        store.get(foreign)

@@ -283,6 +283,8 @@ CASES = [
     case("add-node-not-an-address", "AddNode", pb.MembershipRequest(node="not-an-address"), C.INVALID_ARGUMENT,
          "node"),
     case("add-node-bad-port", "AddNode", pb.MembershipRequest(node="127.0.0.1:99999"), C.INVALID_ARGUMENT, "node"),
+    case("add-node-label-too-long", "AddNode", pb.MembershipRequest(node="n" * 64 + ".example:7000"),
+         C.INVALID_ARGUMENT, "node"),
     case("remove-node-empty", "RemoveNode", pb.MembershipRequest(node=""), C.INVALID_ARGUMENT, "node"),
 ]
 

@@ -106,6 +106,28 @@ def test_a_certificate_rotated_on_disk_is_served_without_a_restart(node: LocalCl
     node.ca.server("node0", ["127.0.0.1"])  # and a consistent pair again is
 
 
+def test_a_certificate_from_another_ca_is_not_switched_to(node: LocalCluster) -> None:
+    """A valid pair from another CA written over the node's files was served, and every new
+    connection failed; the node keeps the certificate it has and says why."""
+    assert node.ca is not None
+    served, log = served_serial(node), node.root / "node0.log"
+    rogue = LocalCA.create(node.root / "rogue-ca").server("rogue", ["127.0.0.1"])
+    for source, name in ((rogue.key_file, "node0.key"), (rogue.cert_file, "node0.crt")):
+        temporary = node.ca.directory / f"{name}.new"
+        temporary.write_bytes(source.read_bytes())
+        temporary.replace(node.ca.directory / name)
+
+    def refused() -> bool:
+        # Each new handshake has the node look at its files first; every one must still verify.
+        assert served_serial(node) == served
+        return "fails where the served one passes" in log.read_text()
+
+    wait_for(refused, "the node to log that it refused the certificate from another CA", 10)
+    assert status(node, node.client_tls()).node.role == "leader"
+    renewed = node.ca.server("node0", ["127.0.0.1"])  # the cluster's CA again: taken
+    wait_for(lambda: served_serial(node) == renewed.serial, "new handshakes to present the renewed certificate", 10)
+
+
 def test_status_command_with_and_without_the_right_ca(node: LocalCluster, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     endpoints = ",".join(node.endpoints())

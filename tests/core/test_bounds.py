@@ -8,7 +8,7 @@ from coordinator.core import ids
 from coordinator.core.errors import Code, Rejection, ReasonCode, shown
 from coordinator.core.history import Dependency
 from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode
-from coordinator.core.validation import MAX_COUNTER, validate
+from coordinator.core.validation import MAX_CHECKPOINT_INDEX, MAX_COUNTER, validate
 
 SHA = "ab" * 32
 
@@ -61,8 +61,13 @@ def test_checkpoint_counters_beyond_their_bounds_are_refused(field: str, value: 
     assert refusal(checkpoint(**{field: value})).field == f"checkpoint.{field}"
 
 
-def test_the_highest_checkpoint_index_leaves_a_higher_one_to_commit() -> None:
-    validate(checkpoint(index=MAX_COUNTER))
+def test_the_highest_checkpoint_index_leaves_its_next_interval_in_bounds() -> None:
+    """An agent at checkpoint k sends in interval k + 1: at k = 2^53 its receivers'
+    dependency reports were refused, so its messages could never be delivered."""
+    assert refusal(checkpoint(index=MAX_COUNTER)).field == "checkpoint.index"
+    validate(checkpoint(index=MAX_CHECKPOINT_INDEX))
+    validate(c.ReportDependencies("g", "a", c.Token(1, 0), (
+        Dependency("b", MAX_CHECKPOINT_INDEX + 1, "a", MAX_CHECKPOINT_INDEX + 1, "m"),)))
 
 
 @pytest.mark.parametrize("field", ["send_interval", "receive_interval", "send_generation"])
@@ -71,6 +76,26 @@ def test_dependency_counters_beyond_their_bounds_are_refused(field: str) -> None
     record[field] = 2**64 - 1
     r = refusal(c.ReportDependencies("g", "a", c.Token(1, 0), (Dependency(**record),)))
     assert r.field == f"records[0].{field}"
+
+
+@pytest.mark.parametrize("address", [
+    "a" * 64 + ".example:7000",  # a DNS label is at most 63 characters
+    "a..b:7000", ".a:7000", ("a" * 63 + ".") * 4 + "a:7000",  # an empty label; a name past 253 characters
+    "hé:7000", "a_b@c:7000", "[::1:7000",
+])
+def test_a_host_no_resolver_could_look_up_is_refused(address: str) -> None:
+    """A name the resolver's IDNA codec cannot encode raised UnicodeError deep in AddNode (UNKNOWN)."""
+    with pytest.raises(Rejection) as info:
+        ids.check_address(address, "node")
+    assert info.value.reason_code is ReasonCode.INVALID_FIELD and info.value.field == "node"
+
+
+@pytest.mark.parametrize("address", [
+    "127.0.0.1:7000", "localhost:1", "raftpoint-0.raftpoint-peers.ns.svc.cluster.local:7000", "[::1]:7000",
+    "node_1.example.:50051", "a" * 63 + ".example:7000",
+])
+def test_host_names_and_ip_addresses_are_accepted(address: str) -> None:
+    ids.check_address(address, "node")
 
 
 @pytest.mark.parametrize("check", [

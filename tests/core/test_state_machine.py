@@ -6,12 +6,13 @@ import itertools
 import pytest
 
 from coordinator.core import commands as c
-from coordinator.core.errors import Code
+from coordinator.core.errors import Code, ReasonCode
 from coordinator.core.history import Dependency
 from coordinator.core.model import (
     AgentState, Checkpoint, CheckpointKind, EpochState, GroupSpec, GroupState, Mode, OrderKind,
 )
 from coordinator.core.state_machine import apply
+from coordinator.core.validation import MAX_CHECKPOINT_INDEX, MAX_INDEX_STEP
 from coordinator.storage import open_store
 from coordinator.storage.state import KvState
 
@@ -184,6 +185,7 @@ def test_zombie_incarnation_is_fenced(m: Machine) -> None:
 
 def test_dependency_reports_are_validated(m: Machine) -> None:
     m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED)))
+    m.register("g", "a")
     m.register("g", "b")
     m.fail(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 1, "x", 1, "m"),)),
            Code.INVALID_ARGUMENT, "records[0].receiver")
@@ -192,6 +194,36 @@ def test_dependency_reports_are_validated(m: Machine) -> None:
     m.fail(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a b", 1, "b", 1, "m"),)),
            Code.INVALID_ARGUMENT, "records[0].sender")
     assert m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("a", 1, "b", 1, "m"),))).accepted == 1
+
+
+def test_a_dependency_on_a_sender_that_never_registered_is_refused(m: Machine) -> None:
+    """An agent sends only once registered (its envelopes carry the generation Register
+    gave it), and Register is applied before anything it sent can be reported: a record
+    naming a sender the group never had describes no message, and would hold the
+    receiver's recovery line to it. One that left stays known (its fences judge it)."""
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED)))
+    m.register("g", "b")
+    m.register("g", "left")
+    m.ok(c.Deregister("g", "left", c.Token(1, 0)))
+    refused = m.fail(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("left", 1, "b", 1, "m1"),
+                                                                      Dependency("ghost", 1, "b", 1, "m2"))),
+                     Code.NOT_FOUND, "records[1].sender")
+    assert refused.reason_code is ReasonCode.AGENT_NOT_FOUND and "ghost" in refused.reason
+    assert m.ok(c.ReportDependencies("g", "b", c.Token(1, 0), (Dependency("left", 1, "b", 1, "m1"),))).accepted == 1
+
+
+def test_a_checkpoint_index_may_not_jump_to_where_no_later_one_fits(m: Machine) -> None:
+    """2^53 was accepted as a first index, and then the agent could never commit again
+    (every higher index is out of bounds). A jump is bounded, so the top is out of reach."""
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS)))
+    m.register("g", "a")
+    for index in (MAX_CHECKPOINT_INDEX, MAX_INDEX_STEP + 1):
+        refused = m.fail(c.CommitCheckpoint(c.Token(1, 0), Checkpoint("g", "a", index, 0, CheckpointKind.BASIC,
+                                                                         "file:///x", SHA, 1)),
+                         Code.INVALID_ARGUMENT, "checkpoint.index")
+        assert refused.reason_code is ReasonCode.INVALID_FIELD
+    assert not isinstance(m.commit("g", "a", MAX_INDEX_STEP), c.Failure)  # a BCS jump of up to 2^32
+    assert not isinstance(m.commit("g", "a", MAX_INDEX_STEP + 1), c.Failure)
 
 
 def test_garbage_collect_keeps_recovery_line_and_retention(m: Machine) -> None:

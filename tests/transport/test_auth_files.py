@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core.authz import Grant, Role
+from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.transport.auth import (AuthConfigError, AuthSettings, Authorizer, WatchedFile, authorizer_for,
                                         certificate_identity, parse_bindings, parse_tokens, token_hash)
 from coordinator.transport.auth import add_binding, add_token
@@ -101,3 +103,56 @@ def test_adding_a_binding_replaces_the_file_whole(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(os, "replace", lambda src, dst: (replaced.append(Path(dst)), real(src, dst))[1])
     add_binding(path, "b", Role.OBSERVER)
     assert replaced == [path] and set(parse_bindings(path.read_text())) == {"a", "b"}
+
+
+class _Call:
+    """The little of a gRPC call's context the Authorizer reads: its metadata and its peer's certificate."""
+
+    def __init__(self, token: str | None = None, certificate_name: str | None = None) -> None:
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._auth = {"x509_common_name": [certificate_name.encode()]} if certificate_name else {}
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth
+
+
+def _authorizer(tmp_path: Path, bindings: str) -> tuple[Authorizer, str]:
+    tokens = tmp_path / "tokens"
+    token = add_token(tokens, "ops")
+    (tmp_path / "b.toml").write_text(bindings)
+    return Authorizer(str(tmp_path / "b.toml"), str(tokens), client_certs=True), token
+
+
+def _refusal(authorizer: Authorizer, call: _Call, rpc: str = "CreateGroup") -> Rejection:
+    with pytest.raises(Rejection) as refused:
+        authorizer.admit(rpc, pb.CreateGroupRequest(spec=pb.GroupSpec(group="g")), call)
+    return refused.value
+
+
+def test_a_certificate_named_like_a_token_does_not_get_the_tokens_role(tmp_path: Path) -> None:
+    """Token names and certificate names were one namespace: a client certificate whose CN
+    was an admin token's name was that admin. A bare name binds the token of that name if
+    there is one; `token:NAME` and `cert:NAME` bind one kind only."""
+    authorizer, token = _authorizer(tmp_path, '["ops"]\nrole = "admin"\n["admin"]\nrole = "admin"\n')
+    request = pb.CreateGroupRequest(spec=pb.GroupSpec(group="g"))
+    assert _refusal(authorizer, _Call(certificate_name="ops")).reason_code is ReasonCode.ROLE_FORBIDS
+    assert authorizer.admit("CreateGroup", request, _Call(token=token)) == Grant("token:ops", Role.ADMIN)
+    # A certificate name no token has keeps its bare binding, and its principal's form.
+    assert authorizer.admit("CreateGroup", request, _Call(certificate_name="admin")) == Grant("admin", Role.ADMIN)
+    # A certificate cannot name itself into the tokens' principals.
+    assert _refusal(authorizer, _Call(certificate_name="token:ops")).reason_code is ReasonCode.UNAUTHENTICATED
+
+
+def test_bindings_of_one_kind_bind_that_kind_only(tmp_path: Path) -> None:
+    authorizer, token = _authorizer(tmp_path, '["cert:ops"]\nrole = "observer"\n["token:ops"]\nrole = "admin"\n')
+    request = pb.CreateGroupRequest(spec=pb.GroupSpec(group="g"))
+    assert authorizer.admit("CreateGroup", request, _Call(token=token)).role is Role.ADMIN
+    assert authorizer.admit("GetGroup", request, _Call(certificate_name="ops")) == Grant("ops", Role.OBSERVER)
+    assert _refusal(authorizer, _Call(certificate_name="ops")).reason_code is ReasonCode.ROLE_FORBIDS
+    # A name spelled like another kind's table is not that table's identity.
+    assert _refusal(authorizer, _Call(certificate_name="cert:ops"), "GetGroup").reason_code is ReasonCode.ROLE_FORBIDS
+    with pytest.raises(AuthConfigError, match="names no one"):
+        parse_bindings('["cert:"]\nrole = "admin"\n')

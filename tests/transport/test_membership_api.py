@@ -24,6 +24,17 @@ def test_membership_rpcs_refuse_a_bad_address_and_need_raft(method: str) -> None
     assert no_raft.value.code() is grpc.StatusCode.UNIMPLEMENTED
 
 
+def test_add_node_refuses_a_host_label_too_long_to_resolve_as_an_invalid_field() -> None:
+    """It was checked only when dialled (pysyncobj's probe: UnicodeError, status UNKNOWN)."""
+    with InProcessCoordinator() as coordinator, coordinator.client_tls().channel(coordinator.address) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.AdminServiceStub(channel).AddNode(pb.MembershipRequest(node="n" * 64 + ".example:7000"),
+                                                      timeout=5)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT, refused.value
+    assert dict(refused.value.trailing_metadata())[REASON_METADATA_KEY] == "REASON_INVALID_FIELD"
+    assert "node" in (refused.value.details() or "")
+
+
 class _Aborted(Exception):
     pass
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,58 @@ def test_the_reloader_takes_changed_files_only_when_they_check_out(tmp_path: Pat
     second = ca.server("n")
     assert reloader.fetch() is not None and reloader.material.serial == second.serial
     assert reloader.fetch() is None
+
+
+def replace_with(issued_elsewhere, target) -> None:
+    """`issued_elsewhere`'s key, then certificate, in place of `target`'s files (as a renewal writes them)."""
+    for source, destination in ((issued_elsewhere.key_file, target.key_file),
+                                (issued_elsewhere.cert_file, target.cert_file)):
+        temporary = destination.with_name(destination.name + ".new")
+        temporary.write_bytes(source.read_bytes())
+        temporary.replace(destination)
+
+
+def test_a_rotation_that_would_fail_the_handshakes_the_served_certificate_passes_is_refused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A valid pair for another host or from another CA was switched to, and every new
+    connection then failed; it is kept out, logged and shown, until a good pair comes."""
+    from prometheus_client import REGISTRY
+
+    ca = LocalCA.create(tmp_path / "ca")
+    first = ca.server("n", ["node-1.example"])
+    reloader = _Reloader(ServerTLS(str(first.cert_file), str(first.key_file), str(ca.ca_file), "require",
+                                   names=("node-1.example",)))
+    unusable = lambda: REGISTRY.get_sample_value("raftpoint_tls_files_unusable")  # noqa: E731
+    assert unusable() == 0
+    other_host = ca.issue("n", "node-2.example", hosts=["node-2.example"], server=True)
+    with caplog.at_level(logging.WARNING):
+        assert reloader.fetch() is None and reloader.material.serial == first.serial
+    assert "'node-1.example'" in caplog.text and "still serving" in caplog.text and unusable() == 1
+    replace_with(LocalCA.create(tmp_path / "rogue").server("x", ["node-1.example"]), first)
+    assert reloader.fetch() is None and reloader.material.serial == first.serial, "another CA's certificate"
+    renewed = ca.server("n", ["node-1.example"])
+    assert reloader.fetch() is not None and reloader.material.serial == renewed.serial != other_host.serial
+    assert unusable() == 0
+
+
+def test_names_the_served_certificate_does_not_pass_for_set_no_rule(tmp_path: Path) -> None:
+    """A node whose clients dial another name (or trust another CA) rotates as before."""
+    ca = LocalCA.create(tmp_path / "ca")
+    first = ca.server("n")
+    reloader = _Reloader(ServerTLS(str(first.cert_file), str(first.key_file), str(ca.ca_file), "require",
+                                   names=("elsewhere.example",)))
+    renewed = ca.issue("n", "other.example", hosts=["other.example"], server=True)
+    assert reloader.fetch() is not None and reloader.material.serial == renewed.serial
+
+
+def test_the_names_to_keep_are_the_grpc_address_host_unless_it_binds_every_address() -> None:
+    from coordinator.config import NodeConfig
+
+    def names(grpc_address: str) -> tuple[str, ...]:
+        settings = ServerTLS.of(NodeConfig(grpc_address=grpc_address, tls_cert_file="c", tls_key_file="k"))
+        assert settings is not None
+        return settings.names
+
+    assert names("raftpoint-0.raftpoint-peers:50051") == ("raftpoint-0.raftpoint-peers",)
+    assert names("[::1]:50051") == ("::1",)
+    assert names("0.0.0.0:50051") == names("[::]:50051") == ()
