@@ -177,6 +177,9 @@ def test_writes_whose_store_commit_was_lost_are_replayed_from_the_journal(
         wait_for(cluster.converged, "replicas to converge")
         leader = cluster.leader()
         index = next(i for i, n in cluster.nodes.items() if n is leader)
+        # The store commits in the background: everything applied so far is in it first.
+        wait_for(lambda: leader.status().applied_index == leader.status().raft_applied_index,
+                 "the leader's store to hold what it applied")
         stored = leader.store.applied_index
         monkeypatch.setattr(leader.store, "commit", lambda writes, applied_index: None)
         for i in range(1, 11):
