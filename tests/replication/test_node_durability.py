@@ -177,6 +177,7 @@ def test_writes_whose_store_commit_was_lost_are_replayed_from_the_journal(
         wait_for(cluster.converged, "replicas to converge")
         leader = cluster.leader()
         index = next(i for i, n in cluster.nodes.items() if n is leader)
+        leader._committer.drain()  # the registration's background commit is done: only later ones are dropped
         stored = leader.store.applied_index
         monkeypatch.setattr(leader.store, "commit", lambda writes, applied_index: None)
         for i in range(1, 11):
