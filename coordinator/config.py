@@ -228,6 +228,7 @@ MIN_PASSWORD_CHARS = 16
 # one of them is open to anyone who has read the repository.
 PLACEHOLDER_PASSWORDS = frozenset({"change-me", "changeme", "change-me-base64-32-bytes", "secret", "password"})
 _PASSWORD_SOURCES = "raft_password_file, RAFTPOINT_RAFT_PASSWORD or raft_password in the TOML file"
+_PASSWORD_FIELDS = ("raft_password", "raft_password_file")
 
 
 def check_password(password: str) -> None:
@@ -293,6 +294,23 @@ def _coerce(name: str, value: Any) -> Any:
 
 def load(file: str | None = None, env: Mapping[str, str] | None = None,
          flags: Mapping[str, Any] | None = None) -> NodeConfig:
+    values = _layered(file, env, flags)
+    values.update(_statefulset_overrides(values))
+    return NodeConfig(**values).validate()
+
+
+def load_password(file: str | None = None, env: Mapping[str, str] | None = None,
+                  flags: Mapping[str, Any] | None = None) -> str:
+    """The node's Raft password from the node's own sources (add_password_flags), for a
+    tool run beside a stopped node: the rest of its settings need not be complete."""
+    values = _layered(file, env, flags)
+    password = NodeConfig(**{name: values[name] for name in _PASSWORD_FIELDS if name in values}).password()
+    check_password(password)
+    return password
+
+
+def _layered(file: str | None, env: Mapping[str, str] | None, flags: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The settings given: the TOML file's, overridden by RAFTPOINT_* variables, overridden by flags."""
     env = os.environ if env is None else env
     _refuse_unknown_env(env)
     values: dict[str, Any] = {}
@@ -313,8 +331,7 @@ def load(file: str | None = None, env: Mapping[str, str] | None = None,
     for name, value in (flags or {}).items():
         if value is not None:
             values[name] = _coerce(name, value)
-    values.update(_statefulset_overrides(values))
-    return NodeConfig(**values).validate()
+    return values
 
 
 def _did_you_mean(name: str, known: Collection[str]) -> str:
@@ -349,9 +366,7 @@ class _RefusedSecretFlag(argparse.Action):
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Flags for every field but the secrets (dest = field name; None means 'not given')."""
     parser.add_argument("--config", help="TOML file with node settings")
-    for name in NO_FLAG:
-        parser.add_argument("--" + name.replace("_", "-"), dest="_refused_" + name, action=_RefusedSecretFlag,
-                            help=argparse.SUPPRESS)
+    _refuse_secret_flags(parser)
     for name, f in _FIELDS.items():
         if name in NO_FLAG:
             continue
@@ -360,6 +375,25 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=name, default=None, nargs="?", const="true", choices=("true", "false"))
         else:
             parser.add_argument(flag, dest=name, default=None, help=f"default: {f.default!r}")
+
+
+def add_password_flags(parser: argparse.ArgumentParser) -> None:
+    """--config and --raft-password-file, for a tool that needs the node's Raft password
+    (password_from_args); RAFTPOINT_RAFT_PASSWORD is read as by the node."""
+    parser.add_argument("--config", help="the node's TOML settings file (its raft_password or raft_password_file)")
+    _refuse_secret_flags(parser)
+    parser.add_argument("--raft-password-file", dest="raft_password_file", default=None,
+                        help="file holding the node's Raft password (or RAFTPOINT_RAFT_PASSWORD, or the --config file)")
+
+
+def password_from_args(args: argparse.Namespace) -> str:
+    return load_password(args.config, flags={"raft_password_file": args.raft_password_file})
+
+
+def _refuse_secret_flags(parser: argparse.ArgumentParser) -> None:
+    for name in NO_FLAG:
+        parser.add_argument("--" + name.replace("_", "-"), dest="_refused_" + name, action=_RefusedSecretFlag,
+                            help=argparse.SUPPRESS)
 
 
 def from_args(args: argparse.Namespace) -> NodeConfig:

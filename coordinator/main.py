@@ -26,7 +26,7 @@ from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
 from coordinator.storage import open_store
 from coordinator.storage.dir_lock import DataDirLock
 from coordinator.service import ports
-from coordinator.storage.protocol import EXIT_DAMAGED, REBUILD_FROM_PEERS, STORE_DIR, DamagedAtRest
+from coordinator.storage.protocol import EXIT_DAMAGED, REBUILD_FROM_PEERS, STORE_DIR, DamagedAtRest, OldFormat
 from coordinator.service import digest_audit
 from coordinator.service.node_server import serve
 from coordinator.api.metadata import bearer
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     except DamagedAtRest as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_DAMAGED
-    except (OSError, JournalFormatError, UnsupportedPysyncobj, TLSMaterialError) as exc:
+    except (OSError, JournalFormatError, OldFormat, UnsupportedPysyncobj, TLSMaterialError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -25,8 +25,8 @@ compacts by rewriting its file in place.
   (cutting there would silently drop acknowledged entries after it). The stored
   commit index is never written before the entries up to it are flushed.
 - Records carry a MAC keyed from the Raft password (journal_format), checked
-  before pysyncobj unpickles anything; a journal of the previous (CRC) format is
-  rewritten in the new one at open.
+  before pysyncobj unpickles anything. A journal of an older, unauthenticated
+  format is refused (OldFormat) and read only by `raftpoint migrate` (migration).
 - A log found shorter than the commit index the term file kept (a journal moved
   aside by `raftpoint repair --from-peers`, or deleted by hand) has lost entries
   this node may have acknowledged: the term file records the term it was lost in
@@ -50,15 +50,13 @@ from pysyncobj import journal as pysyncobj_journal
 from coordinator import fsutil
 from coordinator.replication import journal_format
 from coordinator.replication.fail_stop import fail_stop
-from coordinator.storage.protocol import JOURNAL_FILE, REBUILD_FROM_PEERS, TERM_FILE
-from coordinator.replication.journal_format import (MAGIC, MAGIC_V1, PYSYNCOBJ_MAGIC, Entry, JournalDamaged,
-                                                    JournalFormatError)
+from coordinator.storage.protocol import JOURNAL_FILE, REBUILD_FROM_PEERS, TERM_FILE, OldFormat
+from coordinator.replication.journal_format import MAGIC, Entry, JournalDamaged, JournalFormatError
 
 log = logging.getLogger(__name__)
 
 TERM_SUFFIX = TERM_FILE.removeprefix(JOURNAL_FILE)  # term, vote and commit index (JSON)
 COMPACT_SUFFIX = ".compact"  # the next journal file while a compaction or clear writes it
-PYSYNCOBJ_META_SUFFIX = ".meta"  # pysyncobj's pickled term/vote file (raftpoint 0.1.0)
 LOG_LOST_KEY = "log_lost_in_term"  # in the term file: the log was lost in this term and is not yet rebuilt
 
 
@@ -80,29 +78,26 @@ class DurableJournal(pysyncobj_journal.Journal):
         """Errors here raise: a node that cannot read its journal must not start."""
         Path(str(self._path) + COMPACT_SUFFIX).unlink(missing_ok=True)  # an unfinished rewrite
         data = self._path.read_bytes() if self._path.exists() else b""
-        if data.startswith(PYSYNCOBJ_MAGIC):
-            data = self._migrate_from_pysyncobj()
-        elif not data:
+        old = journal_format.old_format(data)
+        if old is not None:
+            raise OldFormat.of(self._path, old)
+        if not data:
             data = MAGIC
             fsutil.atomic_write(self._path, data)
-        self._meta = self._read_meta()
-        self._check_key()
+        self._meta = read_term_file(self._term_path)
+        check_key(self._meta, self._key, self._path)
+        if "key_id" not in self._meta:
+            self._meta["key_id"] = journal_format.key_id(self._key)
+            write_term_file(self._term_path, self._meta)
         durable = int(self._meta.get("commit_index", 0))
         try:
             found = journal_format.scan(data, self._key, durable)
         except JournalFormatError as exc:
             raise JournalFormatError(f"{self._path}: {exc}") from None
         if found.damaged:
-            raise JournalDamaged(
-                f"journal {self._path} is damaged: {found.problem}, but entries up to index {durable} were "
-                f"durable, so this is no crash's torn tail; the file is left as it is. {REBUILD_FROM_PEERS}")
+            raise damaged(self._path, found.problem, durable)
         if found.problem is not None:
             log.warning("journal %s: %s (an unflushed tail lost in a crash)", self._path, found.problem)
-        if data.startswith(MAGIC_V1):
-            data, found.offsets = journal_format.encode_all(self._key, found.entries)
-            fsutil.atomic_write(self._path, data)
-            found.end = len(data)
-            log.warning("journal %s: rewrote %d entries with authenticated records", self._path, len(found.entries))
         self._note_a_lost_log(found.entries)
         self._fd = os.open(self._path, os.O_RDWR)
         if found.problem is not None and len(data) > found.end:
@@ -114,20 +109,6 @@ class DurableJournal(pysyncobj_journal.Journal):
         self._entries: list[Entry] = found.entries
         self._offsets: list[int] = found.offsets
         self._end = found.end
-        Path(str(self._path) + PYSYNCOBJ_META_SUFFIX).unlink(missing_ok=True)  # left by a finished migration
-
-    def _read_meta(self) -> dict:
-        if not self._term_path.exists():
-            return {}
-        try:
-            meta = json.loads(self._term_path.read_bytes())
-        except ValueError as exc:
-            # Written atomically, so this is not a crash artefact: without the vote this
-            # node could vote twice in a term.
-            raise JournalFormatError(f"{self._term_path}: unreadable term/vote file: {exc}") from None
-        if not isinstance(meta, dict):
-            raise JournalFormatError(f"{self._term_path}: unreadable term/vote file: {meta!r}")
-        return meta
 
     def _note_a_lost_log(self, entries: list[Entry]) -> None:
         """Record a lost log: the stored commit index runs past the last entry only when
@@ -137,38 +118,11 @@ class DurableJournal(pysyncobj_journal.Journal):
         durable = int(self._meta.get("commit_index", 0))
         if durable > max(last, 1) and LOG_LOST_KEY not in self._meta:
             self._meta[LOG_LOST_KEY] = self.getCurrentTerm()
-            fsutil.atomic_write(self._term_path, json.dumps(self._meta, sort_keys=True).encode())
+            write_term_file(self._term_path, self._meta)
         if LOG_LOST_KEY in self._meta:
             log.warning("journal %s: this node's log was lost in term %s (it ends at index %d, entries up to %d "
                         "were committed): it grants no vote and stands for no election until a leader has "
                         "caught its log up", self._path, self._meta[LOG_LOST_KEY], last, durable)
-
-    def _check_key(self) -> None:
-        """Refuse a journal written with another key before any record is judged by it:
-        with the wrong key every record fails, and the scan would cut them all as torn."""
-        key_id = journal_format.key_id(self._key)
-        stored = self._meta.get("key_id")
-        if stored is not None and stored != key_id:
-            raise JournalFormatError(f"{self._path} was written with another Raft password; start the node with "
-                                     "the password it was written with (records are authenticated with it)")
-        if stored is None:
-            self._meta["key_id"] = key_id
-            fsutil.atomic_write(self._term_path, json.dumps(self._meta, sort_keys=True).encode())
-
-    def _migrate_from_pysyncobj(self) -> bytes:
-        """Convert a raftpoint 0.1.0 data dir (pysyncobj's journal and pickled meta).
-        Each step is atomic and the old meta is removed last, so a crash at any point
-        leads to the same migration being done again."""
-        old = pysyncobj_journal.FileJournal(str(self._path))
-        entries = [old[i] for i in range(len(old))]
-        meta = {"term": old.getCurrentTerm(), "voted_for": old.getVotedForNodeId(),
-                "commit_index": old.getRaftCommitIndex()}
-        old._destroy()
-        fsutil.atomic_write(self._term_path, json.dumps(meta).encode())
-        data, _ = journal_format.encode_all(self._key, [(bytes(c), i, t) for c, i, t in entries])
-        fsutil.atomic_write(self._path, data)
-        log.warning("journal %s: migrated %d entries from the pysyncobj format", self._path, len(entries))
-        return data
 
     # ---- log entries ----------------------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
@@ -290,7 +244,7 @@ class DurableJournal(pysyncobj_journal.Journal):
         """The stored commit index tells damage from a torn tail at the next open, so
         it must never be on disk before the entries it covers."""
         self.flush()
-        self._io(fsutil.atomic_write, self._term_path, json.dumps(self._meta, sort_keys=True).encode())
+        self._io(write_term_file, self._term_path, self._meta)
         self._meta_saved = True
 
     # ---- shutdown and errors --------------------------------------------------------
@@ -323,7 +277,43 @@ def mark_log_lost(journal_file: str | Path) -> bool:
     term_path = Path(str(journal_file) + TERM_SUFFIX)
     if not term_path.exists():
         return False
-    meta = json.loads(term_path.read_bytes())
+    meta = read_term_file(term_path)
     meta.setdefault(LOG_LOST_KEY, int(meta.get("term", 0)))
-    fsutil.atomic_write(term_path, json.dumps(meta, sort_keys=True).encode())
+    write_term_file(term_path, meta)
     return True
+
+
+def read_term_file(term_path: Path) -> dict:
+    """Term, vote, commit index and key id ({} when there is no file yet)."""
+    if not term_path.exists():
+        return {}
+    try:
+        meta = json.loads(term_path.read_bytes())
+    except ValueError as exc:
+        # Written atomically, so this is not a crash artefact: without the vote this
+        # node could vote twice in a term.
+        raise JournalFormatError(f"{term_path}: unreadable term/vote file: {exc}") from None
+    if not isinstance(meta, dict):
+        raise JournalFormatError(f"{term_path}: unreadable term/vote file: {meta!r}")
+    return meta
+
+
+def write_term_file(term_path: Path, meta: dict) -> None:
+    """Replace the term file atomically and durably."""
+    fsutil.atomic_write(term_path, json.dumps(meta, sort_keys=True).encode())
+
+
+def check_key(meta: dict, key: bytes, journal_path: Path) -> None:
+    """Refuse a journal written with another key before any record is judged by it:
+    with the wrong key every record fails, and the scan would cut them all as torn.
+    The term file names the key by its id (journal_format.key_id)."""
+    stored = meta.get("key_id")
+    if stored is not None and stored != journal_format.key_id(key):
+        raise JournalFormatError(f"{journal_path} was written with another Raft password; use the password it was "
+                                 "written with (records are authenticated with it)")
+
+
+def damaged(journal_path: Path, problem: str | None, durable: int) -> JournalDamaged:
+    """The refusal of a journal whose durable records no longer check out."""
+    return JournalDamaged(f"journal {journal_path} is damaged: {problem}, but entries up to index {durable} were "
+                          f"durable, so this is no crash's torn tail; the file is left as it is. {REBUILD_FROM_PEERS}")

@@ -20,32 +20,31 @@ so nothing after it was acknowledged -- unless the journal's own durable commit
 index says otherwise: a record that fails at or below it was durable once, so
 the file was damaged at rest, not torn by a crash (`Scan.damaged`).
 
-Files of the previous format (MAGIC_V1: a CRC-32 instead of the MAC) are read
-with their CRCs and rewritten in this format at open: the one time a record is
-accepted unauthenticated, explicitly.
+Journals of the older formats (OLD_FORMATS: CRC-32 records, and pysyncobj's own
+journal) are never read here: they are unauthenticated, so a node refuses them at
+start, and `raftpoint migrate` converts them (old_formats, migration).
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
 import struct
-import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
 from coordinator.storage.protocol import DamagedAtRest
 
 MAGIC = b"RPJRNL\x00\x02"
-MAGIC_V1 = b"RPJRNL\x00\x01"  # CRC-32 records (raftpoint up to this format change)
+MAGIC_V1 = b"RPJRNL\x00\x01"  # CRC-32 records (raftpoint up to the MAC)
 PYSYNCOBJ_MAGIC = b"PYSYNCOBJ"  # the mmap journal of pysyncobj (raftpoint 0.1.0 data dirs)
-_FIELDS = struct.Struct(">IQQ")  # payload length, index, term: what the MAC covers besides the payload
+OLD_FORMATS = {MAGIC_V1: "a journal of the CRC-checked format", PYSYNCOBJ_MAGIC: "a pysyncobj journal"}
+FIELDS = struct.Struct(">IQQ")  # payload length, index, term: what the MAC covers besides the payload
 MAC_SIZE = 32
 RECORD = struct.Struct(f">IQQ{MAC_SIZE}s")  # payload length, index, term, MAC
-RECORD_V1 = struct.Struct(">IIQQ")  # payload length, crc32, index, term
 
 Entry = tuple[bytes, int, int]  # (command, index, term), as pysyncobj stores log entries
 # (view, record position) -> (length, index, term, payload start) or why the record is not whole and genuine
-_Reader = Callable[[memoryview, int], "tuple[int, int, int, int] | str"]
+Reader = Callable[[memoryview, int], "tuple[int, int, int, int] | str"]
 
 
 class JournalFormatError(ValueError):
@@ -70,7 +69,7 @@ def key_id(key: bytes) -> str:
 
 
 def _mac(key: bytes, command: bytes | memoryview, index: int, term: int) -> bytes:
-    mac = hmac.new(key, _FIELDS.pack(len(command), index, term), hashlib.sha256)
+    mac = hmac.new(key, FIELDS.pack(len(command), index, term), hashlib.sha256)
     mac.update(command)
     return mac.digest()
 
@@ -103,20 +102,24 @@ class Scan:
     damaged: bool = False
 
 
+def old_format(data: bytes) -> str | None:
+    """What older journal format `data` (the file's first bytes at least) is in; None: not an old one."""
+    return next((name for magic, name in OLD_FORMATS.items() if data.startswith(magic)), None)
+
+
 def scan(data: bytes, key: bytes, durable_index: int = 0) -> Scan:
-    """Parse a whole journal file (MAGIC included) of either format.
+    """Parse a whole journal file (MAGIC included).
 
     `durable_index`: the commit index the journal stored, which is never stored
     before the entries up to it are flushed; 0 when unknown."""
     magic = bytes(data[:len(MAGIC)])
-    if magic == MAGIC:
-        return _scan(data, lambda view, pos: _read_record(view, pos, key), durable_index)
-    if magic == MAGIC_V1:
-        return _scan(data, _read_record_v1, durable_index)
-    raise JournalFormatError(f"not a raftpoint journal (starts with {magic!r})")
+    if magic != MAGIC:
+        raise JournalFormatError(f"not a raftpoint journal (starts with {magic!r})")
+    return scan_with(data, lambda view, pos: _read_record(view, pos, key), durable_index)
 
 
-def _scan(data: bytes, read: _Reader, durable_index: int) -> Scan:
+def scan_with(data: bytes, read: Reader, durable_index: int) -> Scan:
+    """The valid prefix of `data` (behind an 8-byte magic), each record read by `read`."""
     view = memoryview(data)
     result = Scan()
     pos = len(MAGIC)
@@ -144,18 +147,16 @@ def first_index(path: str) -> int | None:
     record, or no journal); whether the record checks out is the journal's to say."""
     try:
         with open(path, "rb") as f:
-            head = f.read(len(MAGIC) + max(RECORD.size, RECORD_V1.size))
+            head = f.read(len(MAGIC) + RECORD.size)
     except FileNotFoundError:
         return None
     body = memoryview(head)[len(MAGIC):]
     if head.startswith(MAGIC) and len(body) >= RECORD.size:
         return RECORD.unpack_from(body)[1]
-    if head.startswith(MAGIC_V1) and len(body) >= RECORD_V1.size:
-        return RECORD_V1.unpack_from(body)[2]
     return None
 
 
-def _lost_durable(view: memoryview, pos: int, read: _Reader, previous: Entry | None, durable_index: int) -> bool:
+def _lost_durable(view: memoryview, pos: int, read: Reader, previous: Entry | None, durable_index: int) -> bool:
     """Whether the record that failed at `pos` held an entry at or below `durable_index`.
 
     After a good entry, the failed one was that entry's successor. With none (the
@@ -171,7 +172,7 @@ def _lost_durable(view: memoryview, pos: int, read: _Reader, previous: Entry | N
     return False
 
 
-def _whole(view: memoryview, pos: int, header: struct.Struct) -> tuple[tuple, int] | str:
+def whole(view: memoryview, pos: int, header: struct.Struct) -> tuple[tuple, int] | str:
     """The header's fields (the payload length first) and where the payload starts,
     or why the record at `pos` is not whole."""
     if len(view) - pos < header.size:
@@ -183,28 +184,10 @@ def _whole(view: memoryview, pos: int, header: struct.Struct) -> tuple[tuple, in
 
 
 def _read_record(view: memoryview, pos: int, key: bytes) -> tuple[int, int, int, int] | str:
-    whole = _whole(view, pos, RECORD)
-    if isinstance(whole, str):
-        return whole
-    (length, index, term, mac), start = whole
+    record = whole(view, pos, RECORD)
+    if isinstance(record, str):
+        return record
+    (length, index, term, mac), start = record
     if not hmac.compare_digest(mac, _mac(key, view[start:start + length], index, term)):
         return "record fails authentication (damaged, or written with another Raft password)"
     return length, index, term, start
-
-
-def _read_record_v1(view: memoryview, pos: int) -> tuple[int, int, int, int] | str:
-    whole = _whole(view, pos, RECORD_V1)
-    if isinstance(whole, str):
-        return whole
-    (length, crc, index, term), start = whole
-    return (length, index, term, start) if crc == _crc_v1(view[start:start + length], index, term) \
-        else "record checksum mismatch"
-
-
-def _crc_v1(command: bytes | memoryview, index: int, term: int) -> int:
-    return zlib.crc32(command, zlib.crc32(_FIELDS.pack(len(command), index, term)))
-
-
-def encode_v1(command: bytes, index: int, term: int) -> bytes:
-    """A record of the previous format: for tests of reading old journals."""
-    return RECORD_V1.pack(len(command), _crc_v1(command, index, term), index, term) + command

@@ -8,9 +8,9 @@ keeps it. An entry is answered once a majority's journals hold it fsynced
 (FlushingTransport) and it is applied where every reader of this node sees it (the
 handed-over batches are read above the store). A node that stops before the store
 commit replays the journal from the store's applied index when it starts again
-(apply_entry skips what the store holds), and a snapshot is written only from a
-store the committer has caught up (_write_snapshot), so log compaction never drops
-an entry the store does not hold.
+(pysyncobj_adapter.GuardedApply skips what the store holds, unread), and a snapshot
+is written only from a store the committer has caught up (_write_snapshot), so log
+compaction never drops an entry the store does not hold.
 """
 from __future__ import annotations
 
@@ -31,8 +31,10 @@ from coordinator.core.membership import RaftView, raft_events
 from coordinator.observability import raft_log
 from coordinator.replication import journal_format, pysyncobj_adapter, snapshot_file, snapshots
 from coordinator.replication.journal import ConflictAwareJournal
-from coordinator.replication.fail_stop import EXIT_IO_ERROR, EXIT_STORE_FULL, fail_stop
+from coordinator.replication.fail_stop import (EXIT_APPLY_FAILED, EXIT_IO_ERROR, EXIT_STORE_FULL, describe,
+                                               fail_stop)
 from coordinator.replication.applier import apply_entry_bytes
+from coordinator.replication.migration import refuse_old_formats
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.read_index import LEADER_CHANGED, NOT_LEADER, ReadDone, ReadRounds
 from coordinator.replication.replica import (Callback, ChangeListener, MembershipOutcome, NodeStatus, NotLeader,
@@ -78,11 +80,12 @@ def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: Snaps
                        f"{store_applied} and there is {held}: entries in between are gone. {REBUILD_FROM_PEERS}")
 
 
-class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMembershipChangeAtATime,
-                      pysyncobj_adapter.SnapshotReceiver, SyncObj):
+class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWritePath,
+                      pysyncobj_adapter.OneMembershipChangeAtATime, pysyncobj_adapter.SnapshotReceiver, SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
                  on_journal_flush: Callable[[float], None] | None = None) -> None:
         pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched
+        refuse_old_formats(Path(config.data_dir))  # before anything in the data dir is read
         self.config = config
         self._store = store
         self._committer = StoreCommitter(store, self._store_failed)
@@ -165,16 +168,24 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
     # ---- the one replicated method ------------------------------------------------
     @replicated
     def apply_entry(self, data: bytes) -> bytes | list[bytes] | None:
+        """Called for entries past `_applied_through` only (GuardedApply skips the rest)."""
         index = pysyncobj_adapter.applying_index(self)
         decoded = self._pending.take_decoded(data)
-        if index <= self._batch_index:
-            return None  # already in the store: replayed journal after a restart
         started = time.perf_counter()
         result = apply_entry_bytes(self._records, data, decoded)
         self._batch_index = index
         if self._on_apply is not None:
             self._on_apply(time.perf_counter() - started)
         return result
+
+    def _applied_through(self) -> int:
+        """The last entry applied: in the store, or in the batch handed to it."""
+        return self._batch_index
+
+    def _apply_failed(self, index: int, exc: Exception) -> None:
+        fail_stop(f"log entry {index} could not be applied: {describe(exc)}. The entry is committed, so every node "
+                  "that applies it stops the same way: a bug in the state machine; keep the data dirs for its report",
+                  EXIT_APPLY_FAILED)
 
     # ---- a stalled node does not call an election ---------------------------------
     def _onTick(self, timeToWait: float = 0.0) -> None:
@@ -474,7 +485,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         """Load the snapshot's store image unless the store already holds its index.
 
         A store at or past the snapshot's index is kept, and pysyncobj's replay of the
-        entries up to the store's index is skipped in apply_entry: right because this
+        entries up to the store's index is skipped (GuardedApply): right because this
         node applies committed entries only (pysyncobj_adapter.commit_only_what_the_leader_sent),
         which are the same entries on every node."""
         with snapshots.open_received(path, self.config.raft_address, self._key) as received:

@@ -2,7 +2,8 @@
 
 The node relies on pysyncobj 0.3.17 beyond its public API: the journal factory
 it calls, the name-mangled `SyncObj.__*` attributes holding the log, the applied
-index, the commit index, the Raft role and the AppendEntries sender and the shape
+index, the commit index, the Raft role, the entry applier (whose entry encoding
+raft_entries reads) and the AppendEntries sender and the shape
 of an AppendEntries message, the transport's back-reference to its node and its
 not-yet-identified connections, the TCP connection's read buffer and the
 connection class its server builds, the wire framing and key exchange of its TCP
@@ -37,6 +38,7 @@ from pysyncobj.monotonic import monotonic as pysyncobj_monotonic
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
+from coordinator.replication import raft_entries
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.replica import RaftProbeFailed
 
@@ -129,6 +131,44 @@ class LeaderWritePath:
     def _SyncObj__onBecomeLeader(self) -> None:
         SyncObj._SyncObj__onBecomeLeader(self)  # type: ignore[attr-defined]
         raft_log(self).flush()
+
+
+class GuardedApply:
+    """Mixin for a SyncObj subclass: how pysyncobj applies one committed entry, with
+    three rules added. The subclass says up to which index its state holds the log
+    (`_applied_through`) and how the node stops when an entry fails (`_apply_failed`).
+
+    - An entry the state already holds is skipped before anything in it is read.
+      After a restart pysyncobj applies the log again from its last applied index
+      (the snapshot's, or 1), unpickling every entry on the way.
+    - Membership entries are read even then (pysyncobj rebuilds the member list from
+      them at every start), and always by raft_entries, whose unpickler admits
+      nothing but a member's address.
+    - An exception out of applying an entry stops the node. pysyncobj would log
+      "failed _onTick" and apply the same entry again at the next tick, thousands of
+      times, while the node went on voting and leading with its state stuck. A
+      refused command is a result, not an exception (applier.py), so only a bug gets
+      here; the entry is committed, so every node meets it, and each one stops
+      saying which entry failed and why rather than carry on past it."""
+
+    def _applied_through(self) -> int:
+        raise NotImplementedError
+
+    def _apply_failed(self, index: int, exc: Exception) -> None:
+        raise NotImplementedError
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
+        index = applying_index(self)  # type: ignore[arg-type]
+        try:
+            if index <= self._applied_through() and raft_entries.kind(command) != raft_entries.MEMBERSHIP:
+                return None
+            return SyncObj._SyncObj__doApplyCommand(self, command)  # type: ignore[attr-defined]
+        except Exception as exc:
+            self._apply_failed(index, exc)
+            return None
+
+    def _SyncObj__parseChangeClusterRequest(self, command: bytes) -> list | None:
+        return raft_entries.membership_change(command)
 
 
 class OneMembershipChangeAtATime:

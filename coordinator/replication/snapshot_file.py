@@ -13,7 +13,8 @@ adopts wholesale -- it replaces the store -- so the file is checked when it is
 written (read back), when it is received and when it is installed at a start:
 a damaged or hand-edited file is refused instead of becoming a replica's state
 (and then, through its snapshots, another's). Version 1 files, written before
-the MAC, are still read, unverified, with a warning.
+the MAC, are read only by `raftpoint migrate`, which rewrites them in this version
+(`upgrade`): nothing else adopts a file nobody can vouch for.
 """
 from __future__ import annotations
 
@@ -21,20 +22,17 @@ import base64
 import hashlib
 import hmac
 import json
-import logging
 import struct
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Iterator
 
 from coordinator import fsutil
 from coordinator.storage.protocol import DamagedAtRest
 
-log = logging.getLogger(__name__)
-
 MAGIC = b"RPSNAP\x00\x01"
 HEADER = struct.Struct(">IQQQ")
 VERSION = 2
-UNVERIFIED_VERSION = 1  # no MAC: read, with a warning
+OLD_VERSION = 1  # no MAC: read only by `raftpoint migrate` (upgrade)
 MAC_SIZE = 32
 _CHUNK = 1 << 20
 
@@ -47,12 +45,16 @@ class SnapshotDamaged(SnapshotFormatError, DamagedAtRest):
     """The file does not match its MAC: damaged on disk or in transit, or edited."""
 
 
+class OldSnapshot(SnapshotFormatError):
+    """A version 1 file: it carries no MAC, so it is not read (`raftpoint migrate` converts it)."""
+
+
 @dataclass(frozen=True)
 class SnapshotHeader:
     applied_index: int
     raft_len: int
     image_len: int
-    mac: bytes | None = None  # None: a version 1 file
+    mac: bytes | None = None  # None: a version 1 file (OLD_VERSION)
 
     @property
     def raft_offset(self) -> int:
@@ -96,7 +98,22 @@ def write(path: str, applied_index: int, raft_json: bytes, write_image: Callable
 
 
 def read_header(f: BinaryIO) -> SnapshotHeader:
-    """The header; leaves `f` at the raft JSON."""
+    """The header; leaves `f` at the raft JSON. OldSnapshot for a version 1 file."""
+    header = _read_any_header(f)
+    if header.mac is None:
+        raise OldSnapshot(f"snapshot at applied index {header.applied_index} is of version {OLD_VERSION}, which "
+                          "carries no MAC: it is not read (`raftpoint migrate` converts it)")
+    return header
+
+
+def old_header(f: BinaryIO) -> SnapshotHeader | None:
+    """The header of a version 1 file, leaving `f` at its raft JSON; None for a file of
+    this version. For `raftpoint migrate` only: nothing vouches for what follows."""
+    header = _read_any_header(f)
+    return header if header.mac is None else None
+
+
+def _read_any_header(f: BinaryIO) -> SnapshotHeader:
     magic = f.read(len(MAGIC))
     if magic != MAGIC:
         raise SnapshotFormatError(f"not a raftpoint snapshot (magic {magic!r})")
@@ -104,7 +121,7 @@ def read_header(f: BinaryIO) -> SnapshotHeader:
     if len(raw) != HEADER.size:
         raise SnapshotFormatError("truncated snapshot header")
     version, applied, raft_len, image_len = HEADER.unpack(raw)
-    if version == UNVERIFIED_VERSION:
+    if version == OLD_VERSION:
         return SnapshotHeader(applied, raft_len, image_len)
     if version != VERSION:
         raise SnapshotFormatError(f"unsupported snapshot version {version}")
@@ -116,12 +133,21 @@ def read_header(f: BinaryIO) -> SnapshotHeader:
 
 def verify(f: BinaryIO, header: SnapshotHeader, key: bytes) -> None:
     """Raise SnapshotDamaged unless the file matches its MAC; leaves `f` at the raft JSON."""
-    if header.mac is None:
-        log.warning("snapshot of version %d has no MAC: read unverified", UNVERIFIED_VERSION)
-    elif not hmac.compare_digest(header.mac, _mac(f, header, key)):
+    if header.mac is None or not hmac.compare_digest(header.mac, _mac(f, header, key)):
         raise SnapshotDamaged(f"snapshot at applied index {header.applied_index} does not match its MAC: "
                               "damaged on disk or in transit, or written with another Raft password")
     f.seek(header.raft_offset)
+
+
+def upgrade(f: BinaryIO, header: SnapshotHeader, raft_json: bytes, path: str, key: bytes) -> None:
+    """Write the version 1 file open as `f` (its header and raft JSON read) to `path` in
+    this version, MAC included; the caller's rename makes it visible."""
+    def copy_image(out: BinaryIO) -> int:
+        for chunk in _chunks(f, header, header.image_len):
+            out.write(chunk)
+        return header.image_len
+
+    write(path, header.applied_index, raft_json, copy_image, key)
 
 
 def _mac(f: BinaryIO, header: SnapshotHeader, key: bytes) -> bytes:
@@ -129,12 +155,18 @@ def _mac(f: BinaryIO, header: SnapshotHeader, key: bytes) -> bytes:
     mac = hmac.new(key, HEADER.pack(VERSION, header.applied_index, header.raft_len, header.image_len),
                    hashlib.sha256)
     f.seek(header.raft_offset)
-    remaining = header.raft_len + header.image_len
+    for chunk in _chunks(f, header, header.raft_len + header.image_len):
+        mac.update(chunk)
+    return mac.digest()
+
+
+def _chunks(f: BinaryIO, header: SnapshotHeader, count: int) -> Iterator[bytes]:
+    """The next `count` bytes of `f`, in chunks; SnapshotDamaged when the file ends first."""
+    remaining = count
     while remaining > 0:
         chunk = f.read(min(_CHUNK, remaining))
         if not chunk:
             raise SnapshotDamaged(f"snapshot at applied index {header.applied_index} is truncated: "
                                   f"{remaining} bytes missing")
-        mac.update(chunk)
+        yield chunk
         remaining -= len(chunk)
-    return mac.digest()

@@ -11,6 +11,7 @@ half applied because its tenth key was malformed.
 """
 from __future__ import annotations
 
+import os
 from typing import BinaryIO, Mapping, Protocol
 
 from coordinator.storage.digest import check_monotonic
@@ -50,6 +51,19 @@ REBUILT_FROM_PEERS = (JOURNAL_FILE, SNAPSHOT_FILE, STORE_DIR)
 REBUILD_FROM_PEERS = (f"Rebuild this node from its peers: with it stopped, run `raftpoint repair --from-peers "
                       f"--data-dir DIR` (it moves {', '.join(REBUILT_FROM_PEERS)} aside and keeps {TERM_FILE}: "
                       f"the term and vote) and start it again")
+
+
+class OldFormat(Exception):
+    """A data dir file of an older, unauthenticated format (a journal before the MAC,
+    pysyncobj's own journal, a snapshot of version 1). A node never reads one: whoever
+    could write the file could have planted a pickled callable in it. The explicit,
+    one-off `raftpoint migrate` converts it; nothing was changed."""
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], what: str) -> "OldFormat":
+        return cls(f"{path} is {what}, which carries no MAC and is not read at start: with the node stopped, run "
+                   f"`raftpoint migrate --data-dir {os.path.dirname(path) or '.'}` once, with the node's Raft "
+                   "password, then start it")
 
 
 class ImageError(StoreError, ValueError):

@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.chaos",
     "raftpoint.cli.gc",
     "raftpoint.cli.repair",
+    "raftpoint.cli.migrate",
     "raftpoint.cli.auth",
     "raftpoint.cli.clock",
 )

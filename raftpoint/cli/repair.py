@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from coordinator.replication.rebuild import prepare_rebuild
+from raftpoint.cli import stopped_node
 
 PROG = "raftpoint repair"
 
@@ -23,14 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--from-peers", action="store_true", required=True,
                         help="move the journal, snapshot and store aside; the next start fetches them from the "
                              "cluster (the only repair there is)")
-    parser.add_argument("--data-dir", type=Path, required=True, help="the stopped node's data dir")
+    stopped_node.add_data_dir(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    data_dir: Path = args.data_dir
-    if not data_dir.is_dir():
-        print(f"{PROG}: {data_dir} is not a directory", file=sys.stderr)
+    data_dir = stopped_node.data_dir_of(args, PROG)
+    if data_dir is None:
         return 2
     try:
         prepared = prepare_rebuild(data_dir)

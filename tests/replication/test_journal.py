@@ -1,15 +1,13 @@
 """The Raft journal: conflict-aware truncation, durability across reopen, torn tails,
-damage at rest, authenticated records, interrupted compactions, group-commit
-flushing and the migrations from older formats."""
+damage at rest, authenticated records, interrupted compactions and group-commit
+flushing (older formats: test_migration.py)."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterator, NoReturn
 
 import pytest
-from pysyncobj import journal as pysyncobj_journal
 
 from coordinator import fsutil
 from coordinator.replication import journal_file, journal_format
@@ -256,19 +254,6 @@ def test_another_raft_password_cannot_read_the_journal(path: str) -> None:
         ConflictAwareJournal(path, key=journal_format.record_key("changed"), on_io_error=raise_disk_error)
 
 
-def test_a_journal_of_the_checksummed_format_is_read_and_rewritten_authenticated(path: str) -> None:
-    old = [(b"c%d" % i, i, 1) for i in range(1, 5)]
-    torn = journal_format.encode_v1(b"c5", 5, 1)[:-2]
-    Path(path).write_bytes(journal_format.MAGIC_V1 + b"".join(journal_format.encode_v1(*e) for e in old) + torn)
-    j = open_journal(path)
-    assert entries(j) == old
-    j.add(b"c5", 5, 2)
-    crash(j)
-    data = Path(path).read_bytes()
-    assert data.startswith(MAGIC)
-    assert journal_format.scan(data, KEY).entries == old + [(b"c5", 5, 2)]
-
-
 def test_a_foreign_file_is_refused_unchanged(path: str) -> None:
     Path(path).write_bytes(b"something else entirely")
     with pytest.raises(JournalFormatError, match="not a raftpoint journal"):
@@ -384,24 +369,6 @@ def test_io_errors_go_to_the_handler_and_leave_memory_as_on_disk(path: str, monk
     monkeypatch.setattr(fsutil, "fsync_file", no_space)
     with pytest.raises(DiskError):
         j.setCurrentTerm(5, "n1")
-
-
-# ---- the pysyncobj format of raftpoint 0.1.0 ---------------------------------------------
-
-def test_a_pysyncobj_journal_is_migrated(path: str) -> None:
-    old = pysyncobj_journal.FileJournal(path)
-    for idx in range(1, 8):
-        old.add(b"cmd%d" % idx, idx, 2)
-    old.setCurrentTerm(4, "127.0.0.1:7002")
-    old.setRaftCommitIndex(6)
-    old.onOneSecondTimer()
-    old._destroy()
-    j = open_journal(path)
-    assert entries(j) == [(b"cmd%d" % i, i, 2) for i in range(1, 8)]
-    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (4, "127.0.0.1:7002", 6)
-    assert Path(path).read_bytes().startswith(MAGIC)
-    assert not Path(path + ".meta").exists()
-    assert json.loads(Path(path + journal_file.TERM_SUFFIX).read_text())["term"] == 4
 
 
 def test_a_log_found_shorter_than_its_stored_commit_index_is_lost_until_rebuilt(path: str) -> None:

@@ -119,6 +119,20 @@ def commit(rid: str, agent: str, index: int, incarnation: int = 1, group: str = 
                                      blob_uri=f"file:///b/{index}", sha256="a" * 64, size=10)))
 
 
+def one_node_with_checkpoints(root: Path, checkpoints: int) -> Cluster:
+    """A running one-node cluster holding group g, its agent a and checkpoints 1..`checkpoints`."""
+    cluster = Cluster(root, size=1)
+    try:
+        cluster.propose(create_group())
+        cluster.propose(register("r-1", "a"))
+        for i in range(1, checkpoints + 1):
+            cluster.propose(commit(f"c-{i}", "a", i))
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
 def test_writes_replicate_and_duplicates_apply_once(cluster: Cluster) -> None:
     cluster.propose(create_group())
     cluster.propose(register("r-1", "a"))

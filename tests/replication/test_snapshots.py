@@ -81,24 +81,6 @@ def test_a_changed_byte_anywhere_after_the_magic_is_refused_before_anything_is_d
             pass
 
 
-def test_a_snapshot_of_the_unauthenticated_format_is_still_installed(tmp_path: Path,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "raft.snapshot"
-    store = filled_store(4)
-    raft_json = snapshot_file.encode_raft_data(raft_data(SELF))
-    with open(path, "wb") as f:
-        f.write(snapshot_file.MAGIC + snapshot_file.HEADER.pack(1, 4, len(raft_json), 0) + raft_json)
-        image_len = store.write_image(f)
-        f.seek(len(snapshot_file.MAGIC))
-        f.write(snapshot_file.HEADER.pack(1, 4, len(raft_json), image_len))
-    restored = MemoryStore()
-    with caplog.at_level(logging.WARNING, logger=snapshot_file.__name__):
-        with snapshots.open_received(str(path), SELF, KEY) as received:
-            restored.load_image(received.image, received.header.image_len)
-    assert "read unverified" in caplog.text
-    assert restored.digest_with_index() == store.digest_with_index()
-
-
 @pytest.mark.parametrize("journal_first, store_applied, snapshot_applied, snapshot_log_end, gap", [
     (None, 0, None, 0, False),  # a new node
     (1, 0, None, 0, False),  # nothing compacted yet
