@@ -419,6 +419,11 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
             followers = pysyncobj_adapter.voters(self)[0] - {self.config.raft_address}
             self._tell(rounds.ready(followers, self._readable_through()), None)
 
+    def store_holds_applied(self) -> bool:
+        """Whether the store holds every entry applied so far (the background commit
+        has caught up); any thread."""
+        return self._store.applied_index >= self._batch_index
+
     def _readable_through(self) -> int:
         """The last log index whose effect this node's readers see. Once the applied
         batch is handed over that is Raft's applied index: the entries after the last

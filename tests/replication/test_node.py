@@ -87,8 +87,11 @@ class Cluster:
         return decode_result(result)
 
     def converged(self) -> bool:
-        indexes = {n.store.applied_index for n in self.nodes.values()}
-        return len(indexes) == 1 and len({n.digest() for n in self.nodes.values()}) == 1
+        """Every node applied the same entries and its store holds them all (answers come
+        before the store's background commit: equal stores alone can all lag behind)."""
+        nodes = list(self.nodes.values())
+        return (all(n.store_holds_applied() for n in nodes) and len({n.status().raft_applied_index for n in nodes}) == 1
+                and len({n.digest_with_index() for n in nodes}) == 1)
 
     def close(self) -> None:
         for i in list(self.nodes):
