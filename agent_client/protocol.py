@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import uuid
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
@@ -44,6 +43,7 @@ from agent_client.delivered import DeliveredSet
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
 from agent_client.effects import Blocking, Callback, Op, Rpc, Watch
 from agent_client.envelope import Envelope
+from agent_client.request_ids import RequestIds
 from agent_client.restore_check import CheckpointRejected, RejectReason, load_verified
 from agent_client.restored import Restored, RestoreKind
 from agent_client.rules import Rule, rule_for
@@ -113,21 +113,15 @@ class AgentProtocol:
         self._manifest: Manifest | None = None
         self._cut_index: dict[int, int] = {}  # coordinated: epoch -> our checkpoint index for it
         self.handled_orders: set[int] = set()
-        # Request ids must be unique across groups, agents and client instances (the
-        # coordinator answers a known id from its dedupe table without applying it)
-        # and stable across retries of one write: a per-client session id plus a key.
-        self._session = uuid.uuid4().hex[:20]
-        self._batches = 0
-        self._pending_rid: tuple[str, int] | None = None
+        self._ids = RequestIds()
+        self._batches = 0  # dependency reports sent: each a write of its own (request_ids)
+        self._pending_report: tuple[Rpc, int] | None = None  # (the report being sent, records it covers)
         self._refused_epoch = 0
         self._progress = self._progress_at_restore = 0  # messages and checkpoints since the last restore
         self._backlog: tuple[list[LoggedDelivery], Mapping[str, Fence]] | None = None  # re-deliveries to do
         self._floor = 0  # no rollback goes below this checkpoint (garbage collection kept it)
 
     # ---- small pure helpers --------------------------------------------------------------
-    def rid(self, op: str, key: object) -> str:
-        return f"{op}-{self._session}-{self.incarnation}-{key}"
-
     def token(self) -> pb.FencingToken:
         return pb.FencingToken(incarnation=self.incarnation, epoch=self.epoch, secret=self.secret)
 
@@ -158,11 +152,11 @@ class AgentProtocol:
         # Drawn here, per registration, and kept in memory beside the incarnation: the
         # coordinator stores only its hash, and a retry of this request repeats it.
         secret = secrets.token_bytes(agent_secret.MIN_SECRET_BYTES)
-        resp = yield Rpc("AgentService", "Register", pb.RegisterRequest(
-            request_id=self.rid("reg", uuid.uuid4().hex[:8]), group=self.group, agent_id=self.agent_id,
-            secret=secret))
+        resp = yield Rpc("AgentService", "Register", self._ids.stamp("reg", pb.RegisterRequest(
+            group=self.group, agent_id=self.agent_id, secret=secret)))
         self.secret = secret
         self.incarnation, self.generation = resp.incarnation, resp.generation
+        self._pending_report = None  # its token names the old incarnation: the next flush builds a new one
         self.epoch, self.mode, self.stable_epoch, self.lease_ttl_s = (resp.current_epoch, resp.mode,
                                                                       resp.stable_epoch, resp.lease_ttl_s)
         self._resume = resp.resume_from if resp.HasField("resume_from") else None
@@ -182,8 +176,8 @@ class AgentProtocol:
     def close(self, *, deregister: bool = False) -> Op[None]:
         yield from self.flush_dependencies()
         if deregister:
-            yield Rpc("AgentService", "Deregister", pb.DeregisterRequest(
-                request_id=self.rid("dereg", ""), group=self.group, agent_id=self.agent_id, token=self.token()))
+            yield Rpc("AgentService", "Deregister", self._ids.stamp("dereg", pb.DeregisterRequest(
+                group=self.group, agent_id=self.agent_id, token=self.token())))
 
     # ---- restore -----------------------------------------------------------------------
     def restore(self, meta: pb.CheckpointMeta | None = None, reason: str | None = None) -> Op[Restored]:
@@ -220,7 +214,7 @@ class AgentProtocol:
         self._delivered = DeliveredSet.from_json(client.get("delivered"))
         self._sent = int(client.get("sent", 0))
         self._channel_seq = {str(k): int(v) for k, v in dict(client.get("seq", {})).items()}
-        self._pending, self._pending_rid = [], None
+        self._pending, self._pending_report = [], None
         self._manifest = None
         if self.mode == pb.COORDINATED:
             self.cut_epoch = int(client.get("cut_epoch", meta.epoch if meta else 0))
@@ -249,12 +243,11 @@ class AgentProtocol:
         if self.after_blob_write is not None:
             yield Callback(partial(self.after_blob_write, blob))
         yield Blocking(self.deliveries.sync)  # what the checkpoint depends on is on disk first
-        resp = yield Rpc("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
-            request_id=self.rid("cp", f"{index}-{blob.sha256[:16]}"),
+        resp = yield Rpc("AgentService", "CommitCheckpoint", self._ids.stamp("cp", pb.CommitCheckpointRequest(
             token=pb.FencingToken(incarnation=self.incarnation, epoch=max(self.epoch, cut), secret=self.secret),
             checkpoint=pb.CheckpointMeta(group=self.group, agent_id=self.agent_id, index=index, epoch=cut,
                                          kind=kind, blob_uri=blob.uri, sha256=blob.sha256, size=blob.size,
-                                         schema_version=self.schema_version, config_hash=self.config_hash)))
+                                         schema_version=self.schema_version, config_hash=self.config_hash))))
         if self.after_commit is not None:
             yield Callback(partial(self.after_commit, resp.checkpoint))
         self.last_index, self._manifest = index, blob.manifest
@@ -367,27 +360,25 @@ class AgentProtocol:
         answered, so a retry after an unknown outcome is the very same write."""
         refused: set[tuple[str, str]] = set()
         while self._pending:
-            if self._pending_rid is None:
-                self._batches += 1
-                self._pending_rid = (self.rid("deps", self._batches), len(self._pending))
-            rid, n = self._pending_rid
+            if self._pending_report is None:
+                self._pending_report = (self._report(self._pending), len(self._pending))
+            report, n = self._pending_report
             batch = self._pending[:n]
             try:
-                yield self._report(rid, batch)
+                yield report
             except Rejected as exc:
                 if not is_orphan_refusal(exc):
                     raise
                 if n == 1:
                     refused.add((batch[0].sender, batch[0].message_id))
                 for rec in batch if n > 1 else ():  # one refused record refuses the report: find which
-                    self._batches += 1
                     try:
-                        yield self._report(self.rid("deps", self._batches), [rec])
+                        yield self._report([rec])
                     except Rejected as single:
                         if not is_orphan_refusal(single):
                             raise
                         refused.add((rec.sender, rec.message_id))
-            self._pending, self._pending_rid = self._pending[n:], None
+            self._pending, self._pending_report = self._pending[n:], None
         late = refused - {current}
         if late:
             self.orphans_delivered += len(late)
@@ -395,9 +386,12 @@ class AgentProtocol:
                       self.agent_id, len(late), self.dependency_batch, sorted(late))
         return current in refused
 
-    def _report(self, rid: str, records: list[pb.DependencyRecord]) -> Rpc:
-        return Rpc("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
-            request_id=rid, group=self.group, agent_id=self.agent_id, token=self.token(), records=records))
+    def _report(self, records: list[pb.DependencyRecord]) -> Rpc:
+        """A new report: a write of its own even if an earlier one held the same records
+        (one sent again after a rollback must apply again)."""
+        self._batches += 1
+        return Rpc("AgentService", "ReportDependencies", self._ids.stamp("deps", pb.ReportDependenciesRequest(
+            group=self.group, agent_id=self.agent_id, token=self.token(), records=records), nonce=self._batches))
 
     # ---- orders -----------------------------------------------------------------------
     def pending_orders(self, window: float = 0.5) -> Op[list[pb.Order]]:
@@ -438,9 +432,8 @@ class AgentProtocol:
             yield from self.checkpoint_now(order.checkpoint_now.epoch)
         if self.before_ack is not None:
             yield Callback(partial(self.before_ack, order))
-        yield Rpc("AgentService", "AckOrder", pb.AckOrderRequest(
-            request_id=self.rid("ack", order.order_id), group=self.group, agent_id=self.agent_id,
-            token=self.token(), order_id=order.order_id))
+        yield Rpc("AgentService", "AckOrder", self._ids.stamp("ack", pb.AckOrderRequest(
+            group=self.group, agent_id=self.agent_id, token=self.token(), order_id=order.order_id)))
         self.handled_orders.add(order.order_id)
         if kind == "roll_back":
             line = {t.agent_id: Fence(t.agent_id, t.generation, t.checkpoint_index) for t in order.roll_back.line}

@@ -2,7 +2,8 @@
 
 Each command mirrors one oneof case of proto/v1/log.proto's LogEntry; the
 replication layer converts between the two. Results are stored in the dedupe
-table under the request id, so a retried request gets the first answer.
+table under the sender's identity and request id (core.dedupe), so a retried
+request gets the first answer.
 """
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ class ReasonCode(StrEnum):
     GROUP_SPEC_CONFLICT = "GROUP_SPEC_CONFLICT"  # the group exists with a different spec
     CHECKPOINT_CONFLICT = "CHECKPOINT_CONFLICT"  # the checkpoint index exists with other metadata
     ALREADY_COMMITTED = "ALREADY_COMMITTED"  # the agent already committed this epoch
+    REQUEST_ID_REUSED = "REQUEST_ID_REUSED"  # this identity used the request id for another command
     # FAILED_PRECONDITION
     STALE_INCARNATION = "STALE_INCARNATION"  # the token's incarnation is not the agent's live one
     AGENT_NOT_ALIVE = "AGENT_NOT_ALIVE"  # the agent failed or left: register again
@@ -91,8 +92,8 @@ _STATUS: dict[ReasonCode, Code] = {
                      ReasonCode.ORDER_NOT_ADDRESSED, ReasonCode.CLOCK_AHEAD), Code.INVALID_ARGUMENT),
     **dict.fromkeys((ReasonCode.GROUP_NOT_FOUND, ReasonCode.AGENT_NOT_FOUND, ReasonCode.EPOCH_NOT_FOUND),
                     Code.NOT_FOUND),
-    **dict.fromkeys((ReasonCode.GROUP_SPEC_CONFLICT, ReasonCode.CHECKPOINT_CONFLICT, ReasonCode.ALREADY_COMMITTED),
-                    Code.ALREADY_EXISTS),
+    **dict.fromkeys((ReasonCode.GROUP_SPEC_CONFLICT, ReasonCode.CHECKPOINT_CONFLICT, ReasonCode.ALREADY_COMMITTED,
+                     ReasonCode.REQUEST_ID_REUSED), Code.ALREADY_EXISTS),
     **dict.fromkeys((ReasonCode.STALE_INCARNATION, ReasonCode.AGENT_NOT_ALIVE, ReasonCode.EPOCH_NOT_STARTED,
                      ReasonCode.ORDER_PENDING, ReasonCode.INDEX_NOT_ABOVE_LAST, ReasonCode.PARENT_MISSING,
                      ReasonCode.NOT_OPEN_EPOCH, ReasonCode.JOINED_AFTER_EPOCH, ReasonCode.ORPHAN_MESSAGE,

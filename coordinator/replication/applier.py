@@ -3,6 +3,7 @@
 Shared by the Raft replica and the in-process test replica, so both answer a
 retried request id, a rejected command and a read barrier the same way, and
 forget old answers the same way (coordinator/core/dedupe.py): every answer is
+kept under its sender's identity and request id with its command's fingerprint,
 queued when recorded, and each applied entry forgets a bounded number of the
 oldest ones once their requests fall behind the watermark.
 """
@@ -16,8 +17,10 @@ from coordinator.core.commands import ClockResult, Entry, Failure, Proposal, Rea
 from coordinator.core.dedupe import DedupeClock, ForgetThrough
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.state_machine import apply
-from coordinator.storage.state import (DEDUPE_CLOCK_KEY, DEDUPE_FORGET_THROUGH_KEY, KvState, RecordCache,
-                                      remembered_key, result_key)
+from coordinator.storage.state import (
+    DEDUPE_CLOCK_KEY, DEDUPE_FORGET_THROUGH_KEY, KvState, RecordCache, answer_key, kept_answer, read_kept_answer,
+    read_remembered_item, remembered_item, remembered_key, unattributed_key,
+)
 
 Answer = bytes | list[bytes]
 
@@ -43,7 +46,7 @@ def apply_proposal(records: RecordCache, proposal: Proposal) -> Answer:
                    for e in proposal.entries]
         return answers if proposal.batch else answers[0]
     before = records.get(DEDUPE_CLOCK_KEY, DedupeClock) or DedupeClock()
-    clock = dedupe.advance(before, proposal.proposed_at, proposal.dedupe_window_s)
+    clock = dedupe.advance(dedupe.attributing(before), proposal.proposed_at, proposal.dedupe_window_s)
     answers = []
     tail = clock.tail
     for entry in proposal.entries:
@@ -72,20 +75,28 @@ def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, proposal:
     state = KvState(records)
     if isinstance(entry.command, ReadBarrier):
         return encode_result(apply(state, entry)), 0
-    key = result_key(entry.request_id)
+    namespace = dedupe.namespace(entry.principal)
+    key = answer_key(namespace, entry.request_id)
+    fingerprint = dedupe.fingerprint(entry.command)
     prior = state.raw(key)
-    if prior is not None:
-        return prior, 0
     issued_ms = dedupe.to_ms(entry.issued_at or entry.proposed_at)
-    refusal = dedupe.admit(clock, issued_ms, proposal.dedupe_window_s)
+    if prior is not None:
+        remembered, answer = read_kept_answer(prior)
+        refusal = dedupe.reuse(entry.request_id, remembered, fingerprint)
+        if refusal is None:
+            return answer, 0
+    elif dedupe.may_hold_unattributed(clock) and state.raw(unattributed_key(entry.request_id)) is not None:
+        refusal = dedupe.unattributed(entry.request_id)
+    else:
+        refusal = dedupe.admit(clock, issued_ms, proposal.dedupe_window_s)
     if refusal is not None:  # not recorded: refused again on every retry
         return encode_result(Failure.of(refusal)), 0
     result = apply(state, entry, validated=proposal.validated)
     if not isinstance(result, Failure):
         records.pending.update(state.writes)
     encoded = encode_result(result)
-    records.pending[key] = encoded
-    records.pending[remembered_key(tail)] = b"%d %s" % (issued_ms, entry.request_id.encode())
+    records.pending[key] = kept_answer(fingerprint, encoded)
+    records.pending[remembered_key(tail)] = remembered_item(issued_ms, namespace, entry.request_id)
     return encoded, 1
 
 
@@ -94,10 +105,10 @@ def _forget(records: RecordCache, clock: DedupeClock, budget: int) -> DedupeCloc
     while head < clock.tail and budget > 0:
         item = records.get(remembered_key(head), bytes)
         if item is not None:
-            issued, _, request_id = item.partition(b" ")
-            if not dedupe.forgettable(clock, int(issued)) and head >= _forget_through(records):
+            issued_ms, key = read_remembered_item(item)
+            if not dedupe.forgettable(clock, issued_ms) and head >= _forget_through(records):
                 break
-            records.pending[result_key(request_id.decode())] = None
+            records.pending[key] = None
             records.pending[remembered_key(head)] = None
         head += 1
         budget -= 1

@@ -301,17 +301,54 @@ def agent_changes(writes: Writes) -> list[AgentChange]:
 
 
 # The dedupe table lives under RESULT, so the domain state digest skips all of it:
-# answers by request id (a str part), their forgetting queue by sequence number (an
-# int part, which never collides with a str part), and the table's clock (a str
-# part no request id can have, since "#" is not allowed in request ids).
+# answers by (identity, request id) (two str parts), their forgetting queue by
+# sequence number (an int part, which never collides with a str part), the table's
+# clock (one str part no request id can have, since "#" is not allowed in request
+# ids), and, for one dedupe window after an upgrade, answers an earlier version kept
+# by request id alone (one str part; core.dedupe says what becomes of them).
 DEDUPE_CLOCK_KEY = keys.key(RESULT, "#clock")
 DEDUPE_FORGET_THROUGH_KEY = keys.key(RESULT, "#forget-through")  # core.dedupe.ForgetThrough, once reset
 
 
-def result_key(request_id: str) -> bytes:
+def answer_key(namespace: str, request_id: str) -> bytes:
+    """Where an identity's answer to `request_id` is kept (core.dedupe.namespace)."""
+    return keys.key(RESULT, namespace, request_id)
+
+
+def unattributed_key(request_id: str) -> bytes:
+    """Where an earlier version kept the answer to `request_id`, whoever sent it."""
     return keys.key(RESULT, request_id)
 
 
 def remembered_key(sequence: int) -> bytes:
     return keys.key(RESULT, sequence)
 
+
+def kept_answer(fingerprint: str, answer: bytes) -> bytes:
+    """An answer as kept: the fingerprint of the command it answered (64 hex digits), a
+    space, then the encoded result."""
+    return fingerprint.encode() + b" " + answer
+
+
+def read_kept_answer(kept: bytes) -> tuple[str, bytes]:
+    """(fingerprint, encoded result) of a kept answer."""
+    fingerprint, _, answer = kept.partition(b" ")
+    return fingerprint.decode(), answer
+
+
+def remembered_item(issued_ms: int, namespace: str, request_id: str) -> bytes:
+    """A forgetting-queue item: when the request was issued, its id and its sender's
+    identity, separated by spaces (neither request ids nor bound identities hold one).
+
+    An earlier version's items hold the issue time and the request id only. The id
+    comes first so that such a version, reading a new item (a snapshot from an
+    upgraded leader), takes "id identity" for a request id: it deletes a key that
+    does not exist instead of failing on a key it cannot build."""
+    return b"%d %s %s" % (issued_ms, request_id.encode(), namespace.encode())
+
+
+def read_remembered_item(item: bytes) -> tuple[int, bytes]:
+    """(issued ms, the key of the answer) of a forgetting-queue item, old or new."""
+    issued, _, rest = item.partition(b" ")
+    request_id, new, namespace = rest.decode().partition(" ")
+    return int(issued), answer_key(namespace, request_id) if new else unattributed_key(request_id)

@@ -360,3 +360,15 @@ def test_an_agent_library_session_presents_its_token(world: World, tmp_path: Pat
         with pytest.raises(Rejected) as refused:
             rp.group("g").agent("a3", state={}).start()
         assert refused.value.reason_name == "REASON_ROLE_FORBIDS"
+
+
+def test_two_identities_sending_one_request_id_each_have_their_command_applied(world: World) -> None:
+    """Each identity's request ids are its own, on every node: the identity each node
+    keys the answer by comes from the log entry."""
+    for who, agent in (("admin", "a-ids-1"), ("w1", "a-ids-2")):
+        reg = world.call("AgentService", "Register", pb.RegisterRequest(
+            request_id="one-id", group="g", agent_id=agent, secret=SECRET), world.tokens[who])
+        assert not isinstance(reg, grpc.RpcError) and reg.incarnation == 1, reg
+    group = world.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g"), world.tokens["admin"])
+    assert {"a-ids-1", "a-ids-2"} <= {a.agent_id for a in group.agents}, f"a registration was skipped: {group}"
+    world.cluster.converged()

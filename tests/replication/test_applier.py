@@ -1,18 +1,21 @@
 """The applier's dedupe table: answers are remembered for the window, then forgotten in
-bounded steps; a request older than the window is refused, never applied twice; and
-replicas that commit at different moments end with identical content."""
+bounded steps; a request older than the window is refused, never applied twice;
+replicas that commit at different moments end with identical content; and each
+identity's request ids are its own, an answer given only to the command it answered."""
 from __future__ import annotations
 
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import log_pb2
 from coordinator.core import dedupe
-from coordinator.core.commands import CheckpointResult, Failure, GroupResult, decode_result
-from coordinator.core.errors import Code
+from coordinator.core.commands import CheckpointResult, EmptyResult, Failure, GroupResult, decode_result, encode_result
+from coordinator.core.errors import Code, ReasonCode
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.storage import keys
 from coordinator.storage.memory import MemoryStore
-from coordinator.storage.state import RESULT, KvState, RecordCache
+from coordinator.storage.state import (
+    DEDUPE_CLOCK_KEY, RESULT, KvState, RecordCache, answer_key, read_remembered_item, remembered_item, remembered_key,
+)
 
 WINDOW = 60.0
 
@@ -57,8 +60,8 @@ class Replica:
     def answers(self) -> list[str]:
         """Request ids with a remembered answer (not the queue, not the clock)."""
         self.flush()
-        ids = [keys.parse(k)[1][0] for k, _ in self.store.scan(keys.prefix(RESULT))]
-        return [i for i in ids if isinstance(i, str) and not i.startswith("#")]
+        parts = [keys.parse(k)[1] for k, _ in self.store.scan(keys.prefix(RESULT))]
+        return [p[-1] for p in parts if len(p) == 2]  # type: ignore[misc]
 
 
 def setup(r: Replica, at: float = 1000.0) -> None:
@@ -106,8 +109,8 @@ def test_old_answers_are_forgotten_in_bounded_steps() -> None:
     assert max(deleted_per_entry) <= 2 * dedupe.prune_budget(1)  # an answer and its queue item each
     # In steady state only about a window's worth (60 s at one write a second) is left.
     assert 55 <= len(r.answers()) <= 65
-    assert KvState(r.store).raw(keys.key(RESULT, "cp-399")) is not None
-    assert KvState(r.store).raw(keys.key(RESULT, "cp-100")) is None
+    assert KvState(r.store).raw(answer_key("", "cp-399")) is not None
+    assert KvState(r.store).raw(answer_key("", "cp-100")) is None
 
 
 def test_batches_answer_each_command_and_dedupe_inside_the_batch() -> None:
@@ -155,7 +158,7 @@ def test_an_entry_without_a_window_forgets_nothing() -> None:
     setup(r)
     for i in range(1, 50):
         r.apply(raft_entry(1000.0 + 10 * i, commit_entry(f"cp-{i}", i), window=0.0))
-    assert KvState(r.store).raw(keys.key(RESULT, "cp-1")) is not None
+    assert KvState(r.store).raw(answer_key("", "cp-1")) is not None
 
 
 def test_decoding_matches_the_proposers_own_decoding() -> None:
@@ -186,5 +189,69 @@ def test_a_reset_brings_a_clock_pushed_a_year_ahead_back_and_applies_nothing_twi
     # Every answer from before the reset goes, even the one stamped a year ahead.
     for i in range(4, 40):
         r.apply(raft_entry(1006.0 + i, commit_entry(f"cp-{i}", i, issued_at=1006.0 + i)))
-    assert not {"cg", "reg", "cp-1", "cp-2"} & set(r.answers()), r.answers()
+    assert not {"cg", "reg", "cp-1", "cp-2"} & set(r.answers()) and "cp-39" in r.answers(), r.answers()
     assert [c.index for c in KvState(r.records).checkpoints("g", "a")] == list(range(1, 40))
+
+
+def register_entry(rid: str, agent: str, identity: str = "", secret: bytes = b"s" * 16,
+                   issued_at: float = 0.0) -> log_pb2.LogEntry:
+    """A registration, proposed for `identity` (an agent identity of group g), or by no one."""
+    entry = log_pb2.LogEntry(request_id=rid, issued_at=issued_at, register=pb.RegisterRequest(
+        secret=secret, group="g", agent_id=agent))
+    if identity:
+        entry.principal.CopyFrom(log_pb2.Principal(identity=identity, role="agent", group="g", pattern="*"))
+    return entry
+
+
+def test_request_ids_are_each_identitys_own() -> None:
+    r = Replica()
+    setup(r)
+    mine = r.apply(raft_entry(1001.0, register_entry("r-1", "x", "wa")))
+    theirs = r.apply(raft_entry(1002.0, register_entry("r-1", "y", "wb")))
+    assert theirs.agent.agent_id == "y" and theirs != mine  # applied for B, not A's answer
+    unauthenticated = r.apply(raft_entry(1003.0, register_entry("r-1", "z")))
+    assert unauthenticated.agent.agent_id == "z"
+    assert r.apply(raft_entry(1004.0, register_entry("r-1", "x", "wa"))) == mine  # A's retry
+    r.flush()
+    before = r.store.digest(skip=keys.prefix(RESULT))
+    reused = r.apply(raft_entry(1005.0, register_entry("r-1", "x", "wa", secret=b"t" * 16)))
+    assert isinstance(reused, Failure) and reused.reason_code is ReasonCode.REQUEST_ID_REUSED, reused
+    again = r.apply(raft_entry(1006.0, register_entry("r-1", "x", "wa", secret=b"t" * 16)))
+    assert again == reused  # not recorded: refused again, the first answer kept
+    r.flush()
+    assert r.store.digest(skip=keys.prefix(RESULT)) == before
+    assert r.apply(raft_entry(1007.0, register_entry("r-1", "x", "wa"))) == mine
+    assert {a.agent_id: a.incarnation for a in KvState(r.store).agents("g")} == {"a": 1, "x": 1, "y": 1, "z": 1}
+
+
+def test_an_answer_kept_by_an_earlier_version_is_neither_given_nor_applied_again() -> None:
+    """What that version left in the store: an answer under the request id alone, its
+    queue item naming the id, and a clock without `unattributed_until`."""
+    r = Replica()
+    setup(r, at=999.0)
+    r.flush()
+    tail = KvState(r.store).dedupe_clock().tail
+    old_clock = b'{"d":{"clock_ms":1000000,"head":0,"tail":%d,"watermark_ms":940000},"v":1}' % (tail + 1)
+    r.store.commit({keys.key(RESULT, "old-reg"): bytes(encode_result(EmptyResult())),
+                    remembered_key(tail): b"1000000 old-reg", DEDUPE_CLOCK_KEY: old_clock}, r.index)
+    r.records.reset()
+    refused = r.apply(raft_entry(1001.0, register_entry("old-reg", "x", "wa", issued_at=1000.0)))
+    assert isinstance(refused, Failure) and refused.reason_code is ReasonCode.REQUEST_ID_REUSED, refused
+    assert KvState(r.records).agent("g", "x") is None
+    assert KvState(r.records).dedupe_clock().unattributed_until == tail + 1
+    for i in range(1, 30):  # the window passes: the old answer is forgotten like any other
+        r.apply(raft_entry(1000.0 + 5 * i, commit_entry(f"cp-{i}", i)))
+    r.flush()
+    assert KvState(r.store).raw(keys.key(RESULT, "old-reg")) is None
+    assert not dedupe.may_hold_unattributed(KvState(r.store).dedupe_clock())
+    assert r.apply(raft_entry(1150.0, register_entry("old-reg", "x", "wa", issued_at=1150.0))).agent.incarnation == 1
+
+
+def test_a_queue_item_reads_back_and_the_earlier_version_can_still_read_it() -> None:
+    for namespace in ("", "w1"):
+        item = remembered_item(5, namespace, "r-1")
+        assert read_remembered_item(item) == (5, answer_key(namespace, "r-1"))
+        # What that version's forgetting builds from a new item (one in a snapshot an
+        # upgraded leader sent it): a key of nothing, not an error that stops its apply.
+        assert keys.key(RESULT, item.partition(b" ")[2].decode()) != answer_key(namespace, "r-1")
+    assert read_remembered_item(b"5 r-1") == (5, keys.key(RESULT, "r-1"))

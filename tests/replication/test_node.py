@@ -17,7 +17,7 @@ from coordinator.replication import snapshot_file
 from coordinator.replication.node import CoordinatorNode, NotLeader
 from coordinator.replication.replica import MembershipOutcome
 from coordinator.storage import open_store
-from coordinator.storage.state import result_key
+from coordinator.storage.state import answer_key
 
 DEADLINE = 20.0
 
@@ -219,8 +219,8 @@ def test_replicas_forget_old_answers_identically(cluster: Cluster) -> None:
         cluster.propose(entry)
     wait_for(cluster.converged, "replicas to converge")  # content digests include the dedupe table
     for node in cluster.nodes.values():
-        assert node.read_state().raw(result_key("c-1")) is None
-        assert node.read_state().raw(result_key("c-59")) is not None
+        assert node.read_state().raw(answer_key("", "c-1")) is None
+        assert node.read_state().raw(answer_key("", "c-59")) is not None
     late = commit("c-1", "a", 1)
     late.proposed_at, late.issued_at, late.dedupe_window_s = 160.0, 101.0, 10.0
     result = cluster.propose(late)

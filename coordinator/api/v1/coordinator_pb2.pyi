@@ -58,6 +58,7 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_GROUP_SPEC_CONFLICT: _ClassVar[ReasonCode]
     REASON_CHECKPOINT_CONFLICT: _ClassVar[ReasonCode]
     REASON_ALREADY_COMMITTED: _ClassVar[ReasonCode]
+    REASON_REQUEST_ID_REUSED: _ClassVar[ReasonCode]
     REASON_STALE_INCARNATION: _ClassVar[ReasonCode]
     REASON_AGENT_NOT_ALIVE: _ClassVar[ReasonCode]
     REASON_EPOCH_NOT_STARTED: _ClassVar[ReasonCode]
@@ -118,6 +119,7 @@ REASON_EPOCH_NOT_FOUND: ReasonCode
 REASON_GROUP_SPEC_CONFLICT: ReasonCode
 REASON_CHECKPOINT_CONFLICT: ReasonCode
 REASON_ALREADY_COMMITTED: ReasonCode
+REASON_REQUEST_ID_REUSED: ReasonCode
 REASON_STALE_INCARNATION: ReasonCode
 REASON_AGENT_NOT_ALIVE: ReasonCode
 REASON_EPOCH_NOT_STARTED: ReasonCode
