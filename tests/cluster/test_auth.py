@@ -141,6 +141,7 @@ ADMIN_REQUESTS = [
     ("AdminService", "DeleteGroup", pb.DeleteGroupRequest(request_id="x-dg", group="g")),
     ("AdminService", "AddNode", pb.MembershipRequest(node="127.0.0.1:1")),
     ("AdminService", "RemoveNode", pb.MembershipRequest(node="127.0.0.1:1")),
+    ("AdminService", "ResetDedupeClock", pb.ResetDedupeClockRequest(request_id="x-rc")),
 ]
 READ_REQUESTS = [
     ("AdminService", "GetGroup", pb.GetGroupRequest(group="g")),
