@@ -18,6 +18,7 @@ from typing import Callable, Protocol
 
 from chaos import bitrot, repair
 from chaos import scenarios as s
+from chaos.config_typo import ConfigTypo
 from chaos.controller import ChaosCluster
 from chaos.history import History
 from chaos.invariants.damage import BIT_ROT_DONE, BIT_ROT_OUTCOME, REFUSED, RUNNING
@@ -144,6 +145,9 @@ class Nemesis:
             case s.BIT_ROT:
                 return lambda: self._rot(i, str(fault.params.get("file", bitrot.JOURNAL))), \
                     lambda: self._after_rot(i)
+            case s.CONFIG_TYPO:  # the files every node reads: `i` (all nodes) names no file
+                typo = ConfigTypo(*c.auth_files())
+                return typo.inject, typo.heal
             case s.REPAIR:  # i leads; the rest of the roles drawn now (chaos.repair)
                 rebuild = repair.RepairFault(c, self.history, repair.roles(i, c.size, self.rng), self._stop)
                 return rebuild.inject, rebuild.heal

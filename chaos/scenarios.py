@@ -29,10 +29,12 @@ CLOCK_JUMP = "clock-jump"      # the target's wall clock stepped by params["seco
 BIT_ROT = "bit-rot"            # stop the target, flip bytes in params["file"], start it; rebuilt if it refused
 REPAIR = "repair"              # a follower rebuilt from its peers while another is stale and the target (the
                                # leader) is killed; healed once the rebuilt node is caught up (chaos.repair)
+CONFIG_TYPO = "config-typo"    # the auth files every node reads left unparsable; put back when healed
+                               # (chaos.config_typo)
 
 LEADER, FOLLOWER, ANY, ALL = "leader", "follower", "any", "all"
 NODE_FAULTS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, RESTART, DISK_FULL, SLOW_DISK, POWER_LOSS, CLOCK_JUMP,
-               BIT_ROT, REPAIR)
+               BIT_ROT, REPAIR, CONFIG_TYPO)
 DISK_FAULTS = (DISK_FULL, SLOW_DISK, POWER_LOSS)
 
 
@@ -56,6 +58,7 @@ class Scenario:
     plan: Callable[[random.Random, float, int], list[Fault]]
     agents: bool = False  # needs the agent workload (agent processes to crash)
     flood: int = 0  # agents of the agent flood (chaos.workloads.agent_flood) to run alongside; 0: none
+    flood_lease_ttl_s: float | None = None  # the lease of the flood's agents (None: the flood's own)
 
     def faults(self, seed: int, duration: float, nodes: int = 3) -> list[Fault]:
         rng = random.Random(f"{self.name}-{seed}")
@@ -138,7 +141,23 @@ def _repair(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
     return _repeat(REPAIR, LEADER, (14.0, 18.0), REPAIR_HOLD)(rng, duration, nodes)
 
 
-MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH, REPAIR)
+# The config-typo scenario's flood, and the lease its agents hold: shorter than a typo
+# lasts, so a coordinator that stopped granting while a file was broken would let them
+# expire (the first typo comes once most of them heartbeat: the flood starts through
+# the first third of the run). Few agents: when the flood stops, their leases run out
+# and the leader declares them failed one recovery after another, a few a second,
+# which must be over well within the run's wait for the nodes to converge.
+TYPO_FLOOD_AGENTS = 30
+TYPO_FLOOD_LEASE_TTL_S = 4.0
+TYPO_HOLD = (6.0, 7.5)
+
+
+def _config_typo(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    return [Fault(round(t, 2), CONFIG_TYPO, ALL, round(rng.uniform(*TYPO_HOLD), 2))
+            for t in _every(rng, duration, (12.0, 16.0), start=4.0)]
+
+
+MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH, REPAIR, CONFIG_TYPO)
 
 
 def _random_mix(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
@@ -147,7 +166,8 @@ def _random_mix(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
         if t < busy_until:
             continue
         kind = rng.choice(MIX_KINDS)
-        target = "agents" if kind == AGENT_CRASH else LEADER if kind == REPAIR else rng.choice((LEADER, FOLLOWER, ANY))
+        target = "agents" if kind == AGENT_CRASH else LEADER if kind == REPAIR else ALL if kind == CONFIG_TYPO \
+            else rng.choice((LEADER, FOLLOWER, ANY))
         params = {"count": 1} if kind == AGENT_CRASH else {"delay_ms": 80} if kind == DELAY else {}
         hold = REPAIR_HOLD if kind == REPAIR else (1.5, 4.0)
         fault = Fault(round(t, 2), kind, target, round(rng.uniform(*hold), 2), params)
@@ -188,4 +208,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("repair", "a follower stopped and rebuilt from its peers (raftpoint repair --from-peers) right after "
              "writes it held with the leader only; the leader killed, a stale follower started beside it: no "
              "acknowledged write may be lost", _repair),
+    Scenario("config-typo", "the bindings and tokens files every node reads left unparsable for longer than "
+             "a lease, then put back; nodes keep the last good version: no heartbeating agent may be declared "
+             "failed", _config_typo, flood=TYPO_FLOOD_AGENTS, flood_lease_ttl_s=TYPO_FLOOD_LEASE_TTL_S),
 )}
