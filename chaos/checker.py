@@ -16,7 +16,7 @@ from typing import Iterable
 
 from chaos.history import CRASHED, FAULT, NEMESIS, Op, calls, load
 from chaos.invariants import (authorization, availability, clocks, collection, convergence, damage, durability,
-                              epochs, false_failures, fencing, reads, recovery_lines, retries)
+                              epochs, false_failures, fencing, reads, recovery_completion, recovery_lines, retries)
 from chaos.invariants.facts import Facts
 from chaos.tokens import invariants as agents
 from chaos.report import InvariantResult, Report
@@ -31,6 +31,7 @@ def check(ops: Iterable[Op], *, extra: Iterable[InvariantResult] = (),
         epochs.check_monotonic(facts),
         convergence.check(facts),
         recovery_lines.check(facts),
+        recovery_completion.check(facts),
         retries.check(facts),
         authorization.check(facts),
         fencing.check(facts),

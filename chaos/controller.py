@@ -94,6 +94,13 @@ class ChaosCluster:
         """The node index behind any of its addresses, real or proxied."""
         return self.addresses.get(address)
 
+    def auth_files(self) -> tuple[Path | None, Path | None]:
+        """The bindings and tokens files every node reads (None: the cluster has no such file)."""
+        def setting(key: str) -> Path | None:
+            value = self.local.settings.get(key)
+            return Path(str(value)) if value else None
+        return setting("auth_bindings_file"), setting("auth_tokens_file")
+
     def endpoints(self) -> list[str]:
         """The proxied gRPC addresses: what clients under test should use."""
         return [self.proxy.address(grpc_link_name(i)) for i in range(self.size)]

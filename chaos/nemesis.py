@@ -18,6 +18,7 @@ from typing import Callable, Protocol
 
 from chaos import bitrot, boot_skew, repair
 from chaos import scenarios as s
+from chaos.config_typo import ConfigTypo
 from chaos.controller import ChaosCluster
 from chaos.history import History
 from chaos.invariants.damage import BIT_ROT_DONE, BIT_ROT_OUTCOME, REFUSED, RUNNING
@@ -147,6 +148,9 @@ class Nemesis:
             case s.BOOT_SKEW:
                 skewed = boot_skew.BootSkewFault(c, self.history, i, self._stop)
                 return skewed.inject, skewed.heal
+            case s.CONFIG_TYPO:  # the files every node reads: `i` (all nodes) names no file
+                typo = ConfigTypo(*c.auth_files())
+                return typo.inject, typo.heal
             case s.REPAIR:  # i leads; the rest of the roles drawn now (chaos.repair)
                 rebuild = repair.RepairFault(c, self.history, repair.roles(i, c.size, self.rng), self._stop)
                 return rebuild.inject, rebuild.heal

@@ -18,6 +18,8 @@ knows about it. Bugs:
   a lagging replica would.
 - `drop-dependency`: dependency reports are acknowledged but not stored, so recovery
   lines no longer see the messages.
+- `early-running`: the group returns to RUNNING as soon as any one rollback order
+  of its recovery is acknowledged, while the others are still outstanding.
 - `skip-authz`: the authorization decision allows everything (as admin), in the
   transport and in the state machine's re-check alike.
 - `short-lease`: the leader's lease table grants a tenth of the group's TTL and
@@ -27,6 +29,10 @@ knows about it. Bugs:
   takes it as rebuilt the first time it looks (DurableJournal.log_lost_in_term), so
   it votes and stands for election at once: beside a stale node it elects a leader
   that lacks writes it had acknowledged itself.
+- `auth-fail-closed`: an auth file that no longer parses grants nothing (as an
+  empty file would) until it is fixed, instead of leaving its last good version in
+  force: while the bindings or tokens file has a typo every call is refused, and
+  every agent's lease runs out.
 - `skip-replay`: a restarted node takes its store to hold every entry its journal
   holds: until its first commit the store reports max(its applied index, the index
   of the journal's last record), so the replay skips the committed entries the store
@@ -162,6 +168,25 @@ def _drop_dependency() -> None:
     state_machine._HANDLERS[ReportDependencies] = forgetful
 
 
+def _early_running() -> None:
+    from coordinator.core import state_machine
+    from coordinator.core.commands import AckOrder, AckResult
+    from coordinator.core.model import GroupState, OrderKind
+
+    ack = state_machine._HANDLERS[AckOrder]
+
+    def eager(state: Any, cmd: AckOrder, now: float) -> Any:
+        rollback = any(o.order_id == cmd.order_id and o.kind is OrderKind.ROLL_BACK for o in state.orders(cmd.group))
+        result = ack(state, cmd, now)
+        group = state.group(cmd.group)
+        if rollback and isinstance(result, AckResult) and group.state is GroupState.RECOVERING:
+            state.put_group(dataclasses.replace(group, state=GroupState.RUNNING))
+            return AckResult(GroupState.RUNNING)
+        return result
+
+    state_machine._HANDLERS[AckOrder] = eager
+
+
 def _skip_authz() -> None:
     from coordinator.core import authz
 
@@ -203,6 +228,18 @@ def _repaired_votes() -> None:
         return None
 
     DurableJournal.log_lost_in_term = forgotten  # type: ignore[method-assign]
+
+
+def _auth_fail_closed() -> None:
+    from coordinator.transport.auth import WatchedFile
+
+    read = WatchedFile._read
+
+    def nothing_if_broken(self: WatchedFile, strict: bool) -> Any:
+        value = read(self, strict)
+        return self._parse("", self.path) if self.problem else value
+
+    WatchedFile._read = nothing_if_broken  # type: ignore[method-assign]
 
 
 def _skip_replay() -> None:
@@ -274,9 +311,11 @@ BUGS: dict[str, Callable[[], None]] = {
     "gc-too-eager": _gc_too_eager,
     "stale-list": _stale_list,
     "drop-dependency": _drop_dependency,
+    "early-running": _early_running,
     "skip-authz": _skip_authz,
     "short-lease": _short_lease,
     "repaired-votes": _repaired_votes,
+    "auth-fail-closed": _auth_fail_closed,
     "skip-replay": _skip_replay,
     "unbounded-clock": _unbounded_clock,
 }

@@ -198,7 +198,8 @@ def _flood_workload(scenario: Scenario, history: History, cluster: ChaosCluster,
     local = cluster.local
     return FloodWorkload(history, cluster.endpoints(), out / "flood", agents=size,
                          seconds=config.duration_s + TAIL_S, ramp_s=config.duration_s / 3, token=local.token,
-                         token_file=local.token_file if local.token else None, env=local.client_tls().environment())
+                         token_file=local.token_file if local.token else None, env=local.client_tls().environment(),
+                         lease_ttl_s=scenario.flood_lease_ttl_s)
 
 
 def _agent_workload(scenario: Scenario, history: History, cluster: ChaosCluster, config: RunConfig, out: Path):

@@ -31,10 +31,12 @@ BOOT_SKEW = "boot-skew"        # the target restarted with its wall clock a year
                                # its clock put right and it restarted when healed (chaos.boot_skew)
 REPAIR = "repair"              # a follower rebuilt from its peers while another is stale and the target (the
                                # leader) is killed; healed once the rebuilt node is caught up (chaos.repair)
+CONFIG_TYPO = "config-typo"    # the auth files every node reads left unparsable; put back when healed
+                               # (chaos.config_typo)
 
 LEADER, FOLLOWER, ANY, ALL = "leader", "follower", "any", "all"
 NODE_FAULTS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, RESTART, DISK_FULL, SLOW_DISK, POWER_LOSS, CLOCK_JUMP,
-               BIT_ROT, REPAIR, BOOT_SKEW)
+               BIT_ROT, REPAIR, BOOT_SKEW, CONFIG_TYPO)
 DISK_FAULTS = (DISK_FULL, SLOW_DISK, POWER_LOSS)
 
 
@@ -58,6 +60,7 @@ class Scenario:
     plan: Callable[[random.Random, float, int], list[Fault]]
     agents: bool = False  # needs the agent workload (agent processes to crash)
     flood: int = 0  # agents of the agent flood (chaos.workloads.agent_flood) to run alongside; 0: none
+    flood_lease_ttl_s: float | None = None  # the lease of the flood's agents (None: the flood's own)
 
     def faults(self, seed: int, duration: float, nodes: int = 3) -> list[Fault]:
         rng = random.Random(f"{self.name}-{seed}")
@@ -140,6 +143,22 @@ def _repair(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
     return _repeat(REPAIR, LEADER, (14.0, 18.0), REPAIR_HOLD)(rng, duration, nodes)
 
 
+# The config-typo scenario's flood, and the lease its agents hold: shorter than a typo
+# lasts, so a coordinator that stopped granting while a file was broken would let them
+# expire (the first typo comes once most of them heartbeat: the flood starts through
+# the first third of the run). Few agents: when the flood stops, their leases run out
+# and the leader declares them failed one recovery after another, a few a second,
+# which must be over well within the run's wait for the nodes to converge.
+TYPO_FLOOD_AGENTS = 30
+TYPO_FLOOD_LEASE_TTL_S = 4.0
+TYPO_HOLD = (6.0, 7.5)
+
+
+def _config_typo(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    return [Fault(round(t, 2), CONFIG_TYPO, ALL, round(rng.uniform(*TYPO_HOLD), 2))
+            for t in _every(rng, duration, (12.0, 16.0), start=4.0)]
+
+
 # A boot-skew fault's hold: a restart and up to a few elections won by pausing leaders;
 # its heal restarts the node again, which the next fault waits for.
 BOOT_SKEW_HOLD = (6.0, 9.0)
@@ -151,9 +170,10 @@ def _boot_skew(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
     return _repeat(BOOT_SKEW, FOLLOWER, (12.0 + BOOT_SKEW_HEAL_S, 16.0), BOOT_SKEW_HOLD)(rng, duration, nodes)
 
 
-MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH, REPAIR, BOOT_SKEW)
+MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH, REPAIR, BOOT_SKEW,
+             CONFIG_TYPO)
 # Faults that need a target of their own kind and hold longer than the mix's others.
-_MIX_TARGET = {REPAIR: LEADER, BOOT_SKEW: FOLLOWER}
+_MIX_TARGET = {REPAIR: LEADER, BOOT_SKEW: FOLLOWER, CONFIG_TYPO: ALL}
 _MIX_HOLD = {REPAIR: REPAIR_HOLD, BOOT_SKEW: BOOT_SKEW_HOLD}
 _MIX_HEAL_S = {REPAIR: REPAIR_HEAL_S, BOOT_SKEW: BOOT_SKEW_HEAL_S}
 
@@ -207,4 +227,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "acknowledged write may be lost", _repair),
     Scenario("boot-skew", "a follower restarted with its wall clock a year ahead, then made leader by pausing "
              "the others' leaders: no write may be refused for time, before or after", _boot_skew, agents=True),
+    Scenario("config-typo", "the bindings and tokens files every node reads left unparsable for longer than "
+             "a lease, then put back; nodes keep the last good version: no heartbeating agent may be declared "
+             "failed", _config_typo, flood=TYPO_FLOOD_AGENTS, flood_lease_ttl_s=TYPO_FLOOD_LEASE_TTL_S),
 )}

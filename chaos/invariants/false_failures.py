@@ -12,6 +12,12 @@ answered heartbeat or registration sent before t_f was sent less than TTL before
 t_f. An agent silent for a TTL or more (every beat shed or unanswered while the
 leader was down) may rightly have failed: excused, and counted.
 
+A heartbeat refused for authorization (UNAUTHENTICATED or PERMISSION_DENIED) counts as
+sent by a live agent too, though it renewed nothing: the flood calls as the harness's
+admin, whose token and binding no run revokes, so such a refusal is the cluster's
+doing (an auth file it stopped honouring while it was broken), not the agent's
+silence, and the agent must not be failed for it.
+
 The flood retries a registration with its request id, so a retry is answered with
 the same incarnation; only the answered attempt's send time counts as a renewal. A
 registered agent missing from a completed final read is a violation too (the
@@ -31,13 +37,14 @@ NAME = "no-healthy-agent-declared-failed"
 
 def check(facts: Facts) -> InvariantResult:
     result = InvariantResult(NAME, True)
-    registered = answered = failed = excused = false = missing = 0
+    registered = answered = denied = failed = excused = false = missing = 0
     for note in facts.notes(FLOOD_GROUP):
         value = note.value
         ttl = float(value["lease_ttl_s"])
         for agent, seen in value["agents"].items():
             registered += 1
             answered += len(seen["beats"])
+            denied += len(seen.get("denied", ()))  # histories from before it was recorded have none
             if seen["state"] == "MISSING" and value["read_at"] is not None:
                 missing += 1
                 result.violate(f"{agent} of {value['group']} registered (acknowledged) but absent from the "
@@ -47,16 +54,17 @@ def check(facts: Facts) -> InvariantResult:
             if t_f is None:
                 continue
             failed += 1
-            renewals = [t for t in (seen["reg"], *seen["beats"]) if t is not None and t < t_f]
-            last = max(renewals, default=None)
+            alive = [t for t in (seen["reg"], *seen["beats"], *seen.get("denied", ())) if t is not None and t < t_f]
+            last = max(alive, default=None)
             if last is not None and t_f - last < ttl:
                 false += 1
                 how = f"refused as {seen['refused'][1]}" if seen["refused"] else "read as FAILED"
                 result.violate(f"{agent} of {value['group']} {how} at {t_f:.3f}s, {t_f - last:.3f}s after it sent "
-                               f"an answered heartbeat (lease TTL {ttl:g}s)", note)
+                               f"a heartbeat that was answered or refused for authorization (lease TTL {ttl:g}s)",
+                               note)
             else:
                 excused += 1
-    result.counts = {"agents_registered": registered, "heartbeats_answered": answered,
+    result.counts = {"agents_registered": registered, "heartbeats_answered": answered, "heartbeats_denied": denied,
                      "shed_answers": _shed(facts.notes(FLOOD_RUN)), "failed": failed,
                      "excused_silent": excused, "false_failures": false}
     if missing:

@@ -5,8 +5,8 @@ through rollback orders that carry the id (WatchOrders answers), through group
 reads and Register answers that report the counter, and -- for a recovery started
 by re-registering a live agent -- through that Register's answer. Its rollback
 line is only known completely once a read shows the group RUNNING again with the
-same counter: every one of its orders was then acknowledged, and the workload
-acknowledges only orders it saw.
+same counter: every one of its orders was then acknowledged (recovery-ends-after-every-ack
+checks that it was), and the workload acknowledges only orders it saw.
 """
 from __future__ import annotations
 

@@ -7,13 +7,14 @@ of them propose CommitCheckpoint back to back. It follows the client's policy fo
 answers that matter under overload: an overloaded node's refusal (REASON_OVERLOADED)
 is retried after the node's hint, and a deadline or redirect is just a missed beat.
 
-It records, per agent, when it registered, when each answered heartbeat was sent and
-when a node first refused it as no longer live (its incarnation failed or replaced),
-so a checker can tell an agent that was heartbeating (and must not be declared failed)
-from one that was not. Times are time.monotonic() (CLOCK_MONOTONIC, shared by every
-process on the machine), so they compare with the times of the process that reads
-the agents' final states. With --ramp, agent i starts registering ramp * i / agents
-seconds in, so the load grows through the ramp instead of arriving at once.
+It records, per agent, when it registered, when each answered heartbeat was sent, when
+each heartbeat refused for authorization was sent, and when a node first refused it as
+no longer live (its incarnation failed or replaced), so a checker can tell an agent
+that was heartbeating (and must not be declared failed) from one that was not. Times
+are time.monotonic() (CLOCK_MONOTONIC, shared by every process on the machine), so
+they compare with the times of the process that reads the agents' final states. With
+--ramp, agent i starts registering ramp * i / agents seconds in, so the load grows
+through the ramp instead of arriving at once.
 
 Run: python -m chaos.workloads.agent_flood --endpoints A,B,C --agents 1000 --seconds 20 --out result.json
 """
@@ -39,13 +40,15 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 
 GROUP_SIZE = 100
-LEASE_TTL_S = 10.0
+LEASE_TTL_S = 10.0  # the default; --lease-ttl
 RPC_TIMEOUT_S = 5.0  # the client's default per-attempt timeout
 CHANNELS = 8  # connections to the leader, shared by all agents
 REGISTER_CONCURRENCY = 64
 # The refusals that say an incarnation is no longer live: it was declared failed (or
 # left), or a later registration replaced it. Heartbeating it again is pointless.
 NOT_LIVE = {pb.REASON_AGENT_NOT_ALIVE: "AGENT_NOT_ALIVE", pb.REASON_STALE_INCARNATION: "STALE_INCARNATION"}
+# The refusals of the caller's identity: who it is, or what it may do.
+DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 def group_of(i: int) -> str:
@@ -63,6 +66,8 @@ class Tally:
 
     outcomes: Counter = field(default_factory=Counter)  # (method, outcome) -> count
     beats: dict[str, list[float]] = field(default_factory=dict)  # agent -> send times of answered heartbeats
+    # agent -> send times of heartbeats refused for authorization (DENIED)
+    denied: dict[str, list[float]] = field(default_factory=dict)
     registered: dict[str, float] = field(default_factory=dict)  # agent -> send time of its answered Register
     # agent -> (time, reason) of its first refusal as no longer live
     refused: dict[str, tuple[float, str]] = field(default_factory=dict)
@@ -73,7 +78,8 @@ class Tally:
 
     def as_json(self) -> dict:
         return {"outcomes": {f"{m} {o}": n for (m, o), n in sorted(self.outcomes.items())}, "beats": self.beats,
-                "registered": self.registered, "refused": self.refused, "errors": self.errors}
+                "denied": self.denied, "registered": self.registered, "refused": self.refused,
+                "errors": self.errors}
 
 
 class Leader:
@@ -110,7 +116,7 @@ class Leader:
 
 
 class Sent:
-    """Filled in by call(): when the answered attempt was sent; the refusal, if one ended it."""
+    """Filled in by call(): when the attempt that ended it was sent; the refusal, if one did."""
 
     at: float | None = None
     error: grpc.RpcError | None = None
@@ -134,7 +140,7 @@ async def call(leader: Leader, tally: Tally, method: str, request, until: float,
             return reply
         except grpc.RpcError as err:
             if sent is not None:
-                sent.error = err
+                sent.at, sent.error = attempt, err
             hint = overload_hint(err)
             tally.count(method, "SHED" if hint is not None else err.code().name)
             if hint is None and len(tally.errors) < 20:
@@ -169,6 +175,8 @@ async def heartbeats(leader: Leader, tally: Tally, i: int, token: pb.FencingToke
         sent = Sent()
         if await call(leader, tally, "Heartbeat", request, until=beat_at + interval, sent=sent) is not None:
             answered.append(sent.at)
+        elif sent.error is not None and sent.error.code() in DENIED:
+            tally.denied.setdefault(agent, []).append(sent.at)
         elif not_live(tally, agent, sent):
             return  # a dead incarnation: a real agent would register anew; this one stops
         await asyncio.sleep(max(0.0, beat_at + interval - time.monotonic()))
@@ -191,12 +199,12 @@ async def commits(leader: Leader, tally: Tally, i: int, token: pb.FencingToken, 
             await asyncio.sleep(0.05)
 
 
-async def create_groups(endpoints: list[str], agents: int, token: str | None) -> None:
+async def create_groups(endpoints: list[str], agents: int, token: str | None, lease_ttl_s: float) -> None:
     async with AsyncConnection(endpoints, deadline=60.0, token=token, tls=ClientTLS.from_env()) as conn:
         for g in range((agents + GROUP_SIZE - 1) // GROUP_SIZE):
             await conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
                 request_id=f"flood-cg-{g}", spec=pb.GroupSpec(group=f"flood-{g}", mode=pb.UNCOORDINATED,
-                                                               lease_ttl_s=LEASE_TTL_S)))
+                                                               lease_ttl_s=lease_ttl_s)))
 
 
 async def agent(leader: Leader, tally: Tally, gate: asyncio.Semaphore, i: int, commit: bool,
@@ -222,12 +230,12 @@ async def agent(leader: Leader, tally: Tally, gate: asyncio.Semaphore, i: int, c
 
 
 async def flood(endpoints: list[str], agents: int, seconds: float, committers: int,
-                token: str | None = None, ramp: float = 0.0) -> dict:
+                token: str | None = None, ramp: float = 0.0, lease_ttl_s: float = LEASE_TTL_S) -> dict:
     """`seconds` of load from when the groups exist; agent i registers `ramp * i / agents`
     seconds in."""
-    await create_groups(endpoints, agents, token)
+    await create_groups(endpoints, agents, token, lease_ttl_s)
     leader, tally = Leader(endpoints, token), Tally()
-    interval = keepalive_every("unary", LEASE_TTL_S)  # the client's default heartbeat period (unary calls)
+    interval = keepalive_every("unary", lease_ttl_s)  # the client's default heartbeat period (unary calls)
     started = time.monotonic()
     end = started + seconds
     ramp = min(max(0.0, ramp), seconds)
@@ -238,7 +246,7 @@ async def flood(endpoints: list[str], agents: int, seconds: float, committers: i
                                for i in range(agents)))
     finally:
         await leader.close()
-    return {"agents": agents, "heartbeat_interval_s": interval, "lease_ttl_s": LEASE_TTL_S, "ramp_s": ramp,
+    return {"agents": agents, "heartbeat_interval_s": interval, "lease_ttl_s": lease_ttl_s, "ramp_s": ramp,
             "clock": "monotonic", "start": started, "end": time.monotonic(), **tally.as_json()}
 
 
@@ -249,12 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--committers", type=int, default=128)
     parser.add_argument("--ramp", type=float, default=0.0, help="seconds over which the agents start (0: at once)")
+    parser.add_argument("--lease-ttl", type=float, default=LEASE_TTL_S, help="the groups' lease TTL in seconds")
     parser.add_argument("--out", required=True, help="where to write the JSON result")
     parser.add_argument("--token-file", help="the bearer token to present (default: $RAFTPOINT_TOKEN_FILE)")
     args = parser.parse_args(argv)
     token = read_token_file(args.token_file) if args.token_file else token_from_env()
     result = asyncio.run(flood(args.endpoints.split(","), args.agents, args.seconds, args.committers, token,
-                                 args.ramp))
+                                 args.ramp, args.lease_ttl))
     with open(args.out, "w") as f:
         json.dump(result, f)
     return 0

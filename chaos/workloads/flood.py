@@ -8,8 +8,9 @@ invariant needs goes into the history as notes:
 
 - one FLOOD_GROUP note per group: the time the group's read completed (`read_at`,
   None when it failed) and per agent registered by the flood: the send time of its
-  answered Register (`reg`), the send times of its answered heartbeats (`beats`), its
-  first not-live refusal (`refused`: [time, reason] or None) and its final state;
+  answered Register (`reg`), the send times of its answered heartbeats (`beats`) and
+  of those refused for authorization (`denied`), its first not-live refusal
+  (`refused`: [time, reason] or None) and its final state;
 - one FLOOD_RUN note: the flood's outcome counts and what became of the process.
 
 Every time is converted from the flood's monotonic clock to the history's.
@@ -49,9 +50,11 @@ def committers_for(agents: int) -> int:
 
 class FloodWorkload:
     def __init__(self, history: History, endpoints: list[str], out: Path, *, agents: int, seconds: float,
-                 ramp_s: float, token: str | None, token_file: Path | None, env: dict[str, str]) -> None:
+                 ramp_s: float, token: str | None, token_file: Path | None, env: dict[str, str],
+                 lease_ttl_s: float | None = None) -> None:
+        """`lease_ttl_s`: the lease of the flood's agents (None: the flood's default)."""
         self.history, self.endpoints, self.out = history, endpoints, Path(out)
-        self.agents, self.seconds, self.ramp_s = agents, seconds, ramp_s
+        self.agents, self.seconds, self.ramp_s, self.lease_ttl_s = agents, seconds, ramp_s, lease_ttl_s
         self.token, self.token_file, self.env = token, token_file, env
         self.problems: list[str] = []  # harness problems, for the run's notes
         self._process: subprocess.Popen | None = None
@@ -74,6 +77,8 @@ class FloodWorkload:
                 "--seconds", str(self.seconds), "--ramp", str(self.ramp_s), "--out", str(self.result_path)]
         if self.token_file is not None:
             argv += ["--token-file", str(self.token_file)]
+        if self.lease_ttl_s is not None:
+            argv += ["--lease-ttl", str(self.lease_ttl_s)]
         self.result_path.unlink(missing_ok=True)
         with open(self.out / "flood.log", "wb") as logfile:
             self._process = subprocess.Popen(argv, env={**os.environ, **self.env}, cwd=ROOT, stdout=logfile,
@@ -135,6 +140,7 @@ class FloodWorkload:
                     agents[agent] = {
                         "reg": self._t(result["registered"][agent]),
                         "beats": [self._t(t) for t in result["beats"].get(agent, [])],
+                        "denied": [self._t(t) for t in result["denied"].get(agent, [])],
                         "refused": [self._t(refused[0]), refused[1]] if refused else None,
                         "state": states.get(agent, "MISSING") if states is not None else None}
                 self.history.note(PROCESS, FLOOD_GROUP, {"group": group, "lease_ttl_s": ttl, "read_at": read_at,

@@ -13,9 +13,9 @@ its own leader-following Connection):
   requests that already completed. While a fault is in force, half the calls get a
   short deadline, so unknown outcomes are common.
 - "epochs": starts an epoch of each coordinated group once the last one closed.
-- "recoverer": re-registers a live agent (which declares its previous incarnation
-  failed and starts a recovery), then watches and acknowledges the rollback
-  orders of the whole group.
+- "recoverer": re-registers a live agent of each group in turn (which declares its
+  previous incarnation failed and starts a recovery), then watches and acknowledges
+  the rollback orders of the whole group.
 - "zombie": writes with retired incarnations and with closed or unstarted epochs;
   every such write must be refused.
 - "sampler": node samples (chaos.sampler).
@@ -367,14 +367,18 @@ class MetadataWorkload:
             self._read_group(proc, g)
 
     def _recovery_loop(self, proc: ClientProcess) -> None:
+        """The groups in turn, a random agent of each: a run of a few recoveries still
+        recovers every mode, each rolling back one agent or several."""
+        turn = itertools.cycle(list(self.groups.values()))
+        g = next(turn)
         while self.budget.pause(self.config.recovery_period_s):
-            g = proc.rng.choice(list(self.groups.values()))
             a = proc.rng.choice(list(g.agents.values()))
             try:
                 with g.lock.exclusive(2 * LOCK_WAIT_S):
                     self._recover(proc, g, a)
             except TimeoutError:
-                continue
+                continue  # the same group next time
+            g = next(turn)
 
     def _recover(self, proc: ClientProcess, g: GroupModel, a: AgentModel) -> None:
         """`a` restarts: its re-registration declares the old incarnation failed."""

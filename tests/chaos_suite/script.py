@@ -103,6 +103,11 @@ class Script:
                              for o, c, r in orders]}
         return self.call("watch_orders", {"group": group, "agent": agent}, answer, start=at, end=at + 0.01)
 
+    def ack(self, group: str, agent: str, order_id: int, group_state: str = "RECOVERING", *, start: float,
+            end: Any = SOON, **kw: Any) -> str:
+        return self.call("ack_order", {"group": group, "agent": agent, "incarnation": 1, "order_id": order_id},
+                         {"group_state": group_state}, start=start, end=_end(start, end), **kw)
+
     def what_if(self, group: str, failed: list[str], targets: dict[str, int], *, at: float) -> str:
         return self.call("what_if", {"group": group, "failed": failed}, {"targets": targets}, start=at, end=at + 0.01)
 

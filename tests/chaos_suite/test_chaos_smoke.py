@@ -33,10 +33,14 @@ TIMEOUT_S = 240
 SMOKE_FLOOD_AGENTS = 250
 
 
-def chaos_run(out: Path, scenario: str, *extra: str) -> tuple[int, dict]:
-    flood = ["--flood-agents", str(SMOKE_FLOOD_AGENTS)] if SCENARIOS[scenario].flood else []
+def smoke_flood(scenario: str) -> int:
+    return min(SCENARIOS[scenario].flood, SMOKE_FLOOD_AGENTS)
+
+
+def chaos_run(out: Path, scenario: str, *extra: str, duration: float = SMOKE_S) -> tuple[int, dict]:
+    flood = ["--flood-agents", str(smoke_flood(scenario))] if SCENARIOS[scenario].flood else []
     argv = [sys.executable, "-m", "raftpoint.cli.main", "chaos", "run", "--scenario", scenario,
-            "--duration", str(SMOKE_S), "--seed", "1", "--out", str(out), *flood, *extra]
+            "--duration", str(duration), "--seed", "1", "--out", str(out), *flood, *extra]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT)
     if done.returncode == CANNOT_RUN:
         pytest.skip(done.stdout.strip().splitlines()[-1])
@@ -63,7 +67,9 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
         assert sum(crashes.values()) == report["summary"]["faults_by_kind"].get("agent-crash", 0), crashes
     flood = next(i for i in report["invariants"] if i["name"] == "no-healthy-agent-declared-failed")["counts"]
     if SCENARIOS[scenario].flood:  # the flood's agents got in, heartbeated and were judged
-        assert flood["agents_registered"] >= SMOKE_FLOOD_AGENTS // 2 and flood["heartbeats_answered"] > 0, flood
+        assert flood["agents_registered"] >= smoke_flood(scenario) // 2 and flood["heartbeats_answered"] > 0, flood
+        # and no node refused the admin they call as (config-typo: the last good auth files stayed in force)
+        assert flood["heartbeats_denied"] == 0, flood
     else:
         assert flood["agents_registered"] == 0, flood
 
@@ -74,6 +80,8 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
 # installed a stale snapshot). `may_fail` holds what the bug explains only when the
 # workload happens to step on it in a 12 s run (seen failing and holding over runs with
 # the same seed); each says why it follows from the bug.
+# A bug a smoke run steps on too rarely gets a longer run.
+PLANTED_S = {"early-running": 24.0}
 PLANTED = [
     ("leader-kill-loop", "no-dedupe", {"retries-apply-once"}, {
         # a deliberately re-sent GC is applied again and collects checkpoints its first
@@ -118,7 +126,20 @@ PLANTED = [
         "recovery-lines-consistent-and-maximal", "retries-apply-once", "gc-collects-only-unneeded",
         # the old leader comes back holding the dropped history in its store, until it
         # installs a snapshot or its digest audit stops it
-        "replicas-agree"}),
+        "replicas-agree",
+        # a recovery seen over (its last order acknowledged) is dropped with that history, and
+        # the next one takes its id with orders acknowledged only after that answer
+        "recovery-ends-after-every-ack"}),
+    # Seen only in a recovery that rolls back several agents (a CIC or uncoordinated group's,
+    # about two in three of them): PLANTED_S gives the run time for several.
+    ("leader-kill-loop", "early-running", {"recovery-ends-after-every-ack"}, {
+        # an agent still owes the acknowledgement of its rollback when a read shows the group
+        # RUNNING, so the checker takes the recovery as settled; a what-if then counts that
+        # agent as failed (as the coordinator does) and its line looks further back than needed
+        "recovery-lines-consistent-and-maximal"}),
+    # The flood's leases run out while every heartbeat is refused. The metadata workload's
+    # calls refused meanwhile end `info` and are re-sent, and answered after the heal.
+    ("config-typo", "auth-fail-closed", {"no-healthy-agent-declared-failed"}, set()),
     # Every node restarts after the cut, each missing what its store had not committed yet.
     ("power-loss", "skip-replay", {"replicas-agree"}, {
         # a commit acknowledged just before the cut is missing from the new leader's store
@@ -136,7 +157,9 @@ PLANTED = [
         # with that epoch's close skipped, it is seen stable with a zombie's checkpoint too
         "stable-epochs-have-one-identity",
         # GC's watermark computed without a skipped dependency report is too high
-        "gc-collects-only-unneeded"}),
+        "gc-collects-only-unneeded",
+        # a skipped recovery seen over: the next one takes its id, with orders acknowledged later
+        "recovery-ends-after-every-ack"}),
     # The node booted a year ahead stamps the dedupe clock a year ahead once it leads.
     ("boot-skew", "unbounded-clock", {"no-refusals-for-time"}, {
         # every write after that is refused as too old, so none is acknowledged after the heal
@@ -156,7 +179,7 @@ PLANTED = [
 @pytest.mark.parametrize("scenario, bug, fails, may_fail", PLANTED, ids=[f"{row[0]}-{row[1]}" for row in PLANTED])
 def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, fails: set[str],
                                      may_fail: set[str]) -> None:
-    code, report = chaos_run(tmp_path, scenario, "--bug", bug)
+    code, report = chaos_run(tmp_path, scenario, "--bug", bug, duration=PLANTED_S.get(bug, SMOKE_S))
     failed = {i["name"] for i in report["invariants"] if not i["ok"]}
     perhaps = f" and perhaps {sorted(may_fail)}" if may_fail else ""
     assert code == 1 and not report["ok"] and fails <= failed <= fails | may_fail, (

@@ -356,7 +356,7 @@ def test_the_report_has_every_invariant_and_extra_results_as_table_and_json() ->
     s.final({"n1": (3, "d"), "n2": (3, "d")}, at=6)
     report = checker.check(s.ops())
     assert report.ok, report.table()
-    assert len(report.results) == 14 and report.summary["operations"] == 8
+    assert len(report.results) == 15 and report.summary["operations"] == 8
     tokens = InvariantResult("tokens-conserved", True, {"recoveries": 0})
     tokens.violate("3 tokens missing after recovery 1")
     report = checker.check(s.ops(), extra=[tokens])

@@ -13,14 +13,15 @@ TTL = 10.0
 
 
 def agent(reg: float | None = 1.0, beats: tuple[float, ...] = (), refused: tuple[float, str] | None = None,
-          state: str | None = "ALIVE") -> dict[str, Any]:
-    return {"reg": reg, "beats": list(beats), "refused": list(refused) if refused else None, "state": state}
+          state: str | None = "ALIVE", denied: tuple[float, ...] = ()) -> dict[str, Any]:
+    return {"reg": reg, "beats": list(beats), "denied": list(denied), "refused": list(refused) if refused else None,
+            "state": state}
 
 
 def flood(agents: dict[str, dict[str, Any]], *, read_at: float | None = 40.0,
-          outcomes: dict[str, int] | None = None) -> list[Op]:
+          outcomes: dict[str, int] | None = None, ttl: float = TTL) -> list[Op]:
     return [Op(0, read_at or 40.0, PROCESS, INFO, FLOOD_GROUP,
-               {"group": "flood-0", "lease_ttl_s": TTL, "read_at": read_at, "agents": agents}),
+               {"group": "flood-0", "lease_ttl_s": ttl, "read_at": read_at, "agents": agents}),
             Op(1, 41.0, PROCESS, INFO, FLOOD_RUN, {"agents": len(agents), "outcomes": outcomes or {}})]
 
 
@@ -32,8 +33,8 @@ def test_heartbeating_agents_alive_at_the_end_hold_and_are_counted() -> None:
     result = judged(flood({"agent-0": agent(beats=(4.0, 7.3, 10.6)), "agent-1": agent(beats=(5.0,))},
                           outcomes={"Heartbeat OK": 4, "Heartbeat SHED": 7, "Register SHED": 2}))
     assert result.ok, result.examples
-    assert result.counts == {"agents_registered": 2, "heartbeats_answered": 4, "shed_answers": 9, "failed": 0,
-                             "excused_silent": 0, "false_failures": 0}
+    assert result.counts == {"agents_registered": 2, "heartbeats_answered": 4, "heartbeats_denied": 0,
+                             "shed_answers": 9, "failed": 0, "excused_silent": 0, "false_failures": 0}
 
 
 def test_an_agent_read_failed_soon_after_an_answered_beat_is_a_false_failure() -> None:
@@ -53,6 +54,18 @@ def test_a_not_live_refusal_soon_after_an_answered_beat_is_a_false_failure() -> 
 def test_a_registration_is_a_renewal_too() -> None:
     result = judged(flood({"agent-0": agent(reg=35.0, beats=(), state="FAILED")}, read_at=40.0))
     assert not result.ok and result.counts["false_failures"] == 1
+
+
+def test_an_agent_failed_while_its_heartbeats_were_refused_for_authorization_is_a_false_failure() -> None:
+    """A broken auth file that a node stopped honouring: the agent kept beating, its
+    beats were refused, and its lease ran out. It was not silent."""
+    beating = agent(beats=(3.0, 4.3), denied=(5.6, 6.9, 8.2), refused=(9.0, "AGENT_NOT_ALIVE"), state="FAILED")
+    result = judged(flood({"agent-0": beating}, ttl=4.0))
+    assert not result.ok and result.counts["false_failures"] == 1 and result.counts["heartbeats_denied"] == 3
+    assert "refused as AGENT_NOT_ALIVE at 9.000s, 0.800s after" in result.examples[0]["why"]
+    # Without the refused beats it was silent for longer than its lease: excused.
+    result = judged(flood({"agent-0": {**beating, "denied": []}}, ttl=4.0))
+    assert result.ok and result.counts["excused_silent"] == 1
 
 
 def test_a_silence_of_a_lease_or_more_excuses_the_failure() -> None:
@@ -81,8 +94,8 @@ def test_an_acknowledged_agent_missing_from_the_final_read_is_a_violation() -> N
 
 def test_without_a_flood_it_holds_with_zero_counts_and_the_checker_reports_it() -> None:
     result = judged([])
-    assert result.ok and result.counts == {"agents_registered": 0, "heartbeats_answered": 0, "shed_answers": 0,
-                                           "failed": 0, "excused_silent": 0, "false_failures": 0}
+    assert result.ok and result.counts == {"agents_registered": 0, "heartbeats_answered": 0, "heartbeats_denied": 0,
+                                           "shed_answers": 0, "failed": 0, "excused_silent": 0, "false_failures": 0}
     assert checker.check([]).result(false_failures.NAME).ok
     report = checker.check(flood({"agent-0": agent(beats=(35.0,), state="FAILED")}))
     assert false_failures.NAME in report.failed(), report.table()
