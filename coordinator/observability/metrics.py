@@ -20,13 +20,15 @@ __all__ = [
     "REGISTRY", "RAFT_ROLE", "RAFT_TERM", "COMMIT_INDEX", "APPLIED_INDEX", "LOG_ENTRIES", "SNAPSHOT_AGE",
     "SNAPSHOT_BYTES", "APPLY_SECONDS", "JOURNAL_FSYNC_SECONDS", "RPC_SECONDS", "EPOCHS", "CHECKPOINTS", "FORCED_CHECKPOINTS",
     "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "RAFT_EVENTS", "MEMBERSHIP_REQUESTS", "RAFT_VOTERS", "RAFT_LIVE_VOTERS",
-    "RAFT_CONNECTIONS_REFUSED", "LOOP_LAG", "TICK_LAG", "SHED", "LEASE_CREDIT_SECONDS", "record_checkpoint",
-    "update_node_gauges", "start_metrics_server",
+    "RAFT_CONNECTIONS_REFUSED", "LOOP_LAG", "TICK_LAG", "SHED", "LEASE_CREDIT_SECONDS", "TLS_CERT_EXPIRY",
+    "DIGEST_DIVERGED_PEERS", "PROPOSAL_SECONDS", "LIVE_AGENTS", "AGENTS_DECLARED_FAILED", "ROLLBACK_DELIVERY_SECONDS",
+    "record_checkpoint", "update_node_gauges", "start_metrics_server",
 ]
 
 ROLES = ("leader", "follower", "candidate")
 EPOCH_OUTCOMES = ("started", "stable", "aborted")
 CHECKPOINT_KINDS = ("initial", "basic", "forced", "coordinated")
+LEASE_KINDS = ("session", "keepalive")
 
 # ---- Raft and store (copied from Replica.status() by update_node_gauges) ----------
 RAFT_ROLE = Gauge("raftpoint_raft_role", "1 for the node's current Raft role, 0 for the others", ["role"])
@@ -41,8 +43,14 @@ AUTH_FILE_UNUSABLE = Gauge("raftpoint_auth_file_unusable", "1 while an auth file
 TLS_FILES_UNUSABLE = Gauge("raftpoint_tls_files_unusable", "1 while the node's TLS files as they are now are not "
                            "served (unusable, or a certificate that would fail handshakes the served one passes) "
                            "and the last good certificate stays in force")
+TLS_CERT_EXPIRY = Gauge("raftpoint_tls_certificate_expiry_timestamp_seconds", "When the certificate this node "
+                        "serves (certificate=\"node\") and the earliest of its client CA file's certificates "
+                        "(certificate=\"client_ca\") expire, Unix seconds", ["certificate"])
 DIGEST_DIVERGED = Gauge("raftpoint_digest_diverged", "1 once this node found its store's digest differs from "
                         "the majority's at an applied index (it then stops)")
+DIGEST_DIVERGED_PEERS = Gauge("raftpoint_digest_diverged_peers", "Peers whose store digest differs from the "
+                              "majority's at an applied index, among the samples this node's digest audit keeps: "
+                              "a diverged node stops itself, so its peers are the ones left to say so")
 SNAPSHOT_BYTES = Gauge("raftpoint_snapshot_bytes", "Size of the last snapshot file")
 RAFT_VOTERS = Gauge("raftpoint_raft_voters", "Raft voters in this node's configuration, itself included")
 RAFT_LIVE_VOTERS = Gauge("raftpoint_raft_live_voters", "Voters this node has a live connection to, itself "
@@ -58,6 +66,10 @@ RAFT_CONNECTIONS_REFUSED = Counter("raftpoint_raft_connections_refused_total", "
 # ---- latency ----------------------------------------------------------------------
 APPLY_SECONDS = Histogram("raftpoint_apply_seconds", "Time to apply one log entry",
                           buckets=(5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 0.1))
+PROPOSAL_SECONDS = Histogram("raftpoint_proposal_seconds", "Time from a command's proposal on the leader to its "
+                             "result (journaled by a majority, committed and applied): the commit latency every "
+                             "write waits for", buckets=(1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1,
+                                                         2.5, 10))
 JOURNAL_FSYNC_SECONDS = Histogram("raftpoint_journal_fsync_seconds",
                                   "Time to make the Raft journal durable (one fdatasync per group of entries); "
                                   "every Raft message waits for it, so a slow disk shows here first",
@@ -93,6 +105,17 @@ ROLLBACK_DEPTH = Histogram("raftpoint_rollback_intervals", "Intervals lost per a
 RECOVERIES = Counter("raftpoint_recoveries_total", "Recovery lines computed")
 GC_BYTES = Counter("raftpoint_gc_bytes_total", "Checkpoint bytes made collectable")
 
+# ---- agents (the leader's lease table and order streams) ------------------------------
+LIVE_AGENTS = Gauge("raftpoint_live_agents", "Live agents the leader holds a lease for, by what keeps it: an open "
+                    "session (lease=\"session\") or keepalive calls alone (lease=\"keepalive\"); 0 on followers",
+                    ["lease"])
+AGENTS_DECLARED_FAILED = Counter("raftpoint_agents_declared_failed_total", "Agents this node, leading, declared "
+                                 "failed because their lease ran out")
+ROLLBACK_DELIVERY_SECONDS = Histogram("raftpoint_rollback_delivery_seconds",
+                                      "Time from a rollback order's commit on the leader to its push on the agent's "
+                                      "order stream, for agents whose stream was open when it committed",
+                                      buckets=(1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 10))
+
 for _role in ROLES:
     RAFT_ROLE.labels(_role)
 for _kind in RAFT_EVENT_KINDS:
@@ -103,6 +126,8 @@ for _work in ("read", "write", "keepalive"):
     SHED.labels(_work)
 for _kind in CHECKPOINT_KINDS:
     CHECKPOINTS.labels(_kind)
+for _lease in LEASE_KINDS:
+    LIVE_AGENTS.labels(_lease)
 
 
 def record_checkpoint(kind: str) -> None:

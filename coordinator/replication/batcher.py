@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from dataclasses import dataclass
 
 from coordinator import wire
@@ -22,6 +23,7 @@ from coordinator.api.v1 import log_pb2
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Entry, Proposal, Result, decode_result
 from coordinator.core.validation import validate
+from coordinator.observability import metrics
 from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.read_index import NOT_LEADER
 from coordinator.replication.replica import ClockAgreement, NotLeader, Overloaded, Replica
@@ -70,13 +72,16 @@ class Batcher:
         message = wire.entry_to_pb(entry)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
+        proposed = time.perf_counter()
         self._queue.append(_Queued(message, entry, future))
         if not self._flush_scheduled and self._in_flight < MAX_BATCHES_IN_FLIGHT:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         self.waiting += 1
         try:
-            return decode_result(await future)
+            answer = await future
+            metrics.PROPOSAL_SECONDS.observe(time.perf_counter() - proposed)
+            return decode_result(answer)
         finally:
             self.waiting -= 1
 

@@ -33,6 +33,7 @@ import grpc
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.channels import ClientTLS
+from coordinator.observability import metrics
 from coordinator.replication.replica import Replica
 from coordinator.service import ticks
 
@@ -60,6 +61,13 @@ def diverged(me: str, samples: Samples, cluster_size: int) -> tuple[int, str] | 
             if digest != mine[index] and others.count(digest) >= majority:
                 return index, digest
     return None
+
+
+def diverged_peers(me: str, samples: Samples, cluster_size: int) -> list[str]:
+    """The peers that `diverged` finds against the others' samples: the diverged node
+    stops itself, so this is how the survivors keep the divergence visible (until its
+    samples age out)."""
+    return sorted(node for node in samples if node != me and diverged(node, samples, cluster_size) is not None)
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,7 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
         for status in await asyncio.gather(*(_ask(peer, tls, credentials) for peer in peers_grpc)):
             if status is not None:
                 record(samples, status.node, status.digest_index, status.content_digest)
+        metrics.DIGEST_DIVERGED_PEERS.set(len(diverged_peers(me, samples, len(peers_grpc) + 1)))
         found = diverged(me, samples, len(peers_grpc) + 1)
         if found is not None:
             at, theirs = found

@@ -35,11 +35,18 @@ async def run(batcher: Batcher, leases: LeaseTable, stop: asyncio.Event, watch: 
         if not node.is_leader():
             leases.term_granted = None
             watch.reset()
+            _publish_live_agents({})
             continue
         try:
             await _tick(batcher, leases, watch)
         except Exception:  # a failed proposal is retried on the next tick
             log.warning("leader loop tick failed", exc_info=True)
+
+
+def _publish_live_agents(by_lease: dict[str, int]) -> None:
+    """The leader's lease table in the gauge; zeros on a follower (it holds no leases)."""
+    for lease in metrics.LEASE_KINDS:
+        metrics.LIVE_AGENTS.labels(lease).set(by_lease.get(lease, 0))
 
 
 async def _tick(batcher: Batcher, leases: LeaseTable, watch: StallWatch) -> None:
@@ -58,6 +65,7 @@ async def _tick(batcher: Batcher, leases: LeaseTable, watch: StallWatch) -> None
         metrics.LEASE_CREDIT_SECONDS.inc(credit)
         log.info("leader lagging: %.2fs credited to every lease, no failure declared this tick", credit)
     due: list[Command] = [] if credit > 0 else list(leases.expired())
+    _publish_live_agents(leases.live_by_lease())
     state = node.read_state()
     now = batcher.clock.now()
     for group in state.groups():
@@ -65,7 +73,9 @@ async def _tick(batcher: Batcher, leases: LeaseTable, watch: StallWatch) -> None
         due += epoch_commands(group, current, now)
     for command in due:
         result = await batcher.propose(_entry(command))
+        # The failed agent is always among the targets: none means it was no longer live.
         if isinstance(command, DeclareAgentFailed) and isinstance(result, RecoveryResult) and result.targets:
+            metrics.AGENTS_DECLARED_FAILED.inc()
             metrics.RECOVERIES.inc()
             for target in result.targets:
                 metrics.ROLLBACK_DEPTH.observe(target.intervals_lost)

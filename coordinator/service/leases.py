@@ -82,6 +82,11 @@ class LeaseTable:
         """Every lease `seconds` longer: a window the leader was too late to hear keepalives in."""
         extend(self.leases, seconds)
 
+    def live_by_lease(self) -> dict[str, int]:
+        """Agents holding a lease, by what keeps it: an open session, or keepalive calls alone."""
+        in_session = sum(1 for key in self.holds if key in self.leases)
+        return {"session": in_session, "keepalive": len(self.leases) - in_session}
+
     def expired(self) -> list[DeclareAgentFailed]:
         due = expired_leases(self.leases, self._monotonic(), self.holds)
         forget(self.leases, [(d.group, d.agent_id) for d in due])

@@ -14,10 +14,11 @@ from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import ids, queries
 from coordinator.core.errors import Rejection
-from coordinator.core.model import Agent, Order
+from coordinator.core.model import Agent, Order, OrderKind
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
 from coordinator.transport.leases import Leases
+from coordinator.transport.order_wakeups import Subscription
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import Refused
 
@@ -106,15 +107,17 @@ class AgentOps:
         check_ids((request.group, "group"), (request.agent_id, "agent_id"))
         await self.p.read_point()
 
-    def new_orders(self, request: pb.WatchOrdersRequest, wanted: set[int] | None, sent: set[int]) -> list[pb.Order]:
-        """The watcher's orders not yet sent on its stream, among `wanted` (None: all of the
-        agent's), read once from the leader's applied state.
+    def new_orders(self, request: pb.WatchOrdersRequest, wake: Subscription, sent: set[int]) -> list[pb.Order]:
+        """The watcher's orders not yet sent on its stream, among those it was woken for
+        (all of the agent's on its first read), read once from the leader's applied state;
+        the caller pushes them at once, so rollback orders are timed as delivered here.
 
         The watcher's token must hold the agent's live incarnation, checked at every read:
         a replaced (zombie) or failed incarnation that carried out the new incarnation's
         rollback order would take the order's generation, and the sends it makes afterwards
         would escape the rollback's fence. Raises Refused for that, and when this node no
         longer leads."""
+        wanted = wake.take()
         self.p.require_leader()
         state = self.p.node.read_state()
         live_agent(state, request)
@@ -125,4 +128,5 @@ class AgentOps:
                      if o is not None and o.agent_id == request.agent_id]
         fresh = [o for o in found if o.order_id not in sent]
         sent.update(o.order_id for o in fresh)
+        wake.rollbacks_sent(o.order_id for o in fresh if o.kind is OrderKind.ROLL_BACK)
         return [wire.order_to_pb(o) for o in fresh]

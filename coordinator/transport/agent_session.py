@@ -258,7 +258,7 @@ class AgentSession:
             first = True
             with self.wakeups.subscribe(request.group, request.agent_id) as wake:
                 while True:
-                    for order in self.ops.new_orders(request, wake.take(), sent):
+                    for order in self.ops.new_orders(request, wake, sent):
                         self.outbox.put_nowait(pb.CoordinatorFrame(correlation=correlation, order=order))
                     if first:  # the client's watch frame, its token found live: the session speaks
                         # for this incarnation. Later wake-ups are the coordinator's, no proof of the agent.

@@ -11,14 +11,21 @@ Wake-ups for everyone (`None`): a snapshot install replaced the state wholesale,
 this node stopped leading (`follow_leadership`), which every stream must notice and
 end on. A lost wake-up can only delay an order, never leak one: every read re-checks
 leadership and the subscriber's fence against the applied state.
+
+A wake-up carries when its commit was signalled, so a stream can tell how long a
+rollback order took from its commit to its push (raftpoint_rollback_delivery_seconds):
+only for orders committed while the stream was open; a stream's first read has no
+such time.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
+from coordinator.observability import metrics
 from coordinator.storage.state import AgentChange
 
 LEADERSHIP_CHECK_S = 0.1  # one check per node, not per stream
@@ -31,23 +38,39 @@ class Subscription:
         self.event = asyncio.Event()
         self._order_ids: set[int] | None = None  # None: read them all (the first read, or a full wake-up)
         self._everything = True
+        # Per order id woken for, when its commit was signalled (time.monotonic()): those
+        # not yet taken, and those of the last take().
+        self._committed_at: dict[int, float] = {}
+        self._taken_at: dict[int, float] = {}
 
-    def wake(self, order_id: int | None, everything: bool = False) -> None:
+    def wake(self, order_id: int | None, everything: bool = False, committed_at: float | None = None) -> None:
         if everything:
             self._everything = True
         elif order_id is not None and self._order_ids is not None:
             self._order_ids.add(order_id)
+            if committed_at is not None:
+                self._committed_at.setdefault(order_id, committed_at)
         self.event.set()
 
     def take(self) -> set[int] | None:
         """The order ids to read (possibly none: only the fence to re-check), or None for all;
         clears the wake-up."""
         self.event.clear()
+        self._taken_at, self._committed_at = self._committed_at, {}
         if self._everything:
             self._everything, self._order_ids = False, set()
             return None
         ids, self._order_ids = self._order_ids, set()
         return ids
+
+    def rollbacks_sent(self, order_ids: Iterable[int]) -> None:
+        """These rollback orders of the last take() are being pushed: each one woken for
+        is timed from its commit (the others were there before the stream was)."""
+        now = time.monotonic()
+        for order_id in order_ids:
+            committed_at = self._taken_at.pop(order_id, None)
+            if committed_at is not None:
+                metrics.ROLLBACK_DELIVERY_SECONDS.observe(now - committed_at)
 
     async def wait(self) -> None:
         await self.event.wait()
@@ -68,7 +91,7 @@ class OrderWakeups:
         if batch == []:
             return
         try:
-            self._loop.call_soon_threadsafe(self._deliver, batch)
+            self._loop.call_soon_threadsafe(self._deliver, batch, time.monotonic())
         except RuntimeError:  # the loop closed: the server is gone, no one to wake
             pass
 
@@ -76,13 +99,13 @@ class OrderWakeups:
         for sub in self._all:
             sub.wake(None, everything=True)
 
-    def _deliver(self, batch: list[AgentChange] | None) -> None:
+    def _deliver(self, batch: list[AgentChange] | None, committed_at: float) -> None:
         if batch is None:
             self.wake_all()
             return
         for group, agent_id, order_id in batch:
             for sub in self._subs.get((group, agent_id), ()):
-                sub.wake(order_id)
+                sub.wake(order_id, committed_at=committed_at)
 
     @contextmanager
     def subscribe(self, group: str, agent_id: str) -> Iterator[Subscription]:

@@ -89,7 +89,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             sent: set[int] = set()
             with self.wakeups.subscribe(request.group, request.agent_id) as wake:
                 while not context.cancelled():
-                    for order in self.ops.new_orders(request, wake.take(), sent):
+                    for order in self.ops.new_orders(request, wake, sent):
                         yield order
                     await wake.wait()
         except Refused as r:

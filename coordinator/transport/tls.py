@@ -83,6 +83,9 @@ class Material:
     key: bytes
     client_ca: bytes | None
     serial: int
+    not_after: dt.datetime
+    # The earliest expiry among the client CA file's certificates (None: no such file).
+    client_ca_not_after: dt.datetime | None = None
 
 
 def _read(path: str, what: str) -> bytes:
@@ -114,14 +117,17 @@ def load(tls: ServerTLS, now: dt.datetime | None = None) -> Material:
     if now < cert.not_valid_before_utc:
         raise TLSMaterialError(f"tls_cert_file {tls.cert_file!r} is not valid before "
                                f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
+    ca_not_after = None
     if ca_pem is not None:
         try:
-            if not x509.load_pem_x509_certificates(ca_pem):
+            cas = x509.load_pem_x509_certificates(ca_pem)
+            if not cas:
                 raise ValueError("no certificate")
         except ValueError as exc:
             raise TLSMaterialError(f"tls_client_ca_file {tls.client_ca_file!r} holds no PEM certificate "
                                    f"({exc})") from None
-    return Material(cert_pem, key_pem, ca_pem, cert.serial_number)
+        ca_not_after = min(ca.not_valid_after_utc for ca in cas)
+    return Material(cert_pem, key_pem, ca_pem, cert.serial_number, cert.not_valid_after_utc, ca_not_after)
 
 
 def rotation_problem(served: Material, new: Material, names: Sequence[str], now: dt.datetime) -> str | None:
@@ -177,6 +183,14 @@ def _configuration(material: Material) -> grpc.ServerCertificateConfiguration:
                                                      root_certificates=material.client_ca)
 
 
+def _in_force(material: Material) -> None:
+    """The files on disk are what is served: say so, and when what is served expires."""
+    metrics.TLS_FILES_UNUSABLE.set(0)
+    metrics.TLS_CERT_EXPIRY.labels("node").set(material.not_after.timestamp())
+    if material.client_ca_not_after is not None:
+        metrics.TLS_CERT_EXPIRY.labels("client_ca").set(material.client_ca_not_after.timestamp())
+
+
 class _Reloader:
     """gRPC's certificate fetcher: a new configuration when the files changed and check out."""
 
@@ -187,7 +201,7 @@ class _Reloader:
         self._stamp = _stamp(self._paths)
         self.material = load(tls)
         self.initial = _configuration(self.material)
-        metrics.TLS_FILES_UNUSABLE.set(0)
+        _in_force(self.material)
 
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
         stamp = _stamp(self._paths)
@@ -209,7 +223,7 @@ class _Reloader:
             log.info("TLS files changed: now serving certificate serial %x (was %x)", material.serial,
                      self.material.serial)
             self.material = material
-            metrics.TLS_FILES_UNUSABLE.set(0)
+            _in_force(material)
             return _configuration(material)
 
     def _keep(self, why: str) -> None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
-from coordinator.harness.local_cluster import LocalCluster, NodeProcess, node_status
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess, node_status, wait_for
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILT_FROM_PEERS, SNAPSHOT_FILE, STORE_DIR,
                                           TERM_FILE)
 from coordinator.storage import lmdb_store
 from coordinator.storage.record_seal import seal, unseal
 from raftpoint.cli import main as cli
 from tests.support.cluster import FAST, Client
+from tests.support.metrics import scrape
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -40,11 +42,12 @@ def exit_code(node: NodeProcess, timeout: float = 30.0) -> int | None:
 
 
 def refused_then_rebuilt(cluster: LocalCluster, client: Client, node: NodeProcess, writes: int, why: str,
-                         capsys: pytest.CaptureFixture) -> None:
+                         capsys: pytest.CaptureFixture, after_exit: Callable[[], None] = lambda: None) -> None:
     """Started on its damaged data, the node stops with EXIT_DAMAGED saying `why` and how to
     repair; after the documented repair it rebuilds from its peers, and nothing acknowledged is lost."""
     cluster.start(node.index)
     assert exit_code(node) == EXIT_DAMAGED
+    after_exit()
     log = (cluster.root / f"node{node.index}.log").read_text()
     assert why in log and "Rebuild this node from its peers" in log and "raftpoint repair --from-peers" in log
 
@@ -112,4 +115,10 @@ def test_a_node_whose_store_disagrees_with_the_majority_stops(tmp_path: Path, ca
             key, value = next((k, unseal(k, v, "test")) for k, v in txn.cursor(db=data) if b"blobs/a/17" in v)
             txn.put(key, seal(key, value.replace(b"blobs/a/17", b"blobs/a/71")), db=data)
         env.close()
-        refused_then_rebuilt(cluster, client, follower, 20, "diverged from the cluster's", capsys)
+        survivor = next(n for n in cluster.nodes if n.index != follower.index)
+
+        def survivors_report_it() -> None:  # the stopped node's own metric went with it
+            wait_for(lambda: scrape(survivor.metrics).get("raftpoint_digest_diverged_peers") == 1,
+                     "a surviving node's raftpoint_digest_diverged_peers to name the stopped node", 20)
+
+        refused_then_rebuilt(cluster, client, follower, 20, "diverged from the cluster's", capsys, survivors_report_it)

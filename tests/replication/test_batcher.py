@@ -96,3 +96,25 @@ async def test_every_caller_hears_of_a_lost_leadership_or_a_lost_answer(monkeypa
     await settle_loop()
     replica.answer(len(replica.proposed) - 1)
     assert isinstance(await asyncio.wait_for(later, 5), GroupResult)
+
+
+async def test_each_answered_proposal_is_timed_from_proposal_to_answer() -> None:
+    """raftpoint_proposal_seconds, the dashboard's commit latency: one sample per answered
+    proposal, as long as it waited; none for one that got no answer."""
+    from prometheus_client import REGISTRY
+
+    count = lambda: REGISTRY.get_sample_value("raftpoint_proposal_seconds_count") or 0.0  # noqa: E731
+    total = lambda: REGISTRY.get_sample_value("raftpoint_proposal_seconds_sum") or 0.0  # noqa: E731
+    replica = HeldReplica()
+    b = Batcher(replica)  # type: ignore[arg-type]
+    before, before_sum = count(), total()
+    answered = asyncio.create_task(b.propose(create("timed")))
+    await settle_loop()
+    await asyncio.sleep(0.05)
+    replica.answer(0)
+    assert isinstance(await answered, GroupResult)
+    assert count() == before + 1 and total() - before_sum >= 0.05
+    replica.leader = False
+    with pytest.raises(NotLeader):
+        await b.propose(create("unanswered"))
+    assert count() == before + 1

@@ -1,7 +1,7 @@
 """Which node diverged: the one whose digest at an index differs from a majority's."""
 from __future__ import annotations
 
-from coordinator.service.digest_audit import KEEP, Samples, diverged, record, verdict
+from coordinator.service.digest_audit import KEEP, Samples, diverged, diverged_peers, record, verdict
 
 
 def samples(**nodes: dict[int, str]) -> Samples:
@@ -35,3 +35,11 @@ def test_a_damaged_store_is_rebuilt_and_a_diverged_history_is_kept() -> None:
     assert not diverged_history.rebuild
     assert "history diverged" in diverged_history.message and "index 7" in diverged_history.message
     assert "do NOT rebuild" in diverged_history.message
+
+
+def test_the_survivors_name_the_peer_that_diverged() -> None:
+    """The diverged node stops itself; its peers keep the finding (the alert's metric)."""
+    s = samples(a={10: "bad"}, b={10: "good"}, c={10: "good"})
+    assert diverged_peers("b", s, 3) == ["a"] and diverged_peers("c", s, 3) == ["a"]
+    assert diverged_peers("a", s, 3) == []  # a finds itself diverged (diverged()), not its peers
+    assert diverged_peers("b", samples(a={10: "x"}, b={10: "x"}, c={11: "y"}), 3) == []

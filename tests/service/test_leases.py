@@ -71,3 +71,12 @@ def test_an_agent_that_left_is_held_by_none_of_its_sessions() -> None:
     assert table.holds == {}
     assert table.expired() == [DeclareAgentFailed("g", "a", 1)]
     table.release("g", "a", 1)  # the old session ends: nothing to release
+
+
+def test_live_agents_are_counted_by_what_keeps_their_lease() -> None:
+    table = LeaseTable()
+    for agent in ("a", "b", "c"):
+        table.renew(Group(GroupSpec("g", lease_ttl_s=60.0)), agent, 1)
+    table.hold("g", "a", 1)
+    table.hold("g", "gone", 1)  # a session for an agent holding no lease counts for nothing
+    assert table.live_by_lease() == {"session": 1, "keepalive": 2}

@@ -60,3 +60,71 @@ def test_losing_the_lead_wakes_every_stream_and_tells_every_session() -> None:
             return sub.take(), len(lost)
 
     assert asyncio.run(run()) == (None, 1)
+
+
+def delivery_count() -> float:
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value("raftpoint_rollback_delivery_seconds_count") or 0.0
+
+
+def test_a_rollback_order_woken_for_is_timed_from_its_commit_and_one_read_first_is_not() -> None:
+    async def run() -> tuple[float, float]:
+        from prometheus_client import REGISTRY
+        hub = OrderWakeups(asyncio.get_running_loop())
+        with hub.subscribe("g", "a") as sub:
+            sub.take()
+            sub.rollbacks_sent([3])  # on the first read: there before the stream, not timed
+            before = delivery_count(), REGISTRY.get_sample_value("raftpoint_rollback_delivery_seconds_sum") or 0.0
+            hub.signal([("g", "a", 4), ("g", "a", 5)])
+            await asyncio.wait_for(sub.wait(), 5)
+            await asyncio.sleep(0.05)  # the push comes this late after the commit
+            assert sub.take() == {4, 5}
+            sub.rollbacks_sent([4])  # 5 is another kind of order: the caller leaves it out
+            sub.rollbacks_sent([4])  # sent once, timed once
+            after = delivery_count(), REGISTRY.get_sample_value("raftpoint_rollback_delivery_seconds_sum") or 0.0
+        return after[0] - before[0], after[1] - before[1]
+
+    count, seconds = asyncio.run(run())
+    assert count == 1 and seconds >= 0.05, (count, seconds)
+
+
+def test_a_rollback_order_pushed_on_an_open_stream_is_timed() -> None:
+    """End to end: b's stream is open (it has received one order) when a's second restart
+    rolls b back again; that order's push is timed."""
+    import itertools
+
+    from agent_client.connection import Connection
+    from agent_client.testing import InProcessCoordinator
+    from coordinator.api.v1 import coordinator_pb2 as pb
+
+    token = lambda incarnation: pb.FencingToken(secret=b"s" * 16, incarnation=incarnation)  # noqa: E731
+    request_ids = itertools.count(1)
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
+        def register(agent: str) -> pb.RegisterResponse:
+            return conn.call("AgentService", "Register", pb.RegisterRequest(
+                secret=b"s" * 16, request_id=f"reg-{next(request_ids)}", group="g", agent_id=agent))
+
+        conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))
+        for agent in ("a", "b"):
+            register(agent)
+            conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
+                request_id=f"cp-{agent}", token=token(1), checkpoint=pb.CheckpointMeta(
+                    group="g", agent_id=agent, index=1, kind=pb.BASIC, blob_uri=f"file:///blobs/{agent}/1",
+                    sha256="c" * 64, size=1)))
+        conn.call("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
+            request_id="dep", group="g", agent_id="b", token=token(1), records=[pb.DependencyRecord(
+                sender="a", send_interval=2, receiver="b", receive_interval=2, message_id="m1", send_generation=1)]))
+        call, orders = conn.stream("AgentService", "WatchOrders", pb.WatchOrdersRequest(
+            group="g", agent_id="b", token=token(1)), timeout=30)
+        try:
+            register("a")  # b received a send a's rollback undoes: b rolls back
+            first = next(orders)
+            assert first.WhichOneof("kind") == "roll_back"
+            before = delivery_count()  # b's stream is open now, whether or not it was at that commit
+            register("a")  # again: b still owes its acknowledgement, so it rolls back again
+            second = next(orders)
+            assert second.WhichOneof("kind") == "roll_back" and second.order_id != first.order_id
+            assert delivery_count() == before + 1, f"rollback deliveries timed: {delivery_count() - before}"
+        finally:
+            call.cancel()

@@ -101,3 +101,24 @@ def test_the_names_to_keep_are_the_grpc_address_host_unless_it_binds_every_addre
     assert names("raftpoint-0.raftpoint-peers:50051") == ("raftpoint-0.raftpoint-peers",)
     assert names("[::1]:50051") == ("::1",)
     assert names("0.0.0.0:50051") == names("[::]:50051") == ()
+
+
+def test_the_served_certificate_and_client_ca_expiry_are_exported_and_follow_a_rotation(tmp_path: Path) -> None:
+    """What the certificate-expiry alert reads: the served certificate's notAfter (a rotation
+    that is refused leaves it at the served one), and the client CA file's earliest."""
+    from prometheus_client import REGISTRY
+
+    expiry = lambda which: REGISTRY.get_sample_value(  # noqa: E731
+        "raftpoint_tls_certificate_expiry_timestamp_seconds", {"certificate": which})
+    ca = LocalCA.create(tmp_path)
+    first = ca.server("n", valid_for=dt.timedelta(days=2))
+    reloader = _Reloader(ServerTLS(str(first.cert_file), str(first.key_file), str(ca.ca_file), "require"))
+    assert expiry("node") == reloader.material.not_after.timestamp()
+    assert abs(expiry("node") - (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=2)).timestamp()) < 600
+    assert abs(expiry("client_ca") - (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=3650)).timestamp()) < 600
+    first.key_file.write_bytes(LocalCA.create(tmp_path / "x").server("x").key_file.read_bytes())
+    assert reloader.fetch() is None  # refused: still the first certificate's expiry
+    assert expiry("node") == reloader.material.not_after.timestamp()
+    ca.server("n", valid_for=dt.timedelta(days=90))
+    assert reloader.fetch() is not None
+    assert abs(expiry("node") - (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=90)).timestamp()) < 600
