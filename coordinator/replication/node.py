@@ -307,6 +307,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
             for event in raft_events(self._view, view):
                 raft_log.record(event, node=self.config.raft_address)
         self._view = view
+        raft_log.flush()
 
     def voters(self) -> tuple[frozenset[str], frozenset[str]]:
         """(every voter, the voters this node hears from), this node included, as of

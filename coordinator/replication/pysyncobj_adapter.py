@@ -195,11 +195,12 @@ class RaftPortLimits:
     peer's first message decrypts with the password, its messages may announce at
     most `unauthenticated_max_bytes`, and it must get there (and name itself) within
     `auth_timeout_s`; then pysyncobj's own bound applies (snapshots and large
-    AppendEntries need it). `on_refused(reason)` counts each connection closed."""
+    AppendEntries need it). `on_refused(reason, detail)` counts and logs each
+    connection closed (observability.raft_log rate-limits the lines)."""
 
     auth_timeout_s: float = 5.0
     unauthenticated_max_bytes: int = 64 * 1024
-    on_refused: Callable[[str], None] | None = None
+    on_refused: Callable[[str, str], None] | None = None
 
 
 _PREFIX = struct.Struct("i")  # pysyncobj's length prefix: native-endian signed int
@@ -225,9 +226,8 @@ class GuardedConnection(TcpConnection):
 
     def refuse(self, kind: str, detail: str) -> None:
         """Close the connection; `kind` ("oversized", "idle", "unnamed") labels the count."""
-        log.warning("closing an incoming Raft connection that %s", detail)
         if self.limits.on_refused is not None:
-            self.limits.on_refused(kind)
+            self.limits.on_refused(kind, detail)
         self.disconnect()
 
     def _oversized(self) -> str | None:
