@@ -120,8 +120,12 @@ class NodeConfig:
     auth_bindings_file: str = ""
     # gRPC connections this node accepts at once (more are closed at once), and calls
     # it serves at once (more are refused RESOURCE_EXHAUSTED). Every agent holds one
-    # connection and one long-lived WatchOrders call on the leader.
+    # connection and one long-lived WatchOrders call on the leader. One address may
+    # hold at most max_unauthenticated_per_source connections that have not made an
+    # authenticated call yet (0: no per-address cap, gRPC on the port itself;
+    # transport/server.py::ServerLimits).
     max_connections: int = 2048
+    max_unauthenticated_per_source: int = 64
     max_rpcs: int = 8192
     # HTTP/2 pings on every client connection (transport/server.py::ServerLimits): an
     # agent's open session holds its lease, and these prove the session's client alive.
@@ -144,13 +148,20 @@ class NodeConfig:
     tls_client_ca_file: str = ""
     tls_client_auth: str = "none"
     insecure: bool = False
-    # /metrics over HTTPS with the node's certificate; with tls_client_auth=require the
-    # scraper must show a certificate signed by tls_client_ca_file.
-    metrics_tls: bool = False
+    # /metrics is served over HTTPS with the node's certificate whenever the node has
+    # TLS (with tls_client_auth=require the scraper must show a certificate signed by
+    # tls_client_ca_file); plain HTTP beside a TLS node only when this is set.
+    metrics_plaintext: bool = False
 
     # ---- derived -----------------------------------------------------------------
     def peer_list(self) -> list[Peer]:
         return [Peer.parse(p, self.grpc_port) for p in self.peers if p.strip()]
+
+    def known_hosts(self) -> tuple[str, ...]:
+        """The hosts of this node's and its peers' addresses: connections from them
+        are the node's own and its peers', kept room for (core.connection_caps)."""
+        addresses = [self.raft_address, self.grpc_address, *(a for p in self.peer_list() for a in (p.raft, p.grpc))]
+        return tuple(dict.fromkeys(a.rpartition(":")[0].strip("[]") for a in addresses))
 
     def password(self) -> str:
         if self.raft_password_file:
@@ -198,6 +209,8 @@ class NodeConfig:
             raise ConfigError("compaction_min_entries must be >= 2")
         if not 1 <= self.max_connections <= 1_000_000:
             raise ConfigError("max_connections must be between 1 and 1000000")
+        if not 0 <= self.max_unauthenticated_per_source <= 1_000_000:
+            raise ConfigError("max_unauthenticated_per_source must be between 0 (no per-address cap) and 1000000")
         if not 1 <= self.max_rpcs <= 1_000_000:
             raise ConfigError("max_rpcs must be between 1 and 1000000")
         if not (0.1 <= self.session_ping_s <= 3600 and 0.1 <= self.session_ping_timeout_s <= 3600):
@@ -208,7 +221,7 @@ class NodeConfig:
     def _validate_tls(self) -> None:
         material = (self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)
         if self.insecure:
-            if any(material) or self.metrics_tls or self.tls_client_auth != "none":
+            if any(material) or self.tls_client_auth != "none":
                 raise ConfigError("insecure (plaintext) and TLS settings exclude each other")
             return
         if not (self.tls_cert_file and self.tls_key_file):

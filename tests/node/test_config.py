@@ -84,6 +84,10 @@ def test_connection_and_call_limits_are_settings_with_bounds() -> None:
     assert cfg.max_connections == 10
     with pytest.raises(ConfigError, match="max_rpcs must be between 1"):
         config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_RPCS": "0"})
+    assert config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW,
+                            "RAFTPOINT_MAX_UNAUTHENTICATED_PER_SOURCE": "0"}).max_unauthenticated_per_source == 0
+    with pytest.raises(ConfigError, match="max_unauthenticated_per_source must be between 0"):
+        config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_UNAUTHENTICATED_PER_SOURCE": "-1"})
 
 
 def test_tls_or_an_explicit_insecure_is_required() -> None:

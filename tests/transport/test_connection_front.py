@@ -1,0 +1,125 @@
+"""Idle connections from a few hosts do not lock new clients out of a node, and a node
+full for new clients says so to its readiness probe.
+
+Strangers connect from other loopback addresses (127.0.0.2 and up, all of 127/8 is
+this host), the well-behaved client from 127.0.0.1."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from typing import AsyncIterator
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator.channels import ClientTLS
+from coordinator.harness.in_process import LocalReplica
+from coordinator.harness.local_cluster import free_ports, node_status
+from coordinator.service import node_server
+from coordinator.transport.server import ServerLimits
+
+# 32 slots, 8 of them kept for known addresses; 4 unauthenticated connections per
+# address. The handshake allowance outlasts each test: the strangers' silent
+# connections stay held, as a flood that reopens them keeps them.
+LIMITS = ServerLimits(max_connections=32, unauthenticated_per_source=4, handshake_s=60.0)
+PLAIN = ClientTLS.plaintext()
+
+
+@contextlib.asynccontextmanager
+async def node() -> AsyncIterator[str]:
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    stop = asyncio.Event()
+    serving = asyncio.create_task(node_server.serve(LocalReplica(address), address, stop, limits=LIMITS))
+    try:
+        deadline = time.monotonic() + 10
+        while await asyncio.to_thread(node_status, address, 1.0, PLAIN) is None:
+            assert time.monotonic() < deadline and not serving.done(), "the node never answered"
+            await asyncio.sleep(0.05)
+        yield address
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, 10)
+
+
+def _flood(address: str, source: str, count: int) -> list[socket.socket]:
+    """`count` silent connections from `source`; returns those the node kept open (the
+    others it reset at once)."""
+    host, port = address.rsplit(":", 1)
+    opened = [socket.create_connection((host, int(port)), source_address=(source, 0)) for _ in range(count)]
+    kept = []
+    for s in opened:
+        s.settimeout(0.5)
+        try:
+            if s.recv(1, socket.MSG_PEEK) == b"":
+                s.close()
+                continue
+        except TimeoutError:
+            pass  # open and silent: kept
+        except ConnectionResetError:
+            s.close()
+            continue
+        kept.append(s)
+    return kept
+
+
+def _call(address: str, n: int) -> str:
+    """A well-behaved client's call on a new connection: OK or the status code's name."""
+    with PLAIN.channel(address, options=[("raftpoint.test.connection", n)]) as channel:
+        try:
+            pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+            return "OK"
+        except grpc.RpcError as exc:
+            return exc.code().name
+
+
+def _readiness(address: str, n: int) -> str:
+    with PLAIN.channel(address, options=[("raftpoint.test.connection", n)]) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        except grpc.RpcError as exc:
+            return exc.code().name
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+async def test_idle_connections_from_one_host_leave_room_for_other_clients() -> None:
+    async with node() as address:
+        held = await asyncio.to_thread(_flood, address, "127.0.0.2", 4 * LIMITS.max_connections)
+        try:
+            assert len(held) <= LIMITS.unauthenticated_per_source, f"one host holds {len(held)} silent connections"
+            answers = [await asyncio.to_thread(_call, address, n) for n in range(3)]
+            assert answers == ["OK"] * 3, f"a new client's calls with the flood held: {answers}"
+        finally:
+            for s in held:
+                s.close()
+
+
+async def test_a_node_full_for_new_clients_fails_readiness_and_keeps_room_for_known_ones() -> None:
+    async with node() as address:
+        held: list[socket.socket] = []
+        try:
+            # Strangers from 7 addresses take what is open to them (32 - 8 reserved).
+            for i in range(2, 9):
+                held += await asyncio.to_thread(_flood, address, f"127.0.0.{i}", LIMITS.unauthenticated_per_source)
+            assert len(held) == 24, f"the strangers hold {len(held)} connections, not the 24 open to them"
+            late = await asyncio.to_thread(_flood, address, "127.0.0.9", 1)
+            assert late == [], "a stranger got a slot kept for known addresses"
+            # Loopback is this host, always known: the probe gets in and hears the truth.
+            deadline = time.monotonic() + 10
+            n = 0
+            while (status := await asyncio.to_thread(_readiness, address, n)) != "NOT_SERVING":
+                assert time.monotonic() < deadline, f"readiness still {status} while new clients are refused"
+                n += 1
+                await asyncio.sleep(0.1)
+            assert await asyncio.to_thread(_call, address, n + 1) == "OK"
+        finally:
+            for s in held:
+                s.close()
+        deadline = time.monotonic() + 10
+        while (status := await asyncio.to_thread(_readiness, address, n)) != "SERVING":
+            assert time.monotonic() < deadline, f"readiness {status} after the strangers left"
+            n += 1
+            await asyncio.sleep(0.1)
