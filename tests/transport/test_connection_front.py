@@ -14,19 +14,16 @@ from typing import AsyncIterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.channels import ClientTLS
 from coordinator.harness.in_process import LocalReplica
 from coordinator.harness.local_cluster import free_ports, node_status
 from coordinator.service import node_server
 from coordinator.transport.server import ServerLimits
+from tests.support.connections import PLAIN, status_on_a_new_connection
 
 # 32 slots, 8 of them kept for known addresses; 4 unauthenticated connections per
 # address. The handshake allowance outlasts each test: the strangers' silent
 # connections stay held, as a flood that reopens them keeps them.
 LIMITS = ServerLimits(max_connections=32, unauthenticated_per_source=4, handshake_s=60.0)
-PLAIN = ClientTLS.plaintext()
 
 
 @contextlib.asynccontextmanager
@@ -66,16 +63,6 @@ def _flood(address: str, source: str, count: int) -> list[socket.socket]:
     return kept
 
 
-def _call(address: str, n: int) -> str:
-    """A well-behaved client's call on a new connection: OK or the status code's name."""
-    with PLAIN.channel(address, options=[("raftpoint.test.connection", n)]) as channel:
-        try:
-            pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
-            return "OK"
-        except grpc.RpcError as exc:
-            return exc.code().name
-
-
 def _readiness(address: str, n: int) -> str:
     with PLAIN.channel(address, options=[("raftpoint.test.connection", n)]) as channel:
         try:
@@ -90,7 +77,7 @@ async def test_idle_connections_from_one_host_leave_room_for_other_clients() -> 
         held = await asyncio.to_thread(_flood, address, "127.0.0.2", 4 * LIMITS.max_connections)
         try:
             assert len(held) <= LIMITS.unauthenticated_per_source, f"one host holds {len(held)} silent connections"
-            answers = [await asyncio.to_thread(_call, address, n) for n in range(3)]
+            answers = [await asyncio.to_thread(status_on_a_new_connection, address, n) for n in range(3)]
             assert answers == ["OK"] * 3, f"a new client's calls with the flood held: {answers}"
         finally:
             for s in held:
@@ -114,7 +101,7 @@ async def test_a_node_full_for_new_clients_fails_readiness_and_keeps_room_for_kn
                 assert time.monotonic() < deadline, f"readiness still {status} while new clients are refused"
                 n += 1
                 await asyncio.sleep(0.1)
-            assert await asyncio.to_thread(_call, address, n + 1) == "OK"
+            assert await asyncio.to_thread(status_on_a_new_connection, address, n + 1) == "OK"
         finally:
             for s in held:
                 s.close()
