@@ -81,6 +81,8 @@ class NodeConfig:
     # raft_unauthenticated_max_bytes until it has.
     raft_auth_timeout_s: float = 5.0
     raft_unauthenticated_max_bytes: int = 65536
+    # One address may hold at most this many Raft connections that have not authenticated.
+    raft_unauthenticated_per_source: int = 16
     store: str = "lmdb"
     map_size_mb: int = 1024
     max_map_size_mb: int = 65536
@@ -193,6 +195,8 @@ class NodeConfig:
             raise ConfigError("raft_auth_timeout_s must be between 0.5 and 600 seconds")
         if not 1024 <= self.raft_unauthenticated_max_bytes <= 16 << 20:
             raise ConfigError("raft_unauthenticated_max_bytes must be between 1024 and 16 MiB")
+        if not 1 <= self.raft_unauthenticated_per_source <= 100_000:
+            raise ConfigError("raft_unauthenticated_per_source must be between 1 and 100000")
         if self.store not in ("lmdb", "memory"):
             raise ConfigError(f"store must be 'lmdb' or 'memory', got {self.store!r}")
         if not 0 < self.auto_tick_period <= 0.1:

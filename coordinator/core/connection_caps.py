@@ -20,12 +20,42 @@ health checks and reflection, open to anyone, prove nothing.
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
+
+T = TypeVar("T")
 
 # Why a connection was refused (the label of the refusal count).
 PER_SOURCE = "per_source"  # its address already holds its share of unauthenticated connections
 FULL = "full"  # every slot it may take is taken
+
+
+def source_of(host: str) -> str:
+    """The address a connection counts against: its IPv4 address, or the /64 network
+    of an IPv6 one (one host usually holds a whole /64)."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+def beyond_share(connections: Iterable[T], share: int, source: Callable[[T], str]) -> list[T]:
+    """The connections past the first `share` of each source, in the order given
+    (oldest first: the newest are the ones to close)."""
+    seen: dict[str, int] = {}
+    beyond = []
+    for conn in connections:
+        key = source(conn)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > share:
+            beyond.append(conn)
+    return beyond
 
 
 @dataclass(frozen=True)

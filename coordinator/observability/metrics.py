@@ -50,7 +50,8 @@ MEMBERSHIP_REQUESTS = Counter("raftpoint_membership_requests_total", "AddNode/Re
                               "action (add, remove) and outcome (done, or the refusal's reason code)",
                               ["action", "outcome"])
 RAFT_CONNECTIONS_REFUSED = Counter("raftpoint_raft_connections_refused_total", "Incoming Raft connections "
-                                   "closed before authenticating, by reason (oversized, idle, unnamed)", ["reason"])
+                                   "closed before authenticating, by reason (oversized, idle, unnamed, "
+                                   "per_source)", ["reason"])
 CONNECTION_STATES = ("authenticated", "unauthenticated")
 CONNECTION_REFUSALS = (PER_SOURCE, FULL)
 GRPC_CONNECTIONS = Gauge("raftpoint_grpc_connections", "Client connections open on the gRPC port, by whether they "

@@ -115,6 +115,7 @@ class CoordinatorNode(pysyncobj_adapter.LeaderWritePath, pysyncobj_adapter.OneMe
         self.raft_port_limits = pysyncobj_adapter.RaftPortLimits(
             auth_timeout_s=config.raft_auth_timeout_s,
             unauthenticated_max_bytes=config.raft_unauthenticated_max_bytes,
+            unauthenticated_per_source=config.raft_unauthenticated_per_source,
             on_refused=raft_log.connection_refused)
         self._view: RaftView | None = None
         self._voters: tuple[frozenset[str], frozenset[str]] = (frozenset({config.raft_address}),

@@ -36,7 +36,6 @@ balancers send new clients to other nodes.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 import threading
 import time
@@ -44,7 +43,7 @@ from typing import Iterable
 
 import structlog
 
-from coordinator.core.connection_caps import PER_SOURCE, ConnectionCaps, ConnectionLedger
+from coordinator.core.connection_caps import PER_SOURCE, ConnectionCaps, ConnectionLedger, source_of
 from coordinator.observability import metrics
 from coordinator.observability.log_tally import LogTally
 
@@ -55,20 +54,6 @@ BACKLOG = 4096
 RESOLVE_PERIOD_S = 60.0
 LOOPBACK = ("127.0.0.1", "::1")
 _START_TIMEOUT_S = 10.0
-
-
-def source_of(host: str) -> str:
-    """The address a connection counts against: its IPv4 address, or the /64 network
-    of an IPv6 one (one host usually holds a whole /64)."""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return host
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, 64), strict=False))
-    return str(address)
 
 
 def _bind(address: str) -> socket.socket:

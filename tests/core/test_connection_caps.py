@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.core.connection_caps import FULL, PER_SOURCE, ConnectionCaps, ConnectionLedger
+from coordinator.core.connection_caps import FULL, PER_SOURCE, ConnectionCaps, ConnectionLedger, beyond_share, source_of
 
 CAPS = ConnectionCaps(max_connections=10, unauthenticated_per_source=3, reserved=4, known_for_s=60.0)
 
@@ -51,3 +51,18 @@ def test_caps_that_leave_strangers_nothing_are_refused() -> None:
     with pytest.raises(ValueError):
         ConnectionCaps(max_connections=4, unauthenticated_per_source=1, reserved=4)
     assert ConnectionCaps.of(2048, 64).reserved == 512 and ConnectionCaps.of(2, 64).reserved == 0
+
+
+def test_the_newest_connections_beyond_an_addresses_share_are_the_ones_to_close() -> None:
+    oldest_first = [("a", 1), ("b", 2), ("a", 3), ("a", 4), ("b", 5), ("a", 6)]
+    assert beyond_share(oldest_first, 2, lambda c: c[0]) == [("a", 4), ("a", 6)]
+
+
+@pytest.mark.parametrize("host, source", [
+    ("10.1.2.3", "10.1.2.3"),
+    ("::ffff:10.1.2.3", "10.1.2.3"),  # an IPv4 client of a dual-stack socket
+    ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),  # a host's whole /64 is one source
+    ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
+])
+def test_a_connection_counts_against_its_ipv4_address_or_ipv6_network(host: str, source: str) -> None:
+    assert source_of(host) == source
