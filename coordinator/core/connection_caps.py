@@ -38,7 +38,7 @@ def source_of(host: str) -> str:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return host
-    if isinstance(address, ipaddress.IPv6Address):
+    if isinstance(address, ipaddress.IPv6Address) and not address.is_loopback:
         if address.ipv4_mapped is not None:
             return str(address.ipv4_mapped)
         return str(ipaddress.IPv6Network((address, 64), strict=False))

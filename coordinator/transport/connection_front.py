@@ -52,7 +52,8 @@ BACKLOG = 4096
 # How often the known addresses (peers', the node's own) are resolved again: a peer's
 # address follows its name (a rescheduled pod has a new one).
 RESOLVE_PERIOD_S = 60.0
-LOOPBACK = ("127.0.0.1", "::1")
+# This host's own loopback addresses, as sources (probes and tools run on the node's host).
+LOOPBACK = frozenset(source_of(a) for a in ("127.0.0.1", "::1"))
 _START_TIMEOUT_S = 10.0
 
 
@@ -282,7 +283,7 @@ class ConnectionFront:
                 resolved_at = now
 
     async def _resolve_known(self) -> None:
-        addresses = set(LOOPBACK)
+        addresses = set(LOOPBACK)  # already sources
         for host in self.known_hosts:
             try:
                 infos = await self.loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)

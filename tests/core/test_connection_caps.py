@@ -63,6 +63,7 @@ def test_the_newest_connections_beyond_an_addresses_share_are_the_ones_to_close(
     ("::ffff:10.1.2.3", "10.1.2.3"),  # an IPv4 client of a dual-stack socket
     ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),  # a host's whole /64 is one source
     ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
+    ("::1", "::1"),
 ])
 def test_a_connection_counts_against_its_ipv4_address_or_ipv6_network(host: str, source: str) -> None:
     assert source_of(host) == source
