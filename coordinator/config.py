@@ -334,7 +334,15 @@ def load(file: str | None = None, env: Mapping[str, str] | None = None,
     return NodeConfig(**values).validate()
 
 
+# Settings that are gone, and what replaces them (named when a configuration still sets one).
+RETIRED = {"metrics_tls": "retired: /metrics is served over TLS whenever the node has TLS; "
+                          "metrics_plaintext=true serves plain HTTP instead"}
+
+
 def _did_you_mean(name: str, known: Collection[str]) -> str:
+    retired = RETIRED.get(name.removeprefix(ENV_PREFIX).lower())
+    if retired:
+        return f"{name!r} ({retired})"
     close = difflib.get_close_matches(name, known, n=1)
     return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
 
