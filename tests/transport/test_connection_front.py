@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
 import time
 from typing import AsyncIterator
@@ -42,25 +43,26 @@ async def node() -> AsyncIterator[str]:
         await asyncio.wait_for(serving, 10)
 
 
-def _flood(address: str, source: str, count: int) -> list[socket.socket]:
-    """`count` silent connections from `source`; returns those the node kept open (the
-    others it reset at once)."""
+def _flood(address: str, source: str, count: int, settle_s: float = 10.0) -> list[socket.socket]:
+    """`count` silent connections from `source`; returns those the node kept open. The
+    node resets a refused one at once and sends its HTTP/2 settings on one it keeps;
+    a connection it has said neither on within `settle_s` is counted as kept."""
     host, port = address.rsplit(":", 1)
-    opened = [socket.create_connection((host, int(port)), source_address=(source, 0)) for _ in range(count)]
+    undecided = {socket.create_connection((host, int(port)), source_address=(source, 0)) for _ in range(count)}
     kept = []
-    for s in opened:
-        s.settimeout(0.5)
-        try:
-            if s.recv(1, socket.MSG_PEEK) == b"":
-                s.close()
-                continue
-        except TimeoutError:
-            pass  # open and silent: kept
-        except ConnectionResetError:
+    deadline = time.monotonic() + settle_s
+    while undecided and time.monotonic() < deadline:
+        readable, _, _ = select.select(list(undecided), [], [], 0.1)
+        for s in readable:
+            undecided.discard(s)
+            try:
+                if s.recv(1, socket.MSG_PEEK) != b"":
+                    kept.append(s)
+                    continue
+            except ConnectionResetError:
+                pass
             s.close()
-            continue
-        kept.append(s)
-    return kept
+    return kept + list(undecided)
 
 
 def _readiness(address: str, n: int) -> str:
