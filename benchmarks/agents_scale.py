@@ -288,8 +288,10 @@ def run_size(size: int, path: str, root: Path, settings: dict[str, str]) -> dict
     """One size on a fresh cluster (TLS, client certificates, as the harness runs it):
     every client of the run, the load generators included, reads the cluster's CA and
     certificate from the RAFTPOINT_* variables, as an agent deployment does."""
+    # Every agent of the run connects from 127.0.0.1, thousands at once: the per-address
+    # share of unauthenticated connections is raised to let them all handshake together.
     cluster = LocalCluster(root / f"{path}-{size}", 3, settings={
-        "max_rpcs": 4 * size + 1000, "max_connections": 4096, **settings})
+        "max_rpcs": 4 * size + 1000, "max_connections": 4096, "max_unauthenticated_per_source": 4096, **settings})
     try:
         cluster.start_all()
         with channels.environment(cluster.client_tls()):

@@ -10,7 +10,10 @@ worst. etcd (Debian etcd-server) is installed if missing and possible; otherwise
 its columns are skipped with a message. Both sides serve clients over TLS with client
 certificates required (one throw-away CA each; etcd's --client-cert-auth); `--insecure`
 runs both in plaintext instead. Peer (Raft) traffic is plaintext on both sides.
-Run: python benchmarks/api_vs_etcd.py [--seconds 3] [--kills 3] [--insecure]
+`--direct` runs the raftpoint nodes without their connection front (gRPC on the
+port itself, no per-address caps), to measure what the front's hop costs; `--no-etcd`
+leaves etcd out.
+Run: python benchmarks/api_vs_etcd.py [--seconds 3] [--kills 3] [--insecure] [--direct] [--no-etcd]
 """
 from __future__ import annotations
 
@@ -338,12 +341,15 @@ def main() -> int:
     p.add_argument("--in-flight", default="1,32,128",
                    help="CommitCheckpoint/Put concurrencies (one channel carries at most 128 calls)")
     p.add_argument("--insecure", action="store_true", help="plaintext clients on both sides instead of TLS")
+    p.add_argument("--direct", action="store_true", help="raftpoint nodes without the connection front")
+    p.add_argument("--no-etcd", action="store_true", help="measure raftpoint only")
     args = p.parse_args()
     CONCURRENCY = tuple(int(c) for c in args.in_flight.split(","))
-    skip = etcd_available()
+    skip = "--no-etcd" if args.no_etcd else etcd_available()
+    settings = {"max_unauthenticated_per_source": 0} if args.direct else None
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         root = Path(tmp)
-        with LocalCluster(root / "raftpoint", 3, insecure=args.insecure) as cluster:
+        with LocalCluster(root / "raftpoint", 3, insecure=args.insecure, settings=settings) as cluster:
             cluster.start_all()
             SERVERS = [n.process.pid for n in cluster.nodes]
             ours = asyncio.run(raftpoint_cells(cluster.leader().grpc, cluster.client_tls(), args.seconds,
@@ -360,8 +366,9 @@ def main() -> int:
             finally:
                 etcd.close()
     security = "plaintext" if args.insecure else "TLS, client certificates required"
+    front = "gRPC on the port itself (--direct)" if args.direct else "behind the connection front"
     print(f"3 members each on 127.0.0.1, {os.cpu_count()} cores, {args.seconds}s per cell, one grpc.aio channel to "
-          f"the leader, clients over {security}")
+          f"the leader, clients over {security}, {front}")
     print("CommitCheckpoint (unary, then each lane an agent on its own Session stream) vs etcd Put; "
           "CPU = the three servers' CPU ms per operation")
     header = ("in flight", "path", "ops/s", "p50 ms", "p99 ms", "CPU ms/op", "etcd ops/s", "etcd p50 ms",
@@ -397,8 +404,9 @@ def main() -> int:
               f"(p50 {d['p50']:.2f} ms, p99 {d['p99']:.2f} ms)")
     def kills(times: list[float]) -> str:
         return f"max {max(times):.2f}s ({', '.join(f'{t:.2f}' for t in times)})"
-    print(f"leader kill -> next accepted write over {args.kills} kills: raftpoint {kills(ours_failover)}"
-          + (f"; etcd {kills(theirs_failover)}" if theirs_failover else ""))
+    if args.kills:
+        print(f"leader kill -> next accepted write over {args.kills} kills: raftpoint {kills(ours_failover)}"
+              + (f"; etcd {kills(theirs_failover)}" if theirs_failover else ""))
     if skip:
         print(f"etcd skipped: {skip}")
     return 0

@@ -81,6 +81,8 @@ class NodeConfig:
     # raft_unauthenticated_max_bytes until it has.
     raft_auth_timeout_s: float = 5.0
     raft_unauthenticated_max_bytes: int = 65536
+    # One address may hold at most this many Raft connections that have not authenticated.
+    raft_unauthenticated_per_source: int = 16
     store: str = "lmdb"
     map_size_mb: int = 1024
     max_map_size_mb: int = 65536
@@ -120,8 +122,12 @@ class NodeConfig:
     auth_bindings_file: str = ""
     # gRPC connections this node accepts at once (more are closed at once), and calls
     # it serves at once (more are refused RESOURCE_EXHAUSTED). Every agent holds one
-    # connection and one long-lived WatchOrders call on the leader.
+    # connection and one long-lived WatchOrders call on the leader. One address may
+    # hold at most max_unauthenticated_per_source connections that have not made an
+    # authenticated call yet (0: no per-address cap, gRPC on the port itself;
+    # transport/server.py::ServerLimits).
     max_connections: int = 2048
+    max_unauthenticated_per_source: int = 64
     max_rpcs: int = 8192
     # HTTP/2 pings on every client connection (transport/server.py::ServerLimits): an
     # agent's open session holds its lease, and these prove the session's client alive.
@@ -144,13 +150,20 @@ class NodeConfig:
     tls_client_ca_file: str = ""
     tls_client_auth: str = "none"
     insecure: bool = False
-    # /metrics over HTTPS with the node's certificate; with tls_client_auth=require the
-    # scraper must show a certificate signed by tls_client_ca_file.
-    metrics_tls: bool = False
+    # /metrics is served over HTTPS with the node's certificate whenever the node has
+    # TLS (with tls_client_auth=require the scraper must show a certificate signed by
+    # tls_client_ca_file); plain HTTP beside a TLS node only when this is set.
+    metrics_plaintext: bool = False
 
     # ---- derived -----------------------------------------------------------------
     def peer_list(self) -> list[Peer]:
         return [Peer.parse(p, self.grpc_port) for p in self.peers if p.strip()]
+
+    def known_hosts(self) -> tuple[str, ...]:
+        """The hosts of this node's and its peers' addresses: connections from them
+        are the node's own and its peers', kept room for (core.connection_caps)."""
+        addresses = [self.raft_address, self.grpc_address, *(a for p in self.peer_list() for a in (p.raft, p.grpc))]
+        return tuple(dict.fromkeys(a.rpartition(":")[0].strip("[]") for a in addresses))
 
     def password(self) -> str:
         if self.raft_password_file:
@@ -182,6 +195,8 @@ class NodeConfig:
             raise ConfigError("raft_auth_timeout_s must be between 0.5 and 600 seconds")
         if not 1024 <= self.raft_unauthenticated_max_bytes <= 16 << 20:
             raise ConfigError("raft_unauthenticated_max_bytes must be between 1024 and 16 MiB")
+        if not 1 <= self.raft_unauthenticated_per_source <= 100_000:
+            raise ConfigError("raft_unauthenticated_per_source must be between 1 and 100000")
         if self.store not in ("lmdb", "memory"):
             raise ConfigError(f"store must be 'lmdb' or 'memory', got {self.store!r}")
         if not 0 < self.auto_tick_period <= 0.1:
@@ -198,6 +213,8 @@ class NodeConfig:
             raise ConfigError("compaction_min_entries must be >= 2")
         if not 1 <= self.max_connections <= 1_000_000:
             raise ConfigError("max_connections must be between 1 and 1000000")
+        if not 0 <= self.max_unauthenticated_per_source <= 1_000_000:
+            raise ConfigError("max_unauthenticated_per_source must be between 0 (no per-address cap) and 1000000")
         if not 1 <= self.max_rpcs <= 1_000_000:
             raise ConfigError("max_rpcs must be between 1 and 1000000")
         if not (0.1 <= self.session_ping_s <= 3600 and 0.1 <= self.session_ping_timeout_s <= 3600):
@@ -208,7 +225,7 @@ class NodeConfig:
     def _validate_tls(self) -> None:
         material = (self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)
         if self.insecure:
-            if any(material) or self.metrics_tls or self.tls_client_auth != "none":
+            if any(material) or self.tls_client_auth != "none":
                 raise ConfigError("insecure (plaintext) and TLS settings exclude each other")
             return
         if not (self.tls_cert_file and self.tls_key_file):
@@ -334,7 +351,15 @@ def _layered(file: str | None, env: Mapping[str, str] | None, flags: Mapping[str
     return values
 
 
+# Settings that are gone, and what replaces them (named when a configuration still sets one).
+RETIRED = {"metrics_tls": "retired: /metrics is served over TLS whenever the node has TLS; "
+                          "metrics_plaintext=true serves plain HTTP instead"}
+
+
 def _did_you_mean(name: str, known: Collection[str]) -> str:
+    retired = RETIRED.get(name.removeprefix(ENV_PREFIX).lower())
+    if retired:
+        return f"{name!r} ({retired})"
     close = difflib.get_close_matches(name, known, n=1)
     return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 from coordinator import config
 from coordinator.channels import ClientTLS
 from coordinator.config import ConfigError, NodeConfig
-from coordinator.observability import gc_pauses, metrics
+from coordinator.observability import gc_pauses, metrics, metrics_server
 from coordinator.observability.logging import configure_logging
 from coordinator.replication.fail_stop import fail_stop
 from coordinator.replication.journal_format import JournalFormatError
@@ -30,8 +31,8 @@ from coordinator.storage.protocol import EXIT_DAMAGED, REBUILD_FROM_PEERS, STORE
 from coordinator.service import digest_audit
 from coordinator.service.node_server import serve
 from coordinator.api.metadata import bearer
-from coordinator.transport.auth import (INSECURE_WARNING, AuthConfigError, Authorizer, AuthSettings, authorizer_for,
-                                        node_token)
+from coordinator.transport.auth import (INSECURE_WARNING, PLAINTEXT_SECRETS_WARNING, AuthConfigError, Authorizer,
+                                        AuthSettings, authorizer_for, node_token)
 from coordinator.transport import tls as tls_files
 from coordinator.transport.server import ServerLimits
 from coordinator.transport.tls import ServerTLS, TLSMaterialError
@@ -74,9 +75,16 @@ def authorizer_of(cfg: NodeConfig) -> Authorizer | None:
                                              client_certs=tls is not None and tls.client_auth == "require",
                                              node_token=node_token(cfg.password())))
     if authorizer is None:
-        log.warning(INSECURE_WARNING)
-        print(f"{PROG}: WARNING: {INSECURE_WARNING}", file=sys.stderr)
+        _warn(INSECURE_WARNING)
+    elif tls is None:  # without TLS, tokens are the only identity source
+        _warn(PLAINTEXT_SECRETS_WARNING)
     return authorizer
+
+
+def _warn(text: str) -> None:
+    """A warning an operator must not miss: in the log and on stderr, before the node starts."""
+    log.warning(text)
+    print(f"{PROG}: WARNING: {text}", file=sys.stderr)
 
 
 async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
@@ -91,7 +99,7 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
         ports.check_all({"Raft": cfg.raft_address, "gRPC": cfg.grpc_address, "metrics": cfg.metrics_address})
         node = open_node(cfg)
         try:
-            _start_metrics(cfg, tls)
+            start_metrics(cfg, tls)
             gc_pauses.tune_for_serving()  # the node's long-lived objects exist now
             metrics.GC_PAUSE.set_function(gc_pauses.worst_recent_pause)
             log.info("node started raft=%s grpc=%s metrics=%s tls=%s", cfg.raft_address, cfg.grpc_address,
@@ -104,9 +112,11 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
                                                          node.replaced_applied_from)
                                         ) if cfg.digest_audit_s and peers else None
             await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
-                        ServerLimits(max_connections=cfg.max_connections, max_rpcs=cfg.max_rpcs,
-                                     ping_s=cfg.session_ping_s, ping_timeout_s=cfg.session_ping_timeout_s),
-                        authorizer=authorizer, tls=tls)
+                        ServerLimits(max_connections=cfg.max_connections,
+                                     unauthenticated_per_source=cfg.max_unauthenticated_per_source,
+                                     max_rpcs=cfg.max_rpcs, ping_s=cfg.session_ping_s,
+                                     ping_timeout_s=cfg.session_ping_timeout_s),
+                        authorizer=authorizer, tls=tls, known_hosts=cfg.known_hosts())
             if audit is not None:
                 await audit
         finally:
@@ -114,13 +124,38 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
             log.info("node stopped")
 
 
-def _start_metrics(cfg: NodeConfig, tls: ServerTLS | None) -> None:
-    if tls is None or not cfg.metrics_tls:
-        metrics.start_metrics_server(cfg.metrics_address)
-        return
-    metrics.start_metrics_server(cfg.metrics_address, certfile=tls.cert_file, keyfile=tls.key_file,
-                                 client_cafile=tls.client_ca_file or None,
-                                 client_auth_required=tls.client_auth == "require")
+# File descriptors a client connection costs behind the connection front (the
+# client's, the relay's to gRPC, gRPC's own), and what the node needs besides.
+FDS_PER_CONNECTION = 3
+FDS_BESIDES_CONNECTIONS = 1024
+
+
+def raise_fd_limit(max_connections: int) -> None:
+    """Raise the soft limit on open files to the hard one, as servers do: a flood of
+    connections must meet the node's own caps, not EMFILE (which stops every accept,
+    the Raft port's too). Warns when even the hard limit is short of the caps."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %s to %s: %s", soft, hard, exc)
+    needed = FDS_PER_CONNECTION * max_connections + FDS_BESIDES_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning("the open-file limit %s is below the %s that max_connections=%s needs: raise it (ulimit -n) "
+                    "or lower max_connections", soft, needed, max_connections)
+
+
+def start_metrics(cfg: NodeConfig, tls: ServerTLS | None) -> metrics_server.MetricsServer:
+    """/metrics over HTTPS with the node's certificate when the node has TLS, unless
+    plain HTTP was asked for (`metrics_plaintext`)."""
+    if tls is None or cfg.metrics_plaintext:
+        if tls is not None:
+            log.warning("metrics are served over plain HTTP (metrics_plaintext) while gRPC uses TLS")
+        return metrics_server.start_metrics_server(cfg.metrics_address)
+    return metrics_server.start_metrics_server(cfg.metrics_address, metrics_server.tls_context(
+        tls.cert_file, tls.key_file, tls.client_ca_file or None, client_auth_required=tls.client_auth == "require"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     configure_logging(cfg.log_level)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    raise_fd_limit(cfg.max_connections)
     try:
         tls = ServerTLS.of(cfg)
         if tls is not None:

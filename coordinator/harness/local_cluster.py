@@ -234,8 +234,9 @@ class LocalCluster:
         if self.ca is None:
             return ["--insecure"]
         issued = self.server_certificate(node)
+        # Metrics stay plain HTTP on these loopback clusters (scraped by tests and by hand).
         return ["--tls-cert-file", str(issued.cert_file), "--tls-key-file", str(issued.key_file),
-                "--tls-client-ca-file", str(self.ca.ca_file), "--tls-client-auth", "require"]
+                "--tls-client-ca-file", str(self.ca.ca_file), "--tls-client-auth", "require", "--metrics-plaintext"]
 
     @classmethod
     def reopen(cls, root: Path, size: int, *, base_port: int | None = None) -> "LocalCluster":

@@ -2,7 +2,7 @@
 
 Why module-level: every part of a node (Raft node, gRPC interceptors, leader loop)
 records into the same process-wide metrics without passing a registry around,
-and one HTTP endpoint serves them all. The default registry is used so the
+and one HTTP endpoint (observability.metrics_server) serves them all. The default registry is used so the
 client library's process and platform collectors (CPU, memory, open fds) come
 along for free. Labelled series are created up front so a counter that has not
 moved yet is exported as 0 rather than missing (dashboards and rate() need it).
@@ -10,19 +10,19 @@ moved yet is exported as 0 rather than missing (dashboards and rate() need it).
 from __future__ import annotations
 
 from typing import Protocol
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
+from coordinator.core.connection_caps import FULL, PER_SOURCE
 from coordinator.core.membership import EVENT_KINDS as RAFT_EVENT_KINDS
 
 __all__ = [
     "REGISTRY", "RAFT_ROLE", "RAFT_TERM", "COMMIT_INDEX", "APPLIED_INDEX", "LOG_ENTRIES", "SNAPSHOT_AGE",
     "SNAPSHOT_BYTES", "APPLY_SECONDS", "JOURNAL_FSYNC_SECONDS", "RPC_SECONDS", "EPOCHS", "CHECKPOINTS", "FORCED_CHECKPOINTS",
     "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "RAFT_EVENTS", "MEMBERSHIP_REQUESTS", "RAFT_VOTERS", "RAFT_LIVE_VOTERS",
-    "RAFT_CONNECTIONS_REFUSED", "LOOP_LAG", "TICK_LAG", "SHED", "LEASE_CREDIT_SECONDS", "TLS_CERT_EXPIRY",
-    "DIGEST_DIVERGED_PEERS", "PROPOSAL_SECONDS", "LIVE_AGENTS", "AGENTS_DECLARED_FAILED", "ROLLBACK_DELIVERY_SECONDS",
-    "record_checkpoint", "update_node_gauges", "start_metrics_server",
+    "RAFT_CONNECTIONS_REFUSED", "GRPC_CONNECTIONS", "GRPC_CONNECTIONS_REFUSED", "LOOP_LAG", "TICK_LAG", "SHED",
+    "LEASE_CREDIT_SECONDS", "TLS_CERT_EXPIRY", "DIGEST_DIVERGED_PEERS", "PROPOSAL_SECONDS", "LIVE_AGENTS",
+    "AGENTS_DECLARED_FAILED", "ROLLBACK_DELIVERY_SECONDS", "record_checkpoint", "update_node_gauges",
 ]
 
 ROLES = ("leader", "follower", "candidate")
@@ -61,7 +61,15 @@ MEMBERSHIP_REQUESTS = Counter("raftpoint_membership_requests_total", "AddNode/Re
                               "action (add, remove) and outcome (done, or the refusal's reason code)",
                               ["action", "outcome"])
 RAFT_CONNECTIONS_REFUSED = Counter("raftpoint_raft_connections_refused_total", "Incoming Raft connections "
-                                   "closed before authenticating, by reason (oversized, idle, unnamed)", ["reason"])
+                                   "closed before authenticating, by reason (oversized, idle, unnamed, "
+                                   "per_source)", ["reason"])
+CONNECTION_STATES = ("authenticated", "unauthenticated")
+CONNECTION_REFUSALS = (PER_SOURCE, FULL)
+GRPC_CONNECTIONS = Gauge("raftpoint_grpc_connections", "Client connections open on the gRPC port, by whether they "
+                         "have made an authenticated call yet", ["state"])
+GRPC_CONNECTIONS_REFUSED = Counter("raftpoint_grpc_connections_refused_total", "Connections to the gRPC port reset "
+                                   "at accept, by reason (per_source: the address holds its share of "
+                                   "unauthenticated connections; full: no slot it may take)", ["reason"])
 
 # ---- latency ----------------------------------------------------------------------
 APPLY_SECONDS = Histogram("raftpoint_apply_seconds", "Time to apply one log entry",
@@ -122,6 +130,10 @@ for _kind in RAFT_EVENT_KINDS:
     RAFT_EVENTS.labels(_kind)
 for _outcome in EPOCH_OUTCOMES:
     EPOCHS.labels(_outcome)
+for _state in CONNECTION_STATES:
+    GRPC_CONNECTIONS.labels(_state)
+for _reason in CONNECTION_REFUSALS:
+    GRPC_CONNECTIONS_REFUSED.labels(_reason)
 for _work in ("read", "write", "keepalive"):
     SHED.labels(_work)
 for _kind in CHECKPOINT_KINDS:
@@ -171,22 +183,3 @@ def update_node_gauges(status: NodeFigures) -> None:
     RAFT_VOTERS.set(status.voters)
     RAFT_LIVE_VOTERS.set(status.live_voters)
     TICK_LAG.set(status.tick_lag_s)
-
-
-def start_metrics_server(address: str, *, certfile: str | None = None, keyfile: str | None = None,
-                         client_cafile: str | None = None, client_auth_required: bool = False) -> WSGIServer:
-    """Serve /metrics on "host:port" (port 0: any free port, see server.server_address).
-
-    A separate port from gRPC so scraping works even when the gRPC server is
-    overloaded or refusing requests; bound to the given host only, never 0.0.0.0
-    by default. With `certfile`/`keyfile` it is HTTPS (prometheus-client's own TLS,
-    read once at start), and with `client_auth_required` the scraper must show a
-    certificate signed by `client_cafile`: prometheus-client's server has no basic
-    auth, so a client certificate is how a scrape is authenticated. Returns the
-    server so callers (tests) can read the port and shut it down.
-    """
-    host, _, port = address.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=REGISTRY,
-                                        certfile=certfile, keyfile=keyfile, client_cafile=client_cafile,
-                                        client_auth_required=client_auth_required)
-    return server

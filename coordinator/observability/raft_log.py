@@ -12,8 +12,12 @@ import structlog
 
 from coordinator.core.membership import RaftEvent
 from coordinator.observability import metrics
+from coordinator.observability.log_tally import LogTally
 
 log = structlog.get_logger("raftpoint.raft")
+# A stranger can open thousands of Raft connections a second: their refusals are
+# counted each, and logged as one line per interval.
+_REFUSALS = LogTally(log.warning, "raft.connections_refused")
 
 # Routine events are info; the ones an operator should look at are warnings. A lost
 # election is info: a node waiting to be added loses one every election timeout.
@@ -33,6 +37,13 @@ def membership_request(action: str, node: str, outcome: str, **fields: object) -
     log.warning("raft.membership_request", action=action, member=node, outcome=outcome, **fields)
 
 
-def connection_refused(reason: str) -> None:
-    """Count one incoming Raft connection closed before it authenticated (the adapter logs why)."""
+def connection_refused(reason: str, detail: str) -> None:
+    """Count one incoming Raft connection closed before it authenticated, and log it
+    (rate-limited); `detail` says what it did."""
     metrics.RAFT_CONNECTIONS_REFUSED.labels(reason).inc()
+    _REFUSALS.note(reason, f"closed an incoming Raft connection that {detail}")
+
+
+def flush() -> None:
+    """Write the refusals counted since the last line once its interval is over (every Raft tick)."""
+    _REFUSALS.flush()

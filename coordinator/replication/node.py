@@ -124,6 +124,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         self.raft_port_limits = pysyncobj_adapter.RaftPortLimits(
             auth_timeout_s=config.raft_auth_timeout_s,
             unauthenticated_max_bytes=config.raft_unauthenticated_max_bytes,
+            unauthenticated_per_source=config.raft_unauthenticated_per_source,
             on_refused=raft_log.connection_refused)
         self._view: RaftView | None = None
         self._voters: tuple[frozenset[str], frozenset[str]] = (frozenset({config.raft_address}),
@@ -324,6 +325,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
             for event in raft_events(self._view, view):
                 raft_log.record(event, node=self.config.raft_address)
         self._view = view
+        raft_log.flush()
 
     def voters(self) -> tuple[frozenset[str], frozenset[str]]:
         """(every voter, the voters this node hears from), this node included, as of

@@ -38,6 +38,7 @@ from pysyncobj.monotonic import monotonic as pysyncobj_monotonic
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
+from coordinator.core.connection_caps import beyond_share, source_of
 from coordinator.replication import raft_entries
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.replica import RaftProbeFailed
@@ -236,11 +237,17 @@ class RaftPortLimits:
     peer's first message decrypts with the password, its messages may announce at
     most `unauthenticated_max_bytes`, and it must get there (and name itself) within
     `auth_timeout_s`; then pysyncobj's own bound applies (snapshots and large
-    AppendEntries need it). `on_refused(reason)` counts each connection closed."""
+    AppendEntries need it). One address may hold at most `unauthenticated_per_source`
+    connections that have not authenticated (a peer authenticates at once, so its own
+    connection is never among them for long): a stranger reopening idle connections
+    faster than the timeout closes them holds that many, not every descriptor the
+    process may open. `on_refused(reason, detail)` counts and logs each connection
+    closed (observability.raft_log rate-limits the lines)."""
 
     auth_timeout_s: float = 5.0
     unauthenticated_max_bytes: int = 64 * 1024
-    on_refused: Callable[[str], None] | None = None
+    unauthenticated_per_source: int = 16
+    on_refused: Callable[[str, str], None] | None = None
 
 
 _PREFIX = struct.Struct("i")  # pysyncobj's length prefix: native-endian signed int
@@ -259,16 +266,26 @@ class GuardedConnection(TcpConnection):
         super().__init__(*args, **kwargs)
         self.accepted_at = time.monotonic()
         self.limits = RaftPortLimits()  # the transport sets its node's own on accept
+        self._source: str | None = None
 
     @property
     def authenticated(self) -> bool:
         return bool(self.sendRandKey)
 
+    @property
+    def source(self) -> str:
+        """The address the connection came from (core.connection_caps.source_of)."""
+        if self._source is None:
+            try:
+                self._source = source_of(self._TcpConnection__socket.getpeername()[0])
+            except (OSError, AttributeError, IndexError):
+                self._source = ""
+        return self._source
+
     def refuse(self, kind: str, detail: str) -> None:
-        """Close the connection; `kind` ("oversized", "idle", "unnamed") labels the count."""
-        log.warning("closing an incoming Raft connection that %s", detail)
+        """Close the connection; `kind` ("oversized", "idle", "unnamed", "per_source") labels the count."""
         if self.limits.on_refused is not None:
-            self.limits.on_refused(kind)
+            self.limits.on_refused(kind, detail)
         self.disconnect()
 
     def _oversized(self) -> str | None:
@@ -339,17 +356,28 @@ class FlushingTransport(TCPTransport):
 
     def _onTick(self) -> None:
         """pysyncobj's tick (bind, connect), then close the accepted connections that
-        have not named themselves within the bound: an idle stranger produces no
-        event, so pysyncobj's own read timeout never looks at it."""
+        have not named themselves within the bound (an idle stranger produces no
+        event, so pysyncobj's own read timeout never looks at it), and the newest
+        unauthenticated ones of an address beyond its share."""
         super()._onTick()
-        timeout = self._limits.auth_timeout_s
+        limits = self._limits
         now = time.monotonic()
+        waiting = []
         for conn in list(self._unknownConnections):
-            if isinstance(conn, GuardedConnection) and now - conn.accepted_at > timeout:
+            if not isinstance(conn, GuardedConnection):
+                continue
+            if now - conn.accepted_at > limits.auth_timeout_s:
                 self._unknownConnections.discard(conn)
                 conn.refuse("unnamed" if conn.authenticated else "idle",
                             f"{'named no node' if conn.authenticated else 'did not authenticate'} "
-                            f"within {timeout:g} s")
+                            f"within {limits.auth_timeout_s:g} s")
+            elif not conn.authenticated:
+                waiting.append(conn)
+        share = limits.unauthenticated_per_source
+        for conn in beyond_share(sorted(waiting, key=lambda c: c.accepted_at), share, lambda c: c.source):
+            self._unknownConnections.discard(conn)
+            conn.refuse("per_source", f"came from {conn.source}, which holds {share} others that have not "
+                        "authenticated")
 
     def setOnMessageReceivedCallback(self, callback) -> None:  # type: ignore[no-untyped-def]
         """pysyncobj registers its message handler here; every message it handles then

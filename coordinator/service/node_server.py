@@ -7,6 +7,7 @@ loop proposes their expiries.
 from __future__ import annotations
 
 import asyncio
+from typing import Iterable
 
 from coordinator.observability import metrics
 from coordinator.replication.batcher import DEFAULT_DEDUPE_WINDOW_S, Batcher
@@ -23,7 +24,8 @@ from coordinator.transport.tls import ServerTLS
 async def serve(replica: Replica, address: str, stop: asyncio.Event,
                 dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S,
                 limits: server.ServerLimits = server.ServerLimits(), clock: LeaderClock | None = None,
-                authorizer: Authorizer | None = None, tls: ServerTLS | None = None) -> None:
+                authorizer: Authorizer | None = None, tls: ServerTLS | None = None,
+                known_hosts: Iterable[str] = ()) -> None:
     """Serve until `stop` is set; raises OSError at once if `address` cannot be bound.
 
     The server stops as soon as `stop` is set, without waiting for a leader-loop
@@ -33,7 +35,7 @@ async def serve(replica: Replica, address: str, stop: asyncio.Event,
     batcher, leases = Batcher(replica, dedupe_window_s, clock), LeaseTable(clock.monotonic)
     admission = server.gate_for(batcher)
     watch = StallWatch(admission, replica.tick_lag_since, leader_loop.PERIOD_S)
-    async with server.running(batcher, leases, address, limits, admission, authorizer, tls):
+    async with server.running(batcher, leases, address, limits, admission, authorizer, tls, known_hosts):
         loop = asyncio.create_task(leader_loop.run(batcher, leases, stop, watch))
         await stop.wait()
     await loop

@@ -416,6 +416,12 @@ class AuthSettings:
 INSECURE_WARNING = ("AUTHENTICATION IS OFF: this node runs without TLS and without an identity source, so "
                     "anyone who reaches its gRPC port can create, change and delete any group and act as any "
                     "agent. Configure auth_tokens_file (or client certificates) and auth_bindings_file.")
+# A node without TLS can take bearer tokens (auth_tokens_file): fine on one host,
+# dangerous across a network, so the node says so at start.
+PLAINTEXT_SECRETS_WARNING = ("TOKENS AND SECRETS IN PLAINTEXT: this node runs without TLS (--insecure) but "
+                             "authenticates callers by bearer token: every token and every agent's registration "
+                             "secret crosses the network unencrypted, and anyone who can watch the traffic can "
+                             "replay them to act as that caller. Use TLS unless every client is on this host.")
 
 
 def authorizer_for(settings: AuthSettings) -> Authorizer | None:

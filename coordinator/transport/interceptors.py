@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Callable
 
 import grpc
 import structlog
@@ -31,13 +32,17 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
     """RPC latency by method and status code; the request id bound to every log line
     the handler emits, and refused requests logged with their reason code and text."""
 
-    def __init__(self, admission: Admission | None = None, authorizer: Authorizer | None = None) -> None:
+    def __init__(self, admission: Admission | None = None, authorizer: Authorizer | None = None,
+                 authenticated: Callable[[str], None] | None = None) -> None:
         # Wrapped once per method: building handlers on every call was a measurable
         # share of a small RPC's cost.
         self._wrapped: dict[str, grpc.RpcMethodHandler | None] = {}
         self.admission = admission
         # None: the insecure development mode, every caller admitted.
         self.authorizer = authorizer
+        # Told the peer of every call that passed authentication (the connection front
+        # counts its connection as proven).
+        self.authenticated = authenticated
 
     async def intercept_service(self, continuation, details):
         try:
@@ -48,7 +53,8 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         wrapped = handler
         method = details.method.rsplit("/", 1)[-1]
         work = WORK_OF_METHOD.get(method)
-        checks = _Checks(method, self.authorizer, guarded=details.method.startswith(auth.GUARDED_SERVICES))
+        checks = _Checks(method, self.authorizer, guarded=details.method.startswith(auth.GUARDED_SERVICES),
+                         authenticated=self.authenticated)
         if handler is not None and handler.unary_unary is not None:
             inner = _unary(method, handler.unary_unary, checks)
             if self.admission is not None and work is not None:
@@ -104,8 +110,10 @@ class _Checks:
     """One method's checks of a request: decodable, authorized (when auth is on),
     secrets sealed."""
 
-    def __init__(self, method: str, authorizer: Authorizer | None, guarded: bool) -> None:
+    def __init__(self, method: str, authorizer: Authorizer | None, guarded: bool,
+                 authenticated: Callable[[str], None] | None = None) -> None:
         self.method, self.authorizer, self.guarded = method, authorizer, guarded
+        self.authenticated = authenticated
 
     async def __call__(self, request, context: grpc.aio.ServicerContext) -> None:
         if isinstance(request, Undecodable):
@@ -116,6 +124,11 @@ class _Checks:
             auth.admit_into_context(self.authorizer, self.method, request, context)
         except Rejection as r:
             await abort_with(context, r)
+        self._passed(context)
+
+    def _passed(self, context: grpc.aio.ServicerContext) -> None:
+        if self.authenticated is not None:
+            self.authenticated(context.peer())
 
     async def open_session(self, context: grpc.aio.ServicerContext) -> None:
         """Refuse a session without an identity (when auth is on); give its frames the
@@ -126,6 +139,7 @@ class _Checks:
             auth.open_session(self.authorizer, context)
         except Rejection as r:
             await abort_with(context, r)
+        self._passed(context)
 
 
 class _Observed:

@@ -5,7 +5,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -14,12 +14,14 @@ from grpc_reflection.v1alpha import reflection
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.config import NodeConfig
+from coordinator.core.connection_caps import ConnectionCaps
 from coordinator.observability import metrics
 from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
 from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport.auth import Authorizer
+from coordinator.transport.connection_front import ConnectionFront
 from coordinator.transport.interceptors import RequestInterceptor
 from coordinator.transport.leases import Leases
 from coordinator.transport.membership import JOINING_SERVICE
@@ -36,6 +38,8 @@ SERVICES = ("raftpoint.v1.AgentService", "raftpoint.v1.AdminService", "")
 # it knows a leader (restarting nodes for a lost quorum would only make it worse).
 LIVENESS_SERVICE = "raftpoint.liveness"
 FIRST_RAFT_INDEX = 1  # the entry every fresh pysyncobj log starts with
+# Behind the connection front, the gRPC server listens here only (any free port).
+BACKEND_HOST = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -43,10 +47,17 @@ class ServerLimits:
     """What one client population may hold of a node's gRPC server.
 
     About 20,000 idle TCP connections left a leader unable to accept clients while
-    it stayed leader. Beyond `max_connections` new connections are closed at once
-    (clients go to another node, or retry); a connection that has not finished its
-    HTTP/2 handshake within `handshake_s`, or is idle for `idle_s`, is closed, so
-    the slots come back; one connection carries at most `max_streams_per_connection` calls, and
+    it stayed leader, and a cap of `max_connections` alone only moved the number: one
+    host held all 2,048 slots. No address may hold more than
+    `unauthenticated_per_source` connections that have made no authenticated call,
+    a quarter of the slots stay for the node's peers and the addresses that
+    authenticated recently, and beyond `max_connections` new connections are reset
+    at once (clients go to another node, or retry): core.connection_caps, applied by
+    transport.connection_front. `unauthenticated_per_source` 0 leaves the gRPC server
+    on the port itself with only the node-wide cap (where a proxy or the kernel caps
+    per address). A connection that has not finished its TLS and HTTP/2 handshake
+    within `handshake_s` (a few round trips, done by gRPC's own threads), or is idle
+    for `idle_s`, is closed, so the slots come back; one connection carries at most `max_streams_per_connection` calls, and
     the node at most `max_rpcs` (beyond: RESOURCE_EXHAUSTED). Each agent holds one
     long-lived Session (or WatchOrders) stream, which is what `max_rpcs` must leave room for.
     The per-connection limit sits far above what one client keeps in flight: a stream's
@@ -69,18 +80,20 @@ class ServerLimits:
     (core.decisions.HOLD_PROOF_TTLS)."""
 
     max_connections: int = NodeConfig.max_connections
+    unauthenticated_per_source: int = NodeConfig.max_unauthenticated_per_source
     max_streams_per_connection: int = 4096
     max_rpcs: int = NodeConfig.max_rpcs
     idle_s: float = 300.0
-    handshake_s: float = 10.0
+    handshake_s: float = 5.0
     ping_s: float = NodeConfig.session_ping_s
     ping_timeout_s: float = NodeConfig.session_ping_timeout_s
 
 
-def serving(node: Replica) -> bool:
-    """SERVING only when a leader is known and this node has applied what is committed."""
+def serving(node: Replica, front: ConnectionFront | None = None) -> bool:
+    """SERVING only when a leader is known, this node has applied what is committed,
+    and it takes new clients (`front` refuses none for a full node)."""
     s = node.status()
-    return bool(s.leader) and s.raft_applied_index >= s.commit_index
+    return bool(s.leader) and s.raft_applied_index >= s.commit_index and not (front is not None and front.refusing())
 
 
 def waiting_to_join(node: Replica) -> bool:
@@ -108,9 +121,10 @@ def _status(ok: bool) -> int:
     return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop: asyncio.Event) -> None:
+async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop: asyncio.Event,
+                       front: ConnectionFront | None) -> None:
     while not stop.is_set():
-        status = _status(serving(node))
+        status = _status(serving(node, front))
         for name in SERVICES:
             await servicer.set(name, status)
         await servicer.set(LIVENESS_SERVICE, _status(usable(node)))
@@ -131,27 +145,35 @@ def gate_for(batcher: Batcher) -> Admission:
 @contextlib.asynccontextmanager
 async def running(batcher: Batcher, leases: Leases, address: str,
                   limits: ServerLimits = ServerLimits(), admission: Admission | None = None,
-                  authorizer: Authorizer | None = None, tls: ServerTLS | None = None) -> AsyncIterator[None]:
+                  authorizer: Authorizer | None = None, tls: ServerTLS | None = None,
+                  known_hosts: Iterable[str] = ()) -> AsyncIterator[None]:
     """The gRPC server (and its health reports, and the admission gate's lag
     measurement) on `address` while the block runs; TLS with `tls` (re-read when its
     files change), plaintext only when it is None.
 
     `authorizer`: who may call what (transport.auth); None only in the insecure
-    development mode, where every caller may do anything.
+    development mode, where every caller may do anything. `known_hosts`: the node's
+    peers and its own host, whose connections the reserved slots are kept for.
 
     Raises OSError before the block when the address cannot be bound, TLSMaterialError
     when the TLS files do not check out.
     """
     node = batcher.replica
     admission = admission or gate_for(batcher)
-    interceptors = [RequestInterceptor(admission, authorizer)]
+    front = None
+    if limits.unauthenticated_per_source:
+        front = ConnectionFront(address, ConnectionCaps.of(limits.max_connections, limits.unauthenticated_per_source),
+                                known_hosts)
+    interceptors = [RequestInterceptor(admission, authorizer, front.proven if front is not None else None)]
     server = grpc.aio.server(interceptors=interceptors, maximum_concurrent_rpcs=limits.max_rpcs, options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         # gRPC sets SO_REUSEPORT by default: a second server on this port would share
         # it, and the kernel would split the clients between the two.
         ("grpc.so_reuseport", 0),
-        ("grpc.max_allowed_incoming_connections", limits.max_connections),
+        # Behind the front this is a backstop for local callers: the front keeps at most
+        # max_connections, and gRPC counts a closed connection for a moment after.
+        ("grpc.max_allowed_incoming_connections", limits.max_connections * (2 if front is not None else 1)),
         ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
         ("grpc.max_connection_idle_ms", int(limits.idle_s * 1000)),
         ("grpc.server_handshake_timeout_ms", int(limits.handshake_s * 1000)),
@@ -176,15 +198,23 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     names = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]
     reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME], server)
+    listen = address if front is None else f"{BACKEND_HOST}:0"
     try:
-        port = server.add_insecure_port(address) if tls is None else server.add_secure_port(address, tls.credentials())
+        port = server.add_insecure_port(listen) if tls is None else server.add_secure_port(listen, tls.credentials())
     except RuntimeError:  # newer grpc raises where older returned 0
         port = 0
     if port == 0:
-        raise OSError(f"cannot bind gRPC address {address} (in use, or not an address of this host)")
+        raise OSError(f"cannot bind gRPC address {listen} (in use, or not an address of this host)")
     await server.start()
+    if front is not None:
+        try:
+            front.start(f"{BACKEND_HOST}:{port}")
+        except OSError:
+            await server.stop(grace=None)
+            raise
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop)), asyncio.create_task(admission.run(stop)),
+    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop, front)),
+             asyncio.create_task(admission.run(stop)),
              asyncio.create_task(wakeups.follow_leadership(lambda: node.is_leader(), stop))]
     try:
         yield
@@ -192,5 +222,7 @@ async def running(batcher: Batcher, leases: Leases, address: str,
         stop.set()
         node.on_agent_changes(None)
         await server.stop(grace=2)
+        if front is not None:
+            await asyncio.to_thread(front.close)
         await asyncio.gather(*tasks, return_exceptions=True)
         heavy.close()

@@ -2,8 +2,10 @@
 announces a huge message at once, one that stays idle past the bound."""
 from __future__ import annotations
 
+import select
 import socket
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -72,4 +74,36 @@ def test_idle_unauthenticated_connections_are_closed_within_the_bound(tmp_path: 
         wait_for(lambda: scrape(leader.metrics).get('raftpoint_raft_connections_refused_total{reason="idle"}') == 5,
                  "the idle connections counted")
         assert leader.status().role == "leader"  # peers' own connections were left alone
+        Client(cluster).create_group()
+
+
+@pytest.mark.slow
+def test_one_address_holds_only_its_share_of_unauthenticated_connections(tmp_path: Path) -> None:
+    """Closed at once, not after the (long) authentication bound: a host reopening idle
+    connections holds its share of the node's descriptors, not all of them."""
+    share = 4
+    settings = {**FAST, "raft_auth_timeout_s": 60.0, "raft_unauthenticated_per_source": share}
+    with LocalCluster(tmp_path / "c", 3, settings=settings).start_all() as cluster:
+        leader = cluster.leader()
+        socks = [socket.create_connection(_address(leader.raft), timeout=10, source_address=("127.0.0.2", 0))
+                 for _ in range(5 * share)]
+        try:
+            open_ = set(socks)
+            deadline = time.monotonic() + 10
+            while len(open_) > share and time.monotonic() < deadline:
+                readable, _, _ = select.select(list(open_), [], [], 0.1)
+                for sock in readable:
+                    try:
+                        if sock.recv(1) == b"":
+                            open_.discard(sock)
+                    except ConnectionResetError:
+                        open_.discard(sock)
+            assert len(open_) == share, f"{len(open_)} of {len(socks)} idle connections from one address still open"
+            assert open_ == set(socks[:share]), "not the newest were closed"
+        finally:
+            for sock in socks:
+                sock.close()
+        refused = scrape(leader.metrics).get('raftpoint_raft_connections_refused_total{reason="per_source"}')
+        assert refused == 4 * share, refused
+        assert leader.status().role == "leader"  # the peers' connections, from other addresses, were left alone
         Client(cluster).create_group()

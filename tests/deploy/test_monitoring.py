@@ -349,7 +349,7 @@ def test_the_component_alone_renders_with_a_base(tmp_path: Path) -> None:
         "resources": [os.path.relpath(ROOT / "deploy" / "overlays" / "prod", tmp_path)],
         "components": [os.path.relpath(MONITORING, tmp_path)]}))
     docs = kustomize(tmp_path)
-    assert one(docs, "ConfigMap", "raftpoint-config")["data"]["RAFTPOINT_METRICS_TLS"] == "true"
+    assert "RAFTPOINT_METRICS_PLAINTEXT" not in one(docs, "ConfigMap", "raftpoint-config")["data"]
     assert one(docs, "StatefulSet")["spec"]["replicas"] == 5
 
 
@@ -371,7 +371,8 @@ def check_scrape(docs: list[dict]) -> None:
     cfg = node_config.load(env={**cfg_env, "RAFTPOINT_POD_NAME": "raftpoint-0",
                                 "RAFTPOINT_RAFT_PASSWORD": "a-password-of-32-characters-long"})
     assert cfg.metrics_address.endswith(f":{port['port']}")
-    assert cfg.metrics_tls and cfg.tls_client_auth == "require", "the nodes would not ask for the scraper's certificate"
+    assert cfg.tls_cert_file and not cfg.metrics_plaintext and cfg.tls_client_auth == "require", \
+        "the nodes would not serve /metrics over TLS asking for the scraper's certificate"
     assert endpoint["scheme"].lower() == "https" and endpoint.get("path", "/metrics") == "/metrics"
     tls = endpoint["tlsConfig"]
     assert not tls.get("insecureSkipVerify", False)
@@ -408,7 +409,7 @@ SCRAPE_BREAKAGES: dict[str, Callable[[list[dict]], Any]] = {
     "no-client-certificate": lambda d: _endpoint(d)["tlsConfig"].pop("cert"),
     "name-not-on-certificate": lambda d: _endpoint(d)["tlsConfig"].update(serverName="raftpoint.monitoring"),
     "metrics-in-plaintext": lambda d: one(d, "ConfigMap", "raftpoint-config")["data"].update(
-        RAFTPOINT_METRICS_TLS="false"),
+        RAFTPOINT_METRICS_PLAINTEXT="true"),
     "wrong-port": lambda d: _endpoint(d).update(port="grpc"),
     "scraper-from-another-ca": lambda d: _certificate(d, SCRAPER_SECRET)["issuerRef"].update(
         name="raftpoint-selfsigned"),

@@ -74,6 +74,11 @@ def test_a_misspelled_variable_is_refused_with_a_suggestion() -> None:
         config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_DNS_CACHE_TIMES": "5"})
 
 
+def test_a_retired_setting_is_refused_saying_what_replaced_it() -> None:
+    with pytest.raises(ConfigError, match="RAFTPOINT_METRICS_TLS.*retired.*metrics_plaintext"):
+        config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_METRICS_TLS": "true"})
+
+
 def test_variables_of_the_agent_library_are_not_the_nodes_to_refuse() -> None:
     assert config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_AEAD_KEY": "k"}).raft_password == PW
 
@@ -84,6 +89,10 @@ def test_connection_and_call_limits_are_settings_with_bounds() -> None:
     assert cfg.max_connections == 10
     with pytest.raises(ConfigError, match="max_rpcs must be between 1"):
         config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_RPCS": "0"})
+    assert config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW,
+                            "RAFTPOINT_MAX_UNAUTHENTICATED_PER_SOURCE": "0"}).max_unauthenticated_per_source == 0
+    with pytest.raises(ConfigError, match="max_unauthenticated_per_source must be between 0"):
+        config.load(env={**PLAIN, "RAFTPOINT_RAFT_PASSWORD": PW, "RAFTPOINT_MAX_UNAUTHENTICATED_PER_SOURCE": "-1"})
 
 
 def test_tls_or_an_explicit_insecure_is_required() -> None:

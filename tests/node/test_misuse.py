@@ -66,3 +66,24 @@ async def test_a_grpc_port_another_coordinator_serves_is_not_shared() -> None:
         with pytest.raises(OSError, match=f"cannot bind gRPC address {other.address}"):
             await asyncio.wait_for(node_server.serve(LocalReplica(other.address), other.address,
                                                      asyncio.Event()), 10)
+
+
+def test_a_plaintext_node_taking_tokens_warns_that_they_travel_in_the_clear(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from coordinator.config import NodeConfig
+    from coordinator.main import authorizer_of
+
+    tokens, bindings = tmp_path / "tokens", tmp_path / "bindings.toml"
+    tokens.write_text("")
+    bindings.write_text('["admin"]\nrole = "admin"\n')
+    password = "a test cluster password"
+    assert authorizer_of(NodeConfig(insecure=True, raft_password=password, auth_tokens_file=str(tokens),
+                                    auth_bindings_file=str(bindings))) is not None
+    warned = capsys.readouterr().err
+    assert "WARNING" in warned and "PLAINTEXT" in warned and "registration secret" in warned, warned
+    # With TLS the same tokens are encrypted on the wire: no such warning.
+    ca = LocalCA.create(tmp_path / "tls")
+    node = ca.server("node")
+    authorizer_of(NodeConfig(raft_password=password, auth_tokens_file=str(tokens), auth_bindings_file=str(bindings),
+                             tls_cert_file=str(node.cert_file), tls_key_file=str(node.key_file)))
+    assert "PLAINTEXT" not in capsys.readouterr().err

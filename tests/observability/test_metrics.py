@@ -6,14 +6,14 @@ from typing import Iterator
 
 import pytest
 
-from coordinator.observability import metrics
+from coordinator.observability import metrics, metrics_server
 from coordinator.replication.replica import NodeStatus
 from tests.support.metrics import scrape
 
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    server = metrics.start_metrics_server("127.0.0.1:0")
+    server = metrics_server.start_metrics_server("127.0.0.1:0")
     host, port = server.server_address[:2]
     yield f"{host}:{port}"
     server.shutdown()

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from coordinator.harness.certs import LocalCA
-from coordinator.observability import metrics
+from coordinator.observability import metrics_server
 
 
 def test_metrics_over_tls_require_a_client_certificate_of_the_ca(tmp_path: Path) -> None:
     ca = LocalCA.create(tmp_path)
     node = ca.server("node")
-    server = metrics.start_metrics_server("127.0.0.1:0", certfile=str(node.cert_file), keyfile=str(node.key_file),
-                                          client_cafile=str(ca.ca_file), client_auth_required=True)
+    server = metrics_server.start_metrics_server("127.0.0.1:0", metrics_server.tls_context(
+        str(node.cert_file), str(node.key_file), str(ca.ca_file), client_auth_required=True))
     url = "https://127.0.0.1:%d/metrics" % server.server_address[1]
     try:
         scraper = ssl.create_default_context(cafile=str(ca.ca_file))

@@ -5,35 +5,16 @@ import asyncio
 import socket
 import time
 
-import grpc
-
-from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.harness.in_process import LocalReplica
-from coordinator.channels import ClientTLS
 from coordinator.harness.local_cluster import free_ports, node_status
 from coordinator.service import node_server
 from coordinator.transport.server import ServerLimits
+from tests.support.connections import PLAIN, status_on_a_new_connection
 
 # The handshake timeout is long enough that the silent connections are still held
 # while the test probes (a loaded machine takes a while to accept them), short enough
 # to wait out.
 LIMITS = ServerLimits(max_connections=2, idle_s=60.0, handshake_s=12.0)
-
-# serve() is given no TLS settings here: these tests are about the server's limits and
-# lifecycle, so they speak plaintext to it (the node's TLS has its own tests).
-PLAIN = ClientTLS.plaintext()
-
-
-
-def _status_on_a_new_connection(address: str, n: int) -> str:
-    # Distinct channel arguments: a new connection, not one shared with earlier channels.
-    with PLAIN.channel(address, options=[("raftpoint.test.connection", n)]) as channel:
-        try:
-            pb_grpc.AdminServiceStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=3)
-            return "OK"
-        except grpc.RpcError as exc:
-            return exc.code().name
 
 
 def _held(s: socket.socket, timeout_s: float) -> bool:
@@ -85,7 +66,7 @@ async def test_idle_connections_beyond_the_cap_are_refused_then_dropped() -> Non
         # While the silent ones are held, a new connection is refused.
         answers: list[str] = []
         n = 1
-        while (answer := await asyncio.to_thread(_status_on_a_new_connection, address, n)) != "UNAVAILABLE":
+        while (answer := await asyncio.to_thread(status_on_a_new_connection, address, n)) != "UNAVAILABLE":
             answers.append(answer)
             assert time.monotonic() < held_until, f"a new connection was still let in with the cap full: {answers}"
             n += 1
@@ -95,7 +76,7 @@ async def test_idle_connections_beyond_the_cap_are_refused_then_dropped() -> Non
             await asyncio.to_thread(_read_until_closed, s, 10 * LIMITS.handshake_s)
         # ... and an honest client gets in.
         deadline = time.monotonic() + 10 * LIMITS.handshake_s
-        while (answer := await asyncio.to_thread(_status_on_a_new_connection, address, n)) != "OK":
+        while (answer := await asyncio.to_thread(status_on_a_new_connection, address, n)) != "OK":
             assert time.monotonic() < deadline, f"still {answer} after the idle connections were closed"
             n += 1
             await asyncio.sleep(0.1)

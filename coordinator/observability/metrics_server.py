@@ -1,0 +1,133 @@
+"""The node's /metrics endpoint: prometheus-client's exposition, on a server with bounds.
+
+prometheus-client's own `start_http_server` answered 200 with the metrics on any
+path, started a thread for every connection and read each request without a time
+limit (200 half-sent requests held 200 threads), and with TLS it did the handshake
+in its accepting thread, so one silent connection stopped every scrape. Here the
+exposition (`make_wsgi_app`) and the WSGI plumbing are still prometheus-client's and
+wsgiref's; the server around them:
+
+- answers GET /metrics only (404 on other paths, 405 for other methods);
+- serves at most `max_connections` connections at once, each on its own thread,
+  and closes any beyond at once (a scraper retries at its next interval);
+- gives each connection `request_timeout_s` from accept to the end of its answer,
+  TLS handshake included, done on the connection's thread: then the socket is shut;
+- with TLS (`tls`), serves HTTPS with the node's certificate, and requires a client
+  certificate of the node's CA when the node requires one on gRPC.
+"""
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from socketserver import ThreadingMixIn
+from typing import Any, Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from prometheus_client import REGISTRY, make_wsgi_app
+
+METRICS_PATH = "/metrics"
+MAX_CONNECTIONS = 8
+REQUEST_TIMEOUT_S = 5.0
+
+
+def tls_context(certfile: str, keyfile: str, client_cafile: str | None = None,
+                client_auth_required: bool = False) -> ssl.SSLContext:
+    """The server's TLS settings: its certificate (read once, at start), TLS 1.2 or
+    later, and a client certificate of `client_cafile` when required."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    if client_cafile:
+        context.load_verify_locations(cafile=client_cafile)
+    context.verify_mode = ssl.CERT_REQUIRED if client_auth_required else ssl.CERT_NONE
+    return context
+
+
+def only_metrics(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """`app` on /metrics; 404 on every other path, 405 for methods other than GET."""
+    def routed(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != METRICS_PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [f"not found: metrics are at {METRICS_PATH}\n".encode()]
+        if environ.get("REQUEST_METHOD") != "GET":
+            start_response("405 Method Not Allowed", [("Allow", "GET")])
+            return [b""]
+        return app(environ, start_response)
+    return routed
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+        """A log line per scrape would be noise."""
+
+
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """An HTTP(S) server for one WSGI app with the bounds of the module docstring."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, tls: ssl.SSLContext | None = None,
+                 max_connections: int = MAX_CONNECTIONS, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.address_family = family
+        super().__init__(address, _QuietHandler)
+        self.tls, self.request_timeout_s = tls, request_timeout_s
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0  # connections closed at once for want of a slot
+        self.cut = 0  # connections shut at their deadline
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # starts the connection's thread
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: Any) -> None:
+        conn: list[socket.socket] = [request]  # what the deadline shuts: the TLS socket once there is one
+        deadline = threading.Timer(self.request_timeout_s, self._cut, (conn,))
+        deadline.daemon = True
+        deadline.start()
+        try:
+            if self.tls is not None:
+                conn[0] = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+                conn[0].do_handshake()
+            self.finish_request(conn[0], client_address)
+        except (OSError, ValueError):
+            pass  # a client gone, cut, or failing the handshake: nothing to answer
+        finally:
+            deadline.cancel()
+            self.shutdown_request(conn[0])
+            self._slots.release()
+
+    def _cut(self, conn: list[socket.socket]) -> None:
+        self.cut += 1
+        try:
+            socket.socket.shutdown(conn[0], socket.SHUT_RDWR)  # wakes the thread blocked reading it
+        except OSError:
+            pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client's broken request is its own business: no traceback on stderr."""
+
+
+def start_metrics_server(address: str, tls: ssl.SSLContext | None = None, registry: Any = REGISTRY,
+                         max_connections: int = MAX_CONNECTIONS,
+                         request_timeout_s: float = REQUEST_TIMEOUT_S) -> MetricsServer:
+    """Serve /metrics on "host:port" (port 0: any free port, see server.server_address)
+    on a daemon thread; HTTPS with `tls`.
+
+    A separate port from gRPC so scraping works even when the gRPC server is
+    overloaded or refusing requests; bound to the given host only, never 0.0.0.0 by
+    default. Returns the server so callers (tests) can read the port and shut it down."""
+    host, _, port = address.rpartition(":")
+    family, _, _, _, sockaddr = socket.getaddrinfo(host.strip("[]") or "127.0.0.1", int(port),
+                                                   type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    server = MetricsServer(sockaddr[:2], family, tls, max_connections, request_timeout_s)
+    server.set_app(only_metrics(make_wsgi_app(registry)))
+    threading.Thread(target=server.serve_forever, name="raftpoint-metrics", daemon=True).start()
+    return server
