@@ -14,7 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from coordinator.harness.local_cluster import LayoutMismatch, LocalCluster, NodeProcess
+from coordinator.endpoints_file import DEFAULT_DATA_DIR, ENDPOINTS_FILE, LayoutMismatch
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess
 from coordinator.service import ports
 
 PROG = "raftpoint cluster up"
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
     up = actions.add_parser("up", help="start N coordinator processes and wait for Ctrl-C")
     up.add_argument("-n", "--nodes", type=int, default=3, help="number of nodes (3 or 5 recommended)")
-    up.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"), help="where node data and logs go")
+    up.add_argument("--data-dir", type=Path, default=Path(DEFAULT_DATA_DIR), help="where node data and logs go")
     up.add_argument("--base-port", type=int, default=None,
                     help="node i listens on base+3i (raft), +1 (grpc), +2 (metrics); default: free ports "
                          "(on a data dir used before: the ports it was first started on)")
@@ -77,7 +78,7 @@ def run_up(args: argparse.Namespace) -> int:
         tls = cluster.client_tls()
         print(f"TLS with a throw-away CA: {tls.ca_file}; admin client certificate {tls.cert_file} "
               f"(raftpoint status/members/gc --data-dir {args.data_dir} find them)")
-        print(f"endpoints written to {args.data_dir / 'endpoints.json'}; Ctrl-C stops the cluster", flush=True)
+        print(f"endpoints written to {args.data_dir / ENDPOINTS_FILE}; Ctrl-C stops the cluster", flush=True)
         return _watch(cluster, stop)
     finally:
         cluster.close()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.harness.local_cluster import read_endpoints
+from coordinator.endpoints_file import read_endpoints
+from coordinator.harness.local_cluster import wait_for
 
 pytestmark = pytest.mark.cluster
 RAFTPOINT = [sys.executable, "-m", "raftpoint.cli.main"]
