@@ -2,8 +2,11 @@
 
 Restartable: a data dir remembers its cluster's ports and Raft password
 (endpoints.json, raft-password), and `cluster up` on it again starts the same
-cluster. It watches its own processes only: a leader is looked for among its
-running nodes, and a node that exits is reported with its last log line.
+cluster. One `cluster up` per data dir: it takes the directory's lock before it
+writes anything there, so a second one started beside it exits at once and
+leaves the first one's files alone. It watches its own processes only: a leader is
+looked for among its running nodes, and a node that exits is reported with its last
+log line.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 from coordinator.endpoints_file import DEFAULT_DATA_DIR, ENDPOINTS_FILE, LayoutMismatch
 from coordinator.harness.local_cluster import LocalCluster, NodeProcess
 from coordinator.service import ports
+from coordinator.storage.dir_lock import DataDirInUse, DataDirLock
 
 PROG = "raftpoint cluster up"
 WATCH_PERIOD_S = 0.5
@@ -46,6 +50,17 @@ def run_up(args: argparse.Namespace) -> int:
     if args.base_port is not None and not 1024 <= args.base_port <= 65535 - 3 * args.nodes:
         _error(f"--base-port must leave room for {3 * args.nodes} ports in 1024..65535")
         return 2
+    try:
+        with DataDirLock(args.data_dir, holder="another `raftpoint cluster up`",
+                         advice=f"is a cluster already running on {args.data_dir}? Stop it first, "
+                                "or use another --data-dir"):
+            return _up(args)
+    except DataDirInUse as exc:
+        _error(str(exc))
+        return 1
+
+
+def _up(args: argparse.Namespace) -> int:
     try:
         cluster = LocalCluster.reopen(args.data_dir, args.nodes, base_port=args.base_port)
         cluster.stop_nodes_with_this_process = True
