@@ -92,7 +92,9 @@ def _up(args: argparse.Namespace) -> int:
             print(f"admin token in {cluster.token_file} (pass it with --token-file, or token= in Connection)")
         tls = cluster.client_tls()
         print(f"TLS with a throw-away CA: {tls.ca_file}; admin client certificate {tls.cert_file} "
-              f"(raftpoint status/members/gc --data-dir {args.data_dir} find them)")
+              f"(raftpoint status/members/gc/group --data-dir {args.data_dir} find them)")
+        print(f"an identity for agents, bound to one group: raftpoint auth add-agent NAME --group GROUP "
+              f"--data-dir {args.data_dir}")
         print(f"endpoints written to {args.data_dir / ENDPOINTS_FILE}; Ctrl-C stops the cluster", flush=True)
         return _watch(cluster, stop)
     finally:
