@@ -14,6 +14,10 @@ down and re-opened on the next node. The watch (one per session) is re-sent on
 every new stream too, and the coordinator then pushes each unacknowledged order again
 (agents treat order ids idempotently).
 
+A stream that cannot be opened is judged as a unary call's connection is
+(Connection.check): once every endpoint has shown something no retry changes, the
+unanswered frames end with TLSHandshakeFailed at once.
+
 The unary path (connection.py) stays for tools and as `transport="unary"`.
 """
 from __future__ import annotations
@@ -30,11 +34,12 @@ from typing import Any, Callable
 import grpc
 
 from agent_client.connection import (BACKOFF, RETRYABLE, AsyncConnection, Connection, CoordinatorUnavailable,
-                                     Rejected, _trailer, overload_hint, spread_hint)
+                                     Rejected, TLSHandshakeFailed, _trailer, overload_hint, spread_hint)
 from coordinator.api.metadata import REASON_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 log = logging.getLogger("agent_client")
+SESSION = "AgentService.Session"
 # The AgentService calls a session carries, and the frame field of each.
 FIELDS = {"Register": "register", "Heartbeat": "heartbeat", "CommitCheckpoint": "commit_checkpoint",
           "ReportDependencies": "report_dependencies", "AckOrder": "ack_order", "Deregister": "deregister"}
@@ -195,6 +200,7 @@ class _Waiter:
     def __init__(self, f: pb.AgentFrame) -> None:
         self.frame = f
         self.reply: pb.CoordinatorFrame | None = None
+        self.error: TLSHandshakeFailed | None = None  # no endpoint can be used: the call ends with it
         self.event = threading.Event()
 
 
@@ -239,6 +245,8 @@ class SessionStream(_Frames):
                 if not waiter.event.wait(min(self.conn.rpc_timeout, remaining)):
                     self._reconnect(rotate=True)  # a stuck stream: unanswered frames go again on the next one
                     continue
+                if waiter.error is not None:
+                    raise waiter.error
                 try:
                     return judge(waiter.reply, field)  # type: ignore[arg-type]
                 except Retry as r:
@@ -292,6 +300,7 @@ class SessionStream(_Frames):
                     self._dispatch(reply)
             except grpc.RpcError as err:
                 broke = err
+                self._unusable(err, target)
                 self._broken(err)
             finally:
                 out.put(None)
@@ -313,6 +322,19 @@ class SessionStream(_Frames):
         elif waiter is not None:
             waiter.reply = reply
             waiter.event.set()
+
+    def _unusable(self, err: grpc.RpcError, target: str) -> None:
+        """The unanswered frames end with TLSHandshakeFailed once no endpoint can be used."""
+        if err.code() not in RETRYABLE:
+            return
+        try:
+            self.conn.check(target, err, SESSION)
+        except TLSHandshakeFailed as exc:
+            with self._lock:
+                waiters = list(self._unanswered.values())
+            for w in waiters:
+                w.error = exc
+                w.event.set()
 
     def _broken(self, err: grpc.RpcError) -> None:
         """The stream ended: follow the leader, or fail the unanswered frames for good."""
@@ -408,14 +430,15 @@ class AsyncSessionStream(_Frames):
             async def frames(q: asyncio.Queue[pb.AgentFrame | None] = out) -> Any:
                 while (f := await q.get()) is not None:
                     yield f
-            call = self._call = self.conn._stub("AgentService", self.conn.target).Session(
-                frames(), metadata=self.conn.credentials)
+            target = self.conn.target
+            call = self._call = self.conn._stub("AgentService", target).Session(frames(), metadata=self.conn.credentials)
             try:
                 async for reply in call:
                     pause = BACKOFF["multiplier"]
                     self._dispatch(reply)
             except grpc.RpcError as err:
                 broke = err
+                await self._unusable(err, target)
                 self._broken(err)
             except asyncio.CancelledError:
                 task = asyncio.current_task()
@@ -437,6 +460,17 @@ class AsyncSessionStream(_Frames):
                                                   lambda: self._watch is watch and self._send(watch))
         elif waiter is not None and not waiter.future.done():
             waiter.future.set_result(reply)
+
+    async def _unusable(self, err: grpc.RpcError, target: str) -> None:
+        """The unanswered frames end with TLSHandshakeFailed once no endpoint can be used."""
+        if err.code() not in RETRYABLE:
+            return
+        try:
+            await self.conn.check(target, err, SESSION)
+        except TLSHandshakeFailed as exc:
+            for w in self._unanswered.values():
+                if not w.future.done():
+                    w.future.set_exception(exc)
 
     def _broken(self, err: grpc.RpcError | None) -> None:
         status = self._stream_ended(err)

@@ -1,5 +1,6 @@
 """Garbage collection end to end: ask the coordinator which checkpoints it released,
-then delete their blobs (what `raftpoint gc` runs; callable from an operator's job).
+then delete their blobs (what `raftpoint gc` and `raftpoint group delete` run;
+callable from an operator's job).
 
 The coordinator forgets a checkpoint the moment it answers GarbageCollect, so the
 blob store is checked first (an unreachable store fails before anything is released)
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from agent_client.blobs.errors import BlobError
 from agent_client.blobs.gc import DEFAULT_GRACE_S, GcResult
@@ -45,12 +46,26 @@ def release(conn: Connection, groups: Sequence[str]) -> dict[str, list[str]]:
     return released
 
 
+def delete_group(conn: Connection, group: str) -> list[str]:
+    """Delete a finished group on the coordinator: the URIs of every checkpoint it held."""
+    resp = conn.call("AdminService", "DeleteGroup",
+                     pb.DeleteGroupRequest(request_id=f"delete-{group}-{uuid.uuid4().hex}", group=group))
+    return list(resp.deletable_blob_uris)
+
+
 def collect(conn: Connection, store: LocalBlobStore, groups: Sequence[str], *,
             grace_s: float = DEFAULT_GRACE_S) -> GcReport:
     """Release the groups' old checkpoints, delete their manifests, then every chunk no
     remaining manifest references and that is older than `grace_s`."""
+    return delete_released(store, lambda: release(conn, groups), grace_s)
+
+
+def delete_released(store: LocalBlobStore, released_by: Callable[[], dict[str, list[str]]],
+                    grace_s: float = DEFAULT_GRACE_S) -> GcReport:
+    """Run `released_by` (it has the coordinator release checkpoints: group -> URIs),
+    then delete those checkpoints' blobs from `store` as `collect` does."""
     next(iter(store.backend.keys(MANIFESTS)), None)  # reachable? (raises BlobStoreUnavailable)
-    released = release(conn, groups)
+    released = released_by()
     uris = [u for group_uris in released.values() for u in group_uris]
     ours = [u for u in uris if store.backend.key_for_uri(u) is not None]
     try:

@@ -6,11 +6,20 @@ after a leader change is always safe to retry. Only UNAVAILABLE,
 DEADLINE_EXCEEDED and an overloaded node's RESOURCE_EXHAUSTED (REASON_OVERLOADED,
 which did nothing) are retried, the last no sooner than the node's retry hint; a
 rejection is final and raised as Rejected.
+
+A node that is down or restarting is retried until the deadline, but an address
+that can never work is not: when a connection fails, the endpoint is probed
+directly (coordinator.endpoint_diagnosis), and once every endpoint has shown
+something no retry changes (a CA that did not sign the node's certificate, a
+missing or refused client certificate, plaintext against TLS, a Raft port given as
+the gRPC port), TLSHandshakeFailed says so and what to check, within about a second.
 The backoff (exponential, full jitter, overall deadline) is tenacity's, so the
 policy is one declaration instead of a hand-written loop.
 """
 from __future__ import annotations
 
+import asyncio
+import math
 import os
 import random
 import threading
@@ -25,9 +34,12 @@ from coordinator.api.metadata import (ISSUED_AT_METADATA_KEY, LEADER_METADATA_KE
                                       RETRY_AFTER_METADATA_KEY, bearer, parse_reason, parse_retry_after)
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.channels import ClientTLS, handshake_failed, resolve
+from coordinator.channels import ClientTLS, resolve
+from coordinator.endpoint_diagnosis import Misconfigured, diagnose, summary
+from coordinator.endpoints_file import DEFAULT_DATA_DIR
 
 T = TypeVar("T")
+ClusterDirs = Sequence[str | os.PathLike[str]]  # data dirs of `raftpoint cluster up`, read for endpoints.json
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 BACKOFF = dict(multiplier=0.02, max=0.25)  # a leader election takes ~1 s: poll it finely
 # Each connection gets TCP connections of its own: gRPC otherwise shares one per target
@@ -35,6 +47,13 @@ BACKOFF = dict(multiplier=0.02, max=0.25)  # a leader election takes ~1 s: poll 
 # (ServerLimits.max_streams_per_connection), so one agent too many in a process would
 # have its session wait forever.
 CHANNEL_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
+# An endpoint whose connection failed is probed at most this often (per connection),
+# each probe giving up on an unresponsive peer after PROBE_TIMEOUT_S.
+PROBE_EVERY_S = 1.0
+PROBE_TIMEOUT_S = 1.0
+# Every endpoint must have shown its finding within this long for the retries to end:
+# one an endpoint showed long ago (and that may have been fixed since) is not counted.
+FINDING_FRESH_S = 5.0
 
 
 class CoordinatorUnavailable(Exception):
@@ -43,9 +62,21 @@ class CoordinatorUnavailable(Exception):
 
 
 class TLSHandshakeFailed(CoordinatorUnavailable):
-    """The TLS handshake with the node failed: the CA does not match the node's
-    certificate, the node requires a client certificate (or refused this one), or one
-    side speaks plaintext. Not retried: nothing changes by trying again. Nothing was applied."""
+    """No endpoint can be used as configured: each one showed a direct probe that the
+    CA does not match the node's certificate, the node requires a client certificate
+    (or refused this one), one side speaks plaintext, or it is no gRPC port (a node's
+    Raft or metrics port). Raised as soon as every endpoint has shown it, not at the
+    deadline: nothing changes by trying again. Nothing was applied. `findings`: per
+    endpoint, what it showed and what to check (the message says the same)."""
+
+    def __init__(self, message: str, findings: Sequence[Misconfigured] = ()) -> None:
+        super().__init__(message)
+        self.findings = list(findings)
+
+
+def every_endpoint_misconfigured(what: str, findings: Sequence[Misconfigured]) -> TLSHandshakeFailed:
+    return TLSHandshakeFailed(f"{what}: no endpoint can be used as configured, and trying again will not "
+                              f"change that: {summary(findings)}", findings)
 
 
 class Rejected(Exception):
@@ -101,8 +132,7 @@ def read_token_file(path: str) -> str:
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and ((exc.code() in RETRYABLE and not handshake_failed(exc))
-                                                or overload_hint(exc) is not None)
+    return isinstance(exc, grpc.RpcError) and (exc.code() in RETRYABLE or overload_hint(exc) is not None)
 
 
 _backoff = wait_random_exponential(**BACKOFF)
@@ -125,13 +155,14 @@ def _policy(deadline: float) -> dict[str, Any]:
     return dict(retry=retry_if_exception(_retryable), reraise=False, wait=_wait, stop=stop_after_delay(deadline))
 
 
-def _translate(exc: BaseException, what: str) -> Exception:
+def _translate(exc: BaseException, what: str, findings: Sequence[Misconfigured]) -> Exception:
+    """The caller's exception for how the retries ended; `findings`: what probes of the
+    endpoints found so far (said at the deadline too: some endpoints may be wrong while
+    others are down)."""
     if isinstance(exc, RetryError):
-        return CoordinatorUnavailable(f"{what}: no leader answered: {exc.last_attempt.exception()}")
+        found = f"; {summary(findings)}" if findings else ""
+        return CoordinatorUnavailable(f"{what}: no leader answered: {exc.last_attempt.exception()}{found}")
     assert isinstance(exc, grpc.RpcError)
-    if handshake_failed(exc):
-        return TLSHandshakeFailed(f"{what}: TLS handshake failed (check the CA file, the client certificate and "
-                                  f"whether the node runs --insecure): {exc.details()}")
     return Rejected(exc.code(), exc.details() or "", parse_reason(_trailer(exc, REASON_METADATA_KEY)))
 
 
@@ -143,16 +174,66 @@ def _trailer(err: grpc.RpcError, key: str) -> str | None:
 
 
 class _Targets:
-    """Which node to talk to next: where a follower said the leader is, else round robin."""
+    """Which node to talk to next: where a follower said the leader is, else round robin;
+    and what probing the endpoints that failed to connect found (the rule that ends
+    the retries early: every endpoint found misconfigured)."""
 
-    def __init__(self, endpoints: Sequence[str], token: str | None = None) -> None:
+    def __init__(self, endpoints: Sequence[str], token: str | None = None, tls: ClientTLS | None = None,
+                 cluster_dirs: ClusterDirs = (DEFAULT_DATA_DIR,)) -> None:
         if not endpoints:
             raise ValueError("at least one coordinator endpoint is required")
         # Sent with every call: the coordinator maps the token to an identity and its role.
         self.credentials: tuple[tuple[str, str], ...] = bearer(token)
+        self.tls = resolve(tls)
         self.endpoints = list(endpoints)
         self.target = self.endpoints[0]
+        self.cluster_dirs = tuple(cluster_dirs)
         self._lock = threading.Lock()
+        self._findings: dict[str, tuple[float, Misconfigured | None]] = {}  # endpoint -> (when, finding)
+        self._probed: dict[str, float] = {}
+
+    def probe_due(self, target: str, err: grpc.RpcError) -> bool:
+        """Whether `err` from `target` calls for a probe of it: UNAVAILABLE that names no
+        leader (a failed connection, or a node without a leader, which the probe finds
+        answering) and no probe of `target` within PROBE_EVERY_S."""
+        if err.code() != grpc.StatusCode.UNAVAILABLE or _trailer(err, LEADER_METADATA_KEY):
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if now - self._probed.get(target, -math.inf) < PROBE_EVERY_S:
+                return False
+            self._probed[target] = now
+        return True
+
+    def probe(self, target: str) -> Misconfigured | None:
+        """Blocking: at most a few times PROBE_TIMEOUT_S."""
+        return diagnose(target, self.tls, timeout=PROBE_TIMEOUT_S, data_dirs=self.cluster_dirs)
+
+    def found(self, target: str, finding: Misconfigured | None, what: str) -> None:
+        """Record what a probe of `target` found; raise TLSHandshakeFailed once every
+        endpoint has a finding from the last FINDING_FRESH_S. A refused or silent
+        endpoint has none: a node that is down keeps the retries going while any
+        endpoint might still answer."""
+        now = time.monotonic()
+        with self._lock:
+            self._findings[target] = (now, finding)
+            fresh = [self._fresh(e, now) for e in self.endpoints]
+        if all(fresh):
+            raise every_endpoint_misconfigured(what, [f for f in fresh if f is not None])
+
+    def _fresh(self, endpoint: str, now: float) -> Misconfigured | None:
+        when, finding = self._findings.get(endpoint, (-math.inf, None))
+        return finding if now - when <= FINDING_FRESH_S else None
+
+    def answered(self, target: str) -> None:
+        """`target` answered a call: whatever a probe found there no longer holds."""
+        if target in self._findings:
+            with self._lock:
+                self._findings.pop(target, None)
+
+    def findings(self) -> list[Misconfigured]:
+        with self._lock:
+            return [f for _, f in self._findings.values() if f is not None]
 
     def redirect(self, err: grpc.RpcError) -> None:
         self.follow(_trailer(err, LEADER_METADATA_KEY))
@@ -186,12 +267,14 @@ class Connection(_Targets):
     None reads RAFTPOINT_CA_FILE/CERT_FILE/KEY_FILE/INSECURE, and without them
     connects with TLS and the system's trust store. Plaintext only with
     ClientTLS.plaintext() (or RAFTPOINT_INSECURE=1), for a node run with --insecure.
-    `token`: the bearer token that names the caller, for nodes that take tokens."""
+    `token`: the bearer token that names the caller, for nodes that take tokens.
+    `cluster_dirs`: data dirs of `raftpoint cluster up` whose endpoints.json may name
+    an endpoint given by mistake (a node's Raft or metrics port) in TLSHandshakeFailed."""
 
     def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
-                 token: str | None = None, tls: ClientTLS | None = None) -> None:
-        super().__init__(endpoints, token)
-        self.tls = resolve(tls)
+                 token: str | None = None, tls: ClientTLS | None = None,
+                 cluster_dirs: ClusterDirs = (DEFAULT_DATA_DIR,)) -> None:
+        super().__init__(endpoints, token, tls, cluster_dirs)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.Channel] = {}
@@ -211,13 +294,17 @@ class Connection(_Targets):
         metadata = issued_now() + self.credentials
 
         def attempt() -> Any:
+            target = self.target
             try:
-                return getattr(self._stub(service, self.target), method)(request, timeout=self.rpc_timeout,
-                                                                         metadata=metadata)
+                answer = getattr(self._stub(service, target), method)(request, timeout=self.rpc_timeout,
+                                                                      metadata=metadata)
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
+                    self.check(target, err, f"{service}.{method}")
                     self.redirect(err)
                 raise
+            self.answered(target)
+            return answer
 
         return self._with_retries(attempt, f"{service}.{method}", self.deadline if deadline is None else deadline)
 
@@ -225,12 +312,14 @@ class Connection(_Targets):
         """Items a server stream yields within `window` seconds (from the leader)."""
         def attempt() -> list[Any]:
             items: list[Any] = []
+            target = self.target
             try:
-                for item in getattr(self._stub(service, self.target), method)(request, timeout=window,
-                                                                                metadata=self.credentials):
+                for item in getattr(self._stub(service, target), method)(request, timeout=window,
+                                                                           metadata=self.credentials):
                     items.append(item)
             except grpc.RpcError as err:
                 if not self.window_closed(err):
+                    self.check(target, err, f"{service}.{method}")
                     raise
             return items
 
@@ -243,12 +332,18 @@ class Connection(_Targets):
         call = getattr(self._stub(service, self.target), method)(request, timeout=timeout, metadata=self.credentials)
         return call, call
 
-    @staticmethod
-    def _with_retries(attempt: Callable[[], T], what: str, deadline: float) -> T:
+    def check(self, target: str, err: grpc.RpcError, what: str) -> None:
+        """After `err` from `target`: probe it if due; raise TLSHandshakeFailed once every
+        endpoint has shown something no retry changes (tenacity re-raises it at once:
+        it is no RpcError)."""
+        if self.probe_due(target, err):
+            self.found(target, self.probe(target), what)
+
+    def _with_retries(self, attempt: Callable[[], T], what: str, deadline: float) -> T:
         try:
             return Retrying(**_policy(deadline))(attempt)
         except (RetryError, grpc.RpcError) as exc:
-            raise _translate(exc, what) from None
+            raise _translate(exc, what, self.findings()) from None
 
     def close(self) -> None:
         with self._lock:
@@ -265,12 +360,12 @@ class Connection(_Targets):
 
 class AsyncConnection(_Targets):
     """The asyncio twin of Connection (grpc.aio channels, tenacity's AsyncRetrying).
-    Use from one event loop; `tls` as for Connection."""
+    Use from one event loop; `tls` and `cluster_dirs` as for Connection."""
 
     def __init__(self, endpoints: Sequence[str], *, deadline: float = 30.0, rpc_timeout: float = 5.0,
-                 token: str | None = None, tls: ClientTLS | None = None) -> None:
-        super().__init__(endpoints, token)
-        self.tls = resolve(tls)
+                 token: str | None = None, tls: ClientTLS | None = None,
+                 cluster_dirs: ClusterDirs = (DEFAULT_DATA_DIR,)) -> None:
+        super().__init__(endpoints, token, tls, cluster_dirs)
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -285,13 +380,17 @@ class AsyncConnection(_Targets):
         metadata = issued_now() + self.credentials
 
         async def attempt() -> Any:
+            target = self.target
             try:
-                return await getattr(self._stub(service, self.target), method)(
+                answer = await getattr(self._stub(service, target), method)(
                     request, timeout=self.rpc_timeout, metadata=metadata)
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
+                    await self.check(target, err, f"{service}.{method}")
                     self.redirect(err)
                 raise
+            self.answered(target)
+            return answer
 
         return await self._with_retries(attempt, f"{service}.{method}", self.deadline if deadline is None else deadline)
 
@@ -299,12 +398,14 @@ class AsyncConnection(_Targets):
         """Items a server stream yields within `window` seconds (from the leader)."""
         async def attempt() -> list[Any]:
             items: list[Any] = []
+            target = self.target
             try:
-                async for item in getattr(self._stub(service, self.target), method)(request, timeout=window,
-                                                                                metadata=self.credentials):
+                async for item in getattr(self._stub(service, target), method)(request, timeout=window,
+                                                                                 metadata=self.credentials):
                     items.append(item)
             except grpc.RpcError as err:
                 if not self.window_closed(err):
+                    await self.check(target, err, f"{service}.{method}")
                     raise
             return items
 
@@ -315,12 +416,16 @@ class AsyncConnection(_Targets):
         watcher loop reconnects): an async iterable call; call.cancel() ends it."""
         return getattr(self._stub(service, self.target), method)(request, timeout=timeout, metadata=self.credentials)
 
-    @staticmethod
-    async def _with_retries(attempt: Callable[[], Awaitable[T]], what: str, deadline: float) -> T:
+    async def check(self, target: str, err: grpc.RpcError, what: str) -> None:
+        """Connection.check, the probe on a worker thread (it blocks)."""
+        if self.probe_due(target, err):
+            self.found(target, await asyncio.to_thread(self.probe, target), what)
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[T]], what: str, deadline: float) -> T:
         try:
             return await AsyncRetrying(**_policy(deadline))(attempt)
         except (RetryError, grpc.RpcError) as exc:
-            raise _translate(exc, what) from None
+            raise _translate(exc, what, self.findings()) from None
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}

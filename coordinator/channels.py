@@ -139,16 +139,6 @@ def environment(tls: ClientTLS) -> Iterator[None]:
                 os.environ[name] = value
 
 
-HANDSHAKE_MARKERS = ("handshake failed", "certificate_verify_failed", "wrong_version_number")
-
-
-def handshake_failed(err: grpc.RpcError) -> bool:
-    """Whether a call failed in the TLS handshake (wrong CA, no or a refused client
-    certificate, TLS against plaintext): the same again on every retry and every node."""
-    details = (err.details() or "").lower() if hasattr(err, "details") else ""
-    return any(marker in details for marker in HANDSHAKE_MARKERS)
-
-
 def resolve(tls: ClientTLS | None) -> ClientTLS:
     """`tls` as given, or the environment's settings (TLS with system roots when it has none)."""
     return ClientTLS.from_env() if tls is None else tls

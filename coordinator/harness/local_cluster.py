@@ -8,7 +8,6 @@ node<i>.crt, client-<identity>.crt), and require a client certificate from it;
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import secrets
@@ -26,18 +25,14 @@ from coordinator.api.metadata import bearer
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.channels import ClientTLS
+from coordinator.endpoints_file import LayoutMismatch, NodeAddresses, read_layout, write_layout
 from coordinator.harness.certs import Issued, LocalCA
 from coordinator.harness.parent_death import stop_with_parent
 
 T = TypeVar("T")
-ENDPOINTS_FILE = "endpoints.json"
 PASSWORD_FILE = "raft-password"
 TLS_DIR = "tls"
 ADMIN = "admin"
-
-
-class LayoutMismatch(ValueError):
-    """The data dir holds a cluster of another size or on other ports than asked for."""
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.05) -> T:
@@ -256,10 +251,10 @@ class LocalCluster:
                                  f"use -n {len(recorded)}, or another data dir")
         if base_port is not None:
             asked = cls(root, size, base_port=base_port, password=password)
-            if [(n.raft, n.grpc, n.metrics) for n in asked.nodes] != recorded:
+            if [(n.raft, n.grpc, n.metrics) for n in asked.nodes] != [r.as_tuple() for r in recorded]:
                 raise LayoutMismatch(f"{root} holds a cluster on ports {_ports(recorded)}, not from {base_port}: "
                                      "leave out --base-port to reuse them, or use another data dir")
-        return cls(root, size, password=password, addresses=recorded)
+        return cls(root, size, password=password, addresses=[r.as_tuple() for r in recorded])
 
     # ---- processes ----------------------------------------------------------------
     def command(self, node: NodeProcess, members: list[int] | None = None) -> list[str]:
@@ -385,36 +380,12 @@ class LocalCluster:
         return bearer(self.token)
 
     def write_endpoints(self) -> None:
-        doc = [{"raft": n.raft, "grpc": n.grpc, "metrics": n.metrics, "pid": n.process.pid if n.process else None}
-               for n in self.nodes]
-        (self.root / ENDPOINTS_FILE).write_text(json.dumps(doc, indent=1))
+        write_layout(self.root, [NodeAddresses(n.raft, n.grpc, n.metrics) for n in self.nodes],
+                     [n.process.pid if n.process else None for n in self.nodes])
 
 
-def read_endpoints(data_dir: Path) -> list[str]:
-    """The gRPC addresses of the cluster `data_dir` holds; FileNotFoundError (with the
-    path) when it holds none, LayoutMismatch when its record is unreadable."""
-    layout = read_layout(data_dir)
-    if layout is None:
-        raise FileNotFoundError(f"no cluster in {data_dir}: {Path(data_dir) / ENDPOINTS_FILE} does not exist")
-    return [grpc for _, grpc, _ in layout]
-
-
-def read_layout(data_dir: Path) -> list[tuple[str, str, str]] | None:
-    """Each node's recorded (raft, grpc, metrics) addresses; None when none are recorded."""
-    path = Path(data_dir) / ENDPOINTS_FILE
-    try:
-        text = path.read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        return [(n["raft"], n["grpc"], n["metrics"]) for n in json.loads(text)]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise LayoutMismatch(f"{path} is not a cluster's endpoints ({exc!r}); "
-                             "move it away to start a new cluster") from None
-
-
-def _ports(layout: list[tuple[str, str, str]]) -> str:
-    ports = sorted(int(a.rsplit(":", 1)[1]) for node in layout for a in node)
+def _ports(layout: list[NodeAddresses]) -> str:
+    ports = sorted(int(a.rsplit(":", 1)[1]) for node in layout for a in node.as_tuple())
     return f"{ports[0]}-{ports[-1]}"
 
 

@@ -4,7 +4,8 @@ Two coordinators on one data dir both accepted writes and corrupted it: the
 journal, the term file and the store assume a single writer. The lock is an
 flock(2) on `LOCK` inside the directory, so the kernel drops it when the holder
 dies, however it dies (no stale lock to clean up after kill -9); the file holds
-the holder's PID only so the refusal can name it.
+the holder's PID only so the refusal can name it. `raftpoint cluster up` holds one
+on the cluster's directory too, so a second one on it stops before it writes anything.
 """
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ class DataDirInUse(OSError):
 
 
 class DataDirLock:
-    """Held from acquire() until release() (or the process's end)."""
+    """Held from acquire() until release() (or the process's end). `holder` and `advice`
+    word the refusal for whoever else wants the directory."""
 
-    def __init__(self, data_dir: str | Path) -> None:
+    def __init__(self, data_dir: str | Path, *, holder: str = "another coordinator",
+                 advice: str = "stop it first, or give this node its own --data-dir") -> None:
         self.path = Path(data_dir) / LOCK_FILE
+        self.holder, self.advice = holder, advice
         self._fd: int | None = None
 
     def acquire(self) -> "DataDirLock":
@@ -36,8 +40,8 @@ class DataDirLock:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise DataDirInUse(f"data dir {self.path.parent} is in use by another coordinator (PID {holder}; "
-                               f"lock file {self.path}): stop it first, or give this node its own --data-dir") from None
+            raise DataDirInUse(f"data dir {self.path.parent} is in use by {self.holder} (PID {holder}; "
+                               f"lock file {self.path}): {self.advice}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd

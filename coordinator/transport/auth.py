@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import hashlib
 import hmac
+import json
 import logging
 import os
 import re
@@ -101,13 +102,19 @@ def add_token(path: Path, identity: str, *, keep_old: bool = False) -> str:
 
 
 def add_binding(path: Path, identity: str, role: Role, group: str = "", pattern: str = "") -> None:
-    """Append `identity`'s binding to a bindings file (refused if it would not parse)."""
-    table = f'\n["{identity}"]\nrole = "{role.value}"\n'
-    if group:
-        table += f'group = "{group}"\npattern = "{pattern}"\n'
+    """Append `identity`'s binding to a bindings file (refused if it would not parse).
+    Every value is written as a TOML string (JSON's escapes are TOML's), so no name
+    can close its string and add a table of its own."""
+    table = f'\n[{_toml(identity)}]\nrole = {_toml(role.value)}\n'
+    if group or pattern:
+        table += f'group = {_toml(group)}\npattern = {_toml(pattern)}\n'
     text = (path.read_text() if path.exists() else "") + table
     parse_bindings(text, str(path))
     fsutil.atomic_write(path, text.encode())  # a node reading it meanwhile sees the old or the new file
+
+
+def _toml(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def parse_bindings(text: str, source: str = "bindings file") -> dict[str, Grant]:

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 
-from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
+from agent_client.connection import CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.channels import ClientTLSError
 from raftpoint.cli import target
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"raftpoint clock {args.action}: {exc}", file=sys.stderr)
         return 2
     try:
-        with Connection(where.endpoints, deadline=30, rpc_timeout=35, token=where.token, tls=where.tls) as conn:
+        with where.connection(deadline=30, rpc_timeout=35) as conn:
             answer = conn.call("AdminService", "ResetDedupeClock",
                                pb.ResetDedupeClockRequest(request_id=f"clock-reset-{uuid.uuid4().hex}"))
     except (CoordinatorUnavailable, Rejected, ClientTLSError) as exc:

@@ -2,8 +2,11 @@
 
 Restartable: a data dir remembers its cluster's ports and Raft password
 (endpoints.json, raft-password), and `cluster up` on it again starts the same
-cluster. It watches its own processes only: a leader is looked for among its
-running nodes, and a node that exits is reported with its last log line.
+cluster. One `cluster up` per data dir: it takes the directory's lock before it
+writes anything there, so a second one started beside it exits at once and
+leaves the first one's files alone. It watches its own processes only: a leader is
+looked for among its running nodes, and a node that exits is reported with its last
+log line.
 """
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ import threading
 import time
 from pathlib import Path
 
-from coordinator.harness.local_cluster import LayoutMismatch, LocalCluster, NodeProcess
+from coordinator.endpoints_file import DEFAULT_DATA_DIR, ENDPOINTS_FILE, LayoutMismatch
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess
 from coordinator.service import ports
+from coordinator.storage.dir_lock import DataDirInUse, DataDirLock
 
 PROG = "raftpoint cluster up"
 WATCH_PERIOD_S = 0.5
@@ -26,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
     up = actions.add_parser("up", help="start N coordinator processes and wait for Ctrl-C")
     up.add_argument("-n", "--nodes", type=int, default=3, help="number of nodes (3 or 5 recommended)")
-    up.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"), help="where node data and logs go")
+    up.add_argument("--data-dir", type=Path, default=Path(DEFAULT_DATA_DIR), help="where node data and logs go")
     up.add_argument("--base-port", type=int, default=None,
                     help="node i listens on base+3i (raft), +1 (grpc), +2 (metrics); default: free ports "
                          "(on a data dir used before: the ports it was first started on)")
@@ -45,6 +50,17 @@ def run_up(args: argparse.Namespace) -> int:
     if args.base_port is not None and not 1024 <= args.base_port <= 65535 - 3 * args.nodes:
         _error(f"--base-port must leave room for {3 * args.nodes} ports in 1024..65535")
         return 2
+    try:
+        with DataDirLock(args.data_dir, holder="another `raftpoint cluster up`",
+                         advice=f"is a cluster already running on {args.data_dir}? Stop it first, "
+                                "or use another --data-dir"):
+            return _up(args)
+    except DataDirInUse as exc:
+        _error(str(exc))
+        return 1
+
+
+def _up(args: argparse.Namespace) -> int:
     try:
         cluster = LocalCluster.reopen(args.data_dir, args.nodes, base_port=args.base_port)
         cluster.stop_nodes_with_this_process = True
@@ -76,8 +92,10 @@ def run_up(args: argparse.Namespace) -> int:
             print(f"admin token in {cluster.token_file} (pass it with --token-file, or token= in Connection)")
         tls = cluster.client_tls()
         print(f"TLS with a throw-away CA: {tls.ca_file}; admin client certificate {tls.cert_file} "
-              f"(raftpoint status/members/gc --data-dir {args.data_dir} find them)")
-        print(f"endpoints written to {args.data_dir / 'endpoints.json'}; Ctrl-C stops the cluster", flush=True)
+              f"(raftpoint status/members/gc/group --data-dir {args.data_dir} find them)")
+        print(f"an identity for agents, bound to one group: raftpoint auth add-agent NAME --group GROUP "
+              f"--data-dir {args.data_dir}")
+        print(f"endpoints written to {args.data_dir / ENDPOINTS_FILE}; Ctrl-C stops the cluster", flush=True)
         return _watch(cluster, stop)
     finally:
         cluster.close()

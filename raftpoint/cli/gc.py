@@ -9,8 +9,11 @@ from agent_client import blob_gc
 from agent_client.blobs.errors import BlobError
 from agent_client.blobs.gc import DEFAULT_GRACE_S, GcResult
 from agent_client.blobs.location import open_blob_store
-from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
+from agent_client.blobs.store import LocalBlobStore
+from agent_client.connection import CoordinatorUnavailable, Rejected
 from raftpoint.cli import target
+
+PROG = "raftpoint gc"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,39 +39,54 @@ def _say_result(result: GcResult) -> None:
           f"({result.bytes_freed} bytes)")
 
 
+def list_uris(uris: list[str]) -> None:
+    """Released checkpoints still stored, as the flags that delete them (`gc --uri`):
+    the coordinator has forgotten them, so this list is the only record left."""
+    for uri in uris:
+        print(f"  --uri {uri}", file=sys.stderr)
+
+
+def say_not_deleted(prog: str, exc: blob_gc.ReleasedButNotDeleted) -> int:
+    print(f"{prog}: {exc}", file=sys.stderr)
+    list_uris(exc.uris)
+    return 1
+
+
+def say_report(prog: str, report: blob_gc.GcReport, store: LocalBlobStore) -> int:
+    """What a collection released and deleted; 1 when some released checkpoints are in
+    another store (listed, to delete there)."""
+    for group, uris in report.released.items():
+        print(f"group {group}: the coordinator released {len(uris)} checkpoints")
+    _say_result(report.result)
+    if report.foreign:
+        print(f"{prog}: {len(report.foreign)} released checkpoints are not in {store.backend.location}; "
+              "delete them with gc --uri against their store:", file=sys.stderr)
+        list_uris(report.foreign)
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.grace < 0:
-        print("raftpoint gc: --grace must not be negative", file=sys.stderr)
+        print(f"{PROG}: --grace must not be negative", file=sys.stderr)
         return 2
     try:
         store = open_blob_store(args.blob_store)
     except (ValueError, ImportError) as exc:
-        print(f"raftpoint gc: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     try:
         if not args.group:
             _say_result(store.delete_checkpoints(args.uri, grace_s=args.grace))
             return 0
         where = target.resolve(args)
-        with Connection(where.endpoints, token=where.token, tls=where.tls) as conn:
+        with where.connection() as conn:
             report = blob_gc.collect(conn, store, args.group, grace_s=args.grace)
         if args.uri:
             _say_result(store.delete_checkpoints(args.uri, grace_s=args.grace))
     except blob_gc.ReleasedButNotDeleted as exc:
-        print(f"raftpoint gc: {exc}", file=sys.stderr)
-        for uri in exc.uris:
-            print(f"  --uri {uri}", file=sys.stderr)
-        return 1
+        return say_not_deleted(PROG, exc)
     except (BlobError, CoordinatorUnavailable, Rejected, OSError, ValueError) as exc:
-        print(f"raftpoint gc: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
-    for group, uris in report.released.items():
-        print(f"group {group}: the coordinator released {len(uris)} checkpoints")
-    _say_result(report.result)
-    if report.foreign:
-        print(f"raftpoint gc: {len(report.foreign)} released checkpoints are not in {store.backend.location}; "
-              "delete them with gc --uri against their store:", file=sys.stderr)
-        for uri in report.foreign:
-            print(f"  --uri {uri}", file=sys.stderr)
-        return 1
-    return 0
+    return say_report(PROG, report, store)

@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.members",
     "raftpoint.cli.chaos",
     "raftpoint.cli.gc",
+    "raftpoint.cli.group",
     "raftpoint.cli.repair",
     "raftpoint.cli.migrate",
     "raftpoint.cli.auth",

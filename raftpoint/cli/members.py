@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
+from agent_client.connection import CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.channels import ClientTLSError
 from raftpoint.cli import target
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     method = "AddNode" if args.action == "add" else "RemoveNode"
     try:
-        with Connection(where.endpoints, deadline=30, rpc_timeout=35, token=where.token, tls=where.tls) as conn:
+        with where.connection(deadline=30, rpc_timeout=35) as conn:
             conn.call("AdminService", method, pb.MembershipRequest(node=args.node, grpc=args.grpc, force=args.force))
     except (CoordinatorUnavailable, Rejected, ClientTLSError) as exc:
         print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)

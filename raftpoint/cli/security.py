@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from coordinator.channels import CLIENT_ENV, ClientTLS
+from coordinator.endpoint_diagnosis import diagnose
 from coordinator.harness.local_cluster import ADMIN, TLS_DIR
 from coordinator.harness.certs import CA_CERT, file_stem
 
@@ -47,10 +48,11 @@ def client_tls(args: argparse.Namespace) -> ClientTLS:
     return ClientTLS()
 
 
-def explain(err: grpc.RpcError) -> str:
-    """An RPC failure in words, saying what to check when it was the TLS handshake."""
-    details = err.details() or ""
-    if any(word in details for word in ("SSL", "ssl", "handshake", "certificate", "Socket closed")):
-        return ("TLS handshake failed (is --ca-file the CA that signed the node's certificate, does the node "
-                f"require a client certificate (--cert-file/--key-file), or is it plaintext (--insecure)?): {details}")
-    return f"{err.code().name}: {details}"
+def explain(endpoint: str, err: grpc.RpcError, tls: ClientTLS, data_dir: Path) -> str:
+    """An RPC failure of `endpoint` in words: what a probe of it found when it cannot be
+    used as configured (coordinator.endpoint_diagnosis), else the status."""
+    if err.code() == grpc.StatusCode.UNAVAILABLE:
+        finding = diagnose(endpoint, tls, data_dirs=(data_dir,))
+        if finding is not None:
+            return str(finding)
+    return f"{endpoint}: {err.code().name}: {err.details()}"

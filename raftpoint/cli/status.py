@@ -39,20 +39,20 @@ def run(args: argparse.Namespace) -> int:
     row = "{:<22} {:<10} {:>5} {:>8} {:>8} {:>8} {:>9} {:>9}  {}"
     print(row.format("node (grpc)", "role", "term", "commit", "applied", "log", "snapshot", "snap age", "digest"))
     leaders = 0
-    errors: list[str] = []
+    failed: list[tuple[str, grpc.RpcError]] = []
     for endpoint in where.endpoints:
         s = _ask(endpoint, where.tls, where.token)
         if isinstance(s, grpc.RpcError):
             print(row.format(endpoint, "DOWN", "-", "-", "-", "-", "-", "-", "-"))
-            errors.append(f"{endpoint}: {security.explain(s)}")
+            failed.append((endpoint, s))
             continue
         leaders += s.role == "leader"
         age = f"{s.last_snapshot_age_s:.0f}s" if s.last_snapshot_age_s >= 0 else "-"
         print(row.format(endpoint, s.role, s.term, s.commit_index, s.applied_index, s.log_entries,
                          s.last_snapshot_index, age, s.state_digest[:12]))
     if not leaders:
-        for error in errors:
-            print(f"{PROG}: {error}", file=sys.stderr)
+        for endpoint, err in failed:
+            print(f"{PROG}: {security.explain(endpoint, err, where.tls, where.data_dir)}", file=sys.stderr)
         print("no leader", file=sys.stderr)
         return 1
     return 0

@@ -11,16 +11,18 @@ import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from agent_client.connection import TOKEN_FILE_ENV, read_token_file
+from agent_client.connection import TOKEN_FILE_ENV, Connection, read_token_file
 from coordinator.channels import ClientTLS
-from coordinator.harness.local_cluster import admin_token, read_endpoints
+from coordinator.endpoints_file import DEFAULT_DATA_DIR, read_endpoints
+from coordinator.harness.local_cluster import admin_token
 from raftpoint.cli import security
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoints", help="comma-separated gRPC addresses (default: from --data-dir)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raftpoint-data"))
+    parser.add_argument("--data-dir", type=Path, default=Path(DEFAULT_DATA_DIR))
     parser.add_argument("--token-file", default=None,
                         help=f"file whose first line is the bearer token to present (default: ${TOKEN_FILE_ENV}; "
                              "else the admin token of the cluster in --data-dir, if it has one)")
@@ -32,6 +34,11 @@ class Target:
     endpoints: list[str]
     token: str | None
     tls: ClientTLS
+    data_dir: Path  # whose endpoints.json can name a Raft or metrics port given as --endpoints
+
+    def connection(self, **options: Any) -> Connection:
+        """A Connection to this cluster (options: deadline, rpc_timeout)."""
+        return Connection(self.endpoints, token=self.token, tls=self.tls, cluster_dirs=(self.data_dir,), **options)
 
 
 def resolve(args: argparse.Namespace) -> Target:
@@ -47,5 +54,5 @@ def resolve(args: argparse.Namespace) -> Target:
         tls.credentials()
     token_file = args.token_file or os.environ.get(TOKEN_FILE_ENV)
     if token_file:
-        return Target(endpoints, read_token_file(token_file), tls)
-    return Target(endpoints, None if args.endpoints else admin_token(args.data_dir), tls)
+        return Target(endpoints, read_token_file(token_file), tls, args.data_dir)
+    return Target(endpoints, None if args.endpoints else admin_token(args.data_dir), tls, args.data_dir)

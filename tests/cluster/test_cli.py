@@ -2,6 +2,7 @@
 `raftpoint status` reads it and says when there is no leader."""
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.harness.local_cluster import read_endpoints
+from coordinator.endpoints_file import read_endpoints
+from coordinator.harness.local_cluster import wait_for
 
 pytestmark = pytest.mark.cluster
 RAFTPOINT = [sys.executable, "-m", "raftpoint.cli.main"]
@@ -89,8 +91,8 @@ def test_cluster_up_status_and_clean_stop(tmp_path: Path) -> None:
     assert down.returncode != 0 and down.stdout.count("DOWN") == 3
 
 
-def _up(data_dir: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([*RAFTPOINT, "cluster", "up", "-n", "3", "--data-dir", str(data_dir), *extra],
+def _up(data_dir: Path, *extra: str, nodes: int = 3) -> subprocess.Popen:
+    return subprocess.Popen([*RAFTPOINT, "cluster", "up", "-n", str(nodes), "--data-dir", str(data_dir), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -169,6 +171,28 @@ def test_cluster_up_on_a_running_clusters_data_dir_is_refused_and_touches_nothin
         assert status(data_dir).returncode == 0
     finally:
         _stop(first)
+
+
+@pytest.mark.slow
+def test_two_cluster_ups_started_together_on_one_data_dir_leave_one_cluster(tmp_path: Path) -> None:
+    """The second exits at once with one line, before it writes anything: the CA, the
+    auth files and endpoints.json are the first one's, and its cluster runs."""
+    data_dir = tmp_path / "data"
+    ups = [_up(data_dir, nodes=1), _up(data_dir, nodes=1)]
+    try:
+        loser = wait_for(lambda: next((u for u in ups if u.poll() is not None), None), "one cluster up to exit", 30)
+        winner = ups[1] if loser is ups[0] else ups[0]
+        said = loser.stdout.read()
+        lines = [line for line in said.splitlines() if line.strip()]
+        assert loser.returncode == 1 and len(lines) == 1, said
+        assert "in use by another `raftpoint cluster up`" in lines[0] and f"PID {winner.pid}" in lines[0], said
+        nodes = _node_lines(winner)
+        recorded = json.loads((data_dir / "endpoints.json").read_text())
+        assert [n["pid"] for n in recorded] == _pids(nodes), (recorded, nodes)
+        assert status(data_dir).returncode == 0
+    finally:
+        for up in ups:
+            _stop(up)
 
 
 def test_cluster_up_refuses_another_size_than_its_data_dir_holds(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -52,6 +53,24 @@ def test_a_node_certificate_from_another_ca_is_refused_at_once(node: LocalCluste
     stranger = LocalCA.create(tmp_path / "other")
     with pytest.raises(TLSHandshakeFailed, match="TLS handshake failed"):
         status(node, stranger.client_tls("admin"), deadline=10.0)  # not retried until the deadline
+
+
+@pytest.mark.parametrize("port", ["raft", "metrics"])
+def test_a_nodes_raft_or_metrics_port_given_as_its_grpc_port_is_named_at_once(node: LocalCluster, port: str) -> None:
+    """The client reads the cluster's endpoints.json to say which port it was given."""
+    me = node.nodes[0]
+    started = time.monotonic()
+    with pytest.raises(TLSHandshakeFailed) as caught:
+        with Connection([getattr(me, port)], tls=node.client_tls(), deadline=10.0, rpc_timeout=2.0,
+                        cluster_dirs=[node.root]) as conn:
+            conn.call(*STATUS)
+    took = time.monotonic() - started
+    print(f"{port} port: TLSHandshakeFailed after {took:.2f}s: {caught.value}")
+    assert took < 5.0, f"took {took:.1f}s: {caught.value}"
+    role = "Raft" if port == "raft" else "metrics"
+    assert (f"{getattr(me, port)}: not a gRPC port" in str(caught.value)
+            and f"it is the {role} port of node0 in {node.root / 'endpoints.json'}; its gRPC port is {me.grpc}"
+            in str(caught.value)), caught.value
 
 
 def test_a_client_without_a_certificate_is_refused_when_one_is_required(node: LocalCluster) -> None:

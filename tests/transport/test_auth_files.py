@@ -156,3 +156,11 @@ def test_bindings_of_one_kind_bind_that_kind_only(tmp_path: Path) -> None:
     assert _refusal(authorizer, _Call(certificate_name="cert:ops"), "GetGroup").reason_code is ReasonCode.ROLE_FORBIDS
     with pytest.raises(AuthConfigError, match="names no one"):
         parse_bindings('["cert:"]\nrole = "admin"\n')
+
+
+def test_a_bound_value_cannot_close_its_string_and_add_a_table(tmp_path: Path) -> None:
+    path = tmp_path / "b.toml"
+    smuggled = '*"\n["token:evil"]\nrole = "admin'
+    add_binding(path, "cert:reporter", Role.AGENT, "team", smuggled)
+    grants = parse_bindings(path.read_text())
+    assert set(grants) == {"cert:reporter"} and grants["cert:reporter"].pattern == smuggled, path.read_text()
