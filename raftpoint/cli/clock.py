@@ -7,13 +7,10 @@ reset is one replicated command (core.dedupe.reset), through the leader."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 
-from agent_client.connection import CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.channels import ClientTLSError
 from raftpoint.cli import target
 
 
@@ -27,20 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        where = target.resolve(args)
-    except (OSError, ValueError) as exc:
-        print(f"raftpoint clock {args.action}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        with where.connection(deadline=30, rpc_timeout=35) as conn:
-            answer = conn.call("AdminService", "ResetDedupeClock",
-                               pb.ResetDedupeClockRequest(request_id=f"clock-reset-{uuid.uuid4().hex}"))
-    except (CoordinatorUnavailable, Rejected, ClientTLSError) as exc:
-        print(f"raftpoint clock {args.action}: {exc}", file=sys.stderr)
-        return 1
-    print(f"dedupe clock reset to {_utc(answer.clock_s)} (was {_utc(answer.previous_clock_s)})")
-    return 0
+    answer, code = target.admin_call(args, f"raftpoint clock {args.action}", "ResetDedupeClock",
+                                     pb.ResetDedupeClockRequest(request_id=f"clock-reset-{uuid.uuid4().hex}"))
+    if code == 0:
+        print(f"dedupe clock reset to {_utc(answer.clock_s)} (was {_utc(answer.previous_clock_s)})")
+    return code
 
 
 def _utc(seconds: float) -> str:

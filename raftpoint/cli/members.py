@@ -6,11 +6,8 @@ quorum unless --force is given."""
 from __future__ import annotations
 
 import argparse
-import sys
 
-from agent_client.connection import CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.channels import ClientTLSError
 from raftpoint.cli import target
 
 
@@ -26,17 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        where = target.resolve(args)
-    except (OSError, ValueError) as exc:
-        print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
-        return 2
     method = "AddNode" if args.action == "add" else "RemoveNode"
-    try:
-        with where.connection(deadline=30, rpc_timeout=35) as conn:
-            conn.call("AdminService", method, pb.MembershipRequest(node=args.node, grpc=args.grpc, force=args.force))
-    except (CoordinatorUnavailable, Rejected, ClientTLSError) as exc:
-        print(f"raftpoint members {args.action}: {exc}", file=sys.stderr)
-        return 1
-    print(f"{args.action}ed {args.node}" if args.action == "add" else f"removed {args.node}")
-    return 0
+    _, code = target.admin_call(args, f"raftpoint members {args.action}", method,
+                                pb.MembershipRequest(node=args.node, grpc=args.grpc, force=args.force))
+    if code == 0:
+        print(f"{args.action}ed {args.node}" if args.action == "add" else f"removed {args.node}")
+    return code

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_client.connection import TOKEN_FILE_ENV, Connection, read_token_file
-from coordinator.channels import ClientTLS
+from agent_client.connection import TOKEN_FILE_ENV, Connection, CoordinatorUnavailable, Rejected, read_token_file
+from coordinator.channels import ClientTLS, ClientTLSError
 from coordinator.endpoints_file import DEFAULT_DATA_DIR, read_endpoints
 from coordinator.harness.local_cluster import admin_token
 from raftpoint.cli import security
@@ -56,3 +57,20 @@ def resolve(args: argparse.Namespace) -> Target:
     if token_file:
         return Target(endpoints, read_token_file(token_file), tls, args.data_dir)
     return Target(endpoints, None if args.endpoints else admin_token(args.data_dir), tls, args.data_dir)
+
+
+def admin_call(args: argparse.Namespace, prog: str, method: str, request: Any) -> tuple[Any, int]:
+    """(the answer, 0) to one AdminService call through the cluster's leader, or (None,
+    the exit code) once the reason is said in one line: 2 for settings that name no
+    usable cluster, 1 for a refusal or a cluster that did not answer."""
+    try:
+        where = resolve(args)
+    except (OSError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None, 2
+    try:
+        with where.connection(deadline=30, rpc_timeout=35) as conn:
+            return conn.call("AdminService", method, request), 0
+    except (CoordinatorUnavailable, Rejected, ClientTLSError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None, 1
