@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from chaos.controller import ChaosCluster
 from chaos.history import History
@@ -111,7 +111,7 @@ class BootSkewFault:
             return bool(claims)
         return found[0] if self._until(claim, ELECTION_WAIT_S) else None
 
-    def _until(self, done, seconds: float) -> bool:
+    def _until(self, done: Callable[[], bool], seconds: float) -> bool:
         """Poll `done()` until it is true (True), or for `seconds` or until the run stops (False)."""
         end = time.monotonic() + seconds
         while not self.stop.is_set():
