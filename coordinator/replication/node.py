@@ -14,6 +14,7 @@ compaction never drops an entry the store does not hold.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -287,11 +288,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         self._hand_over_batch()
         self._last_commit = time.monotonic()
         callbacks, self._to_answer = self._to_answer, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:  # one caller's answer (its event loop gone) must not cost the others theirs
-                log.exception("answering a proposal failed")
+        _answer_each(callbacks, "a proposal")
 
     def _after_apply(self) -> None:
         """Called by pysyncobj_adapter.LeaderWritePath once committed entries are applied:
@@ -436,11 +433,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
 
     @staticmethod
     def _tell(reads: list[ReadDone], outcome: str | None) -> None:
-        for done in reads:
-            try:
-                done(outcome)
-            except Exception:  # one caller's answer must not cost the others theirs
-                log.exception("answering a read failed")
+        _answer_each([functools.partial(done, outcome) for done in reads], "a read")
 
     # ---- reads (callers must have passed a read point for linearizability) ---------
     def read_state(self) -> KvState:
@@ -566,3 +559,13 @@ _FAIL_NAMES = {
 }
 
 __all__ = ["CoordinatorNode", "NotLeader", "Overloaded", "decode_result"]
+
+
+def _answer_each(answers: list[Callable[[], None]], what: str) -> None:
+    """Call every answer: one caller's failure (its event loop gone) must not cost the
+    others theirs."""
+    for answer in answers:
+        try:
+            answer()
+        except Exception:
+            log.exception("answering %s failed", what)
