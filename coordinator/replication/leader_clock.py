@@ -22,8 +22,9 @@ earlier reading to compare with. A clock behind the replicated one is caught at
 takeover (`catch_up`: the leader moves forward to the clock the log already
 holds, which earlier leaders agreed on). A clock ahead is held to its `ceiling`:
 on a leader, the time a majority of the voters' clocks have reached
-(voter_clocks), or before they have answered in this term, the replicated clock
-itself. The clock reads no further ahead than the ceiling (plus the tolerance)
+(voter_clocks; until a majority has answered lately, the Batcher waits one read
+round before the term's first proposal, in which every voter answers). The clock
+reads no further ahead than the ceiling (plus the tolerance)
 and keeps its own offset, so it follows its own wall clock again the moment that
 comes back in line. Leases never use the wall clock at all: they are measured on
 the monotonic clock from the leader's takeover.
