@@ -21,7 +21,7 @@ retry apply twice:
 An operator's reset (`reset`, ResetDedupeClock) is the one move backwards: after
 a leader whose clock was far ahead pushed the clock and watermark forward, every
 honest request looks too old. The reset puts both at the reset's own time and
-marks every answer recorded so far as forgettable (`ForgetThrough`): a request
+marks every answer recorded so far as forgettable (`forget_before`): a request
 issued before the reset is then answered while its answer is remembered and
 refused as too old after, so none applies twice. (A client whose clock is ahead
 of the cluster's could have a request issued after the reset by its clock,
@@ -82,14 +82,9 @@ class DedupeClock:
     # Answers numbered below this were kept by request id alone (see the module's
     # docstring); None: a clock that version wrote, under which every answer was.
     unattributed_until: int | None = None
-
-
-@dataclass(frozen=True)
-class ForgetThrough:
-    """Answers with sequence numbers below `sequence` may go whatever their issue time:
-    those recorded before the last reset."""
-
-    sequence: int = 0
+    # Answers numbered below this may go whatever their issue time: those recorded
+    # before the last reset (`reset`).
+    forget_before: int = 0
 
 
 def to_ms(seconds: float) -> int:
@@ -109,10 +104,11 @@ def advance(clock: DedupeClock, proposed_at: float, window_s: float) -> DedupeCl
     return dataclasses.replace(clock, clock_ms=now, watermark_ms=watermark)
 
 
-def reset(clock: DedupeClock, proposed_at: float) -> DedupeClock:
-    """The clock and watermark put at `proposed_at`, forwards or backwards."""
+def reset(clock: DedupeClock, proposed_at: float, tail: int) -> DedupeClock:
+    """The clock and watermark put at `proposed_at`, forwards or backwards, and every
+    answer recorded so far (those numbered below `tail`) forgettable."""
     at = to_ms(proposed_at)
-    return dataclasses.replace(clock, clock_ms=at, watermark_ms=at)
+    return dataclasses.replace(clock, clock_ms=at, watermark_ms=at, forget_before=tail)
 
 
 def admit(clock: DedupeClock, issued_ms: int, window_s: float) -> Rejection | None:

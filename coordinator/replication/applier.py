@@ -14,12 +14,12 @@ import dataclasses
 from coordinator import wire
 from coordinator.core import dedupe
 from coordinator.core.commands import ClockResult, Entry, Failure, Proposal, ReadBarrier, ResetDedupeClock, encode_result
-from coordinator.core.dedupe import DedupeClock, ForgetThrough
+from coordinator.core.dedupe import DedupeClock
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.state_machine import apply
 from coordinator.storage.state import (
-    DEDUPE_CLOCK_KEY, DEDUPE_FORGET_THROUGH_KEY, KvState, RecordCache, answer_key, kept_answer, read_kept_answer,
-    read_remembered_item, remembered_item, remembered_key, unattributed_key,
+    DEDUPE_CLOCK_KEY, KvState, RecordCache, answer_key, kept_answer, read_kept_answer, read_remembered_item,
+    remembered_item, remembered_key, unattributed_key,
 )
 
 Answer = bytes | list[bytes]
@@ -54,8 +54,7 @@ def apply_proposal(records: RecordCache, proposal: Proposal) -> Answer:
             answers.append(encode_result(entry))
             continue
         if isinstance(entry.command, ResetDedupeClock):
-            previous, clock = clock, dedupe.reset(clock, proposal.proposed_at)
-            records.pending[DEDUPE_FORGET_THROUGH_KEY] = ForgetThrough(tail)
+            previous, clock = clock, dedupe.reset(clock, proposal.proposed_at, tail)
             answers.append(encode_result(ClockResult(clock.clock_ms / 1000, previous.clock_ms / 1000)))
             continue
         answer, recorded = _apply_one(records, entry, clock, proposal, tail)
@@ -106,7 +105,7 @@ def _forget(records: RecordCache, clock: DedupeClock, budget: int) -> DedupeCloc
         item = records.get(remembered_key(head), bytes)
         if item is not None:
             issued_ms, key = read_remembered_item(item)
-            if not dedupe.forgettable(clock, issued_ms) and head >= _forget_through(records):
+            if not dedupe.forgettable(clock, issued_ms) and head >= clock.forget_before:
                 break
             records.pending[key] = None
             records.pending[remembered_key(head)] = None
@@ -114,7 +113,3 @@ def _forget(records: RecordCache, clock: DedupeClock, budget: int) -> DedupeCloc
         budget -= 1
     return clock if head == clock.head else dataclasses.replace(clock, head=head)
 
-
-def _forget_through(records: RecordCache) -> int:
-    marked = records.get(DEDUPE_FORGET_THROUGH_KEY, ForgetThrough)
-    return marked.sequence if isinstance(marked, ForgetThrough) else 0

@@ -307,7 +307,6 @@ def agent_changes(writes: Writes) -> list[AgentChange]:
 # ids), and, for one dedupe window after an upgrade, answers an earlier version kept
 # by request id alone (one str part; core.dedupe says what becomes of them).
 DEDUPE_CLOCK_KEY = keys.key(RESULT, "#clock")
-DEDUPE_FORGET_THROUGH_KEY = keys.key(RESULT, "#forget-through")  # core.dedupe.ForgetThrough, once reset
 
 
 def answer_key(namespace: str, request_id: str) -> bytes:
