@@ -112,4 +112,3 @@ def _forget(records: RecordCache, clock: DedupeClock, budget: int) -> DedupeCloc
         head += 1
         budget -= 1
     return clock if head == clock.head else dataclasses.replace(clock, head=head)
-
