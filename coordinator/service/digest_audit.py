@@ -11,7 +11,10 @@ Every `period`, each node samples its own (index, digest) and asks its peers for
 theirs, and keeps the last KEEP of each. Indexes rarely line up while writes
 flow, so samples accumulate until some do (an idle cluster lines up at once).
 A node whose digest at an index differs from one that a majority of the whole
-cluster holds at that index is the one that diverged: it logs why, sets the
+cluster holds at that index is the one that diverged (digests are compared only
+between nodes that store the same record layout, `CONTENT_LAYOUT`: during a
+rolling upgrade across a layout change the same history digests differently,
+and the audit judges nobody until a majority stores one layout): it logs why, sets the
 raftpoint_digest_diverged metric and stops (EXIT_DAMAGED), so it neither serves
 nor leads. Its verdict says which of two things happened:
 - its state went wrong on its own (a value changed at rest, a bug): it is rebuilt
@@ -36,16 +39,18 @@ from coordinator.channels import ClientTLS
 from coordinator.observability import metrics
 from coordinator.replication.replica import Replica
 from coordinator.service import ticks
+from coordinator.storage.digest import CONTENT_LAYOUT
 
 log = logging.getLogger(__name__)
 KEEP = 64  # samples kept per node
 ASK_TIMEOUT_S = 5.0
-Samples = dict[str, dict[int, str]]  # node -> applied index -> content digest
+Sample = tuple[int, str]  # (the record layout it covers, content digest)
+Samples = dict[str, dict[int, Sample]]  # node -> applied index -> sample
 
 
-def record(samples: Samples, node: str, index: int, digest: str) -> None:
+def record(samples: Samples, node: str, index: int, digest: str, layout: int = CONTENT_LAYOUT) -> None:
     kept = samples.setdefault(node, {})
-    kept[index] = digest
+    kept[index] = (layout, digest)
     while len(kept) > KEEP:
         del kept[min(kept)]
 
@@ -56,10 +61,12 @@ def diverged(me: str, samples: Samples, cluster_size: int) -> tuple[int, str] | 
     majority = cluster_size // 2 + 1
     mine = samples.get(me, {})
     for index in sorted(mine, reverse=True):
-        others = [kept[index] for node, kept in samples.items() if node != me and index in kept]
-        for digest in set(others):
-            if digest != mine[index] and others.count(digest) >= majority:
-                return index, digest
+        layout, digest = mine[index]
+        others = [kept[index][1] for node, kept in samples.items()
+                  if node != me and index in kept and kept[index][0] == layout]
+        for theirs in set(others):
+            if theirs != digest and others.count(theirs) >= majority:
+                return index, theirs
     return None
 
 
@@ -108,13 +115,27 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
         record(samples, me, index, digest)
         for status in await asyncio.gather(*(_ask(peer, tls, credentials) for peer in peers_grpc)):
             if status is not None:
-                record(samples, status.node, status.digest_index, status.content_digest)
+                record(samples, status.node, status.digest_index, status.content_digest, status.content_layout)
+                _note_other_layout(status)
         metrics.DIGEST_DIVERGED_PEERS.set(len(diverged_peers(me, samples, len(peers_grpc) + 1)))
         found = diverged(me, samples, len(peers_grpc) + 1)
         if found is not None:
             at, theirs = found
-            on_diverged(verdict(at, samples[me][at], theirs, replaced_from()))
+            on_diverged(verdict(at, samples[me][at][1], theirs, replaced_from()))
             return
+
+
+_other_layouts_seen: set[tuple[str, int]] = set()
+
+
+def _note_other_layout(status: pb.NodeStatus) -> None:
+    """Say once per peer and layout that the audit cannot compare with it (a rolling upgrade)."""
+    seen = (status.node, status.content_layout)
+    if status.content_layout != CONTENT_LAYOUT and seen not in _other_layouts_seen:
+        _other_layouts_seen.add(seen)
+        log.warning("digest audit: peer %s stores record layout %d (this node: %d); its digests are compared only "
+                    "with nodes of its layout until every node runs one version", status.node,
+                    status.content_layout, CONTENT_LAYOUT)
 
 
 async def _ask(peer: str, tls: ClientTLS, credentials: tuple[tuple[str, str], ...]) -> pb.NodeStatus | None:

@@ -14,6 +14,7 @@ from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import RECENT_EPOCHS
 from coordinator.observability import metrics
 from coordinator.storage.state import KvState
+from coordinator.storage.digest import CONTENT_LAYOUT
 from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport import membership
@@ -206,7 +207,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             applied_index=s.applied_index, log_entries=s.log_entries, leader=s.leader,
             last_snapshot_index=s.last_snapshot_index, last_snapshot_age_s=s.last_snapshot_age_s,
             state_digest=state_digest, content_digest=content_digest, digest_index=digest_index,
-            loop_lag_s=self.admission.loop_lag_s, tick_lag_s=s.tick_lag_s))
+            loop_lag_s=self.admission.loop_lag_s, tick_lag_s=s.tick_lag_s, content_layout=CONTENT_LAYOUT))
 
     async def _digests_at(self, context, applied_index: int) -> tuple[int, str, str]:
         """Both full-store digests, computed once per applied index: status is polled

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from coordinator.service.digest_audit import KEEP, Samples, diverged, diverged_peers, record, verdict
+from coordinator.storage.digest import CONTENT_LAYOUT
 
 
 def samples(**nodes: dict[int, str]) -> Samples:
-    return {node: dict(kept) for node, kept in nodes.items()}
+    return {node: {index: (CONTENT_LAYOUT, digest) for index, digest in kept.items()} for node, kept in nodes.items()}
 
 
 def test_the_node_that_differs_from_a_majority_at_one_index_diverged() -> None:
@@ -19,6 +20,20 @@ def test_no_verdict_without_a_majority_at_the_same_index() -> None:
     assert diverged("a", samples(a={10: "x"}, b={10: "y"}, c={10: "z"}), 3) is None  # nobody agrees
     assert diverged("a", samples(a={10: "x"}, b={10: "y"}, c={10: "y"}), 5) is None  # 2 of 5 is no majority
     assert diverged("a", samples(a={10: "x"}, b={10: "y"}, c={10: "y"}, d={10: "y"}), 5) == (10, "y")
+
+
+def test_digests_of_another_record_layout_are_not_compared() -> None:
+    """A rolling upgrade across a layout change: the same history digests differently."""
+    s = samples(a={10: "new"})
+    for old in ("b", "c"):
+        record(s, old, 10, "old", layout=0)
+    assert diverged("a", s, 3) is None and diverged("b", s, 3) is None and diverged_peers("b", s, 3) == []
+    record(s, "c", 10, "new")  # c upgraded: a and c agree, b is judged by old-layout nodes only
+    assert diverged("a", s, 3) is None and diverged("b", s, 3) is None
+    record(s, "c", 10, "other")  # a majority of one layout still judges its own
+    assert diverged("a", s, 3) is None  # one same-layout peer is no majority of 3
+    record(s, "b", 10, "other")  # b upgraded too: two of three of one layout judge a
+    assert diverged("a", s, 3) == (10, "other")
 
 
 def test_only_the_latest_samples_are_kept() -> None:

@@ -611,7 +611,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest", "digest_index", "loop_lag_s", "tick_lag_s")
+    __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest", "digest_index", "loop_lag_s", "tick_lag_s", "content_layout")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -626,6 +626,7 @@ class NodeStatus(_message.Message):
     DIGEST_INDEX_FIELD_NUMBER: _ClassVar[int]
     LOOP_LAG_S_FIELD_NUMBER: _ClassVar[int]
     TICK_LAG_S_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_LAYOUT_FIELD_NUMBER: _ClassVar[int]
     node: str
     role: str
     term: int
@@ -640,7 +641,8 @@ class NodeStatus(_message.Message):
     digest_index: int
     loop_lag_s: float
     tick_lag_s: float
-    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ..., content_digest: _Optional[str] = ..., digest_index: _Optional[int] = ..., loop_lag_s: _Optional[float] = ..., tick_lag_s: _Optional[float] = ...) -> None: ...
+    content_layout: int
+    def __init__(self, node: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., leader: _Optional[str] = ..., last_snapshot_index: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., state_digest: _Optional[str] = ..., content_digest: _Optional[str] = ..., digest_index: _Optional[int] = ..., loop_lag_s: _Optional[float] = ..., tick_lag_s: _Optional[float] = ..., content_layout: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("node",)
