@@ -161,9 +161,17 @@ def _translate(exc: BaseException, what: str, findings: Sequence[Misconfigured])
     others are down)."""
     if isinstance(exc, RetryError):
         found = f"; {summary(findings)}" if findings else ""
-        return CoordinatorUnavailable(f"{what}: no leader answered: {exc.last_attempt.exception()}{found}")
+        return CoordinatorUnavailable(f"{what}: no leader answered: {said(exc.last_attempt.exception())}{found}")
     assert isinstance(exc, grpc.RpcError)
     return Rejected(exc.code(), exc.details() or "", parse_reason(_trailer(exc, REASON_METADATA_KEY)))
+
+
+def said(exc: BaseException | None) -> str:
+    """What a failed call said, on one line: a status and its details (gRPC's own text
+    of an error spans several lines and repeats itself)."""
+    if isinstance(exc, grpc.RpcError) and callable(getattr(exc, "code", None)):
+        return f"{exc.code().name}: {exc.details() or ''}".rstrip(": ")
+    return " ".join(str(exc).split())
 
 
 def _trailer(err: grpc.RpcError, key: str) -> str | None:

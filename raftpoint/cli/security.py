@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 
+from agent_client.connection import said
 from coordinator.channels import CLIENT_ENV, ClientTLS
 from coordinator.endpoint_diagnosis import diagnose
 from coordinator.harness.local_cluster import ADMIN, TLS_DIR
@@ -55,4 +56,4 @@ def explain(endpoint: str, err: grpc.RpcError, tls: ClientTLS, data_dir: Path) -
         finding = diagnose(endpoint, tls, data_dirs=(data_dir,))
         if finding is not None:
             return str(finding)
-    return f"{endpoint}: {err.code().name}: {err.details()}"
+    return f"{endpoint}: {said(err)}"
