@@ -467,7 +467,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store, self._key)
         self._snapshot_to_sync = True
 
-    def _snapshot_last_entry(self, path: str) -> tuple[int, int] | None:
+    def _snapshot_last_entry(self, path: str) -> tuple[int, int]:
         return snapshots.last_entry(path)
 
     def _read_snapshot(self, path: str) -> tuple:

@@ -39,6 +39,7 @@ from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from coordinator.core.connection_caps import beyond_share, source_of
+from coordinator.observability.log_tally import LogTally
 from coordinator.replication import raft_entries
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.replica import RaftProbeFailed
@@ -601,6 +602,10 @@ class RebuildingVoter:
                     "stand for election again", message["term"], last)
 
 
+_unreadable_snapshots = LogTally(lambda event, **fields: log.error("%s: %s", event, fields),
+                                 "received snapshots refused", interval_s=60.0)
+
+
 class SnapshotReceiver:
     """Mixin for a SyncObj subclass whose snapshots are files: it receives a leader's
     snapshot itself, and installs it only when it carries news.
@@ -619,8 +624,9 @@ class SnapshotReceiver:
     snapshot_path: str
     _incoming_snapshot: Any = None  # the open file of a transfer under way
 
-    def _snapshot_last_entry(self, path: str) -> tuple[int, int] | None:
-        """(index, term) of the last entry a snapshot file holds; None when unreadable."""
+    def _snapshot_last_entry(self, path: str) -> tuple[int, int]:
+        """(index, term) of the last entry a snapshot file holds; ValueError saying why
+        when it cannot be read."""
         raise NotImplementedError
 
     def receive_snapshot_chunk(self, handle: Callable[[Any, Any], None], peer: Any, message: dict) -> None:
@@ -649,17 +655,27 @@ class SnapshotReceiver:
             self._incoming_snapshot = None
 
     def _settle_snapshot(self, peer: Any, incoming: str) -> None:
+        """A snapshot that cannot be read (damaged in transit, or of a format this
+        version does not read, sent by a leader of an older version) is refused before
+        it replaces anything: the node keeps its own snapshot and log, and the leader
+        sends it again."""
         node: SyncObj = self  # type: ignore[assignment]
-        ends = self._snapshot_last_entry(incoming)
+        try:
+            ends = self._snapshot_last_entry(incoming)
+        except ValueError as exc:
+            os.unlink(incoming)
+            _unreadable_snapshots.note("unreadable", f"a snapshot from {getattr(peer, 'address', peer)} was refused "
+                                       f"and this node keeps its own snapshot and log: {exc}")
+            return
         commit = node.raftCommitIndex
-        if ends is not None and (ends[0] <= commit or _entry_term(node, ends[0]) == ends[1]):
+        if ends[0] <= commit or _entry_term(node, ends[0]) == ends[1]:
             os.unlink(incoming)
             matched = max(commit, ends[0])  # committed entries, and a prefix the last entry vouches for
             log.info("ignored a snapshot ending at index %d (term %d): this node holds that entry (commit index "
                      "%d, log up to %d) and keeps its log", ends[0], ends[1], commit, current_log_index(node))
             node._SyncObj__sendNextNodeIdx(peer, nextNodeIdx=matched + 1, success=True)
             return
-        if ends is not None and _entry_term(node, ends[0]) is not None:
+        if _entry_term(node, ends[0]) is not None:
             # The log holds another entry at the snapshot's last index: replaced from there.
             on_conflict = raft_log(node).on_conflict
             if on_conflict is not None:
@@ -667,7 +683,7 @@ class SnapshotReceiver:
         os.replace(incoming, self.snapshot_path)
         node._SyncObj__loadDumpFile(clearJournal=True)
         installed = current_log_index(node)  # the snapshot's last entry; everything in it is committed
-        if ends is None or installed != ends[0]:
+        if installed != ends[0]:
             log.error("a snapshot received from %s was not installed; the leader sends it again",
                       getattr(peer, "address", peer))
             return

@@ -48,17 +48,20 @@ def existing(path: str) -> SnapshotInfo | None:
     return SnapshotInfo.of(path, header.applied_index, ends[0] if ends is not None else 0)
 
 
-def last_entry(path: str) -> tuple[int, int] | None:
+def last_entry(path: str) -> tuple[int, int]:
     """(index, term) of the last log entry a snapshot file covers, from its raft data
     alone (unverified: enough to tell a stale snapshot, which is then discarded; one
-    that is installed is verified by open_received). None when it cannot be read."""
+    that is installed is verified by open_received). SnapshotFormatError (a
+    ValueError) saying why when it cannot be read."""
     try:
         with open(path, "rb") as f:
             header = snapshot_file.read_header(f)
             last, _previous, _members = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
-    except (OSError, ValueError, KeyError, TypeError):  # SnapshotFormatError is a ValueError
-        return None
-    return last[1], last[2]
+            return last[1], last[2]
+    except snapshot_file.SnapshotFormatError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise snapshot_file.SnapshotFormatError(f"its raft data cannot be read ({exc})") from exc
 
 
 def write(path: str, raft_data: tuple, store: Store, key: bytes) -> SnapshotInfo:

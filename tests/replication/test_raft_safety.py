@@ -6,6 +6,7 @@ writes it acknowledged)."""
 from __future__ import annotations
 
 import argparse
+import struct
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 from pysyncobj.transport import TCPTransport
 
-from coordinator.replication import pysyncobj_adapter
+from coordinator.replication import node as node_module
+from coordinator.replication import pysyncobj_adapter, snapshot_file
 from coordinator.replication.node import CoordinatorNode
 from raftpoint.cli import repair
 from tests.replication.test_node import Cluster, commit, create_group, register, wait_for
@@ -68,24 +70,31 @@ def send_snapshot_again(leader: CoordinatorNode, follower: CoordinatorNode) -> N
     leader._SyncObj__raftNextIndex[peer] = 1
 
 
+def follower_past_the_leaders_snapshot(cluster: Cluster) -> tuple[CoordinatorNode, CoordinatorNode]:
+    """(leader, follower) once the leader has compacted its log and the follower has
+    committed well past the leader's snapshot; no write follows (the leader's next
+    compaction would move its snapshot)."""
+    cluster.propose(create_group())
+    cluster.propose(register("r-1", "a"))
+    for i in range(1, 50):
+        cluster.propose(commit(f"c-{i}", "a", i))
+    leader = cluster.leader()
+    wait_for(lambda: leader.last_snapshot is not None and leader.last_snapshot.applied_index > 20,
+             "the leader to compact its log")
+    snapshot_at = leader.last_snapshot.applied_index
+    for i in range(50, 60):  # the follower's commit index moves past the leader's snapshot
+        cluster.propose(commit(f"c-{i}", "a", i))
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    wait_for(lambda: follower.raftCommitIndex > snapshot_at + 5, "the follower to commit past the snapshot")
+    return leader, follower
+
+
 def test_a_follower_ignores_a_snapshot_that_ends_below_its_commit_index(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     installs = StaleInstalls(monkeypatch)
     cluster = Cluster(tmp_path, compaction_min_entries=20, compaction_min_time=0.2)
     try:
-        cluster.propose(create_group())
-        cluster.propose(register("r-1", "a"))
-        for i in range(1, 50):
-            cluster.propose(commit(f"c-{i}", "a", i))
-        leader = cluster.leader()
-        wait_for(lambda: leader.last_snapshot is not None and leader.last_snapshot.applied_index > 20,
-                 "the leader to compact its log")
-        snapshot_at = leader.last_snapshot.applied_index
-        for i in range(50, 60):  # the follower's commit index moves past the leader's snapshot
-            cluster.propose(commit(f"c-{i}", "a", i))
-        follower = next(n for n in cluster.nodes.values() if n is not leader)
-        wait_for(lambda: follower.raftCommitIndex > snapshot_at + 5, "the follower to commit past the snapshot")
-        # No write from here on: the leader's next compaction would move its snapshot.
+        leader, follower = follower_past_the_leaders_snapshot(cluster)
         commit_before, log_end_before = follower.raftCommitIndex, last_index(follower)
         assert leader.last_snapshot.applied_index < commit_before, "the leader compacted again; nothing stale to send"
 
@@ -103,6 +112,55 @@ def test_a_follower_ignores_a_snapshot_that_ends_below_its_commit_index(
 
         cluster.propose(commit("c-after", "a", 60))  # replication goes on from the kept log
         wait_for(cluster.converged, "replicas to converge after the ignored snapshot")
+        assert [c.index for c in follower.read_state().checkpoints("g", "a")] == list(range(1, 61))
+    finally:
+        cluster.close()
+
+
+def test_a_snapshot_the_follower_cannot_read_replaces_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot of a format this version does not read (version 1, as a leader of an
+    older version sends) is refused before it replaces the follower's own snapshot
+    and log; the follower goes on once a readable one comes."""
+    stops: list[str] = []
+
+    def no_exit(message: str, code: int = 0) -> None:
+        stops.append(message)
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(node_module, "fail_stop", no_exit)
+    cluster = Cluster(tmp_path, compaction_min_entries=20, compaction_min_time=0.2)
+    try:
+        leader, follower = follower_past_the_leaders_snapshot(cluster)
+        wait_for(lambda: follower.last_snapshot is not None, "the follower to compact its log")
+        snapshot = Path(follower.snapshot_path)
+        own_snapshot = snapshot.read_bytes()
+        commit_before, log_end_before = follower.raftCommitIndex, last_index(follower)
+
+        sent = SnapshotsSent(monkeypatch, leader)
+        old_format = struct.pack(">I", snapshot_file.OLD_VERSION)
+        real_send = TCPTransport.send  # SnapshotsSent's: it counts what leaves
+
+        def send_as_version_1(transport: TCPTransport, node: Any, message: Any) -> bool:
+            chunk = message.get("serialized") if isinstance(message, dict) else None
+            if chunk is not None and chunk[1] and pysyncobj_adapter.transport_owner(transport) is leader:
+                data = chunk[0]
+                at = len(snapshot_file.MAGIC)
+                message = {**message, "serialized": (data[:at] + old_format + data[at + 4:], *chunk[1:])}
+            return real_send(transport, node, message)
+
+        monkeypatch.setattr(TCPTransport, "send", send_as_version_1)
+        wait_for(lambda: (send_snapshot_again(leader, follower), sent.finished)[1] >= 2,
+                 "the leader to send its snapshot to the follower twice", timeout=10)
+        seen = (follower.raftCommitIndex, last_index(follower))
+        kept = snapshot.exists() and snapshot.read_bytes() == own_snapshot
+        assert (stops, kept) == ([], True), (
+            f"an unreadable snapshot replaced the follower's own: stops {stops}; (commit index, last log index) "
+            f"went from ({commit_before}, {log_end_before}) to {seen}")
+        assert seen[0] >= commit_before and seen[1] >= log_end_before, (commit_before, log_end_before, seen)
+
+        monkeypatch.setattr(TCPTransport, "send", real_send)
+        cluster.propose(commit("c-after", "a", 60))
+        wait_for(cluster.converged, "replicas to converge once readable snapshots are sent")
         assert [c.index for c in follower.read_state().checkpoints("g", "a")] == list(range(1, 61))
     finally:
         cluster.close()
