@@ -22,6 +22,10 @@ from coordinator.transport.status_map import abort_with
 T = TypeVar("T")
 WORKERS = 2
 MAX_WAITING = 32
+# A read of at most this many records (all it scans, not the page it returns) runs on the event loop:
+# it costs less than the hop to a worker thread and back, and it is neither queued
+# behind heavy reads nor refused with them.
+INLINE_RECORDS = 64
 
 
 class HeavyReads:
@@ -31,8 +35,15 @@ class HeavyReads:
         self._max_waiting = max_waiting
         self._waiting = 0
 
-    async def run(self, context: grpc.aio.ServicerContext, read: Callable[[], T]) -> T:
-        """`read()` on a worker thread; a Rejection it raises ends the RPC with its status."""
+    async def run(self, context: grpc.aio.ServicerContext, read: Callable[[], T], records: int | None = None) -> T:
+        """`read()` on a worker thread, or here when it reads at most INLINE_RECORDS
+        records (`records`: its bound, None when unbounded); a Rejection it raises ends
+        the RPC with its status."""
+        if records is not None and records <= INLINE_RECORDS:
+            try:
+                return read()
+            except Rejection as r:
+                await abort_with(context, r)
         if self._waiting >= self._max_waiting:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"{self._waiting} heavy reads are queued on this node; retry later")

@@ -159,7 +159,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             agents, token = paging.page(state.agents(request.group), lambda a: (a.agent_id,), after, size)
             return pb.GetGroupResponse(group=wire.group_to_pb(group), agents=[wire.agent_to_pb(a) for a in agents],
                                        recent_epochs=[wire.epoch_to_pb(e) for e in epochs], next_page_token=token)
-        return await self.heavy.run(context, read)
+        return await self.heavy.run(context, read, records=len(group.members) + RECENT_EPOCHS)
 
     async def ListCheckpoints(self, request, context):
         if request.agent_id:

@@ -14,7 +14,7 @@ from agent_client.connection import Connection
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import queries
-from coordinator.transport.heavy_reads import HeavyReads
+from coordinator.transport.heavy_reads import INLINE_RECORDS, HeavyReads
 
 READ_S = 3.0  # long against a heartbeat even on a loaded machine
 
@@ -68,6 +68,27 @@ async def test_heavy_reads_beyond_the_queue_bound_are_refused_as_resource_exhaus
         with pytest.raises(RuntimeError, match="queued"):
             await heavy.run(refused, lambda: True)
         assert refused.aborted is grpc.StatusCode.RESOURCE_EXHAUSTED
+        release.set()
+        assert await asyncio.wait_for(running, 10) is True and await asyncio.wait_for(queued, 10) is True
+    finally:
+        release.set()
+        heavy.close()
+
+
+async def test_a_read_of_few_records_runs_on_the_loop_and_is_never_queued_behind_heavy_ones() -> None:
+    release = threading.Event()
+    heavy = HeavyReads(workers=1, max_waiting=1)
+    try:
+        running = asyncio.create_task(heavy.run(_Context(), lambda: release.wait(10)))
+        queued = asyncio.create_task(heavy.run(_Context(), lambda: True))
+        await asyncio.sleep(0.05)
+        loop_thread = threading.get_ident()
+        light = _Context()
+        ran_on = await asyncio.wait_for(heavy.run(light, threading.get_ident, records=INLINE_RECORDS), 1)
+        assert (ran_on, light.aborted) == (loop_thread, None), "a small read waited for, or was refused with, heavy ones"
+        unbounded = _Context()
+        with pytest.raises(RuntimeError, match="queued"):
+            await heavy.run(unbounded, threading.get_ident, records=INLINE_RECORDS + 1)
         release.set()
         assert await asyncio.wait_for(running, 10) is True and await asyncio.wait_for(queued, 10) is True
     finally:
