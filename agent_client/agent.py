@@ -29,7 +29,7 @@ from agent_client.background import START_UP_GRACE_S, Heartbeater, OrderWatcher,
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from agent_client.effects import Effect, Op, Rpc, drive, perform_blocking
+from agent_client.effects import Effect, Op, Rpc, drive, operation_span, perform_blocking
 from agent_client.restored import Restored, RestoreKind
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -59,11 +59,12 @@ class AgentClient(ClientBase):
             return self.stream.call(effect.method, effect.request)
         return perform_blocking(self.conn, effect)
 
-    def _run(self, op: Op[T], *, registering: bool = False) -> T:
+    def _run(self, op: Op[T], *, registering: bool = False, span: str = "") -> T:
         with self._lock:
             mark = self._mark()
             try:
-                return drive(op, self._perform)
+                with operation_span(span, self.core.group, self.core.agent_id):
+                    return drive(op, self._perform)
             finally:
                 self._settle_effects(mark)
                 if registering:
@@ -143,11 +144,11 @@ class AgentClient(ClientBase):
     def restore(self, meta: pb.CheckpointMeta | None = None, reason: str | None = None) -> Restored:
         """Load `meta` (default: where Register said to resume) and reset the client's
         protocol state to it. A rejected checkpoint changes nothing and says why."""
-        return self._run(self.core.restore(meta, reason))
+        return self._run(self.core.restore(meta, reason), span="raftpoint.restore")
 
     def checkpoint(self, state: Any = None, *, forced_index: int | None = None, epoch: int | None = None) -> int:
         """Write the blob, then commit the metadata; returns the checkpoint index."""
-        return self._run(self.core.checkpoint(state, forced_index=forced_index, epoch=epoch))
+        return self._run(self.core.checkpoint(state, forced_index=forced_index, epoch=epoch), span="raftpoint.checkpoint")
 
     def wrap(self, payload: bytes, to: str) -> bytes:
         """The envelope to send instead of `payload`."""
@@ -167,7 +168,7 @@ class AgentClient(ClientBase):
 
     def obey(self, order: pb.Order) -> Restored | None:
         """Carry out an order and acknowledge it; a rollback returns what was restored."""
-        return self._run(self.core.obey(order))
+        return self._run(self.core.obey(order), span="raftpoint.obey")
 
     def sync_orders(self, window: float = 0.5) -> list[pb.Order]:
         """Carry out the orders pending now (e.g. right after restore(), before the first

@@ -35,6 +35,7 @@ import grpc
 
 from agent_client.connection import (BACKOFF, RETRYABLE, AsyncConnection, Connection, CoordinatorUnavailable,
                                      Rejected, TLSHandshakeFailed, _trailer, overload_hint, spread_hint)
+from coordinator import tracing
 from coordinator.api.metadata import REASON_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -84,7 +85,8 @@ def carries(service: str, method: str) -> bool:
 
 
 def frame(correlation: int, field: str, request: Any, issued_at: str = "") -> pb.AgentFrame:
-    return pb.AgentFrame(correlation=correlation, issued_at=issued_at, **{field: request})
+    return pb.AgentFrame(correlation=correlation, issued_at=issued_at, trace_context=tracing.context_to_send(),
+                         **{field: request})
 
 
 def status_code(status: pb.FrameStatus) -> grpc.StatusCode:

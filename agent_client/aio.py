@@ -22,7 +22,7 @@ from agent_client.background import RECONNECT_S, START_UP_GRACE_S, WATCH_STREAM_
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import AsyncConnection, CoordinatorUnavailable, Rejected
-from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, Watch, drive_async
+from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, Watch, drive_async, operation_span
 from agent_client.restored import Restored
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -79,17 +79,19 @@ class AsyncAgentClient(ClientBase):
         if isinstance(effect, Watch):
             return await self.conn.collect("AgentService", "WatchOrders", effect.request, window=effect.window)
         if isinstance(effect, Blocking):
-            return effect.fn() if effect.quick else await asyncio.to_thread(effect.fn)
+            with effect.traced():
+                return effect.fn() if effect.quick else await asyncio.to_thread(effect.fn)
         if isinstance(effect, Callback):
             result = effect.fn()
             return (await result) if inspect.isawaitable(result) else result
         raise TypeError(f"unknown effect {effect!r}")
 
-    async def _run(self, op: Op[T], *, registering: bool = False) -> T:
+    async def _run(self, op: Op[T], *, registering: bool = False, span: str = "") -> T:
         async with self._lock:
             mark = self._mark()
             try:
-                return await drive_async(op, self._perform)
+                with operation_span(span, self.core.group, self.core.agent_id):
+                    return await drive_async(op, self._perform)
             finally:
                 if self._effects is not None and self._mark() != mark:  # the thread hop only when there is work
                     await asyncio.to_thread(self._settle_effects, mark)
@@ -226,11 +228,11 @@ class AsyncAgentClient(ClientBase):
 
     # ---- protocol operations ----------------------------------------------------------
     async def restore(self, meta: pb.CheckpointMeta | None = None, reason: str | None = None) -> Restored:
-        return await self._run(self.core.restore(meta, reason))
+        return await self._run(self.core.restore(meta, reason), span="raftpoint.restore")
 
     async def checkpoint(self, state: Any = None, *, forced_index: int | None = None,
                          epoch: int | None = None) -> int:
-        return await self._run(self.core.checkpoint(state, forced_index=forced_index, epoch=epoch))
+        return await self._run(self.core.checkpoint(state, forced_index=forced_index, epoch=epoch), span="raftpoint.checkpoint")
 
     def wrap(self, payload: bytes, to: str) -> bytes:
         """Local only (no I/O): not awaited. Hold atomic() around it and the state change
@@ -248,7 +250,7 @@ class AsyncAgentClient(ClientBase):
         return await self._run(self.core.pending_orders(window))
 
     async def obey(self, order: pb.Order) -> Restored | None:
-        return await self._run(self.core.obey(order))
+        return await self._run(self.core.obey(order), span="raftpoint.obey")
 
     async def sync_orders(self, window: float = 0.5) -> list[pb.Order]:
         return await self._run(self.core.sync_orders(window))

@@ -34,6 +34,7 @@ from coordinator.api.metadata import (ISSUED_AT_METADATA_KEY, LEADER_METADATA_KE
                                       RETRY_AFTER_METADATA_KEY, bearer, parse_reason, parse_retry_after)
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
+from coordinator import tracing
 from coordinator.channels import ClientTLS, resolve
 from coordinator.endpoint_diagnosis import Misconfigured, diagnose, summary
 from coordinator.endpoints_file import DEFAULT_DATA_DIR
@@ -299,7 +300,7 @@ class Connection(_Targets):
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
-        metadata = issued_now() + self.credentials
+        metadata = issued_now() + self.credentials + tuple(tracing.context_to_send().items())
 
         def attempt() -> Any:
             target = self.target
@@ -385,7 +386,7 @@ class AsyncConnection(_Targets):
         return getattr(pb_grpc, f"{service}Stub")(channel)
 
     async def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
-        metadata = issued_now() + self.credentials
+        metadata = issued_now() + self.credentials + tuple(tracing.context_to_send().items())
 
         async def attempt() -> Any:
             target = self.target

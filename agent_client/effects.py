@@ -9,9 +9,11 @@ error reaches the protocol.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, TypeVar
+from typing import Any, Awaitable, Callable, ContextManager, Generator, TypeVar
 
+from coordinator import tracing
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 T = TypeVar("T")
@@ -41,6 +43,10 @@ class Blocking:
 
     fn: Callable[[], Any]
     quick: bool = False
+    span: str = ""  # the trace span's name for this call ("": none)
+
+    def traced(self) -> ContextManager[None]:
+        return tracing.span(self.span) if self.span else contextlib.nullcontext()
 
 
 @dataclass(slots=True)
@@ -53,6 +59,13 @@ class Callback:
 
 Effect = Rpc | Watch | Blocking | Callback
 Op = Generator[Effect, Any, T]
+
+
+def operation_span(name: str, group: str, agent_id: str) -> ContextManager[None]:
+    """The trace span of one protocol operation a shell runs ("": none)."""
+    if not name:
+        return contextlib.nullcontext()
+    return tracing.span(name, **{"raftpoint.group": group, "raftpoint.agent": agent_id})
 
 
 def step(op: Op[T], value: Any = None, error: BaseException | None = None) -> tuple[bool, Any]:
@@ -71,7 +84,10 @@ def perform_blocking(conn: Any, effect: Effect) -> Any:
         return conn.call(effect.service, effect.method, effect.request)
     if isinstance(effect, Watch):
         return conn.collect("AgentService", "WatchOrders", effect.request, window=effect.window)
-    if isinstance(effect, (Blocking, Callback)):
+    if isinstance(effect, Blocking):
+        with effect.traced():
+            return effect.fn()
+    if isinstance(effect, Callback):
         return effect.fn()
     raise TypeError(f"unknown effect {effect!r}")
 

@@ -190,7 +190,7 @@ class AgentProtocol:
                                            RestoreKind.COLD_START))
         try:
             data = yield Blocking(partial(load_verified, self.blobs, meta, expected_schema=self.schema_version,
-                                          expected_config_hash=self.config_hash))
+                                          expected_config_hash=self.config_hash), span="raftpoint.blob.get")
             client, state = checkpoint_blob.unpack(data, expected_schema=self.schema_version)
         except CheckpointRejected as exc:
             return self._remember(Restored(None, meta.index, f"rejected: {exc.reason.value}: {exc.detail}",
@@ -239,7 +239,7 @@ class AgentProtocol:
         client = {"rule": self._rule.to_json(), "cut_epoch": cut, "delivered": self._delivered.to_json(),
                   "sent": self._sent, "seq": self._channel_seq}
         data = checkpoint_blob.pack(client, value, schema_version=self.schema_version)
-        blob = yield Blocking(partial(self.blobs.put, data, parent=self._manifest))
+        blob = yield Blocking(partial(self.blobs.put, data, parent=self._manifest), span="raftpoint.blob.put")
         if self.after_blob_write is not None:
             yield Callback(partial(self.after_blob_write, blob))
         yield Blocking(self.deliveries.sync)  # what the checkpoint depends on is on disk first

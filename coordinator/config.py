@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Collection, Mapping
 
 from coordinator.channels import CLIENT_ENV
+from coordinator.tracing import TRACE_FILE_ENV
 from coordinator.core import ids
 from coordinator.core.errors import Rejection
 
@@ -367,7 +368,7 @@ def _did_you_mean(name: str, known: Collection[str]) -> str:
 def _refuse_unknown_env(env: Mapping[str, str]) -> None:
     """A misspelled RAFTPOINT_* variable was silently ignored, and the node ran with
     the default the operator meant to change."""
-    known = {CONFIG_ENV, *CLIENT_ENV, *(ENV_PREFIX + name.upper() for name in _FIELDS)}
+    known = {CONFIG_ENV, TRACE_FILE_ENV, *CLIENT_ENV, *(ENV_PREFIX + name.upper() for name in _FIELDS)}
     unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known
                      and not k.startswith(FOREIGN_ENV_PREFIXES))
     if unknown:

@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from coordinator import config
+from coordinator import config, tracing
 from coordinator.channels import ClientTLS
 from coordinator.config import ConfigError, NodeConfig
 from coordinator.observability import gc_pauses, metrics, metrics_server
@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     configure_logging(cfg.log_level)
+    tracing.configure_from_env()  # before the server and its interceptors are made
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     raise_fd_limit(cfg.max_connections)
     try:

@@ -18,7 +18,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from coordinator import wire
+from coordinator import tracing, wire
 from coordinator.api.v1 import log_pb2
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Entry, Proposal, Result, decode_result
@@ -36,6 +36,14 @@ MAX_BATCH = 256
 MAX_BATCHES_IN_FLIGHT = 2
 
 
+def _trace(queued: _Queued) -> None:
+    """The stages of an answered proposal, as spans under the call's span."""
+    if queued.applied_ns:
+        tracing.stage_spans((("raftpoint.batch", queued.queued_ns, queued.sent_ns),
+                             ("raftpoint.replicate_and_apply", queued.sent_ns, queued.applied_ns),
+                             ("raftpoint.answer", queued.applied_ns, time.time_ns())))
+
+
 class OutcomeUnknown(Exception):
     """The command may or may not have been applied: retrying it with the same request
     id is safe, because the state machine answers a retried id from its dedupe table."""
@@ -46,6 +54,10 @@ class _Queued:
     message: log_pb2.LogEntry
     entry: Entry
     future: asyncio.Future
+    # time.time_ns() of each stage, for the trace's spans (tracing.stage_spans)
+    queued_ns: int = 0
+    sent_ns: int = 0
+    applied_ns: int = 0  # on the Raft thread: committed on a majority and applied here
 
 
 class Batcher:
@@ -73,7 +85,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         proposed = time.perf_counter()
-        self._queue.append(_Queued(message, entry, future))
+        queued = _Queued(message, entry, future, queued_ns=time.time_ns())
+        self._queue.append(queued)
         if not self._flush_scheduled and self._in_flight < MAX_BATCHES_IN_FLIGHT:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
@@ -81,6 +94,7 @@ class Batcher:
         try:
             answer = await future
             metrics.PROPOSAL_SECONDS.observe(time.perf_counter() - proposed)
+            _trace(queued)
             return decode_result(answer)
         finally:
             self.waiting -= 1
@@ -147,6 +161,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         futures = [q.future for q in batch]
         released = False
+        sent_ns = time.time_ns()
+        for q in batch:
+            q.sent_ns = sent_ns
 
         def settle(result: bytes | list[bytes] | None, error: str | None) -> None:
             """On the answer, or after ANSWER_TIMEOUT_S without one: never both."""
@@ -158,6 +175,9 @@ class Batcher:
                 self._released()
 
         def on_done(result: bytes | list[bytes] | None, error: str | None) -> None:  # on the Raft thread
+            applied_ns = time.time_ns()
+            for q in batch:
+                q.applied_ns = applied_ns
             loop.call_soon_threadsafe(settle, result, error)
 
         try:

@@ -27,6 +27,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import grpc
 
+from coordinator import tracing
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core.errors import Rejection
 from coordinator.transport import auth
@@ -185,7 +186,7 @@ class AgentSession:
                 self.outbox.put_nowait(refusal)
                 return
             request = getattr(frame, kind)
-            with self._in_flight():
+            with self._in_flight(), tracing.continued(f"{RPC_OF_FRAME[kind]} (session)", frame.trace_context):
                 response = await handler(request, frame.issued_at or None)
             if kind == "register":
                 self._hold((request.group, request.agent_id, response.incarnation))

@@ -11,6 +11,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator import tracing
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.config import NodeConfig
@@ -164,7 +165,9 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     if limits.unauthenticated_per_source:
         front = ConnectionFront(address, ConnectionCaps.of(limits.max_connections, limits.unauthenticated_per_source),
                                 known_hosts)
-    interceptors = [RequestInterceptor(admission, authorizer, front.proven if front is not None else None)]
+    # The trace's span first: it covers admission and authorization too.
+    interceptors = [*tracing.server_interceptors(),
+                    RequestInterceptor(admission, authorizer, front.proven if front is not None else None)]
     server = grpc.aio.server(interceptors=interceptors, maximum_concurrent_rpcs=limits.max_rpcs, options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -667,9 +667,17 @@ class MembershipResponse(_message.Message):
     def __init__(self, result: _Optional[str] = ...) -> None: ...
 
 class AgentFrame(_message.Message):
-    __slots__ = ("correlation", "issued_at", "register", "heartbeat", "commit_checkpoint", "report_dependencies", "ack_order", "deregister", "watch_orders")
+    __slots__ = ("correlation", "issued_at", "trace_context", "register", "heartbeat", "commit_checkpoint", "report_dependencies", "ack_order", "deregister", "watch_orders")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CORRELATION_FIELD_NUMBER: _ClassVar[int]
     ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     COMMIT_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -679,6 +687,7 @@ class AgentFrame(_message.Message):
     WATCH_ORDERS_FIELD_NUMBER: _ClassVar[int]
     correlation: int
     issued_at: str
+    trace_context: _containers.ScalarMap[str, str]
     register: RegisterRequest
     heartbeat: HeartbeatRequest
     commit_checkpoint: CommitCheckpointRequest
@@ -686,7 +695,7 @@ class AgentFrame(_message.Message):
     ack_order: AckOrderRequest
     deregister: DeregisterRequest
     watch_orders: WatchOrdersRequest
-    def __init__(self, correlation: _Optional[int] = ..., issued_at: _Optional[str] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[ReportDependenciesRequest, _Mapping]] = ..., ack_order: _Optional[_Union[AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[DeregisterRequest, _Mapping]] = ..., watch_orders: _Optional[_Union[WatchOrdersRequest, _Mapping]] = ...) -> None: ...
+    def __init__(self, correlation: _Optional[int] = ..., issued_at: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[ReportDependenciesRequest, _Mapping]] = ..., ack_order: _Optional[_Union[AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[DeregisterRequest, _Mapping]] = ..., watch_orders: _Optional[_Union[WatchOrdersRequest, _Mapping]] = ...) -> None: ...
 
 class FrameStatus(_message.Message):
     __slots__ = ("code", "reason", "message", "leader", "retry_after_s")

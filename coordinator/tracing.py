@@ -1,0 +1,119 @@
+"""OpenTelemetry traces when the `otel` extra is installed; nothing at all otherwise.
+
+W3C trace context travels in gRPC metadata (sent by the agent library's connection,
+read by opentelemetry-instrumentation-grpc's server interceptor), so an agent's trace
+(LangSmith, its own OpenTelemetry spans) continues into the coordinator's server
+span. Under a commit's server span the leader adds the stages it times itself
+(`stage_spans`): queued in the batcher, replicated to a majority and applied, and
+the answer's way back to the event loop. Calls an agent's session stream carries
+send their context in the frame (`context_to_send`, `continued`), so they join the
+agent's trace as unary calls do. The agent library adds spans for its
+operations (checkpoint, restore, an order obeyed) and for the blob store's reads
+and writes inside them.
+
+Which exporter, if any, is the process's choice: `opentelemetry-instrument`
+(opentelemetry-distro) sets one up from the standard OTEL_* variables, and
+RAFTPOINT_TRACE_FILE=PATH (`configure_from_env`) writes finished spans to PATH as
+JSON lines, for debugging and tests. Without a configured provider no interceptor is
+installed, the API's spans are no-ops and `stage_spans` records nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator, Mapping, Sequence
+
+try:
+    from opentelemetry import propagate, trace
+    from opentelemetry.instrumentation import grpc as otel_grpc
+except ImportError:  # the `otel` extra is not installed
+    propagate = trace = None  # type: ignore[assignment]
+    otel_grpc = None  # type: ignore[assignment]
+
+TRACE_FILE_ENV = "RAFTPOINT_TRACE_FILE"
+TRACER = "raftpoint"
+Stage = tuple[str, int, int]  # (span name, start, end) in time.time_ns()
+
+
+def configured() -> bool:
+    """Whether this process exports traces: the extra is installed and a tracer provider
+    was set. Channels and servers made before then carry no trace context: set the
+    provider first (as `opentelemetry-instrument` does), and nothing costs anything
+    in a process that does not trace."""
+    if trace is None:
+        return False
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+def server_interceptors() -> list[Any]:
+    """For grpc.aio.server: the span of each call, continuing the caller's trace."""
+    return [otel_grpc.aio_server_interceptor()] if configured() else []
+
+
+def configure_from_env() -> None:
+    """Export finished spans to RAFTPOINT_TRACE_FILE as JSON lines, when it is set
+    (needs opentelemetry-sdk; a clear error when it is missing)."""
+    path = os.environ.get(TRACE_FILE_ENV)
+    if not path:
+        return
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+    except ImportError:
+        raise SystemExit(f"{TRACE_FILE_ENV} is set, but opentelemetry-sdk is not installed "
+                         "(pip install 'raftpoint[otel]' opentelemetry-sdk)") from None
+    out = open(path, "a", buffering=1, encoding="utf-8")  # one line per span, flushed as written
+    exporter = ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+
+def recording() -> bool:
+    """Whether the current span records: timing stages is worth it only then."""
+    return trace is not None and trace.get_current_span().is_recording()
+
+
+@contextlib.contextmanager
+def span(name: str, **attributes: Any) -> Iterator[None]:
+    """A span around the block, a child of the current one."""
+    if trace is None:
+        yield
+        return
+    with trace.get_tracer(TRACER).start_as_current_span(name, attributes=attributes):
+        yield
+
+
+def context_to_send() -> dict[str, str]:
+    """The current trace context as W3C headers (traceparent, tracestate): a unary
+    call's metadata, or a frame on an agent's session stream (which is not a call of
+    its own). The client sends it itself, without OpenTelemetry's client interceptors:
+    those wrap a stream call in a generator without cancel(), which the session's
+    and the order watcher's streams need."""
+    if not configured():
+        return {}
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
+@contextlib.contextmanager
+def continued(name: str, carrier: Mapping[str, str]) -> Iterator[None]:
+    """A server span for work a message asked for, continuing the trace its sender's
+    `context_to_send` gave; none when it gave none (the work stays under the stream's
+    span: an untraced agent's keepalives make no spans of their own)."""
+    if not configured() or not carrier:
+        yield
+        return
+    with trace.get_tracer(TRACER).start_as_current_span(name, context=propagate.extract(dict(carrier)),
+                                                        kind=trace.SpanKind.SERVER):
+        yield
+
+
+def stage_spans(stages: Sequence[Stage]) -> None:
+    """Child spans of the current span for stages that are already over."""
+    if not recording():
+        return
+    tracer = trace.get_tracer(TRACER)
+    for name, start, end in stages:
+        tracer.start_span(name, start_time=start).end(end_time=max(start, end))
