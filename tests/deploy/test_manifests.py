@@ -552,8 +552,8 @@ def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
     [entrypoint] = [arg for op, arg in instructions if op == "ENTRYPOINT"]
     assert json.loads(entrypoint) == ["raftpoint", "coordinator"]  # exec form: gets SIGTERM directly
     exposed = {int(p.split("/")[0]) for op, arg in instructions if op == "EXPOSE" for p in arg.split()}
-    assert exposed == {RAFT, GRPC, METRICS}
-    assert any(op == "RUN" and "pip install --no-cache-dir ." in arg for op, arg in instructions)
+    assert exposed == {RAFT, GRPC, METRICS, PROBES}
+    assert any(op == "RUN" and re.search(r'pip install --no-cache-dir "?\.', arg) for op, arg in instructions)
     assert any(op == "WORKDIR" for op, _ in instructions)
     # The manifests' securityContext agrees with the image's user.
     assert pod_spec(render("prod"))["securityContext"]["runAsUser"] == int(user)
