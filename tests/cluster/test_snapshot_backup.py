@@ -9,6 +9,9 @@ import pytest
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.local_cluster import LocalCluster
+from coordinator.replication import backup_file, snapshot_file
+from coordinator.replication.journal_file import read_term_file
+from coordinator.storage.protocol import SNAPSHOT_FILE, TERM_FILE
 from raftpoint.cli.main import main as raftpoint
 from tests.support.cluster import FAST, Client
 
@@ -53,6 +56,14 @@ def test_a_new_cluster_restored_from_a_backup_holds_every_acknowledged_write(
     for node in new.nodes:
         code = raftpoint(["snapshot", "restore", str(backup), "--data-dir", str(node.data_dir), "--members", members])
         assert code == 0, capsys.readouterr().err
+    with open(backup, "rb") as f:
+        info = backup_file.read_info(f)
+    for node in new.nodes:
+        assert read_term_file(node.data_dir / TERM_FILE)["term"] == info.last_term >= 1
+        with open(node.data_dir / SNAPSHOT_FILE, "rb") as f:
+            header = snapshot_file.read_header(f)
+            _, _, named = snapshot_file.decode_raft_data(f.read(header.raft_len), str)
+        assert named == {n.raft for n in new.nodes}, "the restored snapshot must name the new members only"
     with new.start_all():
         new.leader()
         after = written(Client(new))
