@@ -33,6 +33,9 @@ from coordinator.replication.journal_file import write_term_file
 from coordinator.storage.protocol import SNAPSHOT_FILE, TERM_FILE
 
 
+PARTIAL_SNAPSHOT = SNAPSHOT_FILE + ".restoring"
+
+
 class RestoreRefused(ValueError):
     """The restore would not be safe or cannot be done; nothing was written."""
 
@@ -62,8 +65,11 @@ def restore(backup: Path, data_dir: Path, members: list[str], raft_password: str
     Raises RestoreRefused, BackupFormatError (a damaged backup) or OSError."""
     new_members = check_members(members)
     if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
-        raise RestoreRefused(f"{data_dir} is not an empty directory: a restore seeds a new node only, never "
-                             "one that holds a cluster's data")
+        unfinished = data_dir.is_dir() and not (data_dir / SNAPSHOT_FILE).exists() and \
+            {p.name for p in data_dir.iterdir()} <= {TERM_FILE, PARTIAL_SNAPSHOT}
+        raise RestoreRefused(f"{data_dir} holds an unfinished restore: delete it and restore again" if unfinished
+                             else f"{data_dir} is not an empty directory: a restore seeds a new node only, never "
+                                  "one that holds a cluster's data")
     key = journal_format.record_key(raft_password)
     f, info = backup_file.open_checked(backup)
     with f:
@@ -84,7 +90,7 @@ def restore(backup: Path, data_dir: Path, members: list[str], raft_password: str
         # The term file first: the snapshot, renamed into place last, marks a finished restore.
         write_term_file(data_dir / TERM_FILE, {"term": info.last_term, "voted_for": None,
                                                 "key_id": journal_format.key_id(key)})
-        partial = data_dir / (SNAPSHOT_FILE + ".restoring")
+        partial = data_dir / PARTIAL_SNAPSHOT
         raft_json = snapshot_file.encode_raft_data((last, previous, new_members))
         snapshot_file.write(str(partial), header.applied_index, raft_json, snapshot_file.image_of(f, header), key)
     os.replace(partial, data_dir / SNAPSHOT_FILE)

@@ -92,6 +92,11 @@ def test_restore_refuses_what_would_touch_a_cluster(saved: tuple[Path, LocalClus
     monkeypatch.setenv("RAFTPOINT_RAFT_PASSWORD", "another-password-of-32-characters")
     code, err = refusal(capsys, [*restore, "--data-dir", str(old.nodes[0].data_dir)])
     assert code == 2 and "not an empty directory" in err, err
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / TERM_FILE).write_text('{"term": 1}')
+    code, err = refusal(capsys, [*restore, "--data-dir", str(unfinished)])
+    assert code == 2 and "unfinished restore: delete it" in err, err
     code, err = refusal(capsys, [*restore[:4], "no-port", "--data-dir", str(tmp_path / "bad-member")])
     assert code == 2 and "host:port" in err, err
 
