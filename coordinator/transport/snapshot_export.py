@@ -1,8 +1,8 @@
 """AdminService.SaveSnapshot: a consistent copy of the state, streamed for a backup.
 
-Any node can answer: after a ReadIndex round it has applied everything the leader had
-committed when the call arrived, so every write acknowledged before the call is in
-the copy. The copy is the node's own Raft snapshot file (replication.snapshots),
+The leader answers (a follower redirects, as for every read): after a ReadIndex round
+it has applied everything committed when the call arrived, so every write
+acknowledged before the call is in the copy. The copy is the node's own Raft snapshot file (replication.snapshots),
 written for the call when the last one ends earlier, so it is exactly what the node
 itself would restore from, its store image included. The stream is the file's
 description, its bytes in chunks, and their SHA-256, for the client to check before

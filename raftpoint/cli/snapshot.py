@@ -1,6 +1,6 @@
 """`raftpoint snapshot save FILE` and `raftpoint snapshot restore FILE --data-dir D --members ...`.
 
-save: a consistent copy of the cluster's state from any node (AdminService.SaveSnapshot,
+save: a consistent copy of the cluster's state from its leader (AdminService.SaveSnapshot,
 admin role), checked against the SHA-256 the node sent before it is kept, and written
 to FILE only whole (never over an existing file). restore: seeds an empty data dir of
 a new cluster from it (coordinator/replication/restore.py says why a new Raft password
