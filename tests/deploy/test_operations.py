@@ -168,12 +168,13 @@ def test_the_backup_script_saves_one_file_and_keeps_the_newest(tmp_path: Path) -
     kept = int(effective_env(docs, container_of(job))["RAFTPOINT_BACKUPS_KEPT"])
     for day in range(1, kept + 3):
         (backups / f"raftpoint-202601{day:02d}T000000Z.backup").touch()
+    (backups / "raftpoint-20260101T060000Z.backup.partial").touch()  # a killed run's
     [call] = run_script(job, docs, tmp_path, backups)
     args = cli.build_parser().parse_args(call)
     assert (args.command, args.action, args.endpoints) == ("snapshot", "save", "raftpoint:50051")
     left = sorted(p.name for p in backups.iterdir())
     assert len(left) == kept and left[-1] == args.file.name, left
-    assert "raftpoint-20260101T000000Z.backup" not in left
+    assert "raftpoint-20260101T000000Z.backup" not in left and not any(n.endswith(".partial") for n in left)
 
 
 def test_the_gc_script_collects_every_configured_group(tmp_path: Path) -> None:
