@@ -2,6 +2,8 @@
 in the new cluster) and the refusals that keep a restore from touching a live cluster."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -39,7 +41,10 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Loca
                 client.commit(agent, index)
         before = written(client)
         backup = root / "state.backup"
-        assert raftpoint(["snapshot", "save", str(backup), "--data-dir", str(old.root)]) == 0
+        # In its own process, as an operator runs it.
+        saving = subprocess.run([sys.executable, "-m", "raftpoint.cli.main", "snapshot", "save", str(backup),
+                                 "--data-dir", str(old.root)], capture_output=True, text=True, timeout=120)
+        assert saving.returncode == 0 and saving.stdout.startswith(f"saved {backup}: "), saving.stderr
         yield backup, old, before
 
 
