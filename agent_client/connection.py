@@ -301,12 +301,23 @@ class Connection(_Targets):
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
         metadata = issued_now() + self.credentials + tuple(tracing.context_to_send().items())
+        return self._retried(service, method, lambda rpc: rpc(request, timeout=self.rpc_timeout, metadata=metadata),
+                             deadline)
 
-        def attempt() -> Any:
+    def fetch(self, service: str, method: str, request: Any, consume: Callable[[Iterator[Any]], T], *,
+              timeout: float) -> T:
+        """consume(a server stream's items): the whole stream, retried from its start on
+        another node as `call` is retried, when it fails retryably before it ends."""
+        return self._retried(service, method,
+                             lambda rpc: consume(rpc(request, timeout=timeout, metadata=self.credentials)), None)
+
+    def _retried(self, service: str, method: str, invoke: Callable[[Any], T], deadline: float | None) -> T:
+        """invoke(the method's stub callable on the current target), with the retries,
+        redirects and endpoint diagnosis of every call."""
+        def attempt() -> T:
             target = self.target
             try:
-                answer = getattr(self._stub(service, target), method)(request, timeout=self.rpc_timeout,
-                                                                      metadata=metadata)
+                answer = invoke(getattr(self._stub(service, target), method))
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
                     self.check(target, err, f"{service}.{method}")

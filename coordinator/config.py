@@ -70,6 +70,10 @@ class NodeConfig:
     raft_address: str = "127.0.0.1:7000"
     grpc_address: str = "127.0.0.1:50051"
     metrics_address: str = "127.0.0.1:9100"
+    # Plain HTTP serving GET /livez and /readyz only ("": none; the metrics port serves
+    # them too). For a kubelet, which shows no client certificate to a metrics port
+    # that requires one (deploy/README.md, "Probes").
+    probe_address: str = ""
     # Raft peers other than this node, "raft_host:port[=grpc_host:port]".
     peers: tuple[str, ...] = ()
     data_dir: str = "./raftpoint-data"
@@ -140,6 +144,7 @@ class NodeConfig:
     raft_port: int = 7000
     grpc_port: int = 50051
     metrics_port: int = 9100
+    probe_port: int = 0
     pod_name: str = ""
     # TLS on the gRPC port (transport/tls.py): the node's certificate and key (PEM, re-read
     # when the files change), the CA client certificates are checked against (also
@@ -188,6 +193,8 @@ class NodeConfig:
     def validate(self) -> "NodeConfig":
         for name in ("raft_address", "grpc_address", "metrics_address"):
             _check_address(getattr(self, name), name)
+        if self.probe_address:
+            _check_address(self.probe_address, "probe_address")
         peers = self.peer_list()
         if self.raft_address in {p.raft for p in peers}:
             raise ConfigError("peers must not include this node's own raft_address")
@@ -277,6 +284,7 @@ def _statefulset_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"pod name {pod!r} is not <statefulset>-<ordinal>")
     raft_port, grpc_port = int(values.get("raft_port", 7000)), int(values.get("grpc_port", 50051))
     metrics_port = int(values.get("metrics_port", 9100))
+    probe_port = int(values.get("probe_port") or 0)
 
     def name(i: int) -> str:
         return f"{base}-{i}.{headless}"
@@ -288,6 +296,7 @@ def _statefulset_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
         "grpc_address": f"{name(me)}:{grpc_port}",
         "metrics_address": f"{name(me)}:{metrics_port}",
         "peers": tuple(f"{name(i)}:{raft_port}={name(i)}:{grpc_port}" for i in range(replicas) if i != me),
+        **({"probe_address": f"{name(me)}:{probe_port}"} if probe_port else {}),
     }
 
 

@@ -19,6 +19,7 @@ from coordinator import config, tracing
 from coordinator.channels import ClientTLS
 from coordinator.config import ConfigError, NodeConfig
 from coordinator.observability import gc_pauses, metrics, metrics_server
+from coordinator.observability.health_report import HealthReport
 from coordinator.observability.logging import configure_logging
 from coordinator.replication.fail_stop import fail_stop
 from coordinator.replication.journal_format import JournalFormatError
@@ -96,10 +97,14 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
     # refused with the reason, and leaves the first one's state untouched.
     tls = ServerTLS.of(cfg)  # its files were checked by run()
     with DataDirLock(cfg.data_dir):
-        ports.check_all({"Raft": cfg.raft_address, "gRPC": cfg.grpc_address, "metrics": cfg.metrics_address})
+        ports.check_all({"Raft": cfg.raft_address, "gRPC": cfg.grpc_address, "metrics": cfg.metrics_address,
+                         **({"probe": cfg.probe_address} if cfg.probe_address else {})})
         node = open_node(cfg)
+        report = HealthReport()
         try:
-            start_metrics(cfg, tls)
+            start_metrics(cfg, tls, report)
+            if cfg.probe_address:
+                metrics_server.start_probe_server(cfg.probe_address, report)
             gc_pauses.tune_for_serving()  # the node's long-lived objects exist now
             metrics.GC_PAUSE.set_function(gc_pauses.worst_recent_pause)
             log.info("node started raft=%s grpc=%s metrics=%s tls=%s", cfg.raft_address, cfg.grpc_address,
@@ -116,7 +121,7 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
                                      unauthenticated_per_source=cfg.max_unauthenticated_per_source,
                                      max_rpcs=cfg.max_rpcs, ping_s=cfg.session_ping_s,
                                      ping_timeout_s=cfg.session_ping_timeout_s),
-                        authorizer=authorizer, tls=tls, known_hosts=cfg.known_hosts())
+                        authorizer=authorizer, tls=tls, known_hosts=cfg.known_hosts(), report=report)
             if audit is not None:
                 await audit
         finally:
@@ -147,15 +152,17 @@ def raise_fd_limit(max_connections: int) -> None:
                     "or lower max_connections", soft, needed, max_connections)
 
 
-def start_metrics(cfg: NodeConfig, tls: ServerTLS | None) -> metrics_server.MetricsServer:
-    """/metrics over HTTPS with the node's certificate when the node has TLS, unless
-    plain HTTP was asked for (`metrics_plaintext`)."""
+def start_metrics(cfg: NodeConfig, tls: ServerTLS | None,
+                  report: HealthReport | None = None) -> metrics_server.MetricsServer:
+    """/metrics (and the probe paths) over HTTPS with the node's certificate when the
+    node has TLS, unless plain HTTP was asked for (`metrics_plaintext`)."""
     if tls is None or cfg.metrics_plaintext:
         if tls is not None:
             log.warning("metrics are served over plain HTTP (metrics_plaintext) while gRPC uses TLS")
-        return metrics_server.start_metrics_server(cfg.metrics_address)
+        return metrics_server.start_metrics_server(cfg.metrics_address, report=report)
     return metrics_server.start_metrics_server(cfg.metrics_address, metrics_server.tls_context(
-        tls.cert_file, tls.key_file, tls.client_ca_file or None, client_auth_required=tls.client_auth == "require"))
+        tls.cert_file, tls.key_file, tls.client_ca_file or None, client_auth_required=tls.client_auth == "require"),
+        report=report)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -51,6 +51,7 @@ RPC_ACCESS: Mapping[str, Access] = {
     "CreateGroup": Access.ADMIN, "StartEpoch": Access.ADMIN, "GarbageCollect": Access.ADMIN,
     "DeleteGroup": Access.ADMIN, "AddNode": Access.ADMIN, "RemoveNode": Access.ADMIN,
     "ResetDedupeClock": Access.ADMIN,
+    "SaveSnapshot": Access.ADMIN,  # the whole state, every group's
 }
 
 # Which accesses each role holds; the agent role's are limited to its group (and,

@@ -1,4 +1,4 @@
-"""The node's /metrics endpoint: prometheus-client's exposition, on a server with bounds.
+"""The node's /metrics endpoint and its HTTP probes (/livez, /readyz), on servers with bounds.
 
 prometheus-client's own `start_http_server` answered 200 with the metrics on any
 path, started a thread for every connection and read each request without a time
@@ -7,13 +7,18 @@ in its accepting thread, so one silent connection stopped every scrape. Here the
 exposition (`make_wsgi_app`) and the WSGI plumbing are still prometheus-client's and
 wsgiref's; the server around them:
 
-- answers GET /metrics only (404 on other paths, 405 for other methods);
+- answers GET /metrics, and GET /livez and /readyz when given the node's health
+  report (404 on other paths, 405 for other methods);
 - serves at most `max_connections` connections at once, each on its own thread,
   and closes any beyond at once (a scraper retries at its next interval);
 - gives each connection `request_timeout_s` from accept to the end of its answer,
   TLS handshake included, done on the connection's thread: then the socket is shut;
 - with TLS (`tls`), serves HTTPS with the node's certificate, and requires a client
   certificate of the node's CA when the node requires one on gRPC.
+
+`start_probe_server` serves the probe paths alone, over plain HTTP: the kubelet shows
+no client certificate, so it cannot probe a metrics port that requires one, and the
+probe answers (a status and a one-line reason) are not worth a TLS handshake each.
 """
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ from typing import Any, Callable, Iterable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import REGISTRY, make_wsgi_app
+
+from coordinator.observability.health_report import LIVE_PATH, READY_PATH, HealthReport
 
 METRICS_PATH = "/metrics"
 MAX_CONNECTIONS = 8
@@ -44,17 +51,32 @@ def tls_context(certfile: str, keyfile: str, client_cafile: str | None = None,
     return context
 
 
-def only_metrics(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
-    """`app` on /metrics; 404 on every other path, 405 for methods other than GET."""
-    def routed(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != METRICS_PATH:
-            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-            return [f"not found: metrics are at {METRICS_PATH}\n".encode()]
+WSGIApp = Callable[..., Iterable[bytes]]
+
+
+def _text(start_response: Callable[..., Any], status: str, line: str, *headers: tuple[str, str]) -> list[bytes]:
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"), *headers])
+    return [f"{line}\n".encode()]
+
+
+def routed(metrics: WSGIApp | None, report: HealthReport | None) -> WSGIApp:
+    """GET /metrics to `metrics`, GET /livez and /readyz answered from `report` (each
+    when given); 404 on every other path, 405 for methods other than GET."""
+    paths = ([METRICS_PATH] if metrics is not None else []) + ([LIVE_PATH, READY_PATH] if report is not None else [])
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO")
+        if path not in paths:
+            return _text(start_response, "404 Not Found", f"not found: this port serves {', '.join(paths)}")
         if environ.get("REQUEST_METHOD") != "GET":
-            start_response("405 Method Not Allowed", [("Allow", "GET")])
-            return [b""]
-        return app(environ, start_response)
-    return routed
+            return _text(start_response, "405 Method Not Allowed", "only GET", ("Allow", "GET"))
+        if path == METRICS_PATH:
+            return metrics(environ, start_response)  # type: ignore[misc]
+        verdict = report.verdict(path)  # type: ignore[union-attr]
+        code, phrase = verdict.status
+        return _text(start_response, f"{code} {phrase}", verdict.reason if not verdict.ok else "ok",
+                     ("Cache-Control", "no-store"))
+    return app
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -116,18 +138,30 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
 
 def start_metrics_server(address: str, tls: ssl.SSLContext | None = None, registry: Any = REGISTRY,
-                         max_connections: int = MAX_CONNECTIONS,
-                         request_timeout_s: float = REQUEST_TIMEOUT_S) -> MetricsServer:
+                         max_connections: int = MAX_CONNECTIONS, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                         report: HealthReport | None = None) -> MetricsServer:
     """Serve /metrics on "host:port" (port 0: any free port, see server.server_address)
-    on a daemon thread; HTTPS with `tls`.
+    on a daemon thread; HTTPS with `tls`; the probe paths too with `report`.
 
     A separate port from gRPC so scraping works even when the gRPC server is
     overloaded or refusing requests; bound to the given host only, never 0.0.0.0 by
     default. Returns the server so callers (tests) can read the port and shut it down."""
+    return _start(address, tls, routed(make_wsgi_app(registry), report), max_connections, request_timeout_s,
+                  "raftpoint-metrics")
+
+
+def start_probe_server(address: str, report: HealthReport, max_connections: int = MAX_CONNECTIONS,
+                       request_timeout_s: float = REQUEST_TIMEOUT_S) -> MetricsServer:
+    """Serve GET /livez and /readyz alone, plain HTTP, on "host:port" on a daemon thread."""
+    return _start(address, None, routed(None, report), max_connections, request_timeout_s, "raftpoint-probes")
+
+
+def _start(address: str, tls: ssl.SSLContext | None, app: WSGIApp, max_connections: int, request_timeout_s: float,
+           thread_name: str) -> MetricsServer:
     host, _, port = address.rpartition(":")
     family, _, _, _, sockaddr = socket.getaddrinfo(host.strip("[]") or "127.0.0.1", int(port),
                                                    type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     server = MetricsServer(sockaddr[:2], family, tls, max_connections, request_timeout_s)
-    server.set_app(only_metrics(make_wsgi_app(registry)))
-    threading.Thread(target=server.serve_forever, name="raftpoint-metrics", daemon=True).start()
+    server.set_app(app)
+    threading.Thread(target=server.serve_forever, name=thread_name, daemon=True).start()
     return server

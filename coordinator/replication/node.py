@@ -38,8 +38,8 @@ from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.migration import refuse_old_formats
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.read_index import LEADER_CHANGED, NOT_LEADER, ReadDone, ReadRounds
-from coordinator.replication.replica import (Callback, ChangeListener, MembershipOutcome, NodeStatus, NotLeader,
-                                             Overloaded)
+from coordinator.replication.replica import (Callback, ChangeListener, ExportedSnapshot, MembershipOutcome,
+                                             NodeStatus, NotLeader, Overloaded)
 from coordinator.replication.snapshots import SnapshotInfo
 from coordinator.replication.store_committer import StoreCommitter
 from coordinator.replication.tick_lag import TickLag
@@ -61,6 +61,10 @@ FOLLOWER_COMMIT_KEYS = 5000
 # A tick that starts this long after the previous one (in raft_min_timeout) means the
 # Raft thread itself was stalled (the interpreter was busy, the machine overloaded).
 STALLED_TICK = 0.5
+# A snapshot asked for a backup: how often to look for it, and to ask again (a tick
+# that found no new entry to cover writes none).
+SNAPSHOT_POLL_S = 0.02
+SNAPSHOT_FORCE_AGAIN_S = 1.0
 
 
 class StateGap(DamagedAtRest):
@@ -466,6 +470,22 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         self._store_caught_up()
         self.last_snapshot = snapshots.write(tmp_path, raft_data, self._store, self._key)
         self._snapshot_to_sync = True
+
+    def snapshot_covering(self, raft_index: int, timeout_s: float) -> ExportedSnapshot:
+        """replica.SnapshotSource: the node's own snapshot when it reaches `raft_index`;
+        else one is written at the next tick (a forced log compaction, asked again
+        every second), exactly as the node writes its own."""
+        deadline = time.monotonic() + timeout_s
+        forced_at = float("-inf")
+        while (found := snapshots.open_covering(self.snapshot_path, raft_index)) is None:
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError(f"no snapshot reached index {raft_index} within {timeout_s:.0f} s")
+            if now - forced_at >= SNAPSHOT_FORCE_AGAIN_S:
+                self.forceLogCompaction()
+                forced_at = now
+            time.sleep(SNAPSHOT_POLL_S)
+        return found
 
     def _snapshot_last_entry(self, path: str) -> tuple[int, int]:
         return snapshots.last_entry(path)

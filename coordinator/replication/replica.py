@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Protocol, runtime_checkable
+from typing import BinaryIO, Callable, Protocol, runtime_checkable
 
 from coordinator.core.commands import Proposal
 from coordinator.storage.state import AgentChange, KvState
@@ -82,6 +82,29 @@ class ClockAgreement(Protocol):
     def agreed_time(self, own: float) -> float | None:
         """On the leader, the time a majority of the voters' clocks have reached, `own`
         being this node's reading; None elsewhere or while it is not known."""
+
+
+@runtime_checkable
+class SnapshotSource(Protocol):
+    """What a backup reads (AdminService.SaveSnapshot): a replicated node has it; the
+    in-process replica, which keeps no snapshot file, does not."""
+
+    def snapshot_covering(self, raft_index: int, timeout_s: float) -> "ExportedSnapshot":
+        """A snapshot file covering the log up to `raft_index`, written for the call when
+        the last one does not (blocks: call it off the event loop). TimeoutError when
+        none is there within `timeout_s`."""
+
+
+@dataclass
+class ExportedSnapshot:
+    """An open snapshot file (readable from its start to `size`, whatever replaces it
+    on disk meanwhile) and what it holds; the reader closes `file`."""
+
+    file: BinaryIO
+    applied_index: int
+    last_index: int
+    last_term: int
+    size: int
 
 
 class RaftProbeFailed(Exception):

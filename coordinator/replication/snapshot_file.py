@@ -142,12 +142,17 @@ def verify(f: BinaryIO, header: SnapshotHeader, key: bytes) -> None:
 def upgrade(f: BinaryIO, header: SnapshotHeader, raft_json: bytes, path: str, key: bytes) -> None:
     """Write the version 1 file open as `f` (its header and raft JSON read) to `path` in
     this version, MAC included; the caller's rename makes it visible."""
+    write(path, header.applied_index, raft_json, image_of(f, header), key)
+
+
+def image_of(f: BinaryIO, header: SnapshotHeader) -> Callable[[BinaryIO], int]:
+    """A `write_image` for `write` that copies the store image of the snapshot open as `f`."""
     def copy_image(out: BinaryIO) -> int:
+        f.seek(header.image_offset)
         for chunk in _chunks(f, header, header.image_len):
             out.write(chunk)
         return header.image_len
-
-    write(path, header.applied_index, raft_json, copy_image, key)
+    return copy_image
 
 
 def _mac(f: BinaryIO, header: SnapshotHeader, key: bytes) -> bytes:

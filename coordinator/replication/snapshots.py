@@ -18,6 +18,7 @@ from pysyncobj.node import TCPNode
 
 from coordinator import fsutil
 from coordinator.replication import snapshot_file
+from coordinator.replication.replica import ExportedSnapshot
 from coordinator.storage.protocol import Store
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,11 @@ def existing(path: str) -> SnapshotInfo | None:
             header = snapshot_file.read_header(f)
     except (OSError, snapshot_file.SnapshotFormatError):
         return None
-    ends = last_entry(path)
-    return SnapshotInfo.of(path, header.applied_index, ends[0] if ends is not None else 0)
+    try:
+        last_index = last_entry(path)[0]
+    except snapshot_file.SnapshotFormatError:
+        last_index = 0  # as before any snapshot: the journal says where the log starts
+    return SnapshotInfo.of(path, header.applied_index, last_index)
 
 
 def last_entry(path: str) -> tuple[int, int]:
@@ -55,13 +59,38 @@ def last_entry(path: str) -> tuple[int, int]:
     ValueError) saying why when it cannot be read."""
     try:
         with open(path, "rb") as f:
-            header = snapshot_file.read_header(f)
-            last, _previous, _members = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
-            return last[1], last[2]
+            return _last_entry_of(f)[1:]
     except snapshot_file.SnapshotFormatError:
         raise
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise snapshot_file.SnapshotFormatError(f"its raft data cannot be read ({exc})") from exc
+
+
+def _last_entry_of(f: BinaryIO) -> tuple[snapshot_file.SnapshotHeader, int, int]:
+    """(header, index, term of the last entry) of the snapshot open as `f`, from its start."""
+    header = snapshot_file.read_header(f)
+    last, _previous, _members = snapshot_file.decode_raft_data(f.read(header.raft_len), TCPNode)
+    return header, last[1], last[2]
+
+
+def open_covering(path: str, raft_index: int) -> ExportedSnapshot | None:
+    """The snapshot at `path`, open, when it covers the log up to `raft_index`; None when
+    there is none or it ends before. The open file stays what it was when a newer
+    snapshot is renamed over it, so a reader sees one snapshot whole."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    try:
+        header, index, term = _last_entry_of(f)
+        if index < raft_index:
+            f.close()
+            return None
+        f.seek(0)
+        return ExportedSnapshot(f, header.applied_index, index, term, header.image_offset + header.image_len)
+    except BaseException:
+        f.close()
+        raise
 
 
 def write(path: str, raft_data: tuple, store: Store, key: bytes) -> SnapshotInfo:

@@ -10,6 +10,7 @@ import asyncio
 from typing import Iterable
 
 from coordinator.observability import metrics
+from coordinator.observability.health_report import HealthReport
 from coordinator.replication.batcher import DEFAULT_DEDUPE_WINDOW_S, Batcher
 from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.replica import ClockAgreement, Replica
@@ -25,7 +26,7 @@ async def serve(replica: Replica, address: str, stop: asyncio.Event,
                 dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S,
                 limits: server.ServerLimits = server.ServerLimits(), clock: LeaderClock | None = None,
                 authorizer: Authorizer | None = None, tls: ServerTLS | None = None,
-                known_hosts: Iterable[str] = ()) -> None:
+                known_hosts: Iterable[str] = (), report: HealthReport | None = None) -> None:
     """Serve until `stop` is set; raises OSError at once if `address` cannot be bound.
 
     The server stops as soon as `stop` is set, without waiting for a leader-loop
@@ -35,7 +36,8 @@ async def serve(replica: Replica, address: str, stop: asyncio.Event,
     batcher, leases = Batcher(replica, dedupe_window_s, clock), LeaseTable(clock.monotonic)
     admission = server.gate_for(batcher)
     watch = StallWatch(admission, replica.tick_lag_since, leader_loop.PERIOD_S)
-    async with server.running(batcher, leases, address, limits, admission, authorizer, tls, known_hosts):
+    async with server.running(batcher, leases, address, limits, admission, authorizer, tls, known_hosts,
+                                     report):
         loop = asyncio.create_task(leader_loop.run(batcher, leases, stop, watch))
         await stop.wait()
     await loop

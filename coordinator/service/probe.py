@@ -1,10 +1,10 @@
 """`python -m coordinator.service.probe [--service NAME]`: the node's own health check, over its TLS.
 
-Kubernetes' built-in gRPC probe speaks plaintext only, so a node serving TLS is probed
-by this command run in its container: it reads the node's settings (the same
-RAFTPOINT_* variables and config file the node reads), calls grpc.health.v1 on the
-node's gRPC address with the node's own certificate as client certificate, and exits
-0 for SERVING, 1 for anything else (the reason on stderr).
+The kubelet probes the node's HTTP /readyz and /livez (observability/health_report.py);
+this is the same check over gRPC, run by hand in the node's container: it reads the
+node's settings (the same RAFTPOINT_* variables and config file the node reads), calls
+grpc.health.v1 on the node's gRPC address with the node's own certificate as client
+certificate, and exits 0 for SERVING, 1 for anything else (the reason on stderr).
 """
 from __future__ import annotations
 

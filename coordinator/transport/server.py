@@ -17,6 +17,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.config import NodeConfig
 from coordinator.core.connection_caps import ConnectionCaps
 from coordinator.observability import metrics
+from coordinator.observability.health_report import HealthReport, Verdict
 from coordinator.replication.batcher import Batcher
 from coordinator.replication.replica import Replica
 from coordinator.transport.admission import Admission
@@ -90,11 +91,17 @@ class ServerLimits:
     ping_timeout_s: float = NodeConfig.session_ping_timeout_s
 
 
-def serving(node: Replica, front: ConnectionFront | None = None) -> bool:
-    """SERVING only when a leader is known, this node has applied what is committed,
+def readiness(node: Replica, front: ConnectionFront | None = None) -> Verdict:
+    """Ready only when a leader is known, this node has applied what is committed,
     and it takes new clients (`front` refuses none for a full node)."""
     s = node.status()
-    return bool(s.leader) and s.raft_applied_index >= s.commit_index and not (front is not None and front.refusing())
+    if not s.leader:
+        return Verdict(False, "no leader known")
+    if s.raft_applied_index < s.commit_index:
+        return Verdict(False, "catching up: committed entries not applied yet")
+    if front is not None and front.refusing():
+        return Verdict(False, "refusing new connections: the connection slots are full")
+    return Verdict(True, "ready")
 
 
 def waiting_to_join(node: Replica) -> bool:
@@ -123,13 +130,15 @@ def _status(ok: bool) -> int:
 
 
 async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop: asyncio.Event,
-                       front: ConnectionFront | None) -> None:
+                       front: ConnectionFront | None, report: HealthReport | None) -> None:
     while not stop.is_set():
-        status = _status(serving(node, front))
+        ready, live = readiness(node, front), usable(node)
         for name in SERVICES:
-            await servicer.set(name, status)
-        await servicer.set(LIVENESS_SERVICE, _status(usable(node)))
+            await servicer.set(name, _status(ready.ok))
+        await servicer.set(LIVENESS_SERVICE, _status(live))
         await servicer.set(JOINING_SERVICE, _status(waiting_to_join(node)))
+        if report is not None:
+            report.publish(ready, Verdict(True, "live") if live else Verdict(False, "the node cannot read its state"))
         metrics.update_node_gauges(node.status())
         try:
             await asyncio.wait_for(stop.wait(), HEALTH_PERIOD_S)
@@ -147,7 +156,7 @@ def gate_for(batcher: Batcher) -> Admission:
 async def running(batcher: Batcher, leases: Leases, address: str,
                   limits: ServerLimits = ServerLimits(), admission: Admission | None = None,
                   authorizer: Authorizer | None = None, tls: ServerTLS | None = None,
-                  known_hosts: Iterable[str] = ()) -> AsyncIterator[None]:
+                  known_hosts: Iterable[str] = (), report: HealthReport | None = None) -> AsyncIterator[None]:
     """The gRPC server (and its health reports, and the admission gate's lag
     measurement) on `address` while the block runs; TLS with `tls` (re-read when its
     files change), plaintext only when it is None.
@@ -155,6 +164,7 @@ async def running(batcher: Batcher, leases: Leases, address: str,
     `authorizer`: who may call what (transport.auth); None only in the insecure
     development mode, where every caller may do anything. `known_hosts`: the node's
     peers and its own host, whose connections the reserved slots are kept for.
+    `report`: where the HTTP probes read the readiness and liveness decided here.
 
     Raises OSError before the block when the address cannot be bound, TLSMaterialError
     when the TLS files do not check out.
@@ -216,7 +226,7 @@ async def running(batcher: Batcher, leases: Leases, address: str,
             await server.stop(grace=None)
             raise
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop, front)),
+    tasks = [asyncio.create_task(_health_loop(node, health_servicer, stop, front, report)),
              asyncio.create_task(admission.run(stop)),
              asyncio.create_task(wakeups.follow_leadership(lambda: node.is_leader(), stop))]
     try:

@@ -17,7 +17,7 @@ from coordinator.storage.state import KvState
 from coordinator.storage.digest import CONTENT_LAYOUT
 from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads
-from coordinator.transport import membership
+from coordinator.transport import membership, snapshot_export
 from coordinator.transport.agent_ops import AgentOps, Op, check_ids
 from coordinator.transport.agent_session import AgentSession
 from coordinator.transport.leases import Leases
@@ -229,3 +229,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 
     async def RemoveNode(self, request, context):
         return await membership.change(self.p, context, request, add=False, peer_tls=self.peer_tls)
+
+    async def SaveSnapshot(self, request, context):
+        async for part in snapshot_export.stream(self.p, self.heavy, context):
+            yield part

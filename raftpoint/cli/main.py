@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.migrate",
     "raftpoint.cli.auth",
     "raftpoint.cli.clock",
+    "raftpoint.cli.snapshot",
 )
 
 

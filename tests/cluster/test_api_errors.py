@@ -314,7 +314,8 @@ def test_table_covers_every_rpc() -> None:
                for m in s.methods}
     # Never refused for their input: they take none.
     covered = {(c.service, c.method) for c in CASES} | {("AdminService", "ClusterStatus"),
-                                                        ("AdminService", "ResetDedupeClock")}
+                                                        ("AdminService", "ResetDedupeClock"),
+                                                        ("AdminService", "SaveSnapshot")}
     # Session frames carry the agent RPCs above; tests/transport/test_agent_session.py checks
     # that each refusal on a session says what the unary call says.
     covered |= {("AgentService", "Session")}

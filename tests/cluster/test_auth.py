@@ -67,7 +67,7 @@ class World:
                 # A refused watch ends at once; an admitted one runs to its deadline, which
                 # must still leave a loaded node time to refuse.
                 result = rpc(request, timeout=5 if method != "WatchOrders" else 3, metadata=bearer(token))
-                return list(result) if method == "WatchOrders" else result
+                return list(result) if method in ("WatchOrders", "SaveSnapshot") else result
         try:
             return past_overload(attempt)
         except grpc.RpcError as err:
@@ -142,6 +142,7 @@ ADMIN_REQUESTS = [
     ("AdminService", "AddNode", pb.MembershipRequest(node="127.0.0.1:1")),
     ("AdminService", "RemoveNode", pb.MembershipRequest(node="127.0.0.1:1")),
     ("AdminService", "ResetDedupeClock", pb.ResetDedupeClockRequest(request_id="x-rc")),
+    ("AdminService", "SaveSnapshot", pb.SaveSnapshotRequest()),  # every group's state
 ]
 READ_REQUESTS = [
     ("AdminService", "GetGroup", pb.GetGroupRequest(group="g")),
@@ -236,6 +237,13 @@ def test_an_agent_identity_may_not_act_for_a_foreign_agent(world: World, service
 @pytest.mark.parametrize("service,method,request_", ADMIN_REQUESTS, ids=[m for _, m, _ in ADMIN_REQUESTS])
 def test_an_agent_identity_may_not_administer(world: World, service: str, method: str, request_: Any) -> None:
     world.refused(service, method, request_, world.tokens["w1"], C.PERMISSION_DENIED, "REASON_ROLE_FORBIDS")
+
+
+def test_an_admin_saves_a_snapshot(world: World) -> None:
+    """The admin's counterpart of the refusals above (SaveSnapshot is in ADMIN_REQUESTS)."""
+    parts = world.call("AdminService", "SaveSnapshot", pb.SaveSnapshotRequest(), world.tokens["admin"])
+    assert not isinstance(parts, grpc.RpcError), parts
+    assert [p.WhichOneof("part") for p in (parts[0], parts[-1])] == ["saved", "sha256"], parts[0]
 
 
 @pytest.mark.parametrize("service,method,request_", READ_REQUESTS, ids=[m for _, m, _ in READ_REQUESTS])

@@ -35,7 +35,7 @@ OVERLAYS = list(EXPECTED_REPLICAS)
 K8S_VERSIONS = sorted({"1.33.0", kubernetes_validate.latest_version()})
 COORDINATOR_LABELS = {"app.kubernetes.io/name": "raftpoint", "app.kubernetes.io/component": "coordinator"}
 AGENT_LABELS = {"raftpoint.io/agent": "true"}
-RAFT, GRPC, METRICS = 7000, 50051, 9100
+RAFT, GRPC, METRICS, PROBES = 7000, 50051, 9100, 9101
 SECRET_NAME, PASSWORD_KEY = "raftpoint-secrets", "raft-password"
 
 
@@ -104,7 +104,7 @@ def check_statefulset(docs: list[dict]) -> None:
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == str(METRICS)
     ports = {p["name"]: p["containerPort"] for p in coordinator_container(docs)["ports"]}
-    assert ports == {"raft": RAFT, "grpc": GRPC, "metrics": METRICS}
+    assert ports == {"raft": RAFT, "grpc": GRPC, "metrics": METRICS, "probe": PROBES}
 
 
 def check_security(docs: list[dict]) -> None:
@@ -132,22 +132,27 @@ def check_resources(docs: list[dict]) -> None:
             assert 0 < quantity(request) <= quantity(limit), (container["name"], kind, request, limit)
 
 
-PROBE = ["python", "-m", "coordinator.service.probe"]
+def http_probe(docs: list[dict], probe: dict) -> tuple[str, int, str]:
+    """(path, container port number, scheme) of an httpGet probe."""
+    get = probe["httpGet"]
+    ports = {p["name"]: p["containerPort"] for p in coordinator_container(docs)["ports"]}
+    return get["path"], ports.get(get["port"], get["port"]), get.get("scheme", "HTTP")
 
 
 def check_probes(docs: list[dict]) -> None:
     container = coordinator_container(docs)
+    env = effective_env(docs, container)
+    assert env.get("RAFTPOINT_PROBE_PORT") == str(PROBES), "the probe port is not served"
+    # The plain probe port: the kubelet shows no client certificate to the metrics port.
     readiness = container["readinessProbe"]
-    # grpc.health.v1, service "": SERVING only with a known leader and caught up; over
-    # the node's TLS (kubelet's grpc probe is plaintext), so the probe command.
-    assert readiness["exec"]["command"] == PROBE, readiness
-    assert readiness["timeoutSeconds"] > 2  # a Python start inside the budget
+    assert http_probe(docs, readiness) == ("/readyz", PROBES, "HTTP"), readiness
     liveness = container["livenessProbe"]
-    # Health says NOT_SERVING without a leader: liveness must not use it, or a cluster
-    # that lost quorum would restart itself in a loop; the liveness service does not.
-    assert liveness.get("exec", {}).get("command") == [*PROBE, "--service", LIVENESS_SERVICE], liveness
+    # /readyz fails without a leader: liveness must not use it, or a cluster that lost
+    # quorum would restart itself in a loop; /livez does not.
+    assert http_probe(docs, liveness) == ("/livez", PROBES, "HTTP"), liveness
     assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 30
     startup = container["startupProbe"]
+    assert http_probe(docs, startup)[1] == PROBES and startup["httpGet"]["path"] != "/readyz", startup
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # store/snapshot load
 
 
@@ -272,6 +277,8 @@ def check_network_policy(docs: list[dict]) -> None:
     # Metrics: this namespace or the monitoring namespace.
     metrics = allowed(METRICS)
     assert metrics and all("ipBlock" not in peer for peer in metrics)
+    # The probe port is the kubelet's alone: traffic from a pod's own node passes any policy.
+    assert not allowed(PROBES), "the plain probe port is open to pods"
     assert all(p["port"] in (RAFT, GRPC, METRICS) and p.get("protocol", "TCP") == "TCP"
                for r in rules for p in r["ports"])
 
@@ -286,6 +293,7 @@ def check_config_loads_for_every_pod(docs: list[dict], secret_file: Path) -> Non
         cfg = node_config.load(env={**env, "RAFTPOINT_POD_NAME": f"raftpoint-{i}"})
         assert cfg.raft_address == f"raftpoint-{i}.{headless}:{RAFT}"
         assert cfg.grpc_address.endswith(f":{GRPC}") and cfg.metrics_address.endswith(f":{METRICS}")
+        assert cfg.probe_address == f"raftpoint-{i}.{headless}:{PROBES}"
         assert sorted(p.raft for p in cfg.peer_list()) == sorted(
             f"raftpoint-{j}.{headless}:{RAFT}" for j in range(replicas) if j != i)
         assert cfg.store == "lmdb" and cfg.dynamic_membership
@@ -437,6 +445,11 @@ BREAKAGES: dict[str, Callable[[list[dict]], None]] = {
     "liveness-kubelet-grpc": lambda d: coordinator_container(d).update(
         livenessProbe={"grpc": {"port": GRPC, "service": LIVENESS_SERVICE}, "periodSeconds": 10,
                        "failureThreshold": 6}),
+    "liveness-on-readyz": lambda d: coordinator_container(d)["livenessProbe"]["httpGet"].update(path="/readyz"),
+    "probes-on-mtls-metrics": lambda d: coordinator_container(d)["readinessProbe"]["httpGet"].update(
+        port="metrics", scheme="HTTPS"),
+    "probe-port-open-to-pods": lambda d: one(d, "NetworkPolicy")["spec"]["ingress"][2]["ports"].append(
+        {"port": PROBES, "protocol": "TCP"}),
 }
 
 
@@ -453,6 +466,7 @@ CAUGHT_BY = {  # the check meant to notice each breakage
     "no-limits": "check_resources", "no-pvc": _D, "map-larger-than-pvc": _D, "data-not-on-pvc": _D,
     "no-anti-affinity": _S, "tls-key-outside-secret": "check_tls_from_secret", "tls-subpath": "check_tls_from_secret",
     "tls-client-auth-off": "check_tls_from_secret", "liveness-kubelet-grpc": _P,
+    "liveness-on-readyz": _P, "probes-on-mtls-metrics": _P, "probe-port-open-to-pods": _N,
 }
 
 
@@ -538,8 +552,8 @@ def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
     [entrypoint] = [arg for op, arg in instructions if op == "ENTRYPOINT"]
     assert json.loads(entrypoint) == ["raftpoint", "coordinator"]  # exec form: gets SIGTERM directly
     exposed = {int(p.split("/")[0]) for op, arg in instructions if op == "EXPOSE" for p in arg.split()}
-    assert exposed == {RAFT, GRPC, METRICS}
-    assert any(op == "RUN" and "pip install --no-cache-dir ." in arg for op, arg in instructions)
+    assert exposed == {RAFT, GRPC, METRICS, PROBES}
+    assert any(op == "RUN" and re.search(r'pip install --no-cache-dir "?\.', arg) for op, arg in instructions)
     assert any(op == "WORKDIR" for op, _ in instructions)
     # The manifests' securityContext agrees with the image's user.
     assert pod_spec(render("prod"))["securityContext"]["runAsUser"] == int(user)

@@ -11,6 +11,7 @@ import pytest
 
 from coordinator.harness.certs import LocalCA
 from coordinator.observability import metrics_server
+from coordinator.observability.health_report import HealthReport, Verdict
 
 
 def test_metrics_over_tls_require_a_client_certificate_of_the_ca(tmp_path: Path) -> None:
@@ -33,3 +34,38 @@ def test_metrics_over_tls_require_a_client_certificate_of_the_ca(tmp_path: Path)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_probe_paths_follow_the_metrics_port_tls_and_the_probe_port_serves_them_plain(tmp_path: Path) -> None:
+    """With client certificates required on the metrics port, a kubelet (no certificate)
+    cannot probe it; the plain probe port answers it, and serves nothing else."""
+    ca = LocalCA.create(tmp_path)
+    node = ca.server("node")
+    report = HealthReport()
+    report.publish(Verdict(False, "no leader known"), Verdict(True, "live"))
+    metrics = metrics_server.start_metrics_server("127.0.0.1:0", metrics_server.tls_context(
+        str(node.cert_file), str(node.key_file), str(ca.ca_file), client_auth_required=True), report=report)
+    probes = metrics_server.start_probe_server("127.0.0.1:0", report)
+    try:
+        operator = ssl.create_default_context(cafile=str(ca.ca_file))
+        certificate = ca.client("admin")
+        operator.load_cert_chain(str(certificate.cert_file), str(certificate.key_file))
+        with urllib.request.urlopen(f"https://127.0.0.1:{metrics.server_address[1]}/livez", context=operator,
+                                    timeout=5) as reply:
+            assert (reply.status, reply.read()) == (200, b"ok\n")
+        kubelet = ssl.create_default_context(cafile=str(ca.ca_file))
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+            urllib.request.urlopen(f"https://127.0.0.1:{metrics.server_address[1]}/livez", context=kubelet,
+                                   timeout=5).read()
+        plain = f"http://127.0.0.1:{probes.server_address[1]}"
+        with pytest.raises(urllib.error.HTTPError) as not_ready:
+            urllib.request.urlopen(f"{plain}/readyz", timeout=5)
+        assert (not_ready.value.code, not_ready.value.read()) == (503, b"no leader known\n")
+        for path, code in (("/metrics", 404), ("/", 404)):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"{plain}{path}", timeout=5)
+            assert refused.value.code == code, path
+    finally:
+        for server in (metrics, probes):
+            server.shutdown()
+            server.server_close()

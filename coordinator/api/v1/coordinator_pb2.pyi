@@ -610,6 +610,34 @@ class ClusterStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class SaveSnapshotRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SavedSnapshot(_message.Message):
+    __slots__ = ("applied_index", "last_index", "last_term", "size", "node")
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_TERM_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    applied_index: int
+    last_index: int
+    last_term: int
+    size: int
+    node: str
+    def __init__(self, applied_index: _Optional[int] = ..., last_index: _Optional[int] = ..., last_term: _Optional[int] = ..., size: _Optional[int] = ..., node: _Optional[str] = ...) -> None: ...
+
+class SaveSnapshotResponse(_message.Message):
+    __slots__ = ("saved", "chunk", "sha256")
+    SAVED_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    saved: SavedSnapshot
+    chunk: bytes
+    sha256: str
+    def __init__(self, saved: _Optional[_Union[SavedSnapshot, _Mapping]] = ..., chunk: _Optional[bytes] = ..., sha256: _Optional[str] = ...) -> None: ...
+
 class NodeStatus(_message.Message):
     __slots__ = ("node", "role", "term", "commit_index", "applied_index", "log_entries", "leader", "last_snapshot_index", "last_snapshot_age_s", "state_digest", "content_digest", "digest_index", "loop_lag_s", "tick_lag_s", "content_layout")
     NODE_FIELD_NUMBER: _ClassVar[int]

@@ -463,6 +463,11 @@ class AdminServiceStub:
                 request_serializer=v1_dot_coordinator__pb2.ResetDedupeClockRequest.SerializeToString,
                 response_deserializer=v1_dot_coordinator__pb2.ResetDedupeClockResponse.FromString,
                 _registered_method=True)
+        self.SaveSnapshot = channel.unary_stream(
+                '/raftpoint.v1.AdminService/SaveSnapshot',
+                request_serializer=v1_dot_coordinator__pb2.SaveSnapshotRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.SaveSnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -534,6 +539,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SaveSnapshot(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -591,6 +602,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ResetDedupeClock,
                     request_deserializer=v1_dot_coordinator__pb2.ResetDedupeClockRequest.FromString,
                     response_serializer=v1_dot_coordinator__pb2.ResetDedupeClockResponse.SerializeToString,
+            ),
+            'SaveSnapshot': grpc.unary_stream_rpc_method_handler(
+                    servicer.SaveSnapshot,
+                    request_deserializer=v1_dot_coordinator__pb2.SaveSnapshotRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.SaveSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -890,6 +906,33 @@ class AdminService:
             '/raftpoint.v1.AdminService/ResetDedupeClock',
             v1_dot_coordinator__pb2.ResetDedupeClockRequest.SerializeToString,
             v1_dot_coordinator__pb2.ResetDedupeClockResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/SaveSnapshot',
+            v1_dot_coordinator__pb2.SaveSnapshotRequest.SerializeToString,
+            v1_dot_coordinator__pb2.SaveSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,
