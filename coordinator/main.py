@@ -36,7 +36,7 @@ from coordinator.transport.auth import (INSECURE_WARNING, PLAINTEXT_SECRETS_WARN
                                         AuthSettings, authorizer_for, node_token)
 from coordinator.transport import tls as tls_files
 from coordinator.transport.server import ServerLimits
-from coordinator.transport.tls import ServerTLS, TLSMaterialError
+from coordinator.transport.tls import ContextReloader, ServerTLS, TLSMaterialError
 
 log = logging.getLogger("raftpoint.node")
 PROG = "raftpoint coordinator"
@@ -160,9 +160,9 @@ def start_metrics(cfg: NodeConfig, tls: ServerTLS | None,
         if tls is not None:
             log.warning("metrics are served over plain HTTP (metrics_plaintext) while gRPC uses TLS")
         return metrics_server.start_metrics_server(cfg.metrics_address, report=report)
-    return metrics_server.start_metrics_server(cfg.metrics_address, metrics_server.tls_context(
-        tls.cert_file, tls.key_file, tls.client_ca_file or None, client_auth_required=tls.client_auth == "require"),
-        report=report)
+    context = ContextReloader(tls, lambda t: metrics_server.tls_context(
+        t.cert_file, t.key_file, t.client_ca_file or None, client_auth_required=t.client_auth == "require"))
+    return metrics_server.start_metrics_server(cfg.metrics_address, context, report=report)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,9 @@ wsgiref's; the server around them:
 - gives each connection `request_timeout_s` from accept to the end of its answer,
   TLS handshake included, done on the connection's thread: then the socket is shut;
 - with TLS (`tls`), serves HTTPS with the node's certificate, and requires a client
-  certificate of the node's CA when the node requires one on gRPC.
+  certificate of the node's CA when the node requires one on gRPC; `tls` may be a
+  function giving the context to use for each connection (transport.tls'
+  ContextReloader: the files followed as the gRPC port follows them).
 
 `start_probe_server` serves the probe paths alone, over plain HTTP: the kubelet shows
 no client certificate, so it cannot probe a metrics port that requires one, and the
@@ -40,8 +42,8 @@ REQUEST_TIMEOUT_S = 5.0
 
 def tls_context(certfile: str, keyfile: str, client_cafile: str | None = None,
                 client_auth_required: bool = False) -> ssl.SSLContext:
-    """The server's TLS settings: its certificate (read once, at start), TLS 1.2 or
-    later, and a client certificate of `client_cafile` when required."""
+    """The server's TLS settings: its certificate (read now), TLS 1.2 or later, and a
+    client certificate of `client_cafile` when required."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(certfile, keyfile)
@@ -52,6 +54,7 @@ def tls_context(certfile: str, keyfile: str, client_cafile: str | None = None,
 
 
 WSGIApp = Callable[..., Iterable[bytes]]
+TLS = ssl.SSLContext | Callable[[], ssl.SSLContext]  # a context, or what gives the current one
 
 
 def _text(start_response: Callable[..., Any], status: str, line: str, *headers: tuple[str, str]) -> list[bytes]:
@@ -89,7 +92,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, tls: ssl.SSLContext | None = None,
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, tls: TLS | None = None,
                  max_connections: int = MAX_CONNECTIONS, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.address_family = family
         super().__init__(address, _QuietHandler)
@@ -116,7 +119,8 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         deadline.start()
         try:
             if self.tls is not None:
-                conn[0] = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+                context = self.tls if isinstance(self.tls, ssl.SSLContext) else self.tls()
+                conn[0] = context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
                 conn[0].do_handshake()
             self.finish_request(conn[0], client_address)
         except (OSError, ValueError):
@@ -137,7 +141,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         """A client's broken request is its own business: no traceback on stderr."""
 
 
-def start_metrics_server(address: str, tls: ssl.SSLContext | None = None, registry: Any = REGISTRY,
+def start_metrics_server(address: str, tls: TLS | None = None, registry: Any = REGISTRY,
                          max_connections: int = MAX_CONNECTIONS, request_timeout_s: float = REQUEST_TIMEOUT_S,
                          report: HealthReport | None = None) -> MetricsServer:
     """Serve /metrics on "host:port" (port 0: any free port, see server.server_address)
@@ -156,7 +160,7 @@ def start_probe_server(address: str, report: HealthReport, max_connections: int 
     return _start(address, None, routed(None, report), max_connections, request_timeout_s, "raftpoint-probes")
 
 
-def _start(address: str, tls: ssl.SSLContext | None, app: WSGIApp, max_connections: int, request_timeout_s: float,
+def _start(address: str, tls: TLS | None, app: WSGIApp, max_connections: int, request_timeout_s: float,
            thread_name: str) -> MetricsServer:
     host, _, port = address.rpartition(":")
     family, _, _, _, sockaddr = socket.getaddrinfo(host.strip("[]") or "127.0.0.1", int(port),

@@ -19,10 +19,11 @@ import datetime as dt
 import ipaddress
 import logging
 import os
+import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import grpc
 from cryptography import x509
@@ -231,3 +232,25 @@ class _Reloader:
         log.warning("TLS files changed but %s; still serving certificate serial %x", why, self.material.serial)
         metrics.TLS_FILES_UNUSABLE.set(1)
         return None
+
+
+class ContextReloader:
+    """The ssl.SSLContext of another listener of this node (the metrics port), following
+    the TLS files as the gRPC port does: rebuilt by `make` once they change and pass
+    the same checks (_Reloader), else the last good one is kept. Call it for each
+    connection: a changed file costs a stat of each until then."""
+
+    def __init__(self, tls: ServerTLS, make: Callable[[ServerTLS], ssl.SSLContext]) -> None:
+        self._watch = _Reloader(tls)
+        self._make = make
+        self._context = make(tls)
+        self._behind = False  # new material was accepted but not loaded yet
+
+    def __call__(self) -> ssl.SSLContext:
+        if self._watch.fetch() is not None or self._behind:
+            try:
+                self._context, self._behind = self._make(self._watch.tls), False
+            except (ssl.SSLError, OSError) as exc:  # changed again since it was checked: the next call retries
+                self._behind = True
+                log.warning("TLS files changed but the metrics port could not load them: %s", exc)
+        return self._context

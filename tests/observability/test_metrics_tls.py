@@ -69,3 +69,36 @@ def test_the_probe_paths_follow_the_metrics_port_tls_and_the_probe_port_serves_t
         for server in (metrics, probes):
             server.shutdown()
             server.server_close()
+
+
+def served_serial(port: int, context: ssl.SSLContext) -> int:
+    import socket
+
+    from cryptography import x509
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+
+
+def test_the_metrics_port_follows_a_renewed_certificate_as_the_grpc_port_does(tmp_path: Path) -> None:
+    from coordinator.transport.tls import ContextReloader, ServerTLS
+
+    ca = LocalCA.create(tmp_path)
+    first = ca.server("node")
+    settings = ServerTLS(str(first.cert_file), str(first.key_file), str(ca.ca_file), "require")
+    server = metrics_server.start_metrics_server("127.0.0.1:0", ContextReloader(settings, lambda t: metrics_server.tls_context(
+        t.cert_file, t.key_file, t.client_ca_file, client_auth_required=True)))
+    try:
+        scraper = ssl.create_default_context(cafile=str(ca.ca_file))
+        certificate = ca.client("prometheus")
+        scraper.load_cert_chain(str(certificate.cert_file), str(certificate.key_file))
+        port = server.server_address[1]
+        assert served_serial(port, scraper) == first.serial
+        first.key_file.write_bytes(LocalCA.create(tmp_path / "x").server("x").key_file.read_bytes())
+        assert served_serial(port, scraper) == first.serial, "a key that is not the certificate's was taken"
+        renewed = ca.server("node")  # a renewal writes both files in place
+        seen = served_serial(port, scraper)
+        assert seen == renewed.serial != first.serial, f"served {seen:x}; first {first.serial:x}, renewed {renewed.serial:x}"
+    finally:
+        server.shutdown()
+        server.server_close()
