@@ -65,101 +65,99 @@ def _check_address(address: str, what: str) -> None:
         raise ConfigError(f"{what} {r.reason}") from None
 
 
+def setting(default: Any, help: str) -> Any:  # noqa: A002 (argparse's name)
+    """A NodeConfig field with the line `raftpoint coordinator --help` prints for it."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class NodeConfig:
-    raft_address: str = "127.0.0.1:7000"
-    grpc_address: str = "127.0.0.1:50051"
-    metrics_address: str = "127.0.0.1:9100"
-    # Plain HTTP serving GET /livez and /readyz only ("": none; the metrics port serves
-    # them too). For a kubelet, which shows no client certificate to a metrics port
-    # that requires one (deploy/README.md, "Probes").
-    probe_address: str = ""
-    # Raft peers other than this node, "raft_host:port[=grpc_host:port]".
-    peers: tuple[str, ...] = ()
-    data_dir: str = "./raftpoint-data"
+    """A node's settings: each can be a flag (--auto-tick-period), an environment
+    variable (RAFTPOINT_AUTO_TICK_PERIOD) or a TOML key (auto_tick_period); its help
+    says what it is for."""
+
+    raft_address: str = setting("127.0.0.1:7000", "this node's Raft address, host:port (its peers dial it)")
+    grpc_address: str = setting("127.0.0.1:50051", "the gRPC address clients and peers call, host:port")
+    metrics_address: str = setting("127.0.0.1:9100", "where /metrics (and /livez, /readyz) are served, host:port")
+    probe_address: str = setting(
+        "", "plain HTTP serving GET /livez and /readyz only, host:port ('': none; the metrics port serves them "
+            "too), for a kubelet, which shows no client certificate to a metrics port that requires one")
+    peers: tuple[str, ...] = setting((), "the other members, comma-separated raft_host:port[=grpc_host:port]")
+    data_dir: str = setting("./raftpoint-data", "the node's journal, snapshot and store")
     # The Raft password: from raft_password_file, RAFTPOINT_RAFT_PASSWORD or the TOML
     # file, never a flag (a command line is visible to every user in `ps`).
-    raft_password: str = ""
-    raft_password_file: str = ""
-    # The Raft port: a connection must authenticate (and name its node) within
-    # raft_auth_timeout_s, and may announce messages of at most
-    # raft_unauthenticated_max_bytes until it has.
-    raft_auth_timeout_s: float = 5.0
-    raft_unauthenticated_max_bytes: int = 65536
-    # One address may hold at most this many Raft connections that have not authenticated.
-    raft_unauthenticated_per_source: int = 16
-    store: str = "lmdb"
-    map_size_mb: int = 1024
-    max_map_size_mb: int = 65536
+    raft_password: str = setting("", "the Raft password (never a flag: RAFTPOINT_RAFT_PASSWORD or the TOML file)")
+    raft_password_file: str = setting("", "a file holding the Raft password")
+    raft_auth_timeout_s: float = setting(
+        5.0, "seconds a Raft connection has to authenticate (and name its node) before it is closed")
+    raft_unauthenticated_max_bytes: int = setting(
+        65536, "the largest message a Raft connection may announce before it has authenticated")
+    raft_unauthenticated_per_source: int = setting(
+        16, "Raft connections one address may hold that have not authenticated")
+    store: str = setting("lmdb", "the state store: lmdb (memory: tests only)")
+    map_size_mb: int = setting(1024, "LMDB's initial map size (grown as needed up to max_map_size_mb)")
+    max_map_size_mb: int = setting(65536, "LMDB's largest map size: past it writes are refused as the store full")
     # etcd's election timeout (1 s) and a leader fallback above its widest draw: a
     # leader saturated by thousands of agents' keepalives runs its Raft ticks late,
     # and with 0.4-1 s it lost the lead 44 times in one run at 5,000 agents, and agents
     # that were alive were declared failed (1,309); with these, neither happened
     # (benchmarks/agents_scale.py). raft_min_timeout and raft_max_timeout below go with
     # it. Failover costs about a second more.
-    leader_fallback_timeout: float = 3.0
-    dns_cache_time: float = 5.0
-    # The Raft thread's longest sleep: messages and proposals wake it at once, so this
-    # only paces timers (heartbeats every append_entries_period, election timeouts).
+    leader_fallback_timeout: float = setting(
+        3.0, "seconds a leader that hears no majority keeps leading before it steps down")
+    dns_cache_time: float = setting(5.0, "seconds a resolved peer address is kept")
     # At 5 ms an idle node woke 200 times a second for nothing.
-    auto_tick_period: float = 0.02
-    raft_min_timeout: float = 1.0
-    raft_max_timeout: float = 2.0
-    append_entries_period: float = 0.05
-    # False: send AppendEntries as soon as a command arrives (low latency); True: only
-    # every append_entries_period (fewer, larger batches).
-    append_entries_batch: bool = False
-    compaction_min_entries: int = 20000
-    compaction_min_time: float = 60.0
-    dynamic_membership: bool = True
-    # Answers to requests first sent longer ago than this are forgotten, and such
-    # requests refused as too old to deduplicate (clients retry for 30 s by default).
-    dedupe_window_s: float = 600.0
-    # Seconds between comparisons of this node's content digest with its peers' (0: never);
-    # a node that disagrees with the majority at an index stops (service/digest_audit.py).
-    digest_audit_s: float = 30.0
-    log_level: str = "info"
-    # Authentication and roles (coordinator/transport/auth.py): a file of
-    # "<identity> <sha256 of its token>" lines (bearer tokens; `raftpoint auth
-    # add-token` writes it), and a TOML file binding identities to roles. Both are
-    # re-read when they change. Neither set on a plaintext node: auth is off (dev mode).
-    auth_tokens_file: str = ""
-    auth_bindings_file: str = ""
-    # gRPC connections this node accepts at once (more are closed at once), and calls
-    # it serves at once (more are refused RESOURCE_EXHAUSTED). Every agent holds one
-    # connection and one long-lived WatchOrders call on the leader. One address may
-    # hold at most max_unauthenticated_per_source connections that have not made an
-    # authenticated call yet (0: no per-address cap, gRPC on the port itself;
-    # transport/server.py::ServerLimits).
-    max_connections: int = 2048
-    max_unauthenticated_per_source: int = 64
-    max_rpcs: int = 8192
-    # HTTP/2 pings on every client connection (transport/server.py::ServerLimits): an
-    # agent's open session holds its lease, and these prove the session's client alive.
-    session_ping_s: float = 3.0
-    session_ping_timeout_s: float = 3.0
-    # Kubernetes: when set, derive raft/grpc addresses and peers from the pod name.
-    statefulset_replicas: int = 0
-    headless_service: str = ""
-    raft_port: int = 7000
-    grpc_port: int = 50051
-    metrics_port: int = 9100
-    probe_port: int = 0
-    pod_name: str = ""
-    # TLS on the gRPC port (transport/tls.py): the node's certificate and key (PEM, re-read
-    # when the files change), the CA client certificates are checked against (also
-    # what this node trusts when it calls its peers), and whether clients must show
-    # one: "none" or "require". Without a certificate the node refuses to start unless
-    # `insecure` (plaintext) is set.
-    tls_cert_file: str = ""
-    tls_key_file: str = ""
-    tls_client_ca_file: str = ""
-    tls_client_auth: str = "none"
-    insecure: bool = False
-    # /metrics is served over HTTPS with the node's certificate whenever the node has
-    # TLS (with tls_client_auth=require the scraper must show a certificate signed by
-    # tls_client_ca_file); plain HTTP beside a TLS node only when this is set.
-    metrics_plaintext: bool = False
+    auto_tick_period: float = setting(
+        0.02, "the Raft thread's longest sleep in seconds: messages and proposals wake it at once, so this only "
+              "paces timers")
+    raft_min_timeout: float = setting(1.0, "the shortest election timeout, seconds")
+    raft_max_timeout: float = setting(2.0, "the longest election timeout, seconds")
+    append_entries_period: float = setting(0.05, "seconds between a leader's heartbeats")
+    append_entries_batch: bool = setting(
+        False, "true: send AppendEntries only every append_entries_period (fewer, larger batches); false: as soon "
+               "as a command arrives (low latency)")
+    compaction_min_entries: int = setting(20000, "log entries before the log is compacted into a snapshot")
+    compaction_min_time: float = setting(60.0, "seconds at least between log compactions")
+    dynamic_membership: bool = setting(True, "allow `raftpoint members add|remove`")
+    dedupe_window_s: float = setting(
+        600.0, "seconds a request's answer is remembered for its retries; older retries are refused as too old "
+               "to deduplicate (clients retry for 30 s by default)")
+    digest_audit_s: float = setting(
+        30.0, "seconds between comparisons of this node's content digest with its peers' (0: never); a node that "
+              "disagrees with the majority at an index stops")
+    log_level: str = setting("info", "debug, info, warning or error")
+    auth_tokens_file: str = setting(
+        "", "bearer tokens: '<identity> <sha256 of its token>' lines (`raftpoint auth add-token`), re-read when "
+            "it changes; with no tokens or bindings file on a plaintext node, auth is off (development only)")
+    auth_bindings_file: str = setting("", "a TOML file binding identities to roles, re-read when it changes")
+    max_connections: int = setting(2048, "gRPC connections accepted at once (more are closed at once)")
+    max_unauthenticated_per_source: int = setting(
+        64, "gRPC connections one address may hold before it makes an authenticated call (0: no per-address "
+            "cap, gRPC on the port itself)")
+    max_rpcs: int = setting(8192, "calls served at once (more are refused RESOURCE_EXHAUSTED)")
+    session_ping_s: float = setting(
+        3.0, "seconds between HTTP/2 pings on client connections: an agent's open session holds its lease, and "
+             "these prove its client alive")
+    session_ping_timeout_s: float = setting(3.0, "seconds a ping may go unanswered before the connection is closed")
+    statefulset_replicas: int = setting(
+        0, "Kubernetes: the StatefulSet's replicas; when set, addresses and peers come from the pod name")
+    headless_service: str = setting("", "Kubernetes: the headless Service that names the pods")
+    raft_port: int = setting(7000, "Kubernetes: the Raft port of every pod")
+    grpc_port: int = setting(50051, "the gRPC port of every pod (and of peers named without one)")
+    metrics_port: int = setting(9100, "Kubernetes: the metrics port of every pod")
+    probe_port: int = setting(0, "Kubernetes: the plain probe port of every pod (0: none)")
+    pod_name: str = setting("", "Kubernetes: this pod's name (default: the host name)")
+    tls_cert_file: str = setting(
+        "", "the node's certificate (PEM, re-read when it changes); without one the node refuses to start unless "
+            "insecure is set")
+    tls_key_file: str = setting("", "the node's private key (PEM)")
+    tls_client_ca_file: str = setting(
+        "", "the CA client certificates are checked against (also what the node trusts when it calls its peers)")
+    tls_client_auth: str = setting("none", "whether clients must show a certificate: none or require")
+    insecure: bool = setting(False, "serve plaintext gRPC (development only)")
+    metrics_plaintext: bool = setting(
+        False, "serve /metrics over plain HTTP beside a TLS node (it is HTTPS with the node's certificate "
+               "otherwise, and needs a client certificate when tls_client_auth=require)")
 
     # ---- derived -----------------------------------------------------------------
     def peer_list(self) -> list[Peer]:
@@ -406,10 +404,14 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         if name in NO_FLAG:
             continue
         flag = "--" + name.replace("_", "-")
+        shown = ",".join(f.default) if isinstance(f.default, tuple) else str(f.default).lower() \
+            if isinstance(f.default, bool) else f.default
+        help_text = f"{f.metadata['help']} (env {ENV_PREFIX}{name.upper()}; default: {shown!r})"
         if isinstance(f.default, bool):  # `--insecure` alone means true
-            parser.add_argument(flag, dest=name, default=None, nargs="?", const="true", choices=("true", "false"))
+            parser.add_argument(flag, dest=name, default=None, nargs="?", const="true", choices=("true", "false"),
+                                help=help_text)
         else:
-            parser.add_argument(flag, dest=name, default=None, help=f"default: {f.default!r}")
+            parser.add_argument(flag, dest=name, default=None, help=help_text)
 
 
 def add_password_flags(parser: argparse.ArgumentParser) -> None:

@@ -159,3 +159,16 @@ def test_a_node_with_the_example_password_stops_with_one_line(tmp_path: Path) ->
     assert done.returncode != 0
     assert done.stderr.strip().count("\n") == 0 and "example value" in done.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_every_coordinator_flag_says_what_it_is_for_its_variable_and_default() -> None:
+    import argparse
+
+    from coordinator import config
+    parser = argparse.ArgumentParser()
+    config.add_flags(parser)
+    undocumented = [a.option_strings[0] for a in parser._actions
+                    if a.option_strings and a.dest not in ("help", "config") and not a.dest.startswith("_refused_")
+                    and not (a.help and f"env RAFTPOINT_{a.dest.upper()};" in a.help and "default:" in a.help
+                             and len(a.help.split("(env")[0].strip()) > 10)]
+    assert undocumented == [], f"flags without a description, variable or default: {undocumented}"
