@@ -186,8 +186,14 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return await self.heavy.run(context, read)
 
     async def ListSavepoints(self, request, context):
+        size, after = await self._paging(context, request, parts=1)
         state, _ = await self._group_state(context, request.group)
-        return pb.ListSavepointsResponse(savepoints=[wire.savepoint_to_pb(sp) for sp in state.savepoints(request.group)])
+
+        def read() -> pb.ListSavepointsResponse:
+            found, token = paging.page(state.savepoints(request.group), lambda sp: (sp.name,), after, size)
+            return pb.ListSavepointsResponse(savepoints=[wire.savepoint_to_pb(sp) for sp in found],
+                                             next_page_token=token)
+        return await self.heavy.run(context, read)
 
     async def ListGroups(self, request, context):
         size, after = await self._paging(context, request, parts=1)

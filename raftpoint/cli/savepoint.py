@@ -85,13 +85,15 @@ def run_delete(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    answer, code = target.admin_call(args, f"{PROG} list", "ListSavepoints", pb.ListSavepointsRequest(group=args.group))
+    request = pb.ListSavepointsRequest(group=args.group)
+    found, code = target.admin_calls(
+        args, f"{PROG} list", lambda conn: target.every_page(conn, "ListSavepoints", request, "savepoints")[1])
     if code:
         return code
     if args.json:
-        print_json([plain(s) for s in answer.savepoints])
+        print_json([plain(s) for s in found])
         return 0
     print_table(("NAME", "CREATED", "EPOCH", "CHECKPOINTS", "LABELS"),
                 [(s.name, utc(s.created_at), s.epoch or "-", held(s),
-                  ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))) for s in answer.savepoints])
+                  ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))) for s in found])
     return 0

@@ -679,16 +679,22 @@ class SavepointResponse(_message.Message):
     def __init__(self, savepoint: _Optional[_Union[Savepoint, _Mapping]] = ...) -> None: ...
 
 class ListSavepointsRequest(_message.Message):
-    __slots__ = ("group",)
+    __slots__ = ("group", "page_size", "page_token")
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     group: str
-    def __init__(self, group: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, group: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListSavepointsResponse(_message.Message):
-    __slots__ = ("savepoints",)
+    __slots__ = ("savepoints", "next_page_token")
     SAVEPOINTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     savepoints: _containers.RepeatedCompositeFieldContainer[Savepoint]
-    def __init__(self, savepoints: _Optional[_Iterable[_Union[Savepoint, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, savepoints: _Optional[_Iterable[_Union[Savepoint, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
     __slots__ = ("page_size", "page_token")
