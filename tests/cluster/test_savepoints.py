@@ -34,9 +34,11 @@ def test_gc_keeps_a_savepoints_checkpoints_across_a_leader_kill(cluster: LocalCl
     for agent in ("a", "b"):
         client.commit(agent, 1)
         client.commit(agent, 2)
-    created = client.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(
-        request_id="sp-1", group="g", name="s", labels={"why": "before the upgrade"})).savepoint
+    create = pb.CreateSavepointRequest(request_id="sp-1", group="g", name="s", labels={"why": "before the upgrade"})
+    created = client.call("AdminService", "CreateSavepoint", create).savepoint
     assert [(s.agent_id, s.index) for s in created.checkpoints] == [("a", 2), ("b", 2)]
+    # A retry (same request id) is answered with the first answer, not refused as a duplicate name.
+    assert client.call("AdminService", "CreateSavepoint", create).savepoint == created
     assert _refusal(client, "CreateSavepoint", pb.CreateSavepointRequest(request_id="sp-2", group="g", name="s")) \
         == "REASON_SAVEPOINT_EXISTS"
     for agent in ("a", "b"):
