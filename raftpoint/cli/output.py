@@ -42,5 +42,9 @@ def utc(seconds: float) -> str:
 
 
 def enum_word(enum: EnumTypeWrapper, value: int, prefix: str = "") -> str:
-    """An enum value as a lower-case word: AGENT_FAILED with prefix "AGENT_" is "failed"."""
-    return enum.Name(value).removeprefix(prefix).lower()
+    """An enum value as a lower-case word: AGENT_FAILED with prefix "AGENT_" is "failed"
+    (a value this client does not know, from a newer coordinator: its number)."""
+    try:
+        return enum.Name(value).removeprefix(prefix).lower()
+    except ValueError:
+        return str(value)

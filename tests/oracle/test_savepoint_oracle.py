@@ -4,7 +4,8 @@ Random runs of checkpoints, messages and garbage collections, with one savepoint
 taken somewhere along the way, are applied to two machines, one of which never
 takes the savepoint: the savepoint must be the maximum consistent cut of the
 checkpoints at that moment (by enumeration), garbage collection must never delete a
-checkpoint it holds, and must delete everything else the twin without it deletes.
+checkpoint it holds, and must delete everything else the twin without it deletes;
+nor may a recovery that follows.
 """
 from __future__ import annotations
 
@@ -78,6 +79,10 @@ def test_savepoint_is_the_maximum_consistent_cut_and_gc_keeps_it(n: int, mode: M
     twins.both(c.GarbageCollect("g"))
     kept, twin_kept = twins.remaining(twins.with_savepoint), twins.remaining(twins.without)
     assert kept == twin_kept | (pinned or set()), (sorted(kept), sorted(twin_kept), sorted(pinned or ()))
+    # A later recovery rolls back to a line at or above the savepoint (it was consistent,
+    # and later messages touch later intervals only): it deletes none of its checkpoints.
+    twins.with_savepoint.ok(c.DeclareAgentFailed("g", agents[0], 1))
+    assert (pinned or set()) <= twins.remaining(twins.with_savepoint)
 
 
 def _checkpoint(agent: str, index: int) -> Checkpoint:
