@@ -15,7 +15,7 @@ from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.history import Dependency
 from coordinator.core.model import (
     Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Group, GroupSpec, GroupState, Mode, Order,
-    OrderKind,
+    OrderKind, Savepoint,
 )
 
 MODE_TO_PB = {Mode.COORDINATED: pb.COORDINATED, Mode.CIC_BCS: pb.CIC_BCS, Mode.CIC_HMNR: pb.CIC_HMNR,
@@ -128,6 +128,14 @@ def reset_dedupe_clock_from_pb(m: pb.ResetDedupeClockRequest) -> c.ResetDedupeCl
     return c.ResetDedupeClock()
 
 
+def create_savepoint_from_pb(m: pb.CreateSavepointRequest) -> c.CreateSavepoint:
+    return c.CreateSavepoint(m.group, m.name, dict(sorted(m.labels.items())))
+
+
+def delete_savepoint_from_pb(m: pb.DeleteSavepointRequest) -> c.DeleteSavepoint:
+    return c.DeleteSavepoint(m.group, m.name)
+
+
 _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "create_group": create_group_from_pb,
     "register": register_from_pb,
@@ -142,6 +150,8 @@ _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "delete_group": delete_group_from_pb,
     "read_barrier": lambda m: c.ReadBarrier(),
     "reset_dedupe_clock": reset_dedupe_clock_from_pb,
+    "create_savepoint": create_savepoint_from_pb,
+    "delete_savepoint": delete_savepoint_from_pb,
 }
 
 
@@ -224,6 +234,13 @@ def order_to_pb(order: Order) -> pb.Order:
     return msg
 
 
+def savepoint_to_pb(savepoint: Savepoint) -> pb.Savepoint:
+    return pb.Savepoint(group=savepoint.group, name=savepoint.name, epoch=savepoint.epoch, labels=savepoint.labels,
+                        created_at=savepoint.created_at,
+                        checkpoints=[pb.SavedCheckpoint(agent_id=s.agent_id, index=s.index)
+                                     for s in savepoint.checkpoints])
+
+
 def dependency_to_pb(dep: Dependency) -> pb.DependencyRecord:
     return pb.DependencyRecord(sender=dep.sender, send_interval=dep.send_interval, receiver=dep.receiver,
                                receive_interval=dep.receive_interval, message_id=dep.message_id,
@@ -280,6 +297,11 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
             msg.read_barrier.SetInParent()
         case c.ResetDedupeClock():
             msg.reset_dedupe_clock.CopyFrom(pb.ResetDedupeClockRequest(request_id=rid))
+        case c.CreateSavepoint(group=group, name=name, labels=labels):
+            msg.create_savepoint.CopyFrom(pb.CreateSavepointRequest(request_id=rid, group=group, name=name,
+                                                                    labels=labels))
+        case c.DeleteSavepoint(group=group, name=name):
+            msg.delete_savepoint.CopyFrom(pb.DeleteSavepointRequest(request_id=rid, group=group, name=name))
         case other:
             raise TypeError(f"not a command: {other!r}")
     return msg

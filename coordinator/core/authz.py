@@ -47,10 +47,13 @@ RPC_ACCESS: Mapping[str, Access] = {
     # operation (transport.auth.FRAME_CHECK); opening one needs only an identity.
     "Session": Access.AGENT_WRITE,
     "GetGroup": Access.GROUP_READ, "ListCheckpoints": Access.GROUP_READ, "WhatIf": Access.GROUP_READ,
+    "ListSavepoints": Access.GROUP_READ,
+    # Names every group: an agent identity, bound to one group, is refused it (FOREIGN_AGENT).
+    "ListGroups": Access.GROUP_READ,
     "ClusterStatus": Access.CLUSTER_READ,
     "CreateGroup": Access.ADMIN, "StartEpoch": Access.ADMIN, "GarbageCollect": Access.ADMIN,
     "DeleteGroup": Access.ADMIN, "AddNode": Access.ADMIN, "RemoveNode": Access.ADMIN,
-    "ResetDedupeClock": Access.ADMIN,
+    "ResetDedupeClock": Access.ADMIN, "CreateSavepoint": Access.ADMIN, "DeleteSavepoint": Access.ADMIN,
     "SaveSnapshot": Access.ADMIN,  # the whole state, every group's
 }
 

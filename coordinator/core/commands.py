@@ -7,12 +7,12 @@ request gets the first answer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.core.authz import Grant
 from coordinator.core.errors import Code, ReasonCode, Rejection
 from coordinator.core.history import Dependency
-from coordinator.core.model import Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState
+from coordinator.core.model import Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState, Savepoint
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,27 @@ class GarbageCollect:
 @dataclass(frozen=True)
 class DeleteGroup:
     """Forget a finished group: every record it holds (agents, checkpoints, epochs,
-    dependencies, orders) is deleted; its blobs are the caller's to delete."""
+    dependencies, orders, savepoints) is deleted; its blobs are the caller's to delete."""
 
     group: str
+
+
+@dataclass(frozen=True)
+class CreateSavepoint:
+    """Name the group's newest consistent global checkpoint (core.savepoints.cut) and
+    keep its checkpoints from garbage collection until the savepoint is deleted."""
+
+    group: str
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeleteSavepoint:
+    """Forget a savepoint: the next garbage collection may take what only it kept."""
+
+    group: str
+    name: str
 
 
 @dataclass(frozen=True)
@@ -115,7 +133,7 @@ class ResetDedupeClock:
 
 Command = (CreateGroup | Register | CommitCheckpoint | ReportDependencies | StartEpoch | AbortEpoch
            | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | DeleteGroup | ReadBarrier
-           | ResetDedupeClock)
+           | ResetDedupeClock | CreateSavepoint | DeleteSavepoint)
 
 
 @dataclass(frozen=True)
@@ -203,6 +221,13 @@ class GcResult:
 
 
 @dataclass(frozen=True)
+class SavepointResult:
+    """The savepoint created, or the one deleted."""
+
+    savepoint: Savepoint
+
+
+@dataclass(frozen=True)
 class EmptyResult:
     pass
 
@@ -231,10 +256,10 @@ class Failure:
 
 
 Result = (GroupResult | RegisterResult | CheckpointResult | DependenciesResult | EpochResult | RecoveryResult
-          | AckResult | GcResult | EmptyResult | ClockResult | Failure)
+          | AckResult | GcResult | SavepointResult | EmptyResult | ClockResult | Failure)
 RESULT_TYPES: dict[str, type] = {t.__name__: t for t in (
     GroupResult, RegisterResult, CheckpointResult, DependenciesResult, EpochResult, RecoveryResult,
-    AckResult, GcResult, EmptyResult, ClockResult, Failure)}
+    AckResult, GcResult, SavepointResult, EmptyResult, ClockResult, Failure)}
 
 
 class EncodedResult(bytes):

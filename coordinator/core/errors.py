@@ -41,11 +41,13 @@ class ReasonCode(StrEnum):
     GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
     AGENT_NOT_FOUND = "AGENT_NOT_FOUND"
     EPOCH_NOT_FOUND = "EPOCH_NOT_FOUND"
+    SAVEPOINT_NOT_FOUND = "SAVEPOINT_NOT_FOUND"
     # ALREADY_EXISTS
     GROUP_SPEC_CONFLICT = "GROUP_SPEC_CONFLICT"  # the group exists with a different spec
     CHECKPOINT_CONFLICT = "CHECKPOINT_CONFLICT"  # the checkpoint index exists with other metadata
     ALREADY_COMMITTED = "ALREADY_COMMITTED"  # the agent already committed this epoch
     REQUEST_ID_REUSED = "REQUEST_ID_REUSED"  # this identity used the request id for another command
+    SAVEPOINT_EXISTS = "SAVEPOINT_EXISTS"  # the group has a savepoint of that name
     # FAILED_PRECONDITION
     STALE_INCARNATION = "STALE_INCARNATION"  # the token's incarnation is not the agent's live one
     AGENT_NOT_ALIVE = "AGENT_NOT_ALIVE"  # the agent failed or left: register again
@@ -66,6 +68,7 @@ class ReasonCode(StrEnum):
     NODE_NOT_READY = "NODE_NOT_READY"  # AddNode: the node does not answer with the cluster's password, or is not waiting to join
     TOO_FEW_VOTERS = "TOO_FEW_VOTERS"  # RemoveNode would leave fewer than 3 voters (unless forced)
     TOO_FEW_LIVE_VOTERS = "TOO_FEW_LIVE_VOTERS"  # RemoveNode would leave fewer live voters than a quorum (unless forced)
+    NO_CONSISTENT_CUT = "NO_CONSISTENT_CUT"  # a savepoint needs a stable epoch, or a stable checkpoint in its cut
     # RESOURCE_EXHAUSTED
     DEPENDENCY_QUOTA = "DEPENDENCY_QUOTA"  # the agent holds its most dependency records until GC drops some
     OVERLOADED = "OVERLOADED"  # the node sheds load: retry after the hint (never stored: decided before proposing)
@@ -90,17 +93,18 @@ class ReasonCode(StrEnum):
 _STATUS: dict[ReasonCode, Code] = {
     **dict.fromkeys((ReasonCode.INVALID_FIELD, ReasonCode.MALFORMED_ENTRY, ReasonCode.WRONG_CHECKPOINT_KIND,
                      ReasonCode.ORDER_NOT_ADDRESSED, ReasonCode.CLOCK_AHEAD), Code.INVALID_ARGUMENT),
-    **dict.fromkeys((ReasonCode.GROUP_NOT_FOUND, ReasonCode.AGENT_NOT_FOUND, ReasonCode.EPOCH_NOT_FOUND),
+    **dict.fromkeys((ReasonCode.GROUP_NOT_FOUND, ReasonCode.AGENT_NOT_FOUND, ReasonCode.EPOCH_NOT_FOUND,
+                     ReasonCode.SAVEPOINT_NOT_FOUND),
                     Code.NOT_FOUND),
     **dict.fromkeys((ReasonCode.GROUP_SPEC_CONFLICT, ReasonCode.CHECKPOINT_CONFLICT, ReasonCode.ALREADY_COMMITTED,
-                     ReasonCode.REQUEST_ID_REUSED), Code.ALREADY_EXISTS),
+                     ReasonCode.REQUEST_ID_REUSED, ReasonCode.SAVEPOINT_EXISTS), Code.ALREADY_EXISTS),
     **dict.fromkeys((ReasonCode.STALE_INCARNATION, ReasonCode.AGENT_NOT_ALIVE, ReasonCode.EPOCH_NOT_STARTED,
                      ReasonCode.ORDER_PENDING, ReasonCode.INDEX_NOT_ABOVE_LAST, ReasonCode.PARENT_MISSING,
                      ReasonCode.NOT_OPEN_EPOCH, ReasonCode.JOINED_AFTER_EPOCH, ReasonCode.ORPHAN_MESSAGE,
                      ReasonCode.NOT_COORDINATED, ReasonCode.GROUP_RECOVERING, ReasonCode.EPOCH_STILL_OPEN,
                      ReasonCode.NO_LIVE_MEMBERS, ReasonCode.REQUEST_TOO_OLD, ReasonCode.MEMBERSHIP_CHANGE_REFUSED,
                      ReasonCode.GROUP_IN_USE, ReasonCode.NODE_NOT_READY, ReasonCode.TOO_FEW_VOTERS,
-                     ReasonCode.TOO_FEW_LIVE_VOTERS),
+                     ReasonCode.TOO_FEW_LIVE_VOTERS, ReasonCode.NO_CONSISTENT_CUT),
                     Code.FAILED_PRECONDITION),
     ReasonCode.DEPENDENCY_QUOTA: Code.RESOURCE_EXHAUSTED,
     ReasonCode.OVERLOADED: Code.RESOURCE_EXHAUSTED,

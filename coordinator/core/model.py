@@ -160,3 +160,27 @@ class Order:
     # must forget were not undone at their sender and re-deliver them.
     generation: int = 0
     line: tuple[Fence, ...] = ()
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """One agent's part of a savepoint: the checkpoint it would restore (0: its initial state)."""
+
+    agent_id: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    """A named consistent global checkpoint of a group, kept until deleted.
+
+    Garbage collection never deletes a checkpoint a savepoint names
+    (core.savepoints.pinned), whatever the recovery line has moved past."""
+
+    group: str
+    name: str
+    checkpoints: tuple[SavedCheckpoint, ...]
+    # Coordinated groups: the stable epoch the savepoint is; 0 for the other modes.
+    epoch: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    created_at: float = 0.0

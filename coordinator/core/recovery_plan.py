@@ -42,3 +42,12 @@ def plan_gc(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency], ret
     """Per agent, the oldest checkpoint index to keep."""
     history = build_history(usable, deps)
     return gc_watermark(history, history.checkpoints, retention)
+
+
+def max_consistent_cut(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency]) -> dict[str, int]:
+    """Per agent, its checkpoint in the newest consistent global checkpoint made of
+    `usable` checkpoints alone (0: its initial state): the recovery line if every
+    agent failed now."""
+    history = build_history(usable, deps)
+    line = recovery_line(history, history.checkpoints.keys(), usable=history.checkpoints)
+    return {agent: index or 0 for agent, index in line.cut.items()}

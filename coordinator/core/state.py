@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Protocol, Sequence
 
 from coordinator.core.history import Dependency
-from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order
+from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order, Savepoint
 
 
 class State(Protocol):
@@ -35,6 +35,12 @@ class State(Protocol):
     def dependency_count(self, group: str, receiver: str) -> int:
         """How many dependency records `receiver` has reported that are still stored."""
     def drop_dependencies(self, group: str, doomed: Callable[[Dependency], bool]) -> None: ...
+
+    def savepoint(self, group: str, name: str) -> Savepoint | None: ...
+    def savepoints(self, group: str) -> list[Savepoint]:
+        """The group's savepoints, by name."""
+    def put_savepoint(self, savepoint: Savepoint) -> None: ...
+    def delete_savepoint(self, group: str, name: str) -> None: ...
 
     def orders(self, group: str) -> list[Order]: ...
     def delete_group(self, name: str) -> None:

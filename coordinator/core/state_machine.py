@@ -10,16 +10,16 @@ import dataclasses
 from typing import Callable
 
 from coordinator.core.commands import (
-    AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, DeclareAgentFailed, DeleteGroup,
-    DependenciesResult, Deregister, EmptyResult, Entry, EpochResult, Failure, GarbageCollect, GcResult,
-    GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult, ReportDependencies, Result, RollbackTarget,
-    StartEpoch, Token,
+    AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
+    DeclareAgentFailed, DeleteGroup, DeleteSavepoint, DependenciesResult, Deregister, EmptyResult, Entry, EpochResult,
+    Failure, GarbageCollect, GcResult, GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult,
+    ReportDependencies, Result, RollbackTarget, SavepointResult, StartEpoch, Token,
 )
-from coordinator.core import authz, fences, queries
+from coordinator.core import authz, fences, queries, savepoints
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
     RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
-    Order, OrderKind,
+    Order, OrderKind, Savepoint,
 )
 from coordinator.core.recovery_plan import plan_gc
 from coordinator.core.state import State
@@ -387,10 +387,14 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     uris: list[str] = []
     total = 0
     deleted = 0
+    pinned = savepoints.pinned(state.savepoints(name))
     for agent_id, cps in sorted(all_cps.items()):
-        referenced = {c.parent_index for c in cps if c.index >= keep_from[agent_id]}
+        # A checkpoint is kept if a future recovery line may need it or a savepoint holds
+        # it; so is the parent a kept checkpoint was written against.
+        kept = {c.index for c in cps if c.index >= keep_from[agent_id]} | pinned.get(agent_id, set())
+        referenced = {c.parent_index for c in cps if c.index in kept}
         for cp in cps:
-            if cp.index < keep_from[agent_id] and cp.index not in referenced:
+            if cp.index not in kept and cp.index not in referenced:
                 state.delete_checkpoint(name, agent_id, cp.index)
                 uris.append(cp.blob_uri)
                 total += cp.size
@@ -414,6 +418,28 @@ def _delete_group(state: State, cmd: DeleteGroup, now: float) -> Result:
     return GcResult(tuple(cp.blob_uri for cp in cps), sum(cp.size for cp in cps), len(cps))
 
 
+def _create_savepoint(state: State, cmd: CreateSavepoint, now: float) -> Result:
+    group = _group(state, cmd.group)
+    name = group.spec.name
+    if state.savepoint(name, cmd.name) is not None:
+        raise Rejection.because(ReasonCode.SAVEPOINT_EXISTS,
+                                f"group {name!r} has a savepoint {cmd.name!r} already: delete it first or choose "
+                                "another name", "name")
+    epoch, saved = savepoints.cut(state, group)
+    savepoint = Savepoint(name, cmd.name, saved, epoch, dict(sorted(cmd.labels.items())), now)
+    state.put_savepoint(savepoint)
+    return SavepointResult(savepoint)
+
+
+def _delete_savepoint(state: State, cmd: DeleteSavepoint, now: float) -> Result:
+    group = _group(state, cmd.group)
+    savepoint = state.savepoint(group.spec.name, cmd.name)
+    if savepoint is None:
+        raise Rejection.not_found(f"savepoint {cmd.name!r} of group {cmd.group!r}", ReasonCode.SAVEPOINT_NOT_FOUND)
+    state.delete_savepoint(group.spec.name, cmd.name)
+    return SavepointResult(savepoint)
+
+
 def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
     return EmptyResult()
 
@@ -431,4 +457,6 @@ _HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
     GarbageCollect: _garbage_collect,
     DeleteGroup: _delete_group,
     ReadBarrier: _read_barrier,
+    CreateSavepoint: _create_savepoint,
+    DeleteSavepoint: _delete_savepoint,
 }

@@ -27,6 +27,9 @@ MAX_DEPENDENCIES_PER_AGENT = 100_000
 MAX_RETENTION = 1_000
 MAX_DEPENDENCY_VERSIONS = 64
 MAX_WHAT_IF_FAILED = 10_000
+# A savepoint's labels: free-form notes (who, why), keys shaped like ids.
+MAX_SAVEPOINT_LABELS = 32
+MAX_LABEL_VALUE_CHARS = 256
 # Checkpoint indexes, intervals and generations: far below 2^64, so whoever reaches
 # the bound by counting one at a time never does, and a higher value always exists.
 MAX_COUNTER = 2**53
@@ -65,6 +68,13 @@ def validate(command: c.Command) -> None:
         case (c.AbortEpoch(group=group) | c.StartEpoch(group=group) | c.GarbageCollect(group=group)
               | c.DeleteGroup(group=group)):
             ids.check_id(group, "group")
+        case c.CreateSavepoint(group=group, name=name, labels=labels):
+            ids.check_id(group, "group")
+            ids.check_id(name, "name")
+            _labels(labels)
+        case c.DeleteSavepoint(group=group, name=name):
+            ids.check_id(group, "group")
+            ids.check_id(name, "name")
         case c.ReadBarrier() | c.ResetDedupeClock():
             pass
         case _:
@@ -134,6 +144,16 @@ def _dependencies(cmd: c.ReportDependencies) -> None:
         _counter(rec.send_interval, f"records[{i}].send_interval", 1)
         _counter(rec.receive_interval, f"records[{i}].receive_interval", 1)
         _counter(rec.send_generation, f"records[{i}].send_generation")
+
+
+def _labels(labels: dict[str, str]) -> None:
+    if len(labels) > MAX_SAVEPOINT_LABELS:
+        raise Rejection.invalid("labels", f"at most {MAX_SAVEPOINT_LABELS} labels, got {len(labels)}")
+    for key, value in labels.items():
+        ids.check_id(key, "labels")
+        if len(value) > MAX_LABEL_VALUE_CHARS or not value.isprintable():
+            raise Rejection.invalid(f"labels[{key}]", f"must be at most {MAX_LABEL_VALUE_CHARS} printable "
+                                                      f"characters, got {shown(value)}")
 
 
 def check_index_step(index: int, last_index: int) -> None:

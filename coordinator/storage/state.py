@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 from coordinator.core import codec
 from coordinator.core.dedupe import DedupeClock
 from coordinator.core.history import Dependency
-from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order
+from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order, Savepoint
 from coordinator.storage import keys
 from coordinator.storage.protocol import Store
 
@@ -20,7 +20,7 @@ T = TypeVar("T")
 # Decoded records (or raw bytes, for dedupe results) by key; None marks a deletion.
 Writes = dict[bytes, object | None]
 
-GROUP, AGENT, CHECKPOINT, EPOCH, DEPENDENCY, ORDER, RESULT = "g", "a", "c", "e", "d", "o", "r"
+GROUP, AGENT, CHECKPOINT, EPOCH, DEPENDENCY, ORDER, RESULT, SAVEPOINT = "g", "a", "c", "e", "d", "o", "r", "s"
 CACHE_LIMIT = 200_000
 
 
@@ -260,6 +260,19 @@ class KvState:
             if len(kept) < len(batch.records):
                 self.writes[key] = DependencyBatch.of(batch.receiver, kept) if kept else None
 
+    # -- savepoints
+    def savepoint(self, group: str, name: str) -> Savepoint | None:
+        return self._get(Savepoint, keys.key(SAVEPOINT, group, name))
+
+    def savepoints(self, group: str) -> list[Savepoint]:
+        return self._scan(Savepoint, keys.prefix(SAVEPOINT, group))
+
+    def put_savepoint(self, savepoint: Savepoint) -> None:
+        self._put(keys.key(SAVEPOINT, savepoint.group, savepoint.name), savepoint)
+
+    def delete_savepoint(self, group: str, name: str) -> None:
+        self.writes[keys.key(SAVEPOINT, group, name)] = None
+
     def orders(self, group: str) -> list[Order]:
         return self._scan(Order, keys.prefix(ORDER, group))
 
@@ -274,7 +287,7 @@ class KvState:
 
     def delete_group(self, name: str) -> None:
         for table, cls in ((AGENT, Agent), (CHECKPOINT, Checkpoint), (EPOCH, Epoch),
-                           (DEPENDENCY, DependencyBatch), (ORDER, Order)):
+                           (DEPENDENCY, DependencyBatch), (ORDER, Order), (SAVEPOINT, Savepoint)):
             for key, _ in self._scan_items(cls, keys.prefix(table, name)):
                 self.writes[key] = None
         self.writes[keys.key(GROUP, name)] = None

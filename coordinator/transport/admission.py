@@ -29,8 +29,9 @@ WORK_OF_METHOD: dict[str, Work] = {
     "Heartbeat": Work.KEEPALIVE,
     **dict.fromkeys(("Register", "CommitCheckpoint", "ReportDependencies", "AckOrder", "Deregister",
                      "CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup", "ResetDedupeClock",
-                     "WatchOrders", "Session"), Work.WRITE),  # a new stream takes a read point (a quorum round)
-    **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf", "SaveSnapshot"), Work.READ),
+                     "CreateSavepoint", "DeleteSavepoint", "WatchOrders", "Session"), Work.WRITE),  # a new stream takes a read point (a quorum round)
+    **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf", "SaveSnapshot", "ListSavepoints", "ListGroups"),
+                    Work.READ),
 }
 # The worst lag within this many seconds decides: a burst keeps shedding on a little
 # after the loop catches up, so the backlog it left drains first. The event loop's lag

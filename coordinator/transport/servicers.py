@@ -141,6 +141,14 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         result = await self.p.submit(context, request, wire.reset_dedupe_clock_from_pb)
         return pb.ResetDedupeClockResponse(clock_s=result.clock_s, previous_clock_s=result.previous_clock_s)
 
+    async def CreateSavepoint(self, request, context):
+        result = await self.p.submit(context, request, wire.create_savepoint_from_pb)
+        return pb.SavepointResponse(savepoint=wire.savepoint_to_pb(result.savepoint))
+
+    async def DeleteSavepoint(self, request, context):
+        result = await self.p.submit(context, request, wire.delete_savepoint_from_pb)
+        return pb.SavepointResponse(savepoint=wire.savepoint_to_pb(result.savepoint))
+
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))
         await self.p.barrier(context)
@@ -176,6 +184,26 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
                                      lambda cp: (cp.agent_id, cp.index), after, size)
             return pb.ListCheckpointsResponse(checkpoints=[wire.checkpoint_to_pb(cp) for cp in cps],
                                               next_page_token=token)
+        return await self.heavy.run(context, read)
+
+    async def ListSavepoints(self, request, context):
+        size, after = await self._paging(context, request, parts=1)
+        state, _ = await self._group_state(context, request.group)
+
+        def read() -> pb.ListSavepointsResponse:
+            found, token = paging.page(state.savepoints(request.group), lambda sp: (sp.name,), after, size)
+            return pb.ListSavepointsResponse(savepoints=[wire.savepoint_to_pb(sp) for sp in found],
+                                             next_page_token=token)
+        return await self.heavy.run(context, read)
+
+    async def ListGroups(self, request, context):
+        size, after = await self._paging(context, request, parts=1)
+        await self.p.barrier(context)
+        state = self.p.node.read_state()
+
+        def read() -> pb.ListGroupsResponse:
+            groups, token = paging.page(state.groups(), lambda g: (g.spec.name,), after, size)
+            return pb.ListGroupsResponse(groups=[wire.group_to_pb(g) for g in groups], next_page_token=token)
         return await self.heavy.run(context, read)
 
     @staticmethod

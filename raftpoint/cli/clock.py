@@ -7,11 +7,11 @@ reset is one replicated command (core.dedupe.reset), through the leader."""
 from __future__ import annotations
 
 import argparse
-import time
 import uuid
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from raftpoint.cli import target
+from raftpoint.cli.output import utc
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,9 +27,5 @@ def run(args: argparse.Namespace) -> int:
     answer, code = target.admin_call(args, f"raftpoint clock {args.action}", "ResetDedupeClock",
                                      pb.ResetDedupeClockRequest(request_id=f"clock-reset-{uuid.uuid4().hex}"))
     if code == 0:
-        print(f"dedupe clock reset to {_utc(answer.clock_s)} (was {_utc(answer.previous_clock_s)})")
+        print(f"dedupe clock reset to {utc(answer.clock_s)} (was {utc(answer.previous_clock_s)})")
     return code
-
-
-def _utc(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds)) if seconds > 0 else "unset"

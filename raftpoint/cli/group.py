@@ -1,5 +1,6 @@
 """`raftpoint group create NAME --mode MODE` and `raftpoint group delete NAME`: a group's
-life on a running cluster, as its admin.
+life on a running cluster, as its admin; `group list` and `group show NAME` read it
+(raftpoint.cli.group_view).
 
 Creating is idempotent (the same spec again is answered with the group); an agent
 identity bound to the group (`raftpoint auth add-agent`) may then use it but not
@@ -7,7 +8,7 @@ create it. Deleting is refused while an agent of the group is alive: one that
 stopped without deregistering holds its lease for the group's lease TTL. The
 coordinator then forgets the group and its checkpoints; their blobs are deleted
 from --blob-store as `raftpoint gc` deletes released checkpoints, or listed to delete
-later (nothing else remembers them). The coordinator has no call that lists groups.
+later (nothing else remembers them).
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from agent_client.connection import CoordinatorUnavailable, Rejected
 from agent_client.group_spec import MODES, create_request
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.channels import ClientTLSError
-from raftpoint.cli import gc, target
+from raftpoint.cli import gc, group_view, target
+from raftpoint.cli.output import add_json_flag
 
 PROG = "raftpoint group"
 IN_USE_HINT = (" (an agent that stopped without deregistering keeps its lease for the group's lease TTL: "
@@ -30,7 +32,7 @@ IN_USE_HINT = (" (an agent that stopped without deregistering keeps its lease fo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("group", help="create or delete a group")
+    parser = sub.add_parser("group", help="create, list, show or delete groups")
     actions = parser.add_subparsers(dest="group_command", required=True)
     create = actions.add_parser("create", help="create a group (the same spec again is fine)")
     create.add_argument("name")
@@ -47,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="as for raftpoint gc: never delete a chunk younger than this")
     target.add_arguments(delete)
     delete.set_defaults(func=run_delete)
+    listing = actions.add_parser("list", help="every group: mode, state, stable epoch, members")
+    show = actions.add_parser("show", help="a group's agents, their states and latest checkpoints, and its "
+                                           "current recovery line (where every agent would roll back if all failed)")
+    show.add_argument("name")
+    for reader, run in ((listing, group_view.run_list), (show, group_view.run_show)):
+        add_json_flag(reader)
+        target.add_arguments(reader)
+        reader.set_defaults(func=run)
 
 
 def run_create(args: argparse.Namespace) -> int:

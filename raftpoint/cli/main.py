@@ -18,6 +18,8 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.chaos",
     "raftpoint.cli.gc",
     "raftpoint.cli.group",
+    "raftpoint.cli.checkpoints",
+    "raftpoint.cli.savepoint",
     "raftpoint.cli.repair",
     "raftpoint.cli.migrate",
     "raftpoint.cli.auth",

@@ -12,13 +12,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from agent_client.connection import TOKEN_FILE_ENV, Connection, CoordinatorUnavailable, Rejected, read_token_file
 from coordinator.channels import ClientTLS, ClientTLSError
 from coordinator.endpoints_file import DEFAULT_DATA_DIR, read_endpoints
 from coordinator.harness.local_cluster import admin_token
 from raftpoint.cli import security
+
+T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +65,12 @@ def admin_call(args: argparse.Namespace, prog: str, method: str, request: Any) -
     """(the answer, 0) to one AdminService call through the cluster's leader, or (None,
     the exit code) once the reason is said in one line: 2 for settings that name no
     usable cluster, 1 for a refusal or a cluster that did not answer."""
+    return admin_calls(args, prog, lambda conn: conn.call("AdminService", method, request))
+
+
+def admin_calls(args: argparse.Namespace, prog: str, ask: Callable[[Connection], T]) -> tuple[T | None, int]:
+    """What `ask` makes of its AdminService calls on one connection to the cluster, and
+    0; or None and the exit code, as admin_call says."""
     try:
         where = resolve(args)
     except (OSError, ValueError) as exc:
@@ -70,7 +78,18 @@ def admin_call(args: argparse.Namespace, prog: str, method: str, request: Any) -
         return None, 2
     try:
         with where.connection(deadline=30, rpc_timeout=35) as conn:
-            return conn.call("AdminService", method, request), 0
+            return ask(conn), 0
     except (CoordinatorUnavailable, Rejected, ClientTLSError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return None, 1
+
+
+def every_page(conn: Connection, method: str, request: Any, items: str) -> tuple[Any, list[Any]]:
+    """(the first page, the `items` field of every page in order) of a paged AdminService read."""
+    first = answer = conn.call("AdminService", method, request)
+    found: list[Any] = list(getattr(answer, items))
+    while answer.next_page_token:
+        request.page_token = answer.next_page_token
+        answer = conn.call("AdminService", method, request)
+        found.extend(getattr(answer, items))
+    return first, found

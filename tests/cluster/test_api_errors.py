@@ -79,6 +79,8 @@ def world(shared_cluster: LocalCluster) -> World:
     for index in (1, 3):
         client.call("AgentService", "CommitCheckpoint", commit_req(f"e-setup-cp-a-{index}", "e-cic", "e-a", index))
     client.call("AdminService", "StartEpoch", pb.StartEpochRequest(request_id="e-setup-epoch", group="e-co2"))
+    client.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(request_id="e-setup-sp", group="e-cic",
+                                                                             name="e-sp"))
     # e-rb-a restarts while alive: its old incarnation counts as crashed, the group
     # recovers, and the new incarnation owes a rollback acknowledgement.
     client.call("AgentService", "CommitCheckpoint", commit_req("e-setup-cp-rb-1", "e-rb", "e-rb-a", 1))
@@ -271,6 +273,31 @@ CASES = [
          "failed[0]"),
     case("whatif-unknown-group", "WhatIf", pb.WhatIfRequest(group="e-nope", failed=["e-a"]), C.NOT_FOUND, "e-nope"),
     case("whatif-unknown-agent", "WhatIf", pb.WhatIfRequest(group="e-cic", failed=["e-zz"]), C.NOT_FOUND, "e-zz"),
+    # ---- savepoints
+    *(case(f"{method.lower()}-{what}", method, request_type(request_id=rid, group=group, name=name), code, says)
+      for method, request_type in (("CreateSavepoint", pb.CreateSavepointRequest),
+                                   ("DeleteSavepoint", pb.DeleteSavepointRequest))
+      for what, rid, group, name, code, says in (
+          ("no-request-id", "", "e-cic", "e-sp2", C.INVALID_ARGUMENT, "request_id"),
+          ("bad-group", f"e-{method}-1", "é", "e-sp2", C.INVALID_ARGUMENT, "group"),
+          ("bad-name", f"e-{method}-2", "e-cic", "a b", C.INVALID_ARGUMENT, "name"),
+          ("unknown-group", f"e-{method}-3", "e-nope", "e-sp2", C.NOT_FOUND, "e-nope"))),
+    case("savepoint-bad-label", "CreateSavepoint", pb.CreateSavepointRequest(
+        request_id="e-sp4", group="e-cic", name="e-sp2", labels={"k": "\x00"}), C.INVALID_ARGUMENT, "labels[k]"),
+    case("savepoint-exists", "CreateSavepoint", pb.CreateSavepointRequest(request_id="e-sp5", group="e-cic",
+                                                                          name="e-sp"), C.ALREADY_EXISTS, "e-sp"),
+    case("savepoint-no-stable-epoch", "CreateSavepoint", pb.CreateSavepointRequest(
+        request_id="e-sp6", group="e-co2", name="e-sp"), C.FAILED_PRECONDITION, "no stable epoch"),
+    case("savepoint-unknown", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="e-sp7", group="e-cic",
+                                                                           name="e-sp2"), C.NOT_FOUND, "e-sp2"),
+    case("list-savepoints-bad-group", "ListSavepoints", pb.ListSavepointsRequest(group="a b"), C.INVALID_ARGUMENT,
+         "group"),
+    case("list-savepoints-unknown-group", "ListSavepoints", pb.ListSavepointsRequest(group="e-nope"), C.NOT_FOUND,
+         "e-nope"),
+    case("list-groups-page-size-beyond-bound", "ListGroups", pb.ListGroupsRequest(page_size=1001),
+         C.INVALID_ARGUMENT, "page_size"),
+    case("list-groups-bad-page-token", "ListGroups", pb.ListGroupsRequest(page_token="no/such"),
+         C.INVALID_ARGUMENT, "page_token"),
     # ---- GarbageCollect
     case("gc-while-recovering", "GarbageCollect", pb.GarbageCollectRequest(request_id="e-gc3", group="e-rb"),
          C.FAILED_PRECONDITION, "recovering"),
@@ -354,6 +381,10 @@ def valid_requests(world: World) -> Iterator[tuple[str, str, object]]:
     yield "AdminService", "DeleteGroup", pb.DeleteGroupRequest(request_id="e-f9", group="e-empty")
     yield "AdminService", "AddNode", pb.MembershipRequest(node="127.0.0.1:1")
     yield "AdminService", "RemoveNode", pb.MembershipRequest(node="127.0.0.1:1")
+    yield "AdminService", "CreateSavepoint", pb.CreateSavepointRequest(request_id="e-f10", group="e-cic", name="e-f")
+    yield "AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="e-f11", group="e-cic", name="e-sp")
+    yield "AdminService", "ListSavepoints", pb.ListSavepointsRequest(group="e-cic")
+    yield "AdminService", "ListGroups", pb.ListGroupsRequest()
 
 
 def test_a_follower_redirects_every_rpc_to_the_leader(shared_cluster: LocalCluster, world: World) -> None:

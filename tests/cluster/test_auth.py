@@ -143,12 +143,16 @@ ADMIN_REQUESTS = [
     ("AdminService", "RemoveNode", pb.MembershipRequest(node="127.0.0.1:1")),
     ("AdminService", "ResetDedupeClock", pb.ResetDedupeClockRequest(request_id="x-rc")),
     ("AdminService", "SaveSnapshot", pb.SaveSnapshotRequest()),  # every group's state
+    ("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(request_id="x-csp", group="g", name="x-sp")),
+    ("AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="x-dsp", group="g", name="x-sp")),
 ]
 READ_REQUESTS = [
     ("AdminService", "GetGroup", pb.GetGroupRequest(group="g")),
     ("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g")),
     ("AdminService", "WhatIf", pb.WhatIfRequest(group="g", failed=["a1"])),
     ("AdminService", "ClusterStatus", pb.ClusterStatusRequest()),
+    ("AdminService", "ListSavepoints", pb.ListSavepointsRequest(group="g")),
+    ("AdminService", "ListGroups", pb.ListGroupsRequest()),
 ]
 EVERY_RPC = [*agent_requests("a1"), *ADMIN_REQUESTS, *READ_REQUESTS]
 
@@ -260,6 +264,11 @@ def test_the_agent_identity_writes_for_its_own_agents(world: World) -> None:
     assert not isinstance(done, grpc.RpcError), done
     err = world.call("AdminService", "GetGroup", pb.GetGroupRequest(group="other"), world.tokens["w1"])
     assert isinstance(err, grpc.RpcError) and err.code() is C.PERMISSION_DENIED
+    # Listing groups would name the other groups too.
+    world.refused("AdminService", "ListGroups", pb.ListGroupsRequest(), world.tokens["w1"], C.PERMISSION_DENIED,
+                  "REASON_FOREIGN_AGENT")
+    assert not isinstance(world.call("AdminService", "ListSavepoints", pb.ListSavepointsRequest(group="g"),
+                                     world.tokens["w1"]), grpc.RpcError)
 
 
 FORGED = [r for r in agent_requests("a1", b"guessed-the-secret!") if r[1] != "Register"]

@@ -17,8 +17,9 @@ GRANTS = {g.identity: g for g in (ADMIN, AGENT, OBSERVER)}
 
 AGENT_RPCS = ("Register", "Heartbeat", "CommitCheckpoint", "ReportDependencies", "WatchOrders", "AckOrder",
               "Deregister")
-READS = ("GetGroup", "ListCheckpoints", "WhatIf")
-ADMIN_ONLY = ("CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup", "AddNode", "RemoveNode")
+READS = ("GetGroup", "ListCheckpoints", "WhatIf", "ListSavepoints")
+ADMIN_ONLY = ("CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup", "AddNode", "RemoveNode",
+              "CreateSavepoint", "DeleteSavepoint")
 
 # (rpc, identity, group, agent_id) -> the reason it is refused, or None when allowed
 CASES = [
@@ -34,6 +35,10 @@ CASES = [
     *[(rpc, "eye", "g", "a", ReasonCode.ROLE_FORBIDS) for rpc in (*AGENT_RPCS, *ADMIN_ONLY)],
     *[(rpc, "stranger", "g", "a", ReasonCode.ROLE_FORBIDS) for rpc in (*AGENT_RPCS, *READS, "ClusterStatus")],
     *[(rpc, None, "g", "a", ReasonCode.UNAUTHENTICATED) for rpc in (*AGENT_RPCS, *READS, "ClusterStatus")],
+    # Listing groups names every group: not for an identity bound to one.
+    ("ListGroups", "root", "", "", None),
+    ("ListGroups", "eye", "", "", None),
+    ("ListGroups", "w1", "", "", ReasonCode.FOREIGN_AGENT),
     ("SomeFutureRpc", "w1", "g", "worker-1", ReasonCode.ROLE_FORBIDS),
     ("SomeFutureRpc", "root", "g", "worker-1", None),
 ]

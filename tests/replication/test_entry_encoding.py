@@ -42,6 +42,9 @@ COMMANDS: list[c.Command] = [
     c.DeleteGroup("g"),
     c.ReadBarrier(),
     c.ResetDedupeClock(),
+    c.CreateSavepoint("g", "before-upgrade", {"by": "ops", "ticket": "T-12"}),
+    c.CreateSavepoint("g", "bare"),
+    c.DeleteSavepoint("g", "before-upgrade"),
 ]
 
 

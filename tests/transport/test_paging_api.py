@@ -46,3 +46,29 @@ def test_list_checkpoints_and_get_group_page_through_everything() -> None:
         with pytest.raises(Rejected) as info:
             conn.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g", page_size=5000))
         assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT and info.value.reason.startswith("page_size")
+
+
+def test_list_groups_and_list_savepoints_page_through_everything() -> None:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
+        for group in ("g1", "g2", "g3"):
+            conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+                request_id=f"cg-{group}", spec=pb.GroupSpec(group=group, mode=pb.UNCOORDINATED)))
+        inc = conn.call("AgentService", "Register", pb.RegisterRequest(
+            secret=b"s" * 16, request_id="r-a", group="g1", agent_id="a")).incarnation
+        conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
+            request_id="cp-a-1", token=pb.FencingToken(secret=b"s" * 16, incarnation=inc),
+            checkpoint=pb.CheckpointMeta(group="g1", agent_id="a", index=1, kind=pb.BASIC, blob_uri="file:///b/a/1",
+                                         sha256="c" * 64, size=1)))
+        for name in ("s3", "s1", "s2"):
+            conn.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(
+                request_id=f"sp-{name}", group="g1", name=name))
+
+        for method, request, items, name_of, expected in (
+                ("ListGroups", pb.ListGroupsRequest(page_size=2), "groups", lambda g: g.spec.group, ["g1", "g2", "g3"]),
+                ("ListSavepoints", pb.ListSavepointsRequest(group="g1", page_size=2), "savepoints",
+                 lambda sp: sp.name, ["s1", "s2", "s3"])):
+            first = conn.call("AdminService", method, request)
+            request.page_token = first.next_page_token
+            second = conn.call("AdminService", method, request)
+            names = [name_of(x) for x in (*getattr(first, items), *getattr(second, items))]
+            assert names == expected and first.next_page_token and not second.next_page_token, (method, names)

@@ -55,10 +55,12 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_GROUP_NOT_FOUND: _ClassVar[ReasonCode]
     REASON_AGENT_NOT_FOUND: _ClassVar[ReasonCode]
     REASON_EPOCH_NOT_FOUND: _ClassVar[ReasonCode]
+    REASON_SAVEPOINT_NOT_FOUND: _ClassVar[ReasonCode]
     REASON_GROUP_SPEC_CONFLICT: _ClassVar[ReasonCode]
     REASON_CHECKPOINT_CONFLICT: _ClassVar[ReasonCode]
     REASON_ALREADY_COMMITTED: _ClassVar[ReasonCode]
     REASON_REQUEST_ID_REUSED: _ClassVar[ReasonCode]
+    REASON_SAVEPOINT_EXISTS: _ClassVar[ReasonCode]
     REASON_STALE_INCARNATION: _ClassVar[ReasonCode]
     REASON_AGENT_NOT_ALIVE: _ClassVar[ReasonCode]
     REASON_EPOCH_NOT_STARTED: _ClassVar[ReasonCode]
@@ -78,6 +80,7 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_NODE_NOT_READY: _ClassVar[ReasonCode]
     REASON_TOO_FEW_VOTERS: _ClassVar[ReasonCode]
     REASON_TOO_FEW_LIVE_VOTERS: _ClassVar[ReasonCode]
+    REASON_NO_CONSISTENT_CUT: _ClassVar[ReasonCode]
     REASON_DEPENDENCY_QUOTA: _ClassVar[ReasonCode]
     REASON_OVERLOADED: _ClassVar[ReasonCode]
     REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
@@ -116,10 +119,12 @@ REASON_CLOCK_AHEAD: ReasonCode
 REASON_GROUP_NOT_FOUND: ReasonCode
 REASON_AGENT_NOT_FOUND: ReasonCode
 REASON_EPOCH_NOT_FOUND: ReasonCode
+REASON_SAVEPOINT_NOT_FOUND: ReasonCode
 REASON_GROUP_SPEC_CONFLICT: ReasonCode
 REASON_CHECKPOINT_CONFLICT: ReasonCode
 REASON_ALREADY_COMMITTED: ReasonCode
 REASON_REQUEST_ID_REUSED: ReasonCode
+REASON_SAVEPOINT_EXISTS: ReasonCode
 REASON_STALE_INCARNATION: ReasonCode
 REASON_AGENT_NOT_ALIVE: ReasonCode
 REASON_EPOCH_NOT_STARTED: ReasonCode
@@ -139,6 +144,7 @@ REASON_GROUP_IN_USE: ReasonCode
 REASON_NODE_NOT_READY: ReasonCode
 REASON_TOO_FEW_VOTERS: ReasonCode
 REASON_TOO_FEW_LIVE_VOTERS: ReasonCode
+REASON_NO_CONSISTENT_CUT: ReasonCode
 REASON_DEPENDENCY_QUOTA: ReasonCode
 REASON_OVERLOADED: ReasonCode
 REASON_INTERNAL_ERROR: ReasonCode
@@ -605,6 +611,106 @@ class ResetDedupeClockResponse(_message.Message):
     clock_s: float
     previous_clock_s: float
     def __init__(self, clock_s: _Optional[float] = ..., previous_clock_s: _Optional[float] = ...) -> None: ...
+
+class SavedCheckpoint(_message.Message):
+    __slots__ = ("agent_id", "index")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    index: int
+    def __init__(self, agent_id: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+
+class Savepoint(_message.Message):
+    __slots__ = ("group", "name", "checkpoints", "epoch", "labels", "created_at")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    name: str
+    checkpoints: _containers.RepeatedCompositeFieldContainer[SavedCheckpoint]
+    epoch: int
+    labels: _containers.ScalarMap[str, str]
+    created_at: float
+    def __init__(self, group: _Optional[str] = ..., name: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[SavedCheckpoint, _Mapping]]] = ..., epoch: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class CreateSavepointRequest(_message.Message):
+    __slots__ = ("request_id", "group", "name", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    name: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class DeleteSavepointRequest(_message.Message):
+    __slots__ = ("request_id", "group", "name")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    name: str
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class SavepointResponse(_message.Message):
+    __slots__ = ("savepoint",)
+    SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
+    savepoint: Savepoint
+    def __init__(self, savepoint: _Optional[_Union[Savepoint, _Mapping]] = ...) -> None: ...
+
+class ListSavepointsRequest(_message.Message):
+    __slots__ = ("group", "page_size", "page_token")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    page_size: int
+    page_token: str
+    def __init__(self, group: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSavepointsResponse(_message.Message):
+    __slots__ = ("savepoints", "next_page_token")
+    SAVEPOINTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    savepoints: _containers.RepeatedCompositeFieldContainer[Savepoint]
+    next_page_token: str
+    def __init__(self, savepoints: _Optional[_Iterable[_Union[Savepoint, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups", "next_page_token")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[Group]
+    next_page_token: str
+    def __init__(self, groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()

@@ -468,6 +468,26 @@ class AdminServiceStub:
                 request_serializer=v1_dot_coordinator__pb2.SaveSnapshotRequest.SerializeToString,
                 response_deserializer=v1_dot_coordinator__pb2.SaveSnapshotResponse.FromString,
                 _registered_method=True)
+        self.CreateSavepoint = channel.unary_unary(
+                '/raftpoint.v1.AdminService/CreateSavepoint',
+                request_serializer=v1_dot_coordinator__pb2.CreateSavepointRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.SavepointResponse.FromString,
+                _registered_method=True)
+        self.DeleteSavepoint = channel.unary_unary(
+                '/raftpoint.v1.AdminService/DeleteSavepoint',
+                request_serializer=v1_dot_coordinator__pb2.DeleteSavepointRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.SavepointResponse.FromString,
+                _registered_method=True)
+        self.ListSavepoints = channel.unary_unary(
+                '/raftpoint.v1.AdminService/ListSavepoints',
+                request_serializer=v1_dot_coordinator__pb2.ListSavepointsRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.ListSavepointsResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/raftpoint.v1.AdminService/ListGroups',
+                request_serializer=v1_dot_coordinator__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -545,6 +565,30 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSavepoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSavepoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSavepoints(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -607,6 +651,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SaveSnapshot,
                     request_deserializer=v1_dot_coordinator__pb2.SaveSnapshotRequest.FromString,
                     response_serializer=v1_dot_coordinator__pb2.SaveSnapshotResponse.SerializeToString,
+            ),
+            'CreateSavepoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSavepoint,
+                    request_deserializer=v1_dot_coordinator__pb2.CreateSavepointRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.SavepointResponse.SerializeToString,
+            ),
+            'DeleteSavepoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSavepoint,
+                    request_deserializer=v1_dot_coordinator__pb2.DeleteSavepointRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.SavepointResponse.SerializeToString,
+            ),
+            'ListSavepoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSavepoints,
+                    request_deserializer=v1_dot_coordinator__pb2.ListSavepointsRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.ListSavepointsResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=v1_dot_coordinator__pb2.ListGroupsRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.ListGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -933,6 +997,114 @@ class AdminService:
             '/raftpoint.v1.AdminService/SaveSnapshot',
             v1_dot_coordinator__pb2.SaveSnapshotRequest.SerializeToString,
             v1_dot_coordinator__pb2.SaveSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSavepoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/CreateSavepoint',
+            v1_dot_coordinator__pb2.CreateSavepointRequest.SerializeToString,
+            v1_dot_coordinator__pb2.SavepointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSavepoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/DeleteSavepoint',
+            v1_dot_coordinator__pb2.DeleteSavepointRequest.SerializeToString,
+            v1_dot_coordinator__pb2.SavepointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSavepoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/ListSavepoints',
+            v1_dot_coordinator__pb2.ListSavepointsRequest.SerializeToString,
+            v1_dot_coordinator__pb2.ListSavepointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/ListGroups',
+            v1_dot_coordinator__pb2.ListGroupsRequest.SerializeToString,
+            v1_dot_coordinator__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,7 +50,7 @@ class Principal(_message.Message):
     def __init__(self, identity: _Optional[str] = ..., role: _Optional[str] = ..., group: _Optional[str] = ..., pattern: _Optional[str] = ...) -> None: ...
 
 class LogEntry(_message.Message):
-    __slots__ = ("request_id", "proposed_at", "issued_at", "dedupe_window_s", "principal", "create_group", "register", "commit_checkpoint", "report_dependencies", "start_epoch", "declare_agent_failed", "ack_order", "deregister", "abort_epoch", "garbage_collect", "read_barrier", "batch", "delete_group", "reset_dedupe_clock")
+    __slots__ = ("request_id", "proposed_at", "issued_at", "dedupe_window_s", "principal", "create_group", "register", "commit_checkpoint", "report_dependencies", "start_epoch", "declare_agent_failed", "ack_order", "deregister", "abort_epoch", "garbage_collect", "read_barrier", "batch", "delete_group", "reset_dedupe_clock", "create_savepoint", "delete_savepoint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_AT_FIELD_NUMBER: _ClassVar[int]
     ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,8 @@ class LogEntry(_message.Message):
     BATCH_FIELD_NUMBER: _ClassVar[int]
     DELETE_GROUP_FIELD_NUMBER: _ClassVar[int]
     RESET_DEDUPE_CLOCK_FIELD_NUMBER: _ClassVar[int]
+    CREATE_SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
+    DELETE_SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     proposed_at: float
     issued_at: float
@@ -89,4 +91,6 @@ class LogEntry(_message.Message):
     batch: Batch
     delete_group: _coordinator_pb2.DeleteGroupRequest
     reset_dedupe_clock: _coordinator_pb2.ResetDedupeClockRequest
-    def __init__(self, request_id: _Optional[str] = ..., proposed_at: _Optional[float] = ..., issued_at: _Optional[float] = ..., dedupe_window_s: _Optional[float] = ..., principal: _Optional[_Union[Principal, _Mapping]] = ..., create_group: _Optional[_Union[_coordinator_pb2.CreateGroupRequest, _Mapping]] = ..., register: _Optional[_Union[_coordinator_pb2.RegisterRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[_coordinator_pb2.CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[_coordinator_pb2.ReportDependenciesRequest, _Mapping]] = ..., start_epoch: _Optional[_Union[_coordinator_pb2.StartEpochRequest, _Mapping]] = ..., declare_agent_failed: _Optional[_Union[DeclareAgentFailed, _Mapping]] = ..., ack_order: _Optional[_Union[_coordinator_pb2.AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[_coordinator_pb2.DeregisterRequest, _Mapping]] = ..., abort_epoch: _Optional[_Union[AbortEpoch, _Mapping]] = ..., garbage_collect: _Optional[_Union[_coordinator_pb2.GarbageCollectRequest, _Mapping]] = ..., read_barrier: _Optional[_Union[ReadBarrier, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., delete_group: _Optional[_Union[_coordinator_pb2.DeleteGroupRequest, _Mapping]] = ..., reset_dedupe_clock: _Optional[_Union[_coordinator_pb2.ResetDedupeClockRequest, _Mapping]] = ...) -> None: ...
+    create_savepoint: _coordinator_pb2.CreateSavepointRequest
+    delete_savepoint: _coordinator_pb2.DeleteSavepointRequest
+    def __init__(self, request_id: _Optional[str] = ..., proposed_at: _Optional[float] = ..., issued_at: _Optional[float] = ..., dedupe_window_s: _Optional[float] = ..., principal: _Optional[_Union[Principal, _Mapping]] = ..., create_group: _Optional[_Union[_coordinator_pb2.CreateGroupRequest, _Mapping]] = ..., register: _Optional[_Union[_coordinator_pb2.RegisterRequest, _Mapping]] = ..., commit_checkpoint: _Optional[_Union[_coordinator_pb2.CommitCheckpointRequest, _Mapping]] = ..., report_dependencies: _Optional[_Union[_coordinator_pb2.ReportDependenciesRequest, _Mapping]] = ..., start_epoch: _Optional[_Union[_coordinator_pb2.StartEpochRequest, _Mapping]] = ..., declare_agent_failed: _Optional[_Union[DeclareAgentFailed, _Mapping]] = ..., ack_order: _Optional[_Union[_coordinator_pb2.AckOrderRequest, _Mapping]] = ..., deregister: _Optional[_Union[_coordinator_pb2.DeregisterRequest, _Mapping]] = ..., abort_epoch: _Optional[_Union[AbortEpoch, _Mapping]] = ..., garbage_collect: _Optional[_Union[_coordinator_pb2.GarbageCollectRequest, _Mapping]] = ..., read_barrier: _Optional[_Union[ReadBarrier, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., delete_group: _Optional[_Union[_coordinator_pb2.DeleteGroupRequest, _Mapping]] = ..., reset_dedupe_clock: _Optional[_Union[_coordinator_pb2.ResetDedupeClockRequest, _Mapping]] = ..., create_savepoint: _Optional[_Union[_coordinator_pb2.CreateSavepointRequest, _Mapping]] = ..., delete_savepoint: _Optional[_Union[_coordinator_pb2.DeleteSavepointRequest, _Mapping]] = ...) -> None: ...
