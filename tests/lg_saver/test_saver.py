@@ -1,7 +1,9 @@
 """RaftpointSaver beyond the conformance suite: fencing, incremental uploads, idempotent writes, a real graph."""
 from __future__ import annotations
 
+import asyncio
 import operator
+import threading
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -11,7 +13,7 @@ import pytest
 pytest.importorskip("langgraph.graph")
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 
-from agent_client import testing  # noqa: E402
+from agent_client import blob_gc, testing  # noqa: E402
 from agent_client.blobstore import LocalBlobStore  # noqa: E402
 from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
 from coordinator import channels  # noqa: E402
@@ -24,9 +26,25 @@ class CountingStore(LocalBlobStore):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.puts = 0
+        self.bytes = 0
 
     def put(self, data: bytes, **kw: Any):
         self.puts += 1
+        self.bytes += len(data)
+        return super().put(data, **kw)
+
+
+class GatedStore(LocalBlobStore):
+    """A blob store whose puts of data containing `gate` wait until `release` is set."""
+
+    def __init__(self, root: Path, gate: bytes) -> None:
+        super().__init__(root)
+        self.gate, self.waiting, self.release = gate, threading.Event(), threading.Event()
+
+    def put(self, data: bytes, **kw: Any):
+        if self.gate in bytes(data):
+            self.waiting.set()
+            assert self.release.wait(30), "never released"
         return super().put(data, **kw)
 
 
@@ -63,13 +81,52 @@ def test_a_stale_second_writer_is_fenced_and_the_chain_does_not_fork(address, tm
 def test_only_the_channels_a_step_changed_are_uploaded(address, tmp_path: Path, group: str) -> None:
     store = CountingStore(tmp_path)
     with RaftpointSaver(address, store, group=group) as saver:
-        c1, v1 = step(None, {"a": "x" * 1000, "b": 1}, 0)
+        c1, v1 = step(None, {"a": "x" * 5000, "b": "y" * 5000}, 0)
         head = saver.put(thread("t"), c1, {}, v1)
         before = store.puts
-        c2, v2 = step(c1, {"b": 2}, 1)
+        c2, v2 = step(c1, {"b": "z" * 5000}, 1)
         saver.put(head, c2, {}, v2)
-        assert store.puts - before == 2  # channel b's new value, and the thread's record
-        assert saver.get_tuple(thread("t")).checkpoint["channel_values"] == {"a": "x" * 1000, "b": 2}
+        assert store.puts - before == 2  # channel b's new value, and the thread's head
+        assert saver.get_tuple(thread("t")).checkpoint["channel_values"] == {"a": "x" * 5000, "b": "z" * 5000}
+
+
+def test_small_values_travel_inside_the_head(address, tmp_path: Path, group: str) -> None:
+    store = CountingStore(tmp_path)
+    with RaftpointSaver(address, store, group=group, inline_max=100) as saver:
+        c1, v1 = step(None, {"small": "s" * 90, "large": "l" * 110}, 0)
+        head = saver.put(thread("t"), c1, {}, v1)
+        assert store.puts == 2  # the large value and the head
+        c2, v2 = step(c1, {"small": "t" * 90}, 1)
+        saver.put(head, c2, {}, v2)
+        assert store.puts == 3  # the head only
+    with RaftpointSaver(address, tmp_path, group=group) as reader:
+        assert reader.get_tuple(thread("t")).checkpoint["channel_values"] == {"small": "t" * 90, "large": "l" * 110}
+
+
+def test_the_bytes_a_step_writes_do_not_grow_with_the_thread(address, tmp_path: Path, group: str) -> None:
+    """1,000 checkpoints of a one-int state: what the steps near the thousandth ask the
+    blob store to write, the head and sealed segments, is what the steps near the tenth did."""
+    store = CountingStore(tmp_path)
+    window = 2 * 16  # two seal periods: each window holds the same number of seals
+    with RaftpointSaver(address, store, group=group) as saver:
+        base, config, per_window = None, thread("t"), {}
+        for n in range(1, 1001):
+            before = store.bytes
+            base, versions = step(base, {"count": n}, n)
+            config = saver.put(config, base, {"source": "loop", "step": n}, versions)
+            start = 8 if n < 500 else 1000 - window
+            if start <= n < start + window:
+                per_window[start] = per_window.get(start, 0) + store.bytes - before
+            if n == 8 + window:  # the thread's cost at its start; stop as soon as a later window exceeds it
+                early = per_window[8] / window
+            if n >= 500 and store.bytes - before > early * window:
+                pytest.fail(f"step {n} alone wrote {store.bytes - before} bytes, more than steps 8-39 together "
+                            f"({early * window:.0f})")
+        late = per_window[1000 - window] / window
+        assert late <= 1.2 * early, f"steps 968-999 wrote {late:.0f} bytes a step on average, steps 8-39 {early:.0f}"
+        assert len(list(saver.list(thread("t"), limit=3))) == 3
+        assert saver.get_tuple({"configurable": {**config["configurable"]}}).checkpoint["channel_values"] == {
+            "count": 1000}
 
 
 def test_a_retried_put_writes_commits_nothing_new(address, tmp_path: Path, group: str) -> None:
@@ -82,6 +139,43 @@ def test_a_retried_put_writes_commits_nothing_new(address, tmp_path: Path, group
         saver.put_writes(head, [("a", 2), ("b", 3)], "task-1", "~0")
         assert store.puts == before
         assert saver.get_tuple(head).pending_writes == [("task-1", "a", 2), ("task-1", "b", 3)]
+
+
+def test_a_thread_waiting_on_its_store_does_not_hold_up_another_thread(address, tmp_path: Path,
+                                                                         group: str) -> None:
+    store = GatedStore(tmp_path, gate=b"blocked")
+    with RaftpointSaver(address, store, group=group) as saver:
+        c1, v1 = step(None, {"a": 1}, 0)
+        blocked = threading.Thread(target=saver.put, args=(thread("blocked"), c1, {}, v1))
+        blocked.start()
+        try:
+            assert store.waiting.wait(30), "the blocked thread's head was never written"
+            try:
+                asyncio.run(asyncio.wait_for(saver.aput(thread("free"), c1, {}, v1), timeout=15))
+            except TimeoutError:
+                pytest.fail("aput to one thread waited 15 s for another thread's write")
+        finally:
+            store.release.set()
+            blocked.join(30)
+        assert saver.get_tuple(thread("blocked")).checkpoint["id"] == c1["id"]
+
+
+def test_raftpoint_gc_keeps_every_checkpoint_of_a_long_thread(address, tmp_path: Path, group: str) -> None:
+    """GC releases every head but the latest; the segments and values they point to stay."""
+    store = CountingStore(tmp_path)
+    with RaftpointSaver(address, store, group=group, seal_after=4, inline_max=0) as saver:
+        base, config = None, thread("t")
+        for n in range(1, 41):
+            base, versions = step(base, {"count": n}, n)
+            config = saver.put(config, base, {"step": n}, versions)
+            saver.put_writes(config, [("count", n)], f"task-{n}")
+        report = blob_gc.collect(saver.conn, store, [group], grace_s=0)
+        superseded = 2 * 40 - 1  # a head per put and per put_writes, but the latest
+        assert len(report.released[group]) == superseded and report.result.manifests_removed == superseded, report
+    with RaftpointSaver(address, tmp_path, group=group) as reader:
+        chain = list(reader.list(thread("t")))
+        assert [t.checkpoint["channel_values"] for t in chain] == [{"count": n} for n in range(40, 0, -1)]
+        assert [t.pending_writes for t in chain] == [[(f"task-{n}", "count", n)] for n in range(40, 0, -1)]
 
 
 class Counter(TypedDict):
