@@ -16,6 +16,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from agent_client import blob_gc, testing  # noqa: E402
 from agent_client.blobstore import LocalBlobStore  # noqa: E402
 from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
+from agent_client.langgraph.thread_record import typed_to_json  # noqa: E402
 from coordinator import channels  # noqa: E402
 from tests.lg_saver.saver_steps import step, thread  # noqa: E402
 
@@ -176,6 +177,46 @@ def test_raftpoint_gc_keeps_every_checkpoint_of_a_long_thread(address, tmp_path:
         chain = list(reader.list(thread("t")))
         assert [t.checkpoint["channel_values"] for t in chain] == [{"count": n} for n in range(40, 0, -1)]
         assert [t.pending_writes for t in chain] == [[(f"task-{n}", "count", n)] for n in range(40, 0, -1)]
+
+
+class FirstFormat:
+    """A thread as the first format stored it: one record holding the whole thread."""
+
+    def __init__(self, saver: RaftpointSaver, thread_id: str, values: dict[str, str]) -> None:
+        self.thread_id = thread_id
+        checkpoint, _ = step(None, {}, 0)
+        bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        self.checkpoint_id = checkpoint["id"]
+        self.doc = {"thread_id": thread_id,
+                    "checkpoints": {"": {checkpoint["id"]: {
+                        "c": typed_to_json(saver.serde.dumps_typed({**bare, "channel_versions": {"a": 1}})),
+                        "m": typed_to_json(saver.serde.dumps_typed({"step": 0})), "p": None, "v": {"a": "1"}}}},
+                    "values": {"": {"a": {"1": saver.blobs.put(b"msgpack\n" + saver.serde.dumps_typed(
+                        values["a"])[1]).uri}}},
+                    "writes": {"": {checkpoint["id"]: [["task", 0, "a", typed_to_json(
+                        saver.serde.dumps_typed("w")), "~0"]]}}}
+
+    def to_json(self) -> dict[str, Any]:
+        return self.doc
+
+
+def test_a_thread_of_the_first_format_is_read_and_its_next_write_moves_it_into_segments(
+        address, tmp_path: Path, group: str) -> None:
+    with RaftpointSaver(address, tmp_path, group=group) as old:
+        first = FirstFormat(old, "t", {"a": "x" * 2000})
+        old.threads.own("t")
+        old.threads.commit("t", first)  # type: ignore[arg-type]
+    with RaftpointSaver(address, tmp_path, group=group, seal_after=1) as saver:
+        found = saver.get_tuple(thread("t"))
+        assert found.checkpoint["channel_values"] == {"a": "x" * 2000}
+        assert found.pending_writes == [("task", "a", "w")]
+        c2, v2 = step(found.checkpoint, {"a": "y"}, 1)
+        saver.put(found.config, c2, {}, v2)
+        assert saver.threads.read("t").sealed is not None
+    with RaftpointSaver(address, tmp_path, group=group) as reader:
+        chain = list(reader.list(thread("t")))
+        assert [t.checkpoint["channel_values"] for t in chain] == [{"a": "y"}, {"a": "x" * 2000}]
+        assert chain[1].pending_writes == [("task", "a", "w")]
 
 
 class Counter(TypedDict):
