@@ -108,15 +108,25 @@ class ThreadStore:
         """The head in the agent's latest checkpoint, or None if it has none."""
         self.ensure_group()
         try:
-            resp = self.conn.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(
-                group=self.group, agent_id=agent_id))
+            metas = list(self._paged("ListCheckpoints", pb.ListCheckpointsRequest(group=self.group, agent_id=agent_id),
+                                     "checkpoints"))
         except Rejected as exc:
             if exc.reason_code == pb.REASON_AGENT_NOT_FOUND:
                 return None
             raise
-        if not resp.checkpoints:
+        if not metas:
             return None
-        return self._load(self._protocol(agent_id), max(resp.checkpoints, key=lambda m: m.index), None)
+        return self._load(self._protocol(agent_id), max(metas, key=lambda m: m.index), None)
+
+    def _paged(self, method: str, request: Any, field: str) -> Iterator[Any]:
+        """Every item of a paged AdminService answer: a thread's heads (until raftpoint gc
+        releases the superseded ones) and a group's threads can each pass one page."""
+        while True:
+            resp = self.conn.call("AdminService", method, request)
+            yield from getattr(resp, field)
+            if not resp.next_page_token:
+                return
+            request.page_token = resp.next_page_token
 
     def _load(self, protocol: AgentProtocol, meta: pb.CheckpointMeta | None, thread_id: str | None) -> ThreadHead | None:
         """Restore `meta` (None: where Register said to resume); a new thread starts empty."""
@@ -130,7 +140,7 @@ class ThreadStore:
     def thread_ids(self) -> Iterator[str]:
         """Every thread of the group that holds a head."""
         self.ensure_group()
-        agents = self.conn.call("AdminService", "GetGroup", pb.GetGroupRequest(group=self.group)).agents
+        agents = list(self._paged("GetGroup", pb.GetGroupRequest(group=self.group), "agents"))
         with self._lock:
             mine = {o.protocol.agent_id: t for t, o in self._owned.items()}
         for agent in agents:
