@@ -37,7 +37,7 @@ VALUE_CACHE = 1024  # channel value blobs kept in memory, by URI
 SEGMENT_CACHE = 256  # sealed segments kept in memory, by URI
 # Values up to this many serialized bytes travel inside the head instead of as blobs of
 # their own: each blob costs two files and their fsyncs, an inline value only its bytes
-# in the steps' heads (benchmarks/langgraph_saver.py --inline-max measures the trade).
+# in the steps' heads (benchmarks/langgraph_saver.py --inline-sweep measures the trade).
 INLINE_MAX = 1024
 
 
