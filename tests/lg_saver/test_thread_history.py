@@ -5,10 +5,13 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("langgraph.checkpoint.base")
 from agent_client.langgraph.thread_history import ThreadHead, UnknownFormat, rebuild  # noqa: E402
-from agent_client.langgraph.thread_record import inline_ref, uri_ref, version_key  # noqa: E402
+from agent_client.langgraph.thread_record import (StoredCheckpoint, inline_ref, merge_writes, uri_ref,  # noqa: E402
+                                                  version_key)
 
 CP, META = ("msgpack", b"cp"), ("msgpack", b"meta")
 
@@ -152,3 +155,54 @@ def test_a_head_of_an_unknown_format_is_refused_with_what_to_do() -> None:
 
 def test_versions_of_different_types_do_not_collide() -> None:
     assert version_key(1) != version_key("1")
+
+
+_op = st.one_of(
+    st.tuples(st.just("put"), st.sampled_from(["", "sub"]), st.integers(1, 30), st.integers(1, 5)),
+    st.tuples(st.just("writes"), st.sampled_from(["", "sub"]), st.integers(1, 30), st.sampled_from([-1, 0, 1]),
+              st.integers(0, 3)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_op, max_size=60), st.integers(1, 4))
+def test_the_chain_reads_as_one_record_holding_everything_would(ops: list[tuple[Any, ...]], seal_after: int) -> None:
+    """Against the plainest model: every checkpoint in one dict, writes merged in place."""
+    head, segments = ThreadHead("t", seal_after=seal_after), Segments()
+    model: dict[tuple[str, str], str] = {}  # (ns, id) -> version key of channel a
+    model_writes: dict[tuple[str, str], list[Any]] = {}
+    for op in ops:
+        head = head.copy_as("t")
+        if head.seal_due:
+            head.sealed_into(segments.upload(head.segment()))
+        if op[0] == "put":
+            _, ns, n, version = op
+            key = version_key(version)
+            head.put(ns, _id(n), CP, META, None, {"a": key}, {"a": (key, uri_ref(f"file:///{ns}{version}"))},
+                     segments.fetch)
+            model[(ns, _id(n))] = key
+            model_writes.setdefault((ns, _id(n)), [])
+        elif (op[1], _id(op[2])) in model:  # LangGraph writes to checkpoints it stored
+            _, ns, n, idx, value = op
+            changed = merge_writes(model_writes[(ns, _id(n))], "task", "~0", [(idx, "c", ("json", bytes([value])))])
+            assert head.put_writes(ns, _id(n), "task", "~0", [(idx, "c", ("json", bytes([value])))],
+                                   segments.fetch) == changed
+
+    def seen(stored: Any) -> tuple[Any, ...]:
+        return stored.checkpoint_ns, stored.checkpoint_id, stored.refs, stored.sorted_writes()
+
+    def expected(ns: str, cid: str) -> tuple[Any, ...]:
+        refs = {"a": uri_ref(f"file:///{ns}{json.loads(model[(ns, cid)])}")}
+        writes = StoredCheckpoint(ns, cid, CP, META, None, {}, {}, model_writes[(ns, cid)]).sorted_writes()
+        return ns, cid, refs, writes
+
+    everything = sorted(model, key=lambda k: (k[1], k[0]), reverse=True)
+    assert [seen(s) for s in head.newest_first(segments.fetch)] == [expected(*k) for k in everything]
+    for ns in ("", "sub"):
+        mine = [k for k in everything if k[0] == ns]
+        latest = head.find(ns, None, segments.fetch)
+        assert (seen(latest) if latest else None) == (expected(*mine[0]) if mine else None)
+        for n in (1, 15, 30):
+            found = head.find(ns, _id(n), segments.fetch)
+            assert (seen(found) if found else None) == (expected(ns, _id(n)) if (ns, _id(n)) in model else None)
+        assert [s.checkpoint_id for s in head.newest_first(segments.fetch, ns, before=_id(15))] == [
+            k[1] for k in mine if k[1] < _id(15)]
