@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence
@@ -27,7 +28,7 @@ from langchain_core.runnables import RunnableConfig
 from agent_client.blobstore import BlobStore, open_blob_store
 from agent_client.connection import Connection
 from coordinator.channels import ClientTLS
-from agent_client.langgraph.thread_history import SEAL_AFTER, ThreadHead, rebuild
+from agent_client.langgraph.thread_history import SEAL_AFTER, Namespaces, ThreadHead, rebuild, sealed_namespaces
 from agent_client.langgraph.thread_record import (Ref, StoredCheckpoint, Typed, inline_ref, typed_from_json,
                                                   uri_ref, version_key)
 from agent_client.langgraph.threads import ThreadStore
@@ -73,6 +74,8 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         self._blob = lru_cache(maxsize=VALUE_CACHE)(self.blobs.get)
         self._segment: Callable[[str], Any] = lru_cache(maxsize=SEGMENT_CACHE)(
             lambda uri: json.loads(self.blobs.get(uri)))
+        self._namespaces: dict[str, Namespaces] = {}  # thread -> its sealed chain's namespaces
+        self._namespaces_lock = threading.Lock()
 
     def close(self) -> None:
         self.conn.close()
@@ -112,10 +115,24 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
         head = self.threads.read(conf["thread_id"])
-        if head is None:
+        ns, checkpoint_id = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
+        if head is None or (checkpoint_id is None and not self._may_hold(head, ns)):
             return None
-        stored = head.find(conf.get("checkpoint_ns", ""), get_checkpoint_id(config), self._segment)
+        stored = head.find(ns, checkpoint_id, self._segment)
         return None if stored is None else self._tuple(head.thread_id, stored)
+
+    def _may_hold(self, head: ThreadHead, ns: str) -> bool:
+        """Whether the thread has a checkpoint in namespace `ns`, without walking its segments."""
+        if ns in head.tail_namespaces:
+            return True
+        with self._namespaces_lock:
+            known = self._namespaces.get(head.thread_id)
+        found = sealed_namespaces(head, self._segment, known)
+        if found is None:
+            return False
+        with self._namespaces_lock:
+            self._namespaces[head.thread_id] = found
+        return ns in found[1]
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:

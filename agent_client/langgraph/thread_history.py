@@ -227,6 +227,30 @@ class ThreadHead:
         """Checkpoint `checkpoint_id` of namespace `ns` (None: its latest)."""
         return next(self.newest_first(fetch, ns, checkpoint_id), None)
 
+    @property
+    def tail_namespaces(self) -> set[str]:
+        return {item["ns"] for item in self.items if is_checkpoint(item)}
+
+
+Namespaces = tuple[str, frozenset[str]]  # a sealed chain's newest segment, and the namespaces of its checkpoints
+
+
+def sealed_namespaces(head: ThreadHead, fetch: Fetch, known: Namespaces | None) -> Namespaces | None:
+    """The namespaces of the head's sealed chain (None: nothing sealed). `known` is an
+    earlier answer for the same thread: only the segments sealed since are read, so a
+    lookup of a namespace the thread never wrote (LangGraph asks for each new subgraph's)
+    does not walk the whole chain."""
+    if head.sealed is None:
+        return None
+    newer, uri = [], head.sealed
+    while uri is not None and (known is None or uri != known[0]):
+        segment = fetch(uri)
+        newer.append(segment)
+        uri = segment["prev"]
+    base = known[1] if known is not None and uri is not None else frozenset()
+    return head.sealed, base.union(item["ns"] for segment in newer for item in segment["items"]
+                                   if is_checkpoint(item))
+
 
 def rebuild(thread_id: str, checkpoints: Iterable[StoredCheckpoint], upload: Callable[[dict[str, Any]], str], *,
             seal_after: int = SEAL_AFTER) -> ThreadHead:

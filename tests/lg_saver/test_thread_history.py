@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("langgraph.checkpoint.base")
-from agent_client.langgraph.thread_history import ThreadHead, UnknownFormat, rebuild  # noqa: E402
+from agent_client.langgraph.thread_history import (ThreadHead, UnknownFormat, rebuild,  # noqa: E402
+                                                   sealed_namespaces)
 from agent_client.langgraph.thread_record import (StoredCheckpoint, inline_ref, merge_writes, uri_ref,  # noqa: E402
                                                   version_key)
 
@@ -76,6 +77,18 @@ def test_the_latest_and_a_short_list_read_no_older_segment() -> None:
     assert head.find("", _id(3), segments.fetch).checkpoint_id == _id(3)
     assert segments.reads == 1 + 7  # an old id: one read per segment back to it
     assert head.find("", _id(99), segments.fetch) is None and segments.reads == 8  # newer than all: no read
+
+
+def test_the_namespaces_of_a_chain_are_learned_once_and_then_one_segment_at_a_time() -> None:
+    head, segments = _thread(30)
+    segments.reads = 0
+    known = sealed_namespaces(head, segments.fetch, None)
+    assert known == (head.sealed, frozenset({""})) and segments.reads == 7
+    for n in range(31, 38):  # seals 29-32, then 33-36
+        head = _put(head, segments, n, ns="sub" if n == 33 else "")
+    segments.reads = 0
+    assert sealed_namespaces(head, segments.fetch, known) == (head.sealed, frozenset({"", "sub"}))
+    assert segments.reads == 2  # the two sealed since
 
 
 def test_writes_to_a_sealed_checkpoint_are_patched_once_and_in_order() -> None:
@@ -170,6 +183,7 @@ def test_the_chain_reads_as_one_record_holding_everything_would(ops: list[tuple[
     head, segments = ThreadHead("t", seal_after=seal_after), Segments()
     model: dict[tuple[str, str], str] = {}  # (ns, id) -> version key of channel a
     model_writes: dict[tuple[str, str], list[Any]] = {}
+    known = None  # the sealed chain's namespaces, learned a step at a time
     for op in ops:
         head = head.copy_as("t")
         if head.seal_due:
@@ -186,6 +200,10 @@ def test_the_chain_reads_as_one_record_holding_everything_would(ops: list[tuple[
             changed = merge_writes(model_writes[(ns, _id(n))], "task", "~0", [(idx, "c", ("json", bytes([value])))])
             assert head.put_writes(ns, _id(n), "task", "~0", [(idx, "c", ("json", bytes([value])))],
                                    segments.fetch) == changed
+        known = sealed_namespaces(head, segments.fetch, known)
+    assert known == sealed_namespaces(head, segments.fetch, None)
+    assert {ns for ns in ("", "sub") if ns in head.tail_namespaces or (known and ns in known[1])} == {
+        ns for ns, _ in model}
 
     def seen(stored: Any) -> tuple[Any, ...]:
         return stored.checkpoint_ns, stored.checkpoint_id, stored.refs, stored.sorted_writes()
