@@ -36,6 +36,7 @@ from agent_client.langgraph.threads import ThreadStore
 DEFAULT_GROUP = "langgraph"
 VALUE_CACHE = 1024  # channel value blobs kept in memory, by URI
 SEGMENT_CACHE = 256  # sealed segments kept in memory, by URI
+NAMESPACE_CACHE = 1024  # threads whose sealed namespaces are kept in memory
 # Values up to this many serialized bytes travel inside the head instead of as blobs of
 # their own: each blob costs two files and their fsyncs, an inline value only its bytes
 # in the steps' heads (benchmarks/langgraph_saver.py --inline-sweep measures the trade).
@@ -131,7 +132,10 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         if found is None:
             return False
         with self._namespaces_lock:
-            self._namespaces[head.thread_id] = found
+            self._namespaces.pop(head.thread_id, None)
+            self._namespaces[head.thread_id] = found  # the most recently asked last
+            while len(self._namespaces) > NAMESPACE_CACHE:
+                del self._namespaces[next(iter(self._namespaces))]
         return ns in found[1]
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
