@@ -36,14 +36,14 @@ class CountingStore(LocalBlobStore):
 
 
 class GatedStore(LocalBlobStore):
-    """A blob store whose puts of data containing `gate` wait until `release` is set."""
+    """A blob store whose first put of data containing `gate` waits until `release` is set."""
 
     def __init__(self, root: Path, gate: bytes) -> None:
         super().__init__(root)
         self.gate, self.waiting, self.release = gate, threading.Event(), threading.Event()
 
     def put(self, data: bytes, **kw: Any):
-        if self.gate in bytes(data):
+        if self.gate in bytes(data) and not self.waiting.is_set():
             self.waiting.set()
             assert self.release.wait(30), "never released"
         return super().put(data, **kw)
@@ -179,6 +179,26 @@ def test_raftpoint_gc_keeps_every_checkpoint_of_a_long_thread(address, tmp_path:
         chain = list(reader.list(thread("t")))
         assert [t.checkpoint["channel_values"] for t in chain] == [{"count": n} for n in range(40, 0, -1)]
         assert [t.pending_writes for t in chain] == [[(f"task-{n}", "count", n)] for n in range(40, 0, -1)]
+
+
+def test_two_writes_to_one_thread_take_turns_and_neither_is_lost(address, tmp_path: Path, group: str) -> None:
+    store = GatedStore(tmp_path, gate=b"blocked")
+    with RaftpointSaver(address, store, group=group) as saver:
+        c0, v0 = step(None, {"a": 0}, 0)
+        store.waiting.set()  # the thread's first head passes the gate
+        base = saver.put(thread("blocked"), c0, {}, v0)
+        store.waiting.clear()
+        (ca, va), (cb, vb) = step(c0, {"a": 1}, 1), step(c0, {"a": 2}, 1)
+        first = threading.Thread(target=saver.put, args=(base, ca, {}, va))
+        first.start()
+        assert store.waiting.wait(30), "the first write's head was never written"
+        second = threading.Thread(target=saver.put, args=(base, cb, {}, vb))
+        second.start()
+        second.join(2)  # a second write that did not wait for the first would be done by now
+        store.release.set()
+        first.join(30)
+        second.join(30)
+        assert {t.checkpoint["id"] for t in saver.list(thread("blocked"))} == {c0["id"], ca["id"], cb["id"]}
 
 
 class FirstFormat:
