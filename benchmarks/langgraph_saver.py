@@ -9,11 +9,21 @@ only the counter changing (what a graph step writes). get_tuple: the thread's
 latest checkpoint. Graph: three nodes in a chain (each one super-step, one
 checkpoint and one put_writes), invoked repeatedly on one thread; "steps/s" counts
 checkpoints written per second. One run; p99 of few samples is near their maximum.
-Run: python benchmarks/langgraph_saver.py [--quick]
+
+--steps N: one long thread instead. Each step puts a checkpoint of a one-int state
+and one put_writes (what a graph step writes); the table gives each step's latency
+at the thread's start and at its end, and what the saver stores once the N steps are
+written (the SQLite file; for raftpoint the blob store, and after `raftpoint gc`,
+which drops the heads later ones superseded; the coordinator's own files not counted).
+--inline-sweep: the cost of a step whose one value of S bytes changes every step,
+stored inline in the head or as a blob, for the inline_max default.
+--threads N: one ainvoke on each of N threads, one after another and all at once.
+Run: python benchmarks/langgraph_saver.py [--quick] [--steps N | --inline-sweep | --threads N]
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import operator
 import sys
 import tempfile
@@ -21,7 +31,7 @@ import time
 import uuid
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, TypedDict
+from typing import Annotated, Any, Callable, Iterable, Iterator, TypedDict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,7 +43,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 
 from agent_blobs import percentile  # noqa: E402
 
-from agent_client import testing  # noqa: E402
+from agent_client import blob_gc, testing  # noqa: E402
 from agent_client.langgraph import RaftpointSaver  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
@@ -66,7 +76,7 @@ class Chain(TypedDict):
     notes: Annotated[list[str], operator.add]
 
 
-def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> float:
+def chain_graph(saver: BaseCheckpointSaver) -> Any:
     builder = StateGraph(Chain)
     for name in ("plan", "research", "write"):
         builder.add_node(name, lambda s, name=name: {"total": 1, "notes": [name]})
@@ -74,7 +84,11 @@ def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> float:
     builder.add_edge("plan", "research")
     builder.add_edge("research", "write")
     builder.add_edge("write", END)
-    graph = builder.compile(checkpointer=saver)
+    return builder.compile(checkpointer=saver)
+
+
+def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> float:
+    graph = chain_graph(saver)
     config = {"configurable": {"thread_id": f"graph-{uuid.uuid4().hex[:8]}"}}
     start = time.perf_counter()
     for _ in range(invocations):
@@ -84,8 +98,32 @@ def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> float:
     return steps / elapsed
 
 
+def bench_long_thread(saver: BaseCheckpointSaver, steps: int, text_bytes: int = 0) -> list[float]:
+    """Seconds per step (a put and a put_writes) of `steps` steps on one new thread."""
+    config: dict[str, Any] = {"configurable": {"thread_id": f"long-{uuid.uuid4().hex[:8]}", "checkpoint_ns": ""}}
+    base = empty_checkpoint()
+    took = []
+    for i in range(steps):
+        checkpoint = create_checkpoint(base, None, i)
+        changed = {"count": i + 1, **({"text": i + 1} if text_bytes else {})}
+        checkpoint["channel_versions"] = {**checkpoint["channel_versions"], **changed}
+        checkpoint["channel_values"] = {"count": i, **({"text": f"{i:0{text_bytes}d}"} if text_bytes else {})}
+        start = time.perf_counter()
+        config = saver.put(config, checkpoint, {"source": "loop", "step": i}, changed)
+        saver.put_writes(config, [("count", i + 1)], f"task-{i}")
+        took.append(time.perf_counter() - start)
+        base = checkpoint
+    return took
+
+
+def stored(files: Iterable[Path]) -> str:
+    found = [f for f in files if f.is_file()]
+    return f"{sum(f.stat().st_size for f in found) / 1e6:.2f} MB, {len(found)} files"
+
+
 @contextmanager
-def savers(tmp: Path) -> Iterator[dict[str, Callable[[], Any]]]:
+def savers(tmp: Path, **options: int) -> Iterator[dict[str, Callable[[], Any]]]:
+    """Each saver's factory; `options` go to the raftpoint savers."""
     with ExitStack() as stack:
         sqlite = stack.enter_context(SqliteSaver.from_conn_string(str(tmp / "sqlite.db")))
         in_process = stack.enter_context(testing.coordinator())
@@ -95,17 +133,117 @@ def savers(tmp: Path) -> Iterator[dict[str, Callable[[], Any]]]:
         yield {
             "InMemorySaver": lambda: InMemorySaver(),
             "SqliteSaver": lambda: sqlite,
-            "raftpoint in-process": lambda: stack.enter_context(RaftpointSaver(in_process.address, tmp / "blobs-ip",
-                                                                                  tls=in_process.client_tls())),
+            "raftpoint in-process": lambda: stack.enter_context(RaftpointSaver(
+                in_process.address, tmp / "blobs-ip", tls=in_process.client_tls(), **options)),
             "raftpoint 3 nodes": lambda: stack.enter_context(RaftpointSaver(endpoints, tmp / "blobs-3n",
-                                                                             tls=cluster.client_tls())),
+                                                                             tls=cluster.client_tls(), **options)),
         }
+
+
+def store_sizes(saver: BaseCheckpointSaver, tmp: Path) -> tuple[str, str]:
+    """What the saver stores, and (raftpoint) what stays after `raftpoint gc`."""
+    if isinstance(saver, SqliteSaver):
+        return stored(tmp.glob("sqlite.db*")), "-"
+    if not isinstance(saver, RaftpointSaver):
+        return "(memory)", "-"
+    root = Path(saver.blobs.backend.root)  # type: ignore[attr-defined]
+    before = stored(root.rglob("*"))
+    blob_gc.collect(saver.conn, saver.blobs, [saver.threads.group], grace_s=0)  # type: ignore[arg-type]
+    return before, stored(root.rglob("*"))
+
+
+def long_thread(tmp: Path, steps: int) -> None:
+    window = max(1, min(50, steps // 10))
+    rows = []
+    with savers(tmp) as make:
+        for name, factory in make.items():
+            saver = factory()
+            took = bench_long_thread(saver, steps)
+            rows.append((name, took[:window], took[-window:], *store_sizes(saver, tmp)))
+            print(f"  {name}: done", file=sys.stderr)
+    sqlite_late = next(percentile(r[2], 0.5) for r in rows if r[0] == "SqliteSaver")
+    print(f"{steps} steps on one thread (a put of a one-int state and a put_writes each); "
+          f"start: steps 1-{window}, end: the last {window}\n")
+    print("| saver | start p50 ms | start p99 ms | end p50 ms | end p99 ms | end vs start | end vs SQLite | "
+          "stored | after raftpoint gc |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for name, early, late, size, collected in rows:
+        print(f"| {name} | {percentile(early, 0.5) * 1e3:.2f} | {percentile(early, 0.99) * 1e3:.2f} | "
+              f"{percentile(late, 0.5) * 1e3:.2f} | {percentile(late, 0.99) * 1e3:.2f} | "
+              f"{percentile(late, 0.5) / percentile(early, 0.5):.2f}x | {percentile(late, 0.5) / sqlite_late:.2f}x | "
+              f"{size} | {collected} |")
+
+
+def bench_threads(saver: BaseCheckpointSaver, threads: int) -> tuple[float, float]:
+    """Seconds for one ainvoke on each of `threads` new threads: one after another, then all at once."""
+    graph = chain_graph(saver)
+
+    def run(tag: str, i: int) -> Any:
+        return graph.ainvoke({"total": 0, "notes": []}, {"configurable": {"thread_id": f"{tag}-{i}-{uuid.uuid4().hex}"}})
+
+    async def apart() -> None:
+        for i in range(threads):
+            await run("apart", i)
+
+    async def together() -> None:
+        await asyncio.gather(*(run("together", i) for i in range(threads)))
+
+    asyncio.run(run("warm-up", 0))  # the group, the connection
+    timings = []
+    for scenario in (apart, together):
+        start = time.perf_counter()
+        asyncio.run(scenario())
+        timings.append(time.perf_counter() - start)
+    return timings[0], timings[1]
+
+
+def many_threads(tmp: Path, threads: int) -> None:
+    print(f"one ainvoke of a 3-node chain on each of {threads} threads\n")
+    print("| saver | one after another s | all at once s | speed-up |")
+    print("|---|---:|---:|---:|")
+    with savers(tmp) as make:
+        for name, factory in make.items():
+            if name == "SqliteSaver":
+                continue  # its async face is AsyncSqliteSaver, another class
+            apart, together = bench_threads(factory(), threads)
+            print(f"| {name} | {apart:.2f} | {together:.2f} | {apart / together:.2f}x |")
+
+
+def inline_sweep(tmp: Path, steps: int) -> None:
+    """A value of S bytes changing every step, inline (inline_max above S) or a blob (inline_max 0)."""
+    print(f"{steps} steps on one thread, raftpoint in-process; a one-int channel and a text of S bytes, "
+          "both changing every step\n")
+    print("| S bytes | inline p50 ms | blob p50 ms | inline bytes/step | blob bytes/step |")
+    print("|---:|---:|---:|---:|---:|")
+    with testing.coordinator() as running:
+        for size in (64, 256, 1024, 4096, 16384):
+            cells = []
+            for inline_max in (size + 16, 0):
+                root = tmp / f"sweep-{size}-{inline_max}"
+                with RaftpointSaver(running.address, root, tls=running.client_tls(), inline_max=inline_max,
+                                    group=f"sweep-{uuid.uuid4().hex[:8]}") as saver:
+                    took = bench_long_thread(saver, steps, text_bytes=size)
+                size_now = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+                cells.append((percentile(took, 0.5) * 1e3, size_now / steps))
+            print(f"| {size} | {cells[0][0]:.2f} | {cells[1][0]:.2f} | {cells[0][1]:.0f} | {cells[1][1]:.0f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--steps", type=int, help="one thread of this many steps instead")
+    parser.add_argument("--inline-sweep", action="store_true", help="inline values against blobs, by size")
+    parser.add_argument("--threads", type=int, help="one ainvoke on each of this many threads instead")
     args = parser.parse_args()
+    if args.steps or args.inline_sweep or args.threads:
+        with tempfile.TemporaryDirectory(prefix="lg-bench-", dir=str(ROOT)) as tmp:
+            if args.steps:
+                long_thread(Path(tmp), args.steps)
+            elif args.threads:
+                many_threads(Path(tmp), args.threads)
+            else:
+                inline_sweep(Path(tmp), 100 if args.quick else 400)
+        return
     n, invocations = (50, 10) if args.quick else (300, 40)
     rows = []
     with tempfile.TemporaryDirectory(prefix="lg-bench-", dir=str(ROOT)) as tmp, savers(Path(tmp)) as make:

@@ -1,19 +1,23 @@
 """RaftpointSaver: a LangGraph checkpoint saver whose threads are fenced raftpoint agents.
 
-Checkpoint metadata, parents and channel versions go through the coordinator (each
-thread's record, committed as its agent's checkpoint: see threads.py); channel values
-go to the blob store, content-addressed, and only the channels a step changed (its
-`new_versions`) are uploaded. The async methods run the blocking ones in a worker
-thread: the work is a few RPCs and blob writes, and one implementation keeps the sync
-and async faces from drifting apart.
+Checkpoint metadata, parents, channel versions and pending writes go through the
+coordinator: each step appends its checkpoint to the thread's head, committed as the
+thread's agent's checkpoint, and seals the older ones into segments now and then
+(threads.py, thread_history.py), so a step writes what it changed, not the thread's
+history. Channel values of at most `inline_max` serialized bytes travel inside the
+head; larger ones go to the blob store, content-addressed, and only the channels a
+step changed (its `new_versions`) are stored. The async methods run the blocking ones
+in worker threads: the work is a few RPCs and blob writes, one implementation keeps
+the sync and async faces from drifting apart, and different threads run side by side.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, ChannelVersions, Checkpoint,
                                        CheckpointMetadata, CheckpointTuple, get_checkpoint_id,
@@ -24,11 +28,19 @@ from langchain_core.runnables import RunnableConfig
 from agent_client.blobstore import BlobStore, open_blob_store
 from agent_client.connection import Connection
 from coordinator.channels import ClientTLS
-from agent_client.langgraph.thread_record import StoredCheckpoint, ThreadRecord, Typed, typed_from_json
+from agent_client.langgraph.thread_history import SEAL_AFTER, Namespaces, ThreadHead, rebuild, sealed_namespaces
+from agent_client.langgraph.thread_record import (Ref, StoredCheckpoint, Typed, inline_ref, typed_from_json,
+                                                  uri_ref, version_key)
 from agent_client.langgraph.threads import ThreadStore
 
 DEFAULT_GROUP = "langgraph"
 VALUE_CACHE = 1024  # channel value blobs kept in memory, by URI
+SEGMENT_CACHE = 256  # sealed segments kept in memory, by URI
+NAMESPACE_CACHE = 1024  # threads whose sealed namespaces are kept in memory
+# Values up to this many serialized bytes travel inside the head instead of as blobs of
+# their own: each blob costs two files and their fsyncs, an inline value only its bytes
+# in the steps' heads (benchmarks/langgraph_saver.py --inline-sweep measures the trade).
+INLINE_MAX = 1024
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -46,16 +58,25 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
 
     def __init__(self, endpoints: Sequence[str] | str, blob_store: BlobStore | str | Path, *,
                  group: str = DEFAULT_GROUP, serde: SerializerProtocol | None = None, deadline: float = 30.0,
-                 token: str | None = None, tls: ClientTLS | None = None) -> None:
+                 token: str | None = None, tls: ClientTLS | None = None, inline_max: int = INLINE_MAX,
+                 seal_after: int = SEAL_AFTER) -> None:
+        """`inline_max`: values up to this many serialized bytes go inside the thread's
+        head (0: every value is a blob); `seal_after`: checkpoints per sealed segment."""
+        if inline_max < 0 or seal_after < 1:
+            raise ValueError(f"inline_max must be >= 0 and seal_after >= 1 (got {inline_max}, {seal_after})")
         super().__init__(serde=serde)
         self.conn = Connection([endpoints] if isinstance(endpoints, str) else list(endpoints), deadline=deadline,
                                token=token, tls=tls)
         self.blobs: BlobStore = blob_store if not isinstance(blob_store, (str, Path)) else open_blob_store(blob_store)
-        self.threads = ThreadStore(self.conn, group, self.blobs)
-        self._lock = threading.RLock()
-        # Values are content-addressed, so a URI's bytes never change: reads of recent
-        # checkpoints skip the blob store (and its digest checks) for values seen before.
+        self.threads = ThreadStore(self.conn, group, self.blobs, seal_after=seal_after)
+        self.inline_max = inline_max
+        # Values and segments are content-addressed, so a URI's bytes never change: reads
+        # of recent checkpoints skip the blob store (and its digest checks) for those seen before.
         self._blob = lru_cache(maxsize=VALUE_CACHE)(self.blobs.get)
+        self._segment: Callable[[str], Any] = lru_cache(maxsize=SEGMENT_CACHE)(
+            lambda uri: json.loads(self.blobs.get(uri)))
+        self._namespaces: dict[str, Namespaces] = {}  # thread -> its sealed chain's namespaces
+        self._namespaces_lock = threading.Lock()
 
     def close(self) -> None:
         self.conn.close()
@@ -66,31 +87,56 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- values ----------------------------------------------------------------------------
-    def _upload(self, value: Any) -> str:
-        return self.blobs.put(_pack(self.serde.dumps_typed(value))).uri
+    # ---- values and segments ---------------------------------------------------------------
+    def _ref(self, value: Any) -> Ref:
+        typed = self.serde.dumps_typed(value)
+        if len(typed[1]) <= self.inline_max:
+            return inline_ref(typed)
+        return uri_ref(self.blobs.put(_pack(typed)).uri)
 
-    def _download(self, uri: str) -> Any:
-        return self.serde.loads_typed(_unpack(self._blob(uri)))
+    def _value(self, ref: Ref) -> Any:
+        assert ref is not None
+        typed = typed_from_json(ref["i"]) if "i" in ref else _unpack(self._blob(ref["u"]))
+        return self.serde.loads_typed(typed)
 
-    def _tuple(self, record: ThreadRecord, stored: StoredCheckpoint) -> CheckpointTuple:
+    def _seal(self, segment: dict[str, Any]) -> str:
+        return self.blobs.put(json.dumps(segment, sort_keys=True, separators=(",", ":")).encode()).uri
+
+    def _tuple(self, thread_id: str, stored: StoredCheckpoint) -> CheckpointTuple:
         checkpoint = self.serde.loads_typed(stored.checkpoint)
-        uris = record.value_uris(stored.checkpoint_ns, stored.versions)
-        checkpoint = {**checkpoint, "channel_values": {ch: self._download(uri) for ch, uri in uris.items()}}
-        parent = (_config(record.thread_id, stored.checkpoint_ns, stored.parent_id) if stored.parent_id else None)
-        return CheckpointTuple(config=_config(record.thread_id, stored.checkpoint_ns, stored.checkpoint_id),
+        values = {ch: self._value(ref) for ch, ref in stored.refs.items() if ref is not None}
+        checkpoint = {**checkpoint, "channel_values": values}
+        parent = _config(thread_id, stored.checkpoint_ns, stored.parent_id) if stored.parent_id else None
+        return CheckpointTuple(config=_config(thread_id, stored.checkpoint_ns, stored.checkpoint_id),
                                checkpoint=checkpoint, metadata=self.serde.loads_typed(stored.metadata),
                                parent_config=parent,
-                               pending_writes=[(t, c, self.serde.loads_typed(v)) for t, c, v in stored.writes])
+                               pending_writes=[(t, c, self.serde.loads_typed(v)) for t, c, v in stored.sorted_writes()])
 
     # ---- the saver contract -----------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        record = self.threads.read(conf["thread_id"])
-        if record is None:
+        head = self.threads.read(conf["thread_id"])
+        ns, checkpoint_id = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
+        if head is None or (checkpoint_id is None and not self._may_hold(head, ns)):
             return None
-        stored = record.get(conf.get("checkpoint_ns", ""), get_checkpoint_id(config))
-        return None if stored is None else self._tuple(record, stored)
+        stored = head.find(ns, checkpoint_id, self._segment)
+        return None if stored is None else self._tuple(head.thread_id, stored)
+
+    def _may_hold(self, head: ThreadHead, ns: str) -> bool:
+        """Whether the thread has a checkpoint in namespace `ns`, without walking its segments."""
+        if ns in head.tail_namespaces:
+            return True
+        with self._namespaces_lock:
+            known = self._namespaces.get(head.thread_id)
+        found = sealed_namespaces(head, self._segment, known)
+        if found is None:
+            return False
+        with self._namespaces_lock:
+            self._namespaces.pop(head.thread_id, None)
+            self._namespaces[head.thread_id] = found  # the most recently asked last
+            while len(self._namespaces) > NAMESPACE_CACHE:
+                del self._namespaces[next(iter(self._namespaces))]
+        return ns in found[1]
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
@@ -98,10 +144,11 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         thread_ids = [conf["thread_id"]] if "thread_id" in conf else list(self.threads.thread_ids())
         before_id = get_checkpoint_id(before) if before else None
         for thread_id in thread_ids:
-            record = self.threads.read(thread_id)
-            if record is None:
+            head = self.threads.read(thread_id)
+            if head is None:
                 continue
-            for stored in record.newest_first(conf.get("checkpoint_ns"), conf.get("checkpoint_id"), before_id):
+            for stored in head.newest_first(self._segment, conf.get("checkpoint_ns"), conf.get("checkpoint_id"),
+                                            before_id):
                 if filter:
                     metadata = self.serde.loads_typed(stored.metadata)
                     if not all(metadata.get(k) == v for k, v in filter.items()):
@@ -110,7 +157,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
                     return
                 if limit is not None:
                     limit -= 1
-                yield self._tuple(record, stored)
+                yield self._tuple(thread_id, stored)
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
@@ -118,13 +165,17 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
         values = checkpoint["channel_values"]
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        uploaded = {ch: (v, self._upload(values[ch]) if ch in values else None) for ch, v in new_versions.items()}
-        with self._lock:
-            record = self.threads.own(thread_id).copy_as(thread_id)
-            record.put(ns, checkpoint["id"], self.serde.dumps_typed(bare),
-                       self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)), conf.get("checkpoint_id"),
-                       checkpoint["channel_versions"], uploaded)
-            self.threads.commit(thread_id, record)
+        new_refs = {ch: (version_key(v), self._ref(values[ch]) if ch in values else None)
+                    for ch, v in new_versions.items()}
+        with self.threads.writing(thread_id):
+            head = self.threads.own(thread_id).copy_as(thread_id)
+            if head.seal_due:
+                head.sealed_into(self._seal(head.segment()))
+            head.put(ns, checkpoint["id"], self.serde.dumps_typed(bare),
+                     self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)), conf.get("checkpoint_id"),
+                     {ch: version_key(v) for ch, v in checkpoint["channel_versions"].items()}, new_refs,
+                     self._segment)
+            self.threads.commit(thread_id, head)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -133,30 +184,32 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         thread_id = conf["thread_id"]
         entries = [(WRITES_IDX_MAP.get(channel, idx), channel, self.serde.dumps_typed(value))
                    for idx, (channel, value) in enumerate(writes)]
-        with self._lock:
-            record = self.threads.own(thread_id).copy_as(thread_id)
-            if record.put_writes(conf.get("checkpoint_ns", ""), conf["checkpoint_id"], task_id, task_path, entries):
-                self.threads.commit(thread_id, record)
+        with self.threads.writing(thread_id):
+            head = self.threads.own(thread_id).copy_as(thread_id)
+            if head.put_writes(conf.get("checkpoint_ns", ""), conf["checkpoint_id"], task_id, task_path, entries,
+                               self._segment):
+                self.threads.commit(thread_id, head)
 
     def delete_thread(self, thread_id: str) -> None:
-        with self._lock:
+        with self.threads.writing(thread_id):
             if self.threads.read(thread_id) is None:
                 return
             self.threads.own(thread_id)
-            self.threads.commit(thread_id, ThreadRecord(thread_id))
+            self.threads.commit(thread_id, ThreadHead(thread_id, seal_after=self.threads.seal_after))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         doomed = set(run_ids)
         if not doomed:
             return
-        self._rewrite_all(lambda r: r.delete_where(
-            lambda ns, cid, entry: self.serde.loads_typed(typed_from_json(entry["m"])).get("run_id") in doomed))
+        for thread_id in list(self.threads.thread_ids()):
+            self._keep(thread_id, lambda kept: [s for s in kept
+                                                if self.serde.loads_typed(s.metadata).get("run_id") not in doomed])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        with self._lock:
-            source = self.threads.read(source_thread_id)
-            if source is None or source.empty:
-                return
+        source = self.threads.read(source_thread_id)
+        if source is None or source.empty:
+            return
+        with self.threads.writing(target_thread_id):
             self.threads.own(target_thread_id)
             self.threads.commit(target_thread_id, source.copy_as(target_thread_id))
 
@@ -167,22 +220,21 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
             if strategy == "delete":
                 self.delete_thread(thread_id)
             else:
-                self._rewrite(thread_id, ThreadRecord.keep_latest)
+                self._keep(thread_id, _latest_per_namespace)
 
-    def _rewrite_all(self, change: Any) -> None:
-        for thread_id in list(self.threads.thread_ids()):
-            self._rewrite(thread_id, change)
-
-    def _rewrite(self, thread_id: str, change: Any) -> None:
-        """Apply `change(record) -> changed?` to a copy of the thread and commit it if it changed."""
-        with self._lock:
-            current = self.threads.read(thread_id)
-            if current is None:
+    def _keep(self, thread_id: str, keep: Callable[[list[StoredCheckpoint]], list[StoredCheckpoint]]) -> None:
+        """Rewrite the thread with the checkpoints `keep(all, newest first)` returns, if it drops any."""
+        with self.threads.writing(thread_id):
+            head = self.threads.read(thread_id)
+            if head is None:
                 return
-            record = current.copy_as(thread_id)
-            if change(record):
-                self.threads.own(thread_id)
-                self.threads.commit(thread_id, record)
+            everything = list(head.newest_first(self._segment))
+            kept = keep(everything)
+            if len(kept) == len(everything):
+                return
+            self.threads.own(thread_id)
+            self.threads.commit(thread_id, rebuild(thread_id, reversed(kept), self._seal,
+                                                   seal_after=self.threads.seal_after))
 
     # ---- async: the same work in a worker thread ---------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -213,6 +265,11 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _latest_per_namespace(newest_first: list[StoredCheckpoint]) -> list[StoredCheckpoint]:
+    seen: set[str] = set()
+    return [s for s in newest_first if s.checkpoint_ns not in seen and not seen.add(s.checkpoint_ns)]
 
 
 def _pack(value: Typed) -> bytes:

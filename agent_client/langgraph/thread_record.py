@@ -1,26 +1,33 @@
-"""One LangGraph thread as a JSON document: the state a thread's raftpoint agent checkpoints.
+"""The pieces of a LangGraph thread's stored form: checkpoint entries, value references, writes.
 
-Pure data and rules, no I/O: which checkpoints a thread holds per namespace, their
-parents, the channel versions each one sees, where each channel version's value is
-stored (a content-addressed blob URI, or None for LangGraph's "empty" marker), and
-the pending writes of each checkpoint. Serialized values travel as
-[type, base64] pairs, exactly as the saver's serde produced them.
+Pure data and rules, no I/O. A thread is a chain of layers (thread_history.py); each
+layer holds items in the order they were written and the value references its
+checkpoints see:
 
-The rules LangGraph's contract asks of a saver live here once, for the saver and its
-tests: the latest checkpoint is the greatest id (ids are time-ordered UUIDs); pending
-writes come back in `writes_sort_key` order; a write with a non-negative index is
-stored once per (task, index) and a special one (error, interrupt, ...) replaced.
+- a checkpoint entry: {"ns", "id", "c": checkpoint without values, "m": metadata,
+  "p": parent id, "v": {channel: version key}, "w": its pending writes};
+- a writes patch: {"ns", "id", "w"}: writes to a checkpoint sealed in an older layer;
+- values: {ns: {channel: {version key: ref}}}, a ref being {"u": blob URI},
+  {"i": serialized value} (small values travel inline) or None (LangGraph's "empty").
+
+Serialized values travel as [type, base64] pairs, exactly as the saver's serde made them.
+The rules LangGraph's contract asks of a saver live here once: pending writes come
+back in `writes_sort_key` order; a write with a non-negative index is stored once per
+(task, index) and a special one (error, interrupt, ...) replaced.
 """
 from __future__ import annotations
 
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 from langgraph.checkpoint.base import writes_sort_key
 
 Typed = tuple[str, bytes]
+Ref = dict[str, Any] | None
+Write = list[Any]  # [task id, index, channel, typed JSON, task path]
+Values = dict[str, dict[str, dict[str, Ref]]]
 
 
 def typed_to_json(value: Typed) -> list[str]:
@@ -36,6 +43,42 @@ def version_key(version: Any) -> str:
     return json.dumps(version)
 
 
+def uri_ref(uri: str) -> Ref:
+    return {"u": uri}
+
+
+def inline_ref(value: Typed) -> Ref:
+    return {"i": typed_to_json(value)}
+
+
+def merge_writes(stored: list[Write], task_id: str, task_path: str,
+                 writes: Iterable[tuple[int, str, Typed]]) -> bool:
+    """Add (index, channel, value) writes of a task to `stored`, in place; returns
+    whether anything changed, so a retried put_writes commits nothing new."""
+    at = {(w[0], w[1]): i for i, w in enumerate(stored)}
+    changed = False
+    for idx, channel, value in writes:
+        entry = [task_id, idx, channel, typed_to_json(value), task_path]
+        where = at.get((task_id, idx))
+        if where is None:
+            at[(task_id, idx)] = len(stored)
+            stored.append(entry)
+            changed = True
+        elif idx < 0 and stored[where] != entry:
+            stored[where] = entry
+            changed = True
+    return changed
+
+
+def patched(writes: list[Write], patches: Iterable[list[Write]]) -> list[Write]:
+    """A checkpoint's writes with later patches (oldest first) applied by merge_writes's rules."""
+    merged = list(writes)
+    for patch in patches:
+        for task_id, idx, channel, value, path in patch:
+            merge_writes(merged, task_id, path, [(idx, channel, typed_from_json(value))])
+    return merged
+
+
 @dataclass(frozen=True)
 class StoredCheckpoint:
     checkpoint_ns: str
@@ -43,129 +86,43 @@ class StoredCheckpoint:
     checkpoint: Typed  # the checkpoint without its channel values
     metadata: Typed
     parent_id: str | None
-    versions: Mapping[str, str]  # channel -> version key, to find the values
-    writes: list[tuple[str, str, Typed]]  # (task id, channel, value) in writes_sort_key order
+    versions: Mapping[str, str]  # channel -> version key
+    refs: Mapping[str, Ref]  # channel -> where its value is (channels whose value was never stored left out)
+    writes: list[Write]  # as stored; `sorted_writes` gives LangGraph's order
+
+    def sorted_writes(self) -> list[tuple[str, str, Typed]]:
+        """(task id, channel, value) in writes_sort_key order."""
+        ordered = sorted(self.writes, key=lambda w: writes_sort_key(w[4], w[0], w[1]))
+        return [(w[0], w[2], typed_from_json(w[3])) for w in ordered]
 
 
-class ThreadRecord:
-    """A thread's checkpoints, value references and writes, as one JSON-able dict."""
+def entry(ns: str, checkpoint_id: str, checkpoint: Typed, metadata: Typed, parent_id: str | None,
+          versions: Mapping[str, str], writes: list[Write]) -> dict[str, Any]:
+    return {"ns": ns, "id": checkpoint_id, "c": typed_to_json(checkpoint), "m": typed_to_json(metadata),
+            "p": parent_id, "v": dict(versions), "w": writes}
 
-    def __init__(self, thread_id: str, doc: Mapping[str, Any] | None = None) -> None:
-        """Copies the containers a change may modify; the entries inside (a checkpoint's
-        dict, a write's list) are never changed in place, so copies share them."""
-        doc = doc or {}
-        self.thread_id = thread_id
-        self.checkpoints: dict[str, dict[str, dict[str, Any]]] = {
-            ns: dict(by_id) for ns, by_id in doc.get("checkpoints", {}).items()}
-        self.values: dict[str, dict[str, dict[str, str | None]]] = {
-            ns: {ch: dict(refs) for ch, refs in chans.items()} for ns, chans in doc.get("values", {}).items()}
-        self.writes: dict[str, dict[str, list[list[Any]]]] = {
-            ns: {cid: list(ws) for cid, ws in by_id.items()} for ns, by_id in doc.get("writes", {}).items()}
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "ThreadRecord":
-        return cls(str(doc["thread_id"]), doc)
+def is_checkpoint(item: Mapping[str, Any]) -> bool:
+    return "c" in item
 
-    def to_json(self) -> dict[str, Any]:
-        return {"thread_id": self.thread_id, "checkpoints": self.checkpoints, "values": self.values,
-                "writes": self.writes}
 
-    def copy_as(self, thread_id: str) -> "ThreadRecord":
-        return ThreadRecord(thread_id, self.to_json())
+def stored_from(item: Mapping[str, Any], values: Values, writes: list[Write]) -> StoredCheckpoint:
+    """The checkpoint an entry describes, its refs found in its layer's `values`."""
+    ns = item["ns"]
+    known = values.get(ns, {})
+    refs = {ch: known[ch][key] for ch, key in item["v"].items() if key in known.get(ch, {})}
+    return StoredCheckpoint(ns, item["id"], typed_from_json(item["c"]), typed_from_json(item["m"]), item["p"],
+                            dict(item["v"]), refs, writes)
 
-    @property
-    def empty(self) -> bool:
-        return not any(self.checkpoints.values())
 
-    # ---- writes to the record ------------------------------------------------------------
-    def put(self, ns: str, checkpoint_id: str, checkpoint: Typed, metadata: Typed, parent_id: str | None,
-            versions: Mapping[str, Any], new_values: Mapping[str, tuple[Any, str | None]]) -> None:
-        """`versions` is the checkpoint's channel_versions; `new_values` maps each channel
-        of new_versions to (its new version, its value's blob URI or None when empty)."""
-        refs = self.values.setdefault(ns, {})
-        for channel, (version, uri) in new_values.items():
-            refs.setdefault(channel, {})[version_key(version)] = uri
-        self.checkpoints.setdefault(ns, {})[checkpoint_id] = {
-            "c": typed_to_json(checkpoint), "m": typed_to_json(metadata), "p": parent_id,
-            "v": {ch: version_key(v) for ch, v in versions.items()}}
-
-    def put_writes(self, ns: str, checkpoint_id: str, task_id: str, task_path: str,
-                   writes: list[tuple[int, str, Typed]]) -> bool:
-        """(index, channel, value) per write; returns whether anything changed, so a
-        retried put_writes commits nothing new."""
-        stored = self.writes.setdefault(ns, {}).setdefault(checkpoint_id, [])
-        at = {(w[0], w[1]): i for i, w in enumerate(stored)}
-        changed = False
-        for idx, channel, value in writes:
-            entry = [task_id, idx, channel, typed_to_json(value), task_path]
-            where = at.get((task_id, idx))
-            if where is None:
-                at[(task_id, idx)] = len(stored)
-                stored.append(entry)
-                changed = True
-            elif idx < 0 and stored[where] != entry:
-                stored[where] = entry
-                changed = True
-        return changed
-
-    def delete_where(self, doomed: Callable[[str, str, dict[str, Any]], bool]) -> bool:
-        """Drop the checkpoints `doomed(ns, id, entry)` names, their writes, and the value
-        references no remaining checkpoint uses; returns whether anything went."""
-        changed = False
-        for ns, by_id in list(self.checkpoints.items()):
-            for checkpoint_id, entry in list(by_id.items()):
-                if doomed(ns, checkpoint_id, entry):
-                    del by_id[checkpoint_id]
-                    self.writes.get(ns, {}).pop(checkpoint_id, None)
-                    changed = True
-            if not by_id:
-                del self.checkpoints[ns]
-        if changed:
-            self._drop_unused_values()
-        return changed
-
-    def keep_latest(self) -> bool:
-        latest = {ns: max(by_id) for ns, by_id in self.checkpoints.items() if by_id}
-        return self.delete_where(lambda ns, checkpoint_id, _: checkpoint_id != latest[ns])
-
-    def _drop_unused_values(self) -> None:
-        used = {(ns, ch, key) for ns, by_id in self.checkpoints.items() for e in by_id.values()
-                for ch, key in e["v"].items()}
-        self.values = {ns: kept for ns, chans in self.values.items()
-                       if (kept := {ch: {k: uri for k, uri in refs.items() if (ns, ch, k) in used}
-                                    for ch, refs in chans.items()})}
-        self.values = {ns: {ch: refs for ch, refs in chans.items() if refs} for ns, chans in self.values.items()}
-        self.writes = {ns: w for ns, w in self.writes.items() if w}
-
-    # ---- reads ---------------------------------------------------------------------------
-    def value_uris(self, ns: str, versions: Mapping[str, str]) -> dict[str, str]:
-        """channel -> blob URI of the values a checkpoint sees (empty channels left out)."""
-        refs = self.values.get(ns, {})
-        return {ch: uri for ch, key in versions.items() if (uri := refs.get(ch, {}).get(key)) is not None}
-
-    def latest_id(self, ns: str) -> str | None:
-        by_id = self.checkpoints.get(ns)
-        return max(by_id) if by_id else None
-
-    def get(self, ns: str, checkpoint_id: str | None) -> StoredCheckpoint | None:
-        checkpoint_id = checkpoint_id or self.latest_id(ns)
-        entry = self.checkpoints.get(ns, {}).get(checkpoint_id) if checkpoint_id else None
-        if entry is None or checkpoint_id is None:
-            return None
-        return self._stored(ns, checkpoint_id, entry)
-
-    def _stored(self, ns: str, checkpoint_id: str, entry: Mapping[str, Any]) -> StoredCheckpoint:
-        writes = sorted(self.writes.get(ns, {}).get(checkpoint_id, []), key=lambda w: writes_sort_key(w[4], w[0], w[1]))
-        return StoredCheckpoint(ns, checkpoint_id, typed_from_json(entry["c"]), typed_from_json(entry["m"]),
-                                entry["p"], dict(entry["v"]), [(w[0], w[2], typed_from_json(w[3])) for w in writes])
-
-    def newest_first(self, ns: str | None = None, checkpoint_id: str | None = None,
-                     before: str | None = None) -> Iterator[StoredCheckpoint]:
-        """The thread's checkpoints, newest first, in namespace `ns` (None: all)."""
-        for name, by_id in self.checkpoints.items():
-            if ns is not None and name != ns:
-                continue
-            for cid in sorted(by_id, reverse=True):
-                if (checkpoint_id and cid != checkpoint_id) or (before and cid >= before):
-                    continue
-                yield self._stored(name, cid, by_id[cid])
+def stored_from_v1(doc: Mapping[str, Any]) -> list[StoredCheckpoint]:
+    """The checkpoints of a thread written as one whole-thread record (the first format:
+    {"checkpoints": {ns: {id: entry}}, "values": {ns: {ch: {key: uri}}}, "writes": ...}), oldest first."""
+    out = []
+    for ns, by_id in doc.get("checkpoints", {}).items():
+        values = {ns: {ch: {k: (None if uri is None else uri_ref(uri)) for k, uri in refs.items()}
+                       for ch, refs in doc.get("values", {}).get(ns, {}).items()}}
+        for checkpoint_id, e in by_id.items():
+            item = {"ns": ns, "id": checkpoint_id, **e}
+            out.append(stored_from(item, values, list(doc.get("writes", {}).get(ns, {}).get(checkpoint_id, []))))
+    return sorted(out, key=lambda s: s.checkpoint_id)

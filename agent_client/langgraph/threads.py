@@ -1,4 +1,4 @@
-"""Where LangGraph threads live: one raftpoint agent per thread, its record in checkpoints.
+"""Where LangGraph threads live: one raftpoint agent per thread, its head in checkpoints.
 
 Each thread is an agent of the saver's group (mode uncoordinated: threads do not
 message each other). A saver that writes a thread first registers as it, which makes
@@ -7,17 +7,19 @@ every later commit of the previous one. That is the fence LangGraph's own savers
 lack (a stale second writer forks the thread's chain without anyone noticing); here
 the stale writer gets ThreadFenced and writes nothing.
 
-Every change to a thread commits the whole record as a new checkpoint of its agent
-(the blob store's chunking stores only what changed); the coordinator's record of the
-agent's latest checkpoint is the thread's head. Reading a thread this saver does not
-write fetches that head; reading one it writes uses its own copy, which is the head
-as long as it is not fenced.
+Every change to a thread commits its head (thread_history.py: the newest checkpoints
+and a pointer to the sealed rest) as a new checkpoint of its agent; the coordinator's
+record of the agent's latest checkpoint is the thread's head. Reading a thread this
+saver does not write fetches that head; reading one it writes uses its own copy, which
+is the head as long as it is not fenced. Changes to one thread are serialized (`writing`);
+different threads proceed side by side.
 """
 from __future__ import annotations
 
 import hashlib
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Iterator
@@ -26,7 +28,7 @@ from agent_client.blobstore import BlobStore
 from agent_client.connection import Connection, Rejected
 from agent_client.delivery_log import DeliveryLog
 from agent_client.effects import Op, drive, perform_blocking
-from agent_client.langgraph.thread_record import ThreadRecord
+from agent_client.langgraph.thread_history import SEAL_AFTER, ThreadHead
 from agent_client.protocol import AgentProtocol
 from agent_client.restored import RestoreKind
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -51,18 +53,28 @@ def thread_agent_id(thread_id: str) -> str:
 @dataclass
 class Owned:
     protocol: AgentProtocol
-    record: ThreadRecord
+    head: ThreadHead
 
 
 class ThreadStore:
     """The threads of one group, through one connection; safe to share between threads."""
 
-    def __init__(self, conn: Connection, group: str, blobs: BlobStore) -> None:
-        self.conn, self.group, self.blobs = conn, group, blobs
+    def __init__(self, conn: Connection, group: str, blobs: BlobStore, *, seal_after: int = SEAL_AFTER) -> None:
+        self.conn, self.group, self.blobs, self.seal_after = conn, group, blobs, seal_after
         self._owned: dict[str, Owned] = {}
         self._fenced: dict[str, str] = {}  # thread -> why: a fenced saver never takes a thread back by itself
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # guards the dicts above, never held across a call
+        self._writers: dict[str, threading.Lock] = {}  # thread -> its writers' turn
+        self._group_lock = threading.Lock()
         self._group_ready = False
+
+    @contextmanager
+    def writing(self, thread_id: str) -> Iterator[None]:
+        """One change to `thread_id` at a time (read, change, commit); other threads are not held up."""
+        with self._lock:
+            turn = self._writers.setdefault(thread_id, threading.Lock())
+        with turn:
+            yield
 
     # ---- effects -------------------------------------------------------------------------
     def _drive(self, op: Op[Any]) -> Any:
@@ -73,110 +85,128 @@ class ThreadStore:
                              snapshot=lambda: None)
 
     def ensure_group(self) -> None:
-        if self._group_ready:
-            return
+        with self._group_lock:
+            if not self._group_ready:
+                self._create_group()
+
+    def _create_group(self) -> None:
         self.conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id=f"create-{self.group}-{uuid.uuid4().hex[:16]}",
             spec=pb.GroupSpec(group=self.group, mode=pb.UNCOORDINATED, lease_ttl_s=THREAD_LEASE_S, retention=0)))
         self._group_ready = True
 
     # ---- reads ---------------------------------------------------------------------------
-    def read(self, thread_id: str) -> ThreadRecord | None:
-        """The thread's record: this saver's own copy if it writes the thread, else the head."""
+    def read(self, thread_id: str) -> ThreadHead | None:
+        """The thread's head: this saver's own copy if it writes the thread, else the committed one."""
         with self._lock:
             owned = self._owned.get(thread_id)
             if owned is not None:
-                return owned.record
+                return owned.head
         return self._head(thread_agent_id(thread_id))
 
-    def _head(self, agent_id: str) -> ThreadRecord | None:
-        """The record of the agent's latest checkpoint, or None if it has none."""
+    def _head(self, agent_id: str) -> ThreadHead | None:
+        """The head in the agent's latest checkpoint, or None if it has none."""
         self.ensure_group()
         try:
-            resp = self.conn.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(
-                group=self.group, agent_id=agent_id))
+            metas = list(self._paged("ListCheckpoints", pb.ListCheckpointsRequest(group=self.group, agent_id=agent_id),
+                                     "checkpoints"))
         except Rejected as exc:
             if exc.reason_code == pb.REASON_AGENT_NOT_FOUND:
                 return None
             raise
-        if not resp.checkpoints:
+        if not metas:
             return None
-        return self._load(self._protocol(agent_id), max(resp.checkpoints, key=lambda m: m.index), None)
+        return self._load(self._protocol(agent_id), max(metas, key=lambda m: m.index), None)
 
-    def _load(self, protocol: AgentProtocol, meta: pb.CheckpointMeta | None, thread_id: str | None) -> ThreadRecord | None:
-        """Restore `meta` (None: where Register said to resume); a new thread has no record."""
+    def _paged(self, method: str, request: Any, field: str) -> Iterator[Any]:
+        """Every item of a paged AdminService answer: a thread's heads (until raftpoint gc
+        releases the superseded ones) and a group's threads can each pass one page."""
+        while True:
+            resp = self.conn.call("AdminService", method, request)
+            yield from getattr(resp, field)
+            if not resp.next_page_token:
+                return
+            request.page_token = resp.next_page_token
+
+    def _load(self, protocol: AgentProtocol, meta: pb.CheckpointMeta | None, thread_id: str | None) -> ThreadHead | None:
+        """Restore `meta` (None: where Register said to resume); a new thread starts empty."""
         restored = self._drive(protocol.restore(meta))
         if restored.kind is RestoreKind.REJECTED:
             raise RuntimeError(f"{protocol.agent_id}: its latest checkpoint cannot be read: {restored.reason}")
         if restored.state is None:
-            return None if thread_id is None else ThreadRecord(thread_id)
-        return ThreadRecord.from_json(restored.state)
+            return None if thread_id is None else ThreadHead(thread_id, seal_after=self.seal_after)
+        return ThreadHead.from_json(restored.state, seal_after=self.seal_after)
 
     def thread_ids(self) -> Iterator[str]:
-        """Every thread of the group that holds a record."""
+        """Every thread of the group that holds a head."""
         self.ensure_group()
-        agents = self.conn.call("AdminService", "GetGroup", pb.GetGroupRequest(group=self.group)).agents
+        agents = list(self._paged("GetGroup", pb.GetGroupRequest(group=self.group), "agents"))
         with self._lock:
             mine = {o.protocol.agent_id: t for t, o in self._owned.items()}
         for agent in agents:
             if agent.agent_id in mine:
                 yield mine[agent.agent_id]
-            elif (record := self._head(agent.agent_id)) is not None:
-                yield record.thread_id
+            elif (head := self._head(agent.agent_id)) is not None:
+                yield head.thread_id
 
     # ---- writes --------------------------------------------------------------------------
-    def own(self, thread_id: str) -> ThreadRecord:
-        """Become the thread's writer (fencing off any earlier one) and return its record."""
+    def own(self, thread_id: str) -> ThreadHead:
+        """Become the thread's writer (fencing off any earlier one) and return its head.
+        The caller holds `writing(thread_id)`."""
+        return self._owner(thread_id).head
+
+    def _owner(self, thread_id: str) -> Owned:
         with self._lock:
             self._check_not_fenced(thread_id)
             owned = self._owned.get(thread_id)
-            if owned is None:
-                owned = self._register(thread_id)
+        if owned is None:
+            owned = self._register(thread_id)
+            with self._lock:
                 self._owned[thread_id] = owned
-            return owned.record
+        return owned
 
     def _register(self, thread_id: str) -> Owned:
         self.ensure_group()
         protocol = self._protocol(thread_agent_id(thread_id))
-        record = self._take_over(protocol, thread_id)
-        assert record is not None  # a thread id was given: a new thread starts empty
-        return Owned(protocol, record)
+        head = self._take_over(protocol, thread_id)
+        assert head is not None  # a thread id was given: a new thread starts empty
+        return Owned(protocol, head)
 
-    def _take_over(self, protocol: AgentProtocol, thread_id: str) -> ThreadRecord | None:
+    def _take_over(self, protocol: AgentProtocol, thread_id: str) -> ThreadHead | None:
         """Register, load the head, and obey the rollback order a re-registration leaves
         (the coordinator refuses writes until it is acknowledged; a retried write would
         be answered from the dedupe table with that refusal, so it must come first)."""
         resp = self._drive(protocol.register())
-        record = self._load(protocol, None, thread_id)
+        head = self._load(protocol, None, thread_id)
         if resp.incarnation > 1:
             self._drive(protocol.sync_orders())
-        return record
+        return head
 
-    def commit(self, thread_id: str, record: ThreadRecord) -> None:
-        """Make `record` the thread's head; ThreadFenced if another writer took the thread."""
-        with self._lock:
-            self._check_not_fenced(thread_id)
-            owned = self._owned.get(thread_id) or self._register(thread_id)
-            self._owned[thread_id] = owned
-            try:
-                self._commit(owned, record)
-            except Rejected as exc:
-                if exc.reason_code in REFUSED_AS_STALE:
+    def commit(self, thread_id: str, head: ThreadHead) -> None:
+        """Make `head` the thread's head; ThreadFenced if another writer took the thread.
+        The caller holds `writing(thread_id)`."""
+        owned = self._owner(thread_id)
+        try:
+            self._commit(owned, head)
+        except Rejected as exc:
+            if exc.reason_code in REFUSED_AS_STALE:
+                with self._lock:
                     self._owned.pop(thread_id, None)
                     self._fenced[thread_id] = exc.reason
                     self._check_not_fenced(thread_id)
-                raise
+            raise
 
     def _check_not_fenced(self, thread_id: str) -> None:
+        """Called with self._lock held."""
         if thread_id in self._fenced:
             raise ThreadFenced(f"thread {thread_id!r} has a newer writer: {self._fenced[thread_id]}")
 
-    def _commit(self, owned: Owned, record: ThreadRecord) -> None:
+    def _commit(self, owned: Owned, head: ThreadHead) -> None:
         try:
-            self._drive(owned.protocol.checkpoint(record.to_json()))
+            self._drive(owned.protocol.checkpoint(head.to_json()))
         except Rejected as exc:
             if exc.reason_code not in REFUSED_UNTIL_REGISTERED:
                 raise
-            self._take_over(owned.protocol, record.thread_id)  # our lease lapsed: register again (a new request id)
-            self._drive(owned.protocol.checkpoint(record.to_json()))
-        owned.record = record
+            self._take_over(owned.protocol, head.thread_id)  # our lease lapsed: register again (a new request id)
+            self._drive(owned.protocol.checkpoint(head.to_json()))
+        owned.head = head

@@ -14,11 +14,15 @@ from agent_client import testing  # noqa: E402
 
 
 @pytest.mark.slow
-async def test_full_conformance_in_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", [{}, {"seal_after": 1, "inline_max": 0}], ids=["defaults", "seal-every-step"])
+async def test_full_conformance_in_process(tmp_path: Path, layout: dict[str, int]) -> None:
+    """Also with every step sealing the one before and every value a blob: the paths a
+    long thread takes (segments, patched writes, values found in segments) on every call."""
     with testing.coordinator() as running:
         @checkpointer_test(name="RaftpointSaver-in-process")
         async def saver():
-            with RaftpointSaver(running.address, tmp_path, tls=running.client_tls(), group=f"lg-{uuid.uuid4().hex[:8]}") as s:
+            with RaftpointSaver(running.address, tmp_path, tls=running.client_tls(), group=f"lg-{uuid.uuid4().hex[:8]}",
+                                **layout) as s:
                 yield s
 
         report = await validate(saver)

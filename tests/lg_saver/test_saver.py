@@ -1,7 +1,9 @@
 """RaftpointSaver beyond the conformance suite: fencing, incremental uploads, idempotent writes, a real graph."""
 from __future__ import annotations
 
+import asyncio
 import operator
+import threading
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -11,9 +13,10 @@ import pytest
 pytest.importorskip("langgraph.graph")
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 
-from agent_client import testing  # noqa: E402
+from agent_client import blob_gc, testing  # noqa: E402
 from agent_client.blobstore import LocalBlobStore  # noqa: E402
 from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
+from agent_client.langgraph.thread_record import typed_to_json  # noqa: E402
 from coordinator import channels  # noqa: E402
 from tests.lg_saver.saver_steps import step, thread  # noqa: E402
 
@@ -24,9 +27,25 @@ class CountingStore(LocalBlobStore):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.puts = 0
+        self.bytes = 0
 
     def put(self, data: bytes, **kw: Any):
         self.puts += 1
+        self.bytes += len(data)
+        return super().put(data, **kw)
+
+
+class GatedStore(LocalBlobStore):
+    """A blob store whose first put of data containing `gate` waits until `release` is set."""
+
+    def __init__(self, root: Path, gate: bytes) -> None:
+        super().__init__(root)
+        self.gate, self.waiting, self.release = gate, threading.Event(), threading.Event()
+
+    def put(self, data: bytes, **kw: Any):
+        if self.gate in bytes(data) and not self.waiting.is_set():
+            self.waiting.set()
+            assert self.release.wait(30), "never released"
         return super().put(data, **kw)
 
 
@@ -63,13 +82,54 @@ def test_a_stale_second_writer_is_fenced_and_the_chain_does_not_fork(address, tm
 def test_only_the_channels_a_step_changed_are_uploaded(address, tmp_path: Path, group: str) -> None:
     store = CountingStore(tmp_path)
     with RaftpointSaver(address, store, group=group) as saver:
-        c1, v1 = step(None, {"a": "x" * 1000, "b": 1}, 0)
+        c1, v1 = step(None, {"a": "x" * 5000, "b": "y" * 5000}, 0)
         head = saver.put(thread("t"), c1, {}, v1)
         before = store.puts
-        c2, v2 = step(c1, {"b": 2}, 1)
+        c2, v2 = step(c1, {"b": "z" * 5000}, 1)
         saver.put(head, c2, {}, v2)
-        assert store.puts - before == 2  # channel b's new value, and the thread's record
-        assert saver.get_tuple(thread("t")).checkpoint["channel_values"] == {"a": "x" * 1000, "b": 2}
+        assert store.puts - before == 2  # channel b's new value, and the thread's head
+        assert saver.get_tuple(thread("t")).checkpoint["channel_values"] == {"a": "x" * 5000, "b": "z" * 5000}
+
+
+def test_small_values_travel_inside_the_head(address, tmp_path: Path, group: str) -> None:
+    store = CountingStore(tmp_path)
+    with RaftpointSaver(address, store, group=group, inline_max=100) as saver:
+        c1, v1 = step(None, {"small": "s" * 90, "large": "l" * 110}, 0)
+        head = saver.put(thread("t"), c1, {}, v1)
+        assert store.puts == 2  # the large value and the head
+        c2, v2 = step(c1, {"small": "t" * 90}, 1)
+        saver.put(head, c2, {}, v2)
+        assert store.puts == 3  # the head only
+    with RaftpointSaver(address, tmp_path, group=group) as reader:
+        assert reader.get_tuple(thread("t")).checkpoint["channel_values"] == {"small": "t" * 90, "large": "l" * 110}
+
+
+@pytest.mark.slow
+def test_the_bytes_a_step_writes_do_not_grow_with_the_thread(address, tmp_path: Path, group: str) -> None:
+    """1,010 checkpoints of a one-int state: what the steps near the thousandth ask the
+    blob store to write, the head and sealed segments, is what the steps near the tenth
+    did. A new reader finds the latest one past the coordinator's first page of heads."""
+    store = CountingStore(tmp_path)
+    window = 2 * 16  # two seal periods: each window holds the same number of seals
+    with RaftpointSaver(address, store, group=group) as saver:
+        base, config, per_window = None, thread("t"), {}
+        for n in range(1, 1011):
+            before = store.bytes
+            base, versions = step(base, {"count": n}, n)
+            config = saver.put(config, base, {"source": "loop", "step": n}, versions)
+            start = 8 if n < 500 else 1000 - window
+            if start <= n < start + window:
+                per_window[start] = per_window.get(start, 0) + store.bytes - before
+            if n == 8 + window:  # the thread's cost at its start; stop as soon as a later window exceeds it
+                early = per_window[8] / window
+            if n >= 500 and store.bytes - before > early * window:
+                pytest.fail(f"step {n} alone wrote {store.bytes - before} bytes, more than steps 8-39 together "
+                            f"({early * window:.0f})")
+        late = per_window[1000 - window] / window
+        assert late <= 1.2 * early, f"steps 968-999 wrote {late:.0f} bytes a step on average, steps 8-39 {early:.0f}"
+        assert len(list(saver.list(thread("t"), limit=3))) == 3
+    with RaftpointSaver(address, tmp_path, group=group) as reader:
+        assert reader.get_tuple(thread("t")).checkpoint["channel_values"] == {"count": 1010}
 
 
 def test_a_retried_put_writes_commits_nothing_new(address, tmp_path: Path, group: str) -> None:
@@ -82,6 +142,103 @@ def test_a_retried_put_writes_commits_nothing_new(address, tmp_path: Path, group
         saver.put_writes(head, [("a", 2), ("b", 3)], "task-1", "~0")
         assert store.puts == before
         assert saver.get_tuple(head).pending_writes == [("task-1", "a", 2), ("task-1", "b", 3)]
+
+
+def test_a_thread_waiting_on_its_store_does_not_hold_up_another_thread(address, tmp_path: Path,
+                                                                         group: str) -> None:
+    store = GatedStore(tmp_path, gate=b"blocked")
+    with RaftpointSaver(address, store, group=group) as saver:
+        c1, v1 = step(None, {"a": 1}, 0)
+        blocked = threading.Thread(target=saver.put, args=(thread("blocked"), c1, {}, v1))
+        blocked.start()
+        try:
+            assert store.waiting.wait(30), "the blocked thread's head was never written"
+            try:
+                asyncio.run(asyncio.wait_for(saver.aput(thread("free"), c1, {}, v1), timeout=15))
+            except TimeoutError:
+                pytest.fail("aput to one thread waited 15 s for another thread's write")
+        finally:
+            store.release.set()
+            blocked.join(30)
+        assert saver.get_tuple(thread("blocked")).checkpoint["id"] == c1["id"]
+
+
+def test_raftpoint_gc_keeps_every_checkpoint_of_a_long_thread(address, tmp_path: Path, group: str) -> None:
+    """GC releases every head but the latest; the segments and values they point to stay."""
+    store = CountingStore(tmp_path)
+    with RaftpointSaver(address, store, group=group, seal_after=4, inline_max=0) as saver:
+        base, config = None, thread("t")
+        for n in range(1, 41):
+            base, versions = step(base, {"count": n}, n)
+            config = saver.put(config, base, {"step": n}, versions)
+            saver.put_writes(config, [("count", n)], f"task-{n}")
+        report = blob_gc.collect(saver.conn, store, [group], grace_s=0)
+        superseded = 2 * 40 - 1  # a head per put and per put_writes, but the latest
+        assert len(report.released[group]) == superseded and report.result.manifests_removed == superseded, report
+    with RaftpointSaver(address, tmp_path, group=group) as reader:
+        chain = list(reader.list(thread("t")))
+        assert [t.checkpoint["channel_values"] for t in chain] == [{"count": n} for n in range(40, 0, -1)]
+        assert [t.pending_writes for t in chain] == [[(f"task-{n}", "count", n)] for n in range(40, 0, -1)]
+
+
+def test_two_writes_to_one_thread_take_turns_and_neither_is_lost(address, tmp_path: Path, group: str) -> None:
+    store = GatedStore(tmp_path, gate=b"blocked")
+    with RaftpointSaver(address, store, group=group) as saver:
+        c0, v0 = step(None, {"a": 0}, 0)
+        store.waiting.set()  # the thread's first head passes the gate
+        base = saver.put(thread("blocked"), c0, {}, v0)
+        store.waiting.clear()
+        (ca, va), (cb, vb) = step(c0, {"a": 1}, 1), step(c0, {"a": 2}, 1)
+        first = threading.Thread(target=saver.put, args=(base, ca, {}, va))
+        first.start()
+        assert store.waiting.wait(30), "the first write's head was never written"
+        second = threading.Thread(target=saver.put, args=(base, cb, {}, vb))
+        second.start()
+        second.join(2)  # a second write that did not wait for the first would be done by now
+        store.release.set()
+        first.join(30)
+        second.join(30)
+        assert {t.checkpoint["id"] for t in saver.list(thread("blocked"))} == {c0["id"], ca["id"], cb["id"]}
+
+
+class FirstFormat:
+    """A thread as the first format stored it: one record holding the whole thread."""
+
+    def __init__(self, saver: RaftpointSaver, thread_id: str, values: dict[str, str]) -> None:
+        self.thread_id = thread_id
+        checkpoint, _ = step(None, {}, 0)
+        bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        self.checkpoint_id = checkpoint["id"]
+        self.doc = {"thread_id": thread_id,
+                    "checkpoints": {"": {checkpoint["id"]: {
+                        "c": typed_to_json(saver.serde.dumps_typed({**bare, "channel_versions": {"a": 1}})),
+                        "m": typed_to_json(saver.serde.dumps_typed({"step": 0})), "p": None, "v": {"a": "1"}}}},
+                    "values": {"": {"a": {"1": saver.blobs.put(b"msgpack\n" + saver.serde.dumps_typed(
+                        values["a"])[1]).uri}}},
+                    "writes": {"": {checkpoint["id"]: [["task", 0, "a", typed_to_json(
+                        saver.serde.dumps_typed("w")), "~0"]]}}}
+
+    def to_json(self) -> dict[str, Any]:
+        return self.doc
+
+
+def test_a_thread_of_the_first_format_is_read_and_its_next_write_moves_it_into_segments(
+        address, tmp_path: Path, group: str) -> None:
+    with RaftpointSaver(address, tmp_path, group=group) as old:
+        first = FirstFormat(old, "t", {"a": "x" * 2000})
+        old.threads.own("t")
+        old.threads.commit("t", first)  # type: ignore[arg-type]
+    with RaftpointSaver(address, tmp_path, group=group, seal_after=1) as saver:
+        found = saver.get_tuple(thread("t"))
+        assert found.checkpoint["channel_values"] == {"a": "x" * 2000}
+        assert found.pending_writes == [("task", "a", "w")]
+        c2, v2 = step(found.checkpoint, {"a": "y"}, 1)
+        saver.put(found.config, c2, {}, v2)
+        assert saver.threads.read("t").sealed is not None
+    with RaftpointSaver(address, tmp_path, group=group) as reader:
+        chain = list(reader.list(thread("t")))
+        assert [t.checkpoint["channel_values"] for t in chain] == [{"a": "y"}, {"a": "x" * 2000}]
+        assert chain[1].pending_writes == [("task", "a", "w")]
 
 
 class Counter(TypedDict):
