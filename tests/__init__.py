@@ -1,0 +1,1 @@
+"""The test suite: a package, so tests/agent_client and the like never shadow the packages they test."""
