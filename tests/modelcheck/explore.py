@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tests.modelcheck import invariants, replica
 from tests.modelcheck.replica import view_of
-from tests.modelcheck.world import GROUP, Bounds, Step, World, initial, moves
+from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
     replica.forget()
     report = Report(bounds, depth)
     first = initial(bounds)
-    parents: dict[int, tuple[int, str] | None] = {hash(first): None}
+    parents: Parents = {hash(first): None}
     frontier: deque[tuple[World, int]] = deque([(first, 0)])
     report.complete = True
 
@@ -100,7 +101,12 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
     return report
 
 
-def _check_state(world: World, key: int, label: str, parents: dict, report: Report, found) -> bool:
+Parents = dict[int, "tuple[int, str] | None"]  # state hash -> (its parent's, the step's label)
+Found = Callable[[str, str, int, str], None]
+
+
+def _check_state(world: World, key: int, label: str, parents: Parents, report: Report, found: Found) -> bool:
+    """Run every state invariant; False if one fails (the state is then not expanded)."""
     view = view_of(world.records, GROUP)
     ok = True
     for name, f in invariants.STATE_CHECKS.items():

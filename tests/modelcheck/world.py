@@ -31,7 +31,7 @@ from coordinator.core.decisions import epoch_commands
 from coordinator.core.errors import ReasonCode
 from coordinator.core.history import Dependency
 from coordinator.core.model import (
-    AgentState, Checkpoint, CheckpointKind, EpochState, GroupSpec, GroupState, Mode, OrderKind,
+    AgentState, Checkpoint, CheckpointKind, GroupSpec, GroupState, Mode, Order, OrderKind,
 )
 from coordinator.wire import MODE_TO_PB
 from tests.modelcheck import replica
@@ -314,13 +314,12 @@ def _committed(b: Builder, bounds: Bounds, i: int, result: c.Result, saved: Save
     return result
 
 
-Move = tuple[str, Callable[[], Step | None]]
+Move = tuple[str, Callable[[], "Step | None"]]  # (label, builds the step; None: past a bound)
 
 
 def moves(world: World, bounds: Bounds) -> Iterator[Move]:
     """Every enabled transition, as (label, thunk building its step)."""
     view = view_of(world.records, GROUP)
-    names = bounds.names
     for i, p in enumerate(world.procs):
         yield from _agent_moves(world, bounds, view, i, p)
     for msg in world.net:
@@ -328,7 +327,7 @@ def moves(world: World, bounds: Bounds) -> Iterator[Move]:
             yield f"lose {msg.mid}", lambda msg=msg: _lose(world, msg)
     for k, (_, write) in enumerate(world.late):
         yield f"late {write.request_id}", lambda k=k: _late(world, k)
-    yield from _leader_moves(world, bounds, view, names)
+    yield from _leader_moves(world, bounds, view)
 
 
 def _agent_moves(world: World, bounds: Bounds, view: View, i: int, p: Proc) -> Iterator[Move]:
@@ -382,7 +381,7 @@ def _order_moves(world: World, bounds: Bounds, view: View, i: int, live: bool) -
                    lambda o=order: _checkpoint(world, bounds, i, p.last + 1, CheckpointKind.COORDINATED, o.epoch))
 
 
-def _leader_moves(world: World, bounds: Bounds, view: View, names: tuple[str, ...]) -> Iterator[Move]:
+def _leader_moves(world: World, bounds: Bounds, view: View) -> Iterator[Move]:
     room = len(world.in_flight) < MAX_IN_FLIGHT
     for agent in view.agents():
         key = (agent.agent_id, agent.incarnation)
@@ -448,7 +447,7 @@ def _send(world: World, bounds: Bounds, i: int, j: int) -> Step:
     return b.step(f"send {mid} {name}->{to} (generation {p.generation}, interval {p.last + 1})", world)
 
 
-def _receive(world: World, bounds: Bounds, i: int, msg: Msg) -> Step:
+def _receive(world: World, bounds: Bounds, i: int, msg: Msg) -> Step | None:
     """Cut or force a checkpoint if the rule says so, report the dependency, and deliver
     only if the report is accepted (the library's default, dependency_batch=1)."""
     b = Builder(world)
@@ -457,7 +456,7 @@ def _receive(world: World, bounds: Bounds, i: int, msg: Msg) -> Step:
     if bounds.mode is Mode.COORDINATED:
         if msg.epoch > p.cut_epoch:
             if p.last >= bounds.max_index:
-                return None  # type: ignore[return-value]
+                return None  # the cut it needs is past the bound
             result = _commit(b, bounds, i, p.last + 1, CheckpointKind.COORDINATED, msg.epoch)
             if _refused(result) in FENCED | {ReasonCode.ORDER_PENDING}:
                 return b.step(f"receive {msg.mid}: cut refused ({_refused(result)})", world)
@@ -465,7 +464,7 @@ def _receive(world: World, bounds: Bounds, i: int, msg: Msg) -> Step:
         forced = _rule(bounds, name, p.rule).forced_index(msg.sender, msg.piggyback, p.last)
         if forced is not None:
             if forced > bounds.max_index:
-                return None  # type: ignore[return-value]
+                return None  # the checkpoint it forces is past the bound
             result = _commit(b, bounds, i, forced, CheckpointKind.FORCED, 0)
             if isinstance(result, c.Failure):
                 return b.step(f"receive {msg.mid}: forced checkpoint {forced} refused ({result.reason_code})", world)
@@ -516,18 +515,18 @@ def _retry(world: World, bounds: Bounds, i: int) -> Step:
     return b.step(f"retry {pending.request_id}: {_refused(result) or type(result).__name__}", world)
 
 
-def _obey(world: World, bounds: Bounds, i: int, order: object, lose: bool = False) -> Step:
+def _obey(world: World, bounds: Bounds, i: int, order: Order, lose: bool = False) -> Step:
     b = Builder(world)
     name = bounds.names[i]
     p = world.procs[i]
-    generation = max(p.generation, order.generation)  # type: ignore[attr-defined]
-    index = order.checkpoint_index  # type: ignore[attr-defined]
+    generation = max(p.generation, order.generation)
+    index = order.checkpoint_index
     if not _restore(b, bounds, i, index, generation):
         return b.step(f"obey {name}: checkpoint {index} has no blob", world)
     b.proc(i, starting=False)
     p = b.world.procs[i]
-    command = c.AckOrder(GROUP, name, _token(p, p.cut_epoch), order.order_id)  # type: ignore[attr-defined]
-    request_id = f"{name}-{p.incarnation}-ack-{order.order_id}"  # type: ignore[attr-defined]
+    command = c.AckOrder(GROUP, name, _token(p, p.cut_epoch), order.order_id)
+    request_id = f"{name}-{p.incarnation}-ack-{order.order_id}"
     if lose:
         b.set(losses=world.losses - 1)
         b.proc(i, pending=Pending(request_id, command.token, None, None, command.order_id))
@@ -535,7 +534,7 @@ def _obey(world: World, bounds: Bounds, i: int, order: object, lose: bool = Fals
     if not lose and _refused(result) in FENCED:
         _down(b, bounds, i)
     return b.step(f"obey {name}: roll back to {index} (generation {generation}), acknowledge order "
-                  f"{order.order_id}{' (answer lost)' if lose else ''}", world)  # type: ignore[attr-defined]
+                  f"{order.order_id}{' (answer lost)' if lose else ''}", world)
 
 
 def _lose(world: World, msg: Msg) -> Step:
