@@ -74,8 +74,12 @@ class _Vector(Rule):
         return dataclasses.asdict(self.state)
 
     def load_json(self, doc: Any, index: int) -> None:
+        """A checkpoint saves the rule as it was when the checkpoint was cut, before
+        on_checkpoint: restored, the agent is just past that checkpoint, so the rule is
+        moved past it too (a clock one checkpoint behind misses forced checkpoints)."""
         if doc is not None:
             self.state = self._cls(**doc)
+            self.on_checkpoint(index)
 
 
 class Fdas(_Vector):

@@ -1,0 +1,7 @@
+"""An explicit-state model checker of the recovery protocol over the real pure core.
+
+Breadth-first over every interleaving of agents' sends, receives, checkpoints,
+crashes and restarts, message loss, lease expiries, rollback orders and their
+acknowledgements, and one change of leader, within bounds; each state is hashed by
+a canonical encoding of the replicated store and of the model around it.
+"""

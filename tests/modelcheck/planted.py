@@ -1,0 +1,60 @@
+"""Known bugs planted into the core, each with the one invariant that must catch it:
+the proof that the checker can fail."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from coordinator.core import fences, queries, recovery_plan, state_machine
+from coordinator.core.errors import ReasonCode, Rejection
+from coordinator.core.model import AgentState
+
+
+@dataclass(frozen=True)
+class Planted:
+    module: Any
+    attribute: str
+    replacement: Callable[..., Any]
+    breaks: str  # the invariant that must report it
+    bounds: Mapping[str, int]  # the smallest bounds that reach it
+
+
+def _line_ignoring_a_dependency(usable, current, deps, failed):  # type: ignore[no-untyped-def]
+    return recovery_plan.plan_recovery(usable, current, list(deps)[:-1], failed)
+
+
+def _line_one_checkpoint_too_far(usable, current, deps, failed):  # type: ignore[no-untyped-def]
+    """Failed agents never restore their newest checkpoint: still consistent, not maximal."""
+    return recovery_plan.plan_recovery({a: (c[:-1] if a in failed else c) for a, c in usable.items()},
+                                       current, deps, failed)
+
+
+def _fence_ignoring_incarnation(state, group, agent_id, token):  # type: ignore[no-untyped-def]
+    """Any incarnation may write while the agent is alive."""
+    agent = queries.registered_agent(state, group, agent_id)
+    if agent.state is AgentState.ALIVE:
+        return agent
+    raise Rejection.because(ReasonCode.AGENT_NOT_ALIVE, f"agent {agent_id!r} is {agent.state.value}", "agent_id")
+
+
+def _no_fence_undoes(fence_list: Sequence[Any], generation: int, interval: int) -> None:
+    return None
+
+
+def _gc_keeping_only_the_newest(usable, deps, retention):  # type: ignore[no-untyped-def]
+    return {a: (c[-1] if c else 0) for a, c in usable.items()}
+
+
+SMALL = {"agents": 2, "max_index": 1, "leader_changes": 0, "losses": 0}
+PLANTED: dict[str, Planted] = {
+    "line ignores a dependency": Planted(queries, "plan_recovery", _line_ignoring_a_dependency,
+                                         "recovery_line_consistent", SMALL),
+    "line rolls back too far": Planted(queries, "plan_recovery", _line_one_checkpoint_too_far,
+                                       "recovery_line_maximal", SMALL),
+    "fence ignores the incarnation": Planted(queries, "live_agent", _fence_ignoring_incarnation,
+                                             "fenced_writes_refused", {**SMALL, "sends": 0, "losses": 1}),
+    "rollbacks undo no send": Planted(fences, "undoing", _no_fence_undoes, "undone_sends_not_delivered", SMALL),
+    "GC keeps only the newest checkpoint": Planted(state_machine, "plan_gc", _gc_keeping_only_the_newest,
+                                                   "gc_keeps_recoverable_checkpoints",
+                                                   {**SMALL, "max_index": 2, "failures": 0}),
+}

@@ -1,0 +1,118 @@
+"""The replicated state as a model-checker value: the store's records, applied to by
+the real applier (dedupe included) and the real state machine.
+
+A state is the store's content as a sorted tuple of (key, bytes): the codec's
+encoding is canonical, so equal states hash alike. The dedupe table is kept only for
+the request ids a client may still retry (`retriable`): with one constant proposal
+time nothing is ever forgotten by time, and an answer no one can ask for again
+changes no later step, so dropping it merges states that behave alike.
+"""
+from __future__ import annotations
+
+from typing import Collection
+
+from coordinator.core.commands import Command, Entry, Proposal, Result, decode_result
+from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order
+from coordinator.core.history import Dependency
+from coordinator.replication.applier import apply_proposal
+from coordinator.storage import keys
+from coordinator.storage.memory import MemoryStore
+from coordinator.storage.state import RESULT, DecodeMemo, KvState, RecordCache, answer_key
+
+Records = tuple[tuple[bytes, bytes], ...]
+NOW = 100.0  # every proposal's time: leases and epoch timeouts are choices of the model, not clocks
+_RESULTS = keys.prefix(RESULT)
+# Decoded records by their bytes, shared by every state: most records recur unchanged.
+_MEMO = DecodeMemo(limit=1 << 20)
+
+
+def _store(records: Records) -> MemoryStore:
+    store = MemoryStore()
+    store.commit(dict(records), 1)
+    return store
+
+
+_APPLIED: dict[tuple[Records, str, str, frozenset[str]], tuple[Records, Result]] = {}
+_VIEWS: dict[Records, "View"] = {}
+CACHE_LIMIT = 1 << 17
+
+
+def forget() -> None:
+    """Drop remembered applications and views: a run must see the core as it is now
+    (a planted bug replaces part of it)."""
+    _APPLIED.clear()
+    _VIEWS.clear()
+
+
+def apply(records: Records, request_id: str, command: Command, retriable: Collection[str]) -> tuple[Records, Result]:
+    """The records after one log entry holding `command`, and its answer. Remembered:
+    worlds that differ only outside the store apply the same entries to it."""
+    key = (records, request_id, repr(command), frozenset(retriable))
+    found = _APPLIED.get(key)
+    if found is None:
+        if len(_APPLIED) >= CACHE_LIMIT:
+            _APPLIED.clear()
+        found = _APPLIED[key] = _apply(records, request_id, command, key[3])
+    return found
+
+
+def _apply(records: Records, request_id: str, command: Command, retriable: frozenset[str]) -> tuple[Records, Result]:
+    store = _store(records)
+    cache = RecordCache(store, _MEMO)
+    proposal = Proposal(NOW, 0.0, (Entry(request_id, NOW, command),))
+    answer = apply_proposal(cache, proposal)
+    cache.commit(2)
+    kept = {answer_key("", rid) for rid in retriable}
+    after = tuple((k, v) for k, v in store.scan(b"") if not k.startswith(_RESULTS) or k in kept)
+    return after, decode_result(answer)  # type: ignore[arg-type]
+
+
+def domain_changed(before: Records, after: Records) -> bool:
+    """Whether a record outside the dedupe table differs: a retry answered from the
+    table, or a refused command, changes none."""
+    return _domain(before) != _domain(after)
+
+
+def _domain(records: Records) -> Records:
+    return tuple(kv for kv in records if not kv[0].startswith(_RESULTS))
+
+
+def view_of(records: Records, group: str) -> "View":
+    """The (remembered) View of `records`."""
+    found = _VIEWS.get(records)
+    if found is None:
+        if len(_VIEWS) >= CACHE_LIMIT:
+            _VIEWS.clear()
+        found = _VIEWS[records] = View(records, group)
+    return found
+
+
+class View:
+    """Read access to a state (the core's own KvState over it); reads only."""
+
+    def __init__(self, records: Records, group: str) -> None:
+        self.state = KvState(RecordCache(_store(records), _MEMO))
+        self.name = group
+
+    def group(self) -> Group:
+        found = self.state.group(self.name)
+        assert found is not None
+        return found
+
+    def agent(self, agent_id: str) -> Agent | None:
+        return self.state.agent(self.name, agent_id)
+
+    def agents(self) -> list[Agent]:
+        return self.state.agents(self.name)
+
+    def checkpoints(self, agent_id: str) -> list[Checkpoint]:
+        return self.state.checkpoints(self.name, agent_id)
+
+    def epoch(self, number: int) -> Epoch | None:
+        return self.state.epoch(self.name, number)
+
+    def orders(self) -> list[Order]:
+        return self.state.orders(self.name)
+
+    def dependencies(self) -> list[Dependency]:
+        return self.state.dependencies(self.name)

@@ -1,0 +1,599 @@
+"""The model around the real core: agent processes, the network, the leader's duties.
+
+One `World` is one global state. Everything in it is an immutable value, so a world
+hashes by content. The replicated part is `records` (replica.py): every change to it
+goes through the real applier and state machine. The rest is what the core cannot
+see: each agent process's volatile state and its checkpoint blobs, the messages in
+flight, the leader's proposals not yet committed, and the budgets that bound the
+search. `sends` and `undone` are ghost state for the invariants only: every send
+made, and those a process later undid by restoring a checkpoint from before it.
+
+The agent side is modelled minimally: the library's sans-I/O protocol runs as
+generators over protobuf messages, blob stores and delivery logs, which can be
+neither hashed nor copied, so a process here keeps the protocol's decisions in plain
+values (report a dependency before delivering; a refused report is not delivered; a
+rollback order is obeyed by restoring its checkpoint and then acknowledged; a
+refused token ends the process) and takes the checkpointing rule itself from the
+library (agent_client.rules: what to piggyback, when to force a checkpoint).
+Re-delivery after a rollback, dependency batching and blob integrity are not modelled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from agent_client.rules import Rule, rule_for
+from coordinator.core import commands as c
+from coordinator.core.decisions import epoch_commands
+from coordinator.core.errors import ReasonCode
+from coordinator.core.history import Dependency
+from coordinator.core.model import (
+    AgentState, Checkpoint, CheckpointKind, GroupSpec, GroupState, Mode, Order, OrderKind,
+)
+from coordinator.wire import MODE_TO_PB
+from tests.modelcheck import replica
+from tests.modelcheck.replica import Records, View, view_of
+
+GROUP = "g"
+SHA = "ab" * 32
+FENCED = frozenset({ReasonCode.STALE_INCARNATION, ReasonCode.AGENT_NOT_ALIVE})
+MAX_IN_FLIGHT = 2  # leader proposals not yet committed
+DUE = 1e12  # "late enough": the leader's decisions asked as if every timer had run out
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What keeps the search finite."""
+
+    mode: Mode
+    agents: int = 3
+    failures: int = 1  # crashes plus lease expiries of an agent that did not crash
+    leader_changes: int = 1
+    sends: int = 1  # per agent
+    max_index: int = 2  # highest checkpoint index an agent takes
+    losses: int = 1  # messages lost, plus answers lost to a retried write
+    epochs: int = 2  # coordinated: epochs the leader starts
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple("abcdefgh"[:self.agents])
+
+
+@dataclass(frozen=True, order=True)
+class Msg:
+    mid: str
+    sender: str
+    receiver: str
+    generation: int
+    interval: int
+    epoch: int
+    piggyback: bytes
+
+
+@dataclass(frozen=True)
+class Held:
+    """A delivery in an agent's state: the message and the interval it was received in."""
+
+    mid: str
+    sender: str
+    received: int
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A checkpoint's blob: what the agent's state held when it took it."""
+
+    index: int
+    held: tuple[Held, ...]
+    rule: str
+    cut_epoch: int
+    uri: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A write applied (or not) whose answer was lost: retried with the same request id."""
+
+    request_id: str
+    token: c.Token
+    kind: CheckpointKind | None  # a checkpoint commit (with `saved`, its blob) ...
+    saved: Saved | None
+    order_id: int = 0  # ... or an acknowledgement
+
+    def command(self, agent: str) -> c.Command:
+        if self.saved is not None and self.kind is not None:
+            return _commit_command(agent, self.token, self.saved, self.kind)
+        return c.AckOrder(GROUP, agent, self.token, self.order_id)
+
+
+@dataclass(frozen=True)
+class Proc:
+    up: bool = True
+    incarnation: int = 0
+    generation: int = 0
+    last: int = 0
+    cut_epoch: int = 0
+    rule: str = ""
+    held: tuple[Held, ...] = ()
+    pending: Pending | None = None
+    saved: tuple[Saved, ...] = ()  # blobs outlive the process
+    lives: int = 0  # registrations so far (request ids of Register)
+    # Started, not yet through the pending rollback order its registration found: the
+    # library's start-up (session.Agent.start: register, restore, sync_orders, atomically)
+    # obeys it before the agent's code runs.
+    starting: bool = False
+
+
+@dataclass(frozen=True, order=True)
+class Send:
+    sender: str
+    mid: str
+    generation: int
+    interval: int
+
+
+@dataclass(frozen=True)
+class World:
+    records: Records
+    procs: tuple[Proc, ...]
+    net: tuple[Msg, ...] = ()
+    in_flight: tuple[tuple[str, c.Command], ...] = ()
+    failures: int = 0
+    leader_changes: int = 0
+    losses: int = 0
+    epochs: int = 0
+    proposed: frozenset[tuple[str, int]] = frozenset()  # failures this leader proposed
+    suspected: frozenset[tuple[str, int]] = frozenset()  # (agent, incarnation) crashed or expired
+    sends: tuple[Send, ...] = ()
+    undone: frozenset[str] = frozenset()
+    missing: frozenset[str] = frozenset()  # checkpoints a restore needed whose blob was gone
+    late: tuple[tuple[str, "Pending"], ...] = ()  # (agent, write) of ended processes still on their way
+
+    def retriable(self) -> set[str]:
+        return {p.pending.request_id for p in self.procs if p.pending is not None} | {w.request_id for _, w in self.late}
+
+
+# ---- what a step tells the invariants ----------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """One transition: its label, the worlds around it, and the writes it applied."""
+
+    label: str
+    before: World
+    after: World
+    applied: tuple["Applied", ...] = ()
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One log entry applied in a step, with the records around it."""
+
+    before: Records
+    after: Records
+    request_id: str
+    command: c.Command
+    result: c.Result
+    changed: bool  # whether it changed a record outside the dedupe table (it was applied)
+
+
+# ---- the rule of a process, as a value ---------------------------------------------------
+
+def _rule(bounds: Bounds, agent: str, doc: str) -> Rule:
+    rule = rule_for(MODE_TO_PB[bounds.mode], agent, bounds.names)
+    if doc:
+        rule.state = type(rule.state)(**json.loads(doc))  # type: ignore[attr-defined]
+    return rule
+
+
+def _doc(rule: Rule) -> str:
+    state = getattr(rule, "state", None)
+    return "" if state is None else json.dumps(vars(state), sort_keys=True)  # flat: ints, bools and lists
+
+
+def _restored_rule(bounds: Bounds, agent: str, saved: Saved | None) -> str:
+    rule = rule_for(MODE_TO_PB[bounds.mode], agent, bounds.names)
+    rule.load_json(json.loads(saved.rule) if saved else None, saved.index if saved else 0)
+    return _doc(rule)
+
+
+# ---- the initial world -------------------------------------------------------------------
+
+def initial(bounds: Bounds) -> World:
+    """The group created and every agent registered, cold-started, with budgets full."""
+    spec = GroupSpec(GROUP, bounds.mode, retention=0, checkpoint_interval_s=1.0)
+    records, _ = replica.apply((), "create", c.CreateGroup(spec), ())
+    procs = []
+    for name in bounds.names:
+        records, result = replica.apply(records, f"{name}-reg-0", c.Register(GROUP, name), ())
+        assert isinstance(result, c.RegisterResult), result
+        procs.append(Proc(incarnation=result.agent.incarnation, generation=result.agent.generation,
+                          rule=_restored_rule(bounds, name, None), lives=1))
+    return World(records, tuple(procs), failures=bounds.failures, leader_changes=bounds.leader_changes,
+                 losses=bounds.losses, epochs=bounds.epochs if bounds.mode is Mode.COORDINATED else 0)
+
+
+# ---- transitions -------------------------------------------------------------------------
+
+class Builder:
+    """Applies commands to a world under construction and records what was applied."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.applied: list[Applied] = []
+
+    def apply(self, request_id: str, command: c.Command) -> c.Result:
+        before = self.world.records
+        after, result = replica.apply(before, request_id, command, self.world.retriable())
+        self.applied.append(Applied(before, after, request_id, command, result, replica.domain_changed(before, after)))
+        self.world = dataclasses.replace(self.world, records=after)
+        return result
+
+    def proc(self, i: int, **changes: object) -> None:
+        procs = list(self.world.procs)
+        procs[i] = dataclasses.replace(procs[i], **changes)  # type: ignore[arg-type]
+        self.world = dataclasses.replace(self.world, procs=tuple(procs))
+
+    def set(self, **changes: object) -> None:
+        self.world = dataclasses.replace(self.world, **changes)  # type: ignore[arg-type]
+
+    def step(self, label: str, before: World) -> Step:
+        return Step(label, before, self.world, tuple(self.applied))
+
+
+def _token(p: Proc, epoch: int = 0) -> c.Token:
+    return c.Token(p.incarnation, epoch)
+
+
+def _refused(result: c.Result) -> ReasonCode | None:
+    return result.reason_code if isinstance(result, c.Failure) else None
+
+
+def _down(b: Builder, bounds: Bounds, i: int) -> None:
+    """The process ends (a crash, or told its incarnation is fenced): only its blobs stay,
+    and a write it was retrying may still arrive, late."""
+    p = b.world.procs[i]
+    if p.pending is not None:
+        b.set(late=b.world.late + ((bounds.names[i], p.pending),))
+    b.proc(i, **{f.name: f.default for f in dataclasses.fields(Proc) if f.name not in ("saved", "lives")})
+    b.proc(i, up=False, incarnation=p.incarnation)
+
+
+def _restore(b: Builder, bounds: Bounds, i: int, index: int, generation: int) -> bool:
+    """Restore checkpoint `index` from its blob (False: the blob is gone) and undo, in the
+    ghost record, this agent's older sends after it."""
+    name = bounds.names[i]
+    p = b.world.procs[i]
+    record = view_of(b.world.records, GROUP).state.checkpoint(GROUP, name, index) if index else None
+    saved = next((s for s in p.saved if record is not None and s.uri == record.blob_uri), None)
+    if index and saved is None:
+        b.set(missing=b.world.missing | {f"{name}/{index}"})
+        return False
+    b.proc(i, last=index, generation=generation, held=saved.held if saved else (),
+           cut_epoch=saved.cut_epoch if saved else 0, rule=_restored_rule(bounds, name, saved))
+    undone = {s.mid for s in b.world.sends if s.sender == name and s.generation < generation and s.interval > index}
+    b.set(undone=b.world.undone | undone)
+    return True
+
+
+def _commit(b: Builder, bounds: Bounds, i: int, index: int, kind: CheckpointKind, epoch: int,
+            lose: str = "") -> c.Result | None:
+    """Take a checkpoint: the blob first, then the commit. None: the request ("request")
+    or its answer ("answer") was lost; the process retries it."""
+    name = bounds.names[i]
+    p = b.world.procs[i]
+    rule = _rule(bounds, name, p.rule)
+    doc = json.dumps(rule.to_json(), sort_keys=True)  # what the library saves of its rule
+    content = hashlib.sha256(repr((p.held, doc, epoch)).encode()).hexdigest()[:12]
+    saved = Saved(index, p.held, doc, epoch, f"file:///blobs/{name}/{index}.{content}")  # content-addressed
+    rule.on_checkpoint(index)
+    command = _commit_command(name, _token(p, epoch), saved, kind)
+    request_id = f"{name}-{p.incarnation}-{p.generation}-cp-{index}"
+    b.proc(i, saved=tuple(sorted(set(p.saved) | {saved}, key=lambda s: s.uri)))  # the blob before the commit
+    if lose:
+        b.proc(i, pending=Pending(request_id, command.token, kind, saved))
+        if lose == "answer":
+            b.apply(request_id, command)
+        return None
+    return _committed(b, bounds, i, b.apply(request_id, command), saved, _doc(rule))
+
+
+def _commit_command(agent: str, token: c.Token, saved: Saved, kind: CheckpointKind) -> c.CommitCheckpoint:
+    return c.CommitCheckpoint(token, Checkpoint(GROUP, agent, saved.index, saved.cut_epoch, kind, saved.uri, SHA, 100))
+
+
+def _committed(b: Builder, bounds: Bounds, i: int, result: c.Result, saved: Saved, rule_doc: str) -> c.Result:
+    if isinstance(result, c.CheckpointResult):
+        p = b.world.procs[i]
+        b.proc(i, last=saved.index, cut_epoch=max(p.cut_epoch, saved.cut_epoch), rule=rule_doc)
+    elif _refused(result) in FENCED:
+        _down(b, bounds, i)
+    return result
+
+
+Move = tuple[str, Callable[[], "Step | None"]]  # (label, builds the step; None: past a bound)
+
+
+def moves(world: World, bounds: Bounds) -> Iterator[Move]:
+    """Every enabled transition, as (label, thunk building its step)."""
+    view = view_of(world.records, GROUP)
+    for i, p in enumerate(world.procs):
+        yield from _agent_moves(world, bounds, view, i, p)
+    for msg in world.net:
+        if world.losses:
+            yield f"lose {msg.mid}", lambda msg=msg: _lose(world, msg)
+    for k, (_, write) in enumerate(world.late):
+        yield f"late {write.request_id}", lambda k=k: _late(world, k)
+    yield from _leader_moves(world, bounds, view)
+
+
+def _agent_moves(world: World, bounds: Bounds, view: View, i: int, p: Proc) -> Iterator[Move]:
+    name = bounds.names[i]
+    if p.up and (world.failures or (name, p.incarnation) in world.suspected):
+        yield f"crash {name}", lambda: _crash(world, bounds, i)
+    if not p.up:
+        yield f"restart {name}", lambda: _restart(world, bounds, i)
+        return
+    if p.pending is not None:
+        yield f"retry {name} {p.pending.request_id}", lambda: _retry(world, bounds, i)
+        return
+    server = view.agent(name)
+    assert server is not None
+    live = server.incarnation == p.incarnation and server.state is AgentState.ALIVE
+    if not live:
+        yield f"fenced {name}", lambda: _fenced(world, bounds, i)
+    if p.starting:
+        yield from _order_moves(world, bounds, view, i, live)
+        return
+    sent = sum(1 for s in world.sends if s.sender == name)
+    if sent < bounds.sends:
+        for j, other in enumerate(bounds.names):
+            if j != i:
+                yield f"send {name}->{other}", lambda j=j: _send(world, bounds, i, j)
+    for msg in world.net:
+        if msg.receiver == name:
+            yield f"receive {name}<-{msg.mid}", lambda msg=msg: _receive(world, bounds, i, msg)
+    if bounds.mode is not Mode.COORDINATED and p.last < bounds.max_index:
+        kind = CheckpointKind.BASIC
+        yield f"checkpoint {name} {p.last + 1}", lambda: _checkpoint(world, bounds, i, p.last + 1, kind, 0)
+        for lost in ("request", "answer") if world.losses else ():
+            yield (f"checkpoint {name} {p.last + 1} ({lost} lost)",
+                   lambda lost=lost: _checkpoint(world, bounds, i, p.last + 1, kind, 0, lose=lost))
+    yield from _order_moves(world, bounds, view, i, live)
+
+
+def _order_moves(world: World, bounds: Bounds, view: View, i: int, live: bool) -> Iterator[Move]:
+    name = bounds.names[i]
+    p = world.procs[i]
+    for order in view.orders():
+        if order.agent_id != name or not live:
+            continue
+        if order.kind is OrderKind.ROLL_BACK:
+            yield f"obey {name} order {order.order_id}", lambda o=order: _obey(world, bounds, i, o)
+            if world.losses:
+                yield (f"obey {name} order {order.order_id} (ack answer lost)",
+                       lambda o=order: _obey(world, bounds, i, o, lose=True))
+        elif order.kind is OrderKind.CHECKPOINT_NOW and order.epoch > p.cut_epoch and p.last < bounds.max_index:
+            yield (f"cut {name} epoch {order.epoch}",
+                   lambda o=order: _checkpoint(world, bounds, i, p.last + 1, CheckpointKind.COORDINATED, o.epoch))
+
+
+def _leader_moves(world: World, bounds: Bounds, view: View) -> Iterator[Move]:
+    room = len(world.in_flight) < MAX_IN_FLIGHT
+    for agent in view.agents():
+        key = (agent.agent_id, agent.incarnation)
+        if (room and agent.state is AgentState.ALIVE and key not in world.proposed
+                and (key in world.suspected or world.failures)):
+            yield f"lease of {key[0]}#{key[1]} expires", lambda key=key: _expire(world, key)
+    group = view.group()
+    current = view.epoch(group.current_epoch) if group.current_epoch else None
+    for command in epoch_commands(group, current, DUE):
+        starting = isinstance(command, c.StartEpoch)
+        if room and (world.epochs or not starting) and all(cmd != command for _, cmd in world.in_flight):
+            yield f"leader proposes {type(command).__name__}", lambda cmd=command: _propose(world, cmd)
+    for k, (request_id, command) in enumerate(world.in_flight):
+        yield f"commit {request_id}", lambda k=k: _commit_in_flight(world, k)
+    if world.leader_changes:
+        for keep in range(1 << len(world.in_flight)):
+            yield f"leader change keeping {keep:b}", lambda keep=keep: _leader_change(world, keep)
+    if group.state is GroupState.RUNNING:
+        yield "garbage collect", lambda: _gc(world, bounds)
+
+
+def _crash(world: World, bounds: Bounds, i: int) -> Step:
+    b = Builder(world)
+    p = world.procs[i]
+    key = (bounds.names[i], p.incarnation)
+    if key not in world.suspected:
+        b.set(failures=world.failures - 1, suspected=world.suspected | {key})
+    _down(b, bounds, i)
+    return b.step(f"crash {key[0]}", world)
+
+
+def _restart(world: World, bounds: Bounds, i: int) -> Step:
+    b = Builder(world)
+    name = bounds.names[i]
+    p = world.procs[i]
+    result = b.apply(f"{name}-reg-{p.lives}", c.Register(GROUP, name))
+    assert isinstance(result, c.RegisterResult), result
+    owed = any(o.agent_id == name and o.kind is OrderKind.ROLL_BACK and not o.acked
+               for o in view_of(b.world.records, GROUP).orders())
+    b.proc(i, up=True, incarnation=result.agent.incarnation, lives=p.lives + 1, starting=owed)
+    index = result.resume_from.index if result.resume_from else 0
+    _restore(b, bounds, i, index, result.agent.generation)
+    return b.step(f"restart {name} (incarnation {result.agent.incarnation}, resume {index})", world)
+
+
+def _fenced(world: World, bounds: Bounds, i: int) -> Step:
+    b = Builder(world)
+    _down(b, bounds, i)
+    return b.step(f"{bounds.names[i]} learns it is fenced and ends", world)
+
+
+def _send(world: World, bounds: Bounds, i: int, j: int) -> Step:
+    b = Builder(world)
+    name, to = bounds.names[i], bounds.names[j]
+    p = world.procs[i]
+    rule = _rule(bounds, name, p.rule)
+    piggyback = rule.on_send(to)
+    mid = f"{name}{sum(1 for s in world.sends if s.sender == name) + 1}"
+    msg = Msg(mid, name, to, p.generation, p.last + 1, p.cut_epoch, piggyback)
+    b.proc(i, rule=_doc(rule))
+    b.set(net=tuple(sorted(world.net + (msg,))), sends=tuple(sorted(world.sends + (
+        Send(name, mid, p.generation, p.last + 1),))))
+    return b.step(f"send {mid} {name}->{to} (generation {p.generation}, interval {p.last + 1})", world)
+
+
+def _receive(world: World, bounds: Bounds, i: int, msg: Msg) -> Step | None:
+    """Cut or force a checkpoint if the rule says so, report the dependency, and deliver
+    only if the report is accepted (the library's default, dependency_batch=1)."""
+    b = Builder(world)
+    name = bounds.names[i]
+    p = world.procs[i]
+    if bounds.mode is Mode.COORDINATED:
+        if msg.epoch > p.cut_epoch:
+            if p.last >= bounds.max_index:
+                return None  # the cut it needs is past the bound
+            result = _commit(b, bounds, i, p.last + 1, CheckpointKind.COORDINATED, msg.epoch)
+            if _refused(result) in FENCED | {ReasonCode.ORDER_PENDING}:
+                return b.step(f"receive {msg.mid}: cut refused ({_refused(result)})", world)
+    else:
+        forced = _rule(bounds, name, p.rule).forced_index(msg.sender, msg.piggyback, p.last)
+        if forced is not None:
+            if forced > bounds.max_index:
+                return None  # the checkpoint it forces is past the bound
+            result = _commit(b, bounds, i, forced, CheckpointKind.FORCED, 0)
+            if isinstance(result, c.Failure):
+                return b.step(f"receive {msg.mid}: forced checkpoint {forced} refused ({result.reason_code})", world)
+    p = b.world.procs[i]
+    interval = p.last + 1
+    record = Dependency(msg.sender, msg.interval, name, interval, msg.mid, msg.generation)
+    result = b.apply(f"{name}-{p.incarnation}-{p.generation}-deps-{msg.mid}",
+                     c.ReportDependencies(GROUP, name, _token(p, p.cut_epoch), (record,)))
+    why = _refused(result)
+    if why is ReasonCode.ORDER_PENDING:
+        return b.step(f"receive {msg.mid}: refused, a rollback is owed", world)
+    net = tuple(m for m in b.world.net if m != msg)
+    if why in FENCED:
+        _down(b, bounds, i)
+        return b.step(f"receive {msg.mid}: refused, {name} is fenced", world)
+    b.set(net=net)
+    if why is not None:
+        return b.step(f"receive {msg.mid}: refused ({why}), dropped", world)
+    rule = _rule(bounds, name, p.rule)
+    rule.on_deliver(msg.sender, msg.piggyback)
+    b.proc(i, rule=_doc(rule), held=p.held + (Held(msg.mid, msg.sender, interval),))
+    return b.step(f"deliver {msg.mid} to {name} in interval {interval}", world)
+
+
+def _checkpoint(world: World, bounds: Bounds, i: int, index: int, kind: CheckpointKind, epoch: int,
+                lose: str = "") -> Step:
+    b = Builder(world)
+    if lose:
+        b.set(losses=world.losses - 1)
+    result = _commit(b, bounds, i, index, kind, epoch, lose)
+    outcome = f"{lose} lost" if result is None else (_refused(result) or "committed")
+    return b.step(f"checkpoint {bounds.names[i]} {index} ({kind.value}, epoch {epoch}): {outcome}", world)
+
+
+def _retry(world: World, bounds: Bounds, i: int) -> Step:
+    b = Builder(world)
+    p = world.procs[i]
+    assert p.pending is not None
+    pending = p.pending
+    result = b.apply(pending.request_id, pending.command(bounds.names[i]))
+    b.proc(i, pending=None)
+    if pending.saved is not None:
+        rule = _rule(bounds, bounds.names[i], p.rule)
+        rule.on_checkpoint(pending.saved.index)  # the live rule moves on once the commit is answered
+        _committed(b, bounds, i, result, pending.saved, _doc(rule))
+    elif _refused(result) in FENCED:
+        _down(b, bounds, i)
+    return b.step(f"retry {pending.request_id}: {_refused(result) or type(result).__name__}", world)
+
+
+def _obey(world: World, bounds: Bounds, i: int, order: Order, lose: bool = False) -> Step:
+    b = Builder(world)
+    name = bounds.names[i]
+    p = world.procs[i]
+    generation = max(p.generation, order.generation)
+    index = order.checkpoint_index
+    if not _restore(b, bounds, i, index, generation):
+        return b.step(f"obey {name}: checkpoint {index} has no blob", world)
+    b.proc(i, starting=False)
+    p = b.world.procs[i]
+    command = c.AckOrder(GROUP, name, _token(p, p.cut_epoch), order.order_id)
+    request_id = f"{name}-{p.incarnation}-ack-{order.order_id}"
+    if lose:
+        b.set(losses=world.losses - 1)
+        b.proc(i, pending=Pending(request_id, command.token, None, None, command.order_id))
+    result = b.apply(request_id, command)
+    if not lose and _refused(result) in FENCED:
+        _down(b, bounds, i)
+    return b.step(f"obey {name}: roll back to {index} (generation {generation}), acknowledge order "
+                  f"{order.order_id}{' (answer lost)' if lose else ''}", world)
+
+
+def _lose(world: World, msg: Msg) -> Step:
+    b = Builder(world)
+    b.set(net=tuple(m for m in world.net if m != msg), losses=world.losses - 1)
+    return b.step(f"lose {msg.mid}", world)
+
+
+def _late(world: World, k: int) -> Step:
+    b = Builder(world)
+    agent, write = world.late[k]
+    b.set(late=world.late[:k] + world.late[k + 1:])
+    result = b.apply(write.request_id, write.command(agent))
+    return b.step(f"late write {write.request_id} of an ended process arrives: {_refused(result) or 'accepted'}", world)
+
+
+def _expire(world: World, key: tuple[str, int]) -> Step:
+    b = Builder(world)
+    if key not in world.suspected:
+        b.set(failures=world.failures - 1, suspected=world.suspected | {key})
+    command = c.DeclareAgentFailed(GROUP, *key)
+    b.set(in_flight=world.in_flight + ((f"leader-fail-{key[0]}-{key[1]}", command),),
+          proposed=world.proposed | {key})
+    return b.step(f"lease of {key[0]} incarnation {key[1]} expires: leader proposes its failure", world)
+
+
+def _propose(world: World, command: c.Command) -> Step:
+    b = Builder(world)
+    if isinstance(command, c.StartEpoch):
+        b.set(epochs=world.epochs - 1)
+    b.set(in_flight=world.in_flight + ((f"leader-{type(command).__name__}", command),))
+    return b.step(f"leader proposes {command}", world)
+
+
+def _commit_in_flight(world: World, k: int) -> Step:
+    b = Builder(world)
+    request_id, command = world.in_flight[k]
+    b.set(in_flight=world.in_flight[:k] + world.in_flight[k + 1:])
+    result = b.apply(request_id, command)
+    return b.step(f"commit {request_id}: {_refused(result) or result}", world)
+
+
+def _leader_change(world: World, keep: int) -> Step:
+    """A new leader: the old one's uncommitted proposals are committed later (kept) or
+    lost; the new one re-derives its duties from the replicated state."""
+    b = Builder(world)
+    kept = tuple(e for k, e in enumerate(world.in_flight) if keep >> k & 1)
+    b.set(in_flight=kept, leader_changes=world.leader_changes - 1, proposed=frozenset())
+    return b.step(f"leader change (keeps {[rid for rid, _ in kept]})", world)
+
+
+def _gc(world: World, bounds: Bounds) -> Step:
+    """An operator's garbage collection; the blobs it names are deleted."""
+    b = Builder(world)
+    result = b.apply("gc", c.GarbageCollect(GROUP))
+    if isinstance(result, c.GcResult):
+        gone = set(result.deletable_blob_uris)
+        for i, p in enumerate(b.world.procs):
+            name = bounds.names[i]
+            kept = tuple(s for s in p.saved if s.uri not in gone)
+            b.proc(i, saved=kept)
+    return b.step(f"garbage collect: {_refused(result) or result}", world)
