@@ -118,6 +118,7 @@ class AgentProtocol:
         self._pending_report: tuple[Rpc, int] | None = None  # (the report being sent, records it covers)
         self._refused_epoch = 0
         self._progress = self._progress_at_restore = 0  # messages and checkpoints since the last restore
+        self._generation_at_restore = 0
         self._backlog: tuple[list[LoggedDelivery], Mapping[str, Fence]] | None = None  # re-deliveries to do
         self._floor = 0  # no rollback goes below this checkpoint (garbage collection kept it)
 
@@ -205,6 +206,7 @@ class AgentProtocol:
     def _remember(self, restored: Restored) -> Restored:
         self.last_restore = restored
         self._progress_at_restore = self._progress
+        self._generation_at_restore = self.generation
         return restored
 
     def _reset_to(self, index: int, client: Mapping[str, Any], meta: pb.CheckpointMeta | None) -> None:
@@ -443,7 +445,7 @@ class AgentProtocol:
     def _roll_back(self, order: pb.Order) -> Op[Restored | None]:
         index = order.roll_back.checkpoint_index
         why = f"rollback order {order.order_id} (recovery {order.roll_back.recovery_id}) to checkpoint {index}"
-        if self._already_at(index):
+        if self._already_at(index, order.roll_back.generation):
             return None
         if index == 0:
             self._reset_to(0, {}, None)
@@ -460,12 +462,22 @@ class AgentProtocol:
             self.rollbacks.append(restored)
         return self._remember(restored)
 
-    def _already_at(self, index: int) -> bool:
-        """A restarted agent restores its resume point before it sees the rollback order
-        naming that same point: it only has to acknowledge it (and re-deliver)."""
+    def _already_at(self, index: int, generation: int) -> bool:
+        """Whether a rollback order to `index` is carried out already, so that it only has
+        to be acknowledged (and its deliveries re-delivered):
+        - a restarted agent restored its resume point, that same index, and has done
+          nothing since;
+        - the order is older than the generation the agent restored in (it was issued
+          before the agent registered again, or before a later rollback), and that
+          restore went back at least as far: what the agent did since is of a newer
+          generation, which the order's fence does not undo, and undoing it would make
+          the agent forget sends its peers hold (its next send would reuse their keys)."""
         last = self.last_restore
-        return (last is not None and last.kind is not RestoreKind.REJECTED and last.index == index
-                and self._progress == self._progress_at_restore)
+        if last is None or last.kind is RestoreKind.REJECTED:
+            return False
+        if generation < self._generation_at_restore:
+            return last.index <= index
+        return last.index == index and self._progress == self._progress_at_restore
 
     def _redeliver(self, index: int, line: Mapping[str, Fence]) -> Op[None]:
         """Deliver again what the rollback to `index` took out of the agent's state,

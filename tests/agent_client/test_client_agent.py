@@ -353,3 +353,40 @@ def test_deliveries_no_rollback_can_reach_are_forgotten(coordinator, admin, tmp_
     floor = b.client.heartbeat().rollback_floor
     assert floor >= 2 and [e.after_checkpoint for e in log.since(0)] == list(range(floor, 4))
     assert [e.after_checkpoint for e in DeliveryLog(log.path).since(0)] == list(range(floor, 4))  # on disk too
+
+
+def test_an_order_issued_before_the_agent_registered_again_does_not_undo_what_it_did_since(
+        coordinator, admin, tmp_path: Path) -> None:
+    """a's lease runs out, its recovery orders it back to checkpoint 1; a new process
+    registers a (a newer generation), resumes from 1 and sends before it looks at its
+    orders. The old order is carried out already: obeying it acknowledges it and keeps
+    what a did since (its sends are of the newer generation, which the order does not
+    undo); resetting a would make it forget a send b holds and reuse its key."""
+    admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="cg-g", spec=pb.GroupSpec(
+        group="g", mode=pb.UNCOORDINATED, lease_ttl_s=1, checkpoint_interval_s=3600)))
+    b = AgentClient("g", "b", [coordinator.address], tmp_path / "blobs", tls=coordinator.client_tls(),
+                    snapshot=dict, background=True)
+    OPEN.append(b)
+    b.register()
+    old = AgentClient("g", "a", [coordinator.address], tmp_path / "blobs", tls=coordinator.client_tls(),
+                      snapshot=lambda: {"n": 1}, background=False)
+    OPEN.append(old)
+    old.register()
+    old.checkpoint()  # checkpoint 1
+    wait_for(lambda: next(x for x in admin.call("AdminService", "GetGroup", pb.GetGroupRequest(group="g")).agents
+                          if x.agent_id == "a").state == pb.AGENT_FAILED, "a's lease to run out", timeout=30)
+
+    new = AgentClient("g", "a", [coordinator.address], tmp_path / "blobs", tls=coordinator.client_tls(),
+                      snapshot=lambda: {"n": 2}, background=False)
+    OPEN.append(new)
+    new.register()
+    assert new.restore().index == 1
+    first = new.wrap(b"after the restart", to="b")
+    assert b.unwrap(first) == b"after the restart"
+    orders = wait_for(lambda: new.pending_orders(), "a's old rollback order", timeout=30)
+    assert [o.WhichOneof("kind") for o in orders] == ["roll_back"] and orders[0].roll_back.checkpoint_index == 1
+    assert orders[0].roll_back.generation < new.core.generation, "the order should predate a's registration"
+    undone = new.obey(orders[0])
+    second = new.wrap(b"and then", to="b")
+    assert (undone, b.unwrap(second)) == (None, b"and then"), (
+        f"obeying the old order restored {undone} and b took a's next send for a duplicate of {first!r}")
