@@ -57,7 +57,9 @@ class _Context:
         raise RuntimeError(details)
 
 
-async def test_heavy_reads_beyond_the_queue_bound_are_refused_as_resource_exhausted() -> None:
+async def test_heavy_reads_beyond_the_queue_bound_are_refused_and_small_reads_are_never_queued() -> None:
+    """With the one worker busy and the queue full: a heavy read is refused as
+    RESOURCE_EXHAUSTED, one of at most INLINE_RECORDS records runs on the loop at once."""
     release = threading.Event()
     heavy = HeavyReads(workers=1, max_waiting=1)
     try:
@@ -66,29 +68,12 @@ async def test_heavy_reads_beyond_the_queue_bound_are_refused_as_resource_exhaus
         await asyncio.sleep(0.05)
         refused = _Context()
         with pytest.raises(RuntimeError, match="queued"):
-            await heavy.run(refused, lambda: True)
+            await heavy.run(refused, threading.get_ident, records=INLINE_RECORDS + 1)
         assert refused.aborted is grpc.StatusCode.RESOURCE_EXHAUSTED
-        release.set()
-        assert await asyncio.wait_for(running, 10) is True and await asyncio.wait_for(queued, 10) is True
-    finally:
-        release.set()
-        heavy.close()
-
-
-async def test_a_read_of_few_records_runs_on_the_loop_and_is_never_queued_behind_heavy_ones() -> None:
-    release = threading.Event()
-    heavy = HeavyReads(workers=1, max_waiting=1)
-    try:
-        running = asyncio.create_task(heavy.run(_Context(), lambda: release.wait(10)))
-        queued = asyncio.create_task(heavy.run(_Context(), lambda: True))
-        await asyncio.sleep(0.05)
-        loop_thread = threading.get_ident()
         light = _Context()
         ran_on = await asyncio.wait_for(heavy.run(light, threading.get_ident, records=INLINE_RECORDS), 1)
-        assert (ran_on, light.aborted) == (loop_thread, None), "a small read waited for, or was refused with, heavy ones"
-        unbounded = _Context()
-        with pytest.raises(RuntimeError, match="queued"):
-            await heavy.run(unbounded, threading.get_ident, records=INLINE_RECORDS + 1)
+        assert (ran_on, light.aborted) == (threading.get_ident(), None), \
+            "a small read waited for, or was refused with, heavy ones"
         release.set()
         assert await asyncio.wait_for(running, 10) is True and await asyncio.wait_for(queued, 10) is True
     finally:
