@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.auth",
     "raftpoint.cli.clock",
     "raftpoint.cli.snapshot",
+    "raftpoint.cli.completion",
 )
 
 
@@ -47,8 +48,10 @@ def version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     args.argv = argv  # for subcommands that re-execute themselves (chaos, in a mount namespace)
+    args.parser = parser  # for `completion`, which describes the whole console
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
