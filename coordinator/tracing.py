@@ -39,9 +39,9 @@ Stage = tuple[str, int, int]  # (span name, start, end) in time.time_ns()
 
 def configured() -> bool:
     """Whether this process exports traces: the extra is installed and a tracer provider
-    was set. Channels and servers made before then carry no trace context: set the
-    provider first (as `opentelemetry-instrument` does), and nothing costs anything
-    in a process that does not trace."""
+    was set. A client sends context from then on; a server made before then has no
+    trace interceptor (set the provider first, as `opentelemetry-instrument` does).
+    A process that does not trace pays one check per call."""
     if trace is None:
         return False
     return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
