@@ -64,7 +64,10 @@ def configure_from_env() -> None:
     except ImportError:
         raise SystemExit(f"{TRACE_FILE_ENV} is set, but opentelemetry-sdk is not installed "
                          "(pip install 'raftpoint[otel]' opentelemetry-sdk)") from None
-    out = open(path, "a", buffering=1, encoding="utf-8")  # one line per span, flushed as written
+    try:
+        out = open(path, "a", buffering=1, encoding="utf-8")  # one line per span, flushed as written
+    except OSError as exc:
+        raise SystemExit(f"{TRACE_FILE_ENV}={path}: {exc.strerror or exc}") from None
     exporter = ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
