@@ -267,12 +267,13 @@ class Ledger:
     def live(self, m: Message) -> list[Delivery]:
         return [d for d in m.deliveries if self.delivery_undone(d) is None]
 
+    def in_transit(self, m: Message, generations: Mapping[str, int]) -> bool:
+        """Whether `m`, seen in the network at an audit of these generations, carries
+        tokens: a zombie's send never did, and a send a line undid no longer does."""
+        return not m.zombie and self.send_undone(m, upto=generations.get(m.sender, 0)) is None
+
     def tally(self, a: Audit) -> Tally:
-        in_transit = 0
-        for id in a.network:
-            m = self.messages[id]
-            if not m.zombie and self.send_undone(m, upto=a.generations.get(m.sender, 0)) is None:
-                in_transit += m.amount
+        in_transit = sum(self.messages[id].amount for id in a.network if self.in_transit(self.messages[id], a.generations))
         return Tally(sum(a.tokens.values()), in_transit, self.total)
 
     def lost_to(self, recovery_id: int) -> list[tuple[Message, Delivery]]:

@@ -207,9 +207,18 @@ class GroupDriver:
             return False
         self.world.ingest()
         network = self.world.network.carrying()
-        if self.config.plant == PLANT_COUNT_TWICE and self.world.recent():
-            network = network + [self.world.recent()[-1].id]
-            self.world.stats["planted"] += 1
+        if self.config.plant == PLANT_COUNT_TWICE:
+            # A delivered message whose tokens the audit would count twice: its send stands
+            # (an undone send carries nothing in transit) and its delivery too (an undone
+            # delivery's tokens are in no agent, so counting them once would balance).
+            ledger = self.world.ledger
+            generations = {a: s["generation"] for a, s in statuses.items()}
+            counted = next((m for m in reversed(self.world.recent())
+                            if m.id not in network and ledger.in_transit(m, generations) and m.deliveries
+                            and all(ledger.delivery_undone(d) is None for d in m.deliveries)), None)
+            if counted is not None:
+                network = network + [counted.id]
+                self.world.stats["planted"] += 1
         tally = self.world.audit(label, statuses, network)
         self.history.complete(self.process, OK, {
             "in_agents": tally.in_agents, "in_transit": tally.in_transit, "total": tally.total,

@@ -11,9 +11,24 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 LOCK_FILE = "LOCK"
+
+
+# The holder writes its PID just after it takes the lock: a refusal in between waits
+# this long at most to name it.
+HOLDER_PID_WAIT_S = 1.0
+
+
+def _holder_pid(fd: int) -> str:
+    deadline = time.monotonic() + HOLDER_PID_WAIT_S
+    while True:
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if pid or time.monotonic() >= deadline:
+            return pid or "unknown"
+        time.sleep(0.01)
 
 
 class DataDirInUse(OSError):
@@ -31,14 +46,15 @@ class DataDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> "DataDirLock":
-        """Take the lock or raise DataDirInUse at once (never waits: a second node
-        on the same directory is an operator's mistake to report, not to queue)."""
+        """Take the lock or raise DataDirInUse (never queues for it: a second node on
+        the same directory is an operator's mistake to report; it only waits, briefly,
+        for a holder that has just taken the lock to write its PID)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = _holder_pid(fd)
             os.close(fd)
             raise DataDirInUse(f"data dir {self.path.parent} is in use by {self.holder} (PID {holder}; "
                                f"lock file {self.path}): {self.advice}") from None
