@@ -165,20 +165,20 @@ class Batcher:
         for q in batch:
             q.sent_ns = sent_ns
 
-        def settle(result: bytes | list[bytes] | None, error: str | None) -> None:
-            """On the answer, or after ANSWER_TIMEOUT_S without one: never both."""
+        def settle(result: bytes | list[bytes] | None, error: str | None, applied_ns: int = 0) -> None:
+            """On the answer (`applied_ns`: when the Raft thread had it), or after
+            ANSWER_TIMEOUT_S without one: never both."""
             nonlocal released
             if not released:
                 released = True
                 guard.cancel()
+                for q in batch:
+                    q.applied_ns = applied_ns
                 _settle(futures, result, error)
                 self._released()
 
         def on_done(result: bytes | list[bytes] | None, error: str | None) -> None:  # on the Raft thread
-            applied_ns = time.time_ns()
-            for q in batch:
-                q.applied_ns = applied_ns
-            loop.call_soon_threadsafe(settle, result, error)
+            loop.call_soon_threadsafe(settle, result, error, time.time_ns())
 
         try:
             self.replica.propose(message.SerializeToString(), on_done, decoded)
