@@ -12,8 +12,9 @@ bounded time and count per cell, then reports writes/s and latency percentiles.
   slows "raw" down, and never fsyncs its journal; this column shows the cost of our
   apply path on equal Raft durability.
 - ours: CoordinatorNode applying CommitCheckpoint entries with group commit to LMDB
-  (sync on); a proposal counts as done only after the durable store commit, and a
-  rejected command counts as a failure, not a write.
+  (sync on); a proposal counts as done when the node answers it (committed on a
+  majority's journals and applied; the store commits after, in the background), and
+  a rejected command counts as a failure, not a write.
 
 Run: python benchmarks/replication.py [--quick] [--seconds 3] [--concurrency 1,8,32,128]
 """

@@ -23,7 +23,7 @@ counted (`raftpoint_grpc_connections_refused_total{reason}`, one log line per
 interval); the others are relayed byte for byte, TLS included (the gRPC server does
 the handshake and sees the client's certificate, as before). Its own event loop on
 its own thread keeps accepting and refusing while the node's servicer loop is busy.
-The relay costs a loopback hop per message (measured in the README), and 3 file
+The relay costs a loopback hop per message (measured in docs/operating.md), and 3 file
 descriptors per client connection instead of 1. The gRPC server's own port is on
 loopback: only this host reaches it past the front. `proven(peer)` marks a relayed
 connection as having made an authenticated call: the gRPC server sees the front's

@@ -5,7 +5,7 @@ themselves in a private mount namespace): a 3-node cluster behind fault proxies,
 workloads, the scenario's faults, then the checker. A run passes only when every
 invariant held and the faults it planned were injected. Planted bugs must make the
 same command fail on the invariants each explains, and on no other. Soak runs use
-the same command with a longer --duration (README, "Chaos testing").
+the same command with a longer --duration (docs/chaos.md, "Chaos runs").
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ README_DATA_DIR = "raftpoint-data"
 
 def readme_section() -> str:
     return (ROOT / "README.md").read_text().split("### Connect an agent to a `raftpoint cluster up` cluster", 1)[1] \
-        .split("\n### ", 1)[0]
+        .split("\n### ", 1)[0].split("\n## ", 1)[0]
 
 
 def reporter_tls(root: Path) -> ClientTLS:
