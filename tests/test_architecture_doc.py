@@ -20,7 +20,9 @@ MIN_NAMES = 30
 
 def section(text: str, title: str) -> str:
     """The body of the `## ` section `title`, up to the next `## ` heading."""
-    return text.split(f"\n{title}\n", 1)[1].split("\n## ", 1)[0]
+    _, found, body = text.partition(f"\n{title}\n")
+    assert found, f"ARCHITECTURE.md has no section {title!r}"
+    return body.split("\n## ", 1)[0]
 
 
 def resolve(name: str) -> object:
