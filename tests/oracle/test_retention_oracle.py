@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.core import commands as c
-from coordinator.core.history import EventLog
-from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode, RetentionPolicy
+from coordinator.core.model import Checkpoint, GroupSpec, Mode, RetentionPolicy
 from tests.core.test_state_machine import Machine
+from tests.oracle.traffic import Traffic
 
 SETTINGS = settings(max_examples=150, deadline=None)
 # (operation, agent, peer, index jump, minutes the clock moves first)
@@ -98,22 +98,11 @@ def test_gc_keeps_the_line_and_what_the_policy_selects(n: int, mode: Mode, reten
                                                         events: list) -> None:
     agents = [f"p{i}" for i in range(n)]
     twins = Twins(agents, mode, retention, policy)
-    log = EventLog(agents)
-    in_flight: list[tuple[str, str]] = []
+    traffic = Traffic(agents, twins.both)
     for step, (op, who, to, jump, minutes) in enumerate(events):
         twins.now += minutes * 60.0
-        agent = agents[who % n]
-        if op == "checkpoint":
-            index = log.checkpoint(agent, log.interval(agent) - 1 + jump)
-            twins.both(c.CommitCheckpoint(c.Token(1, 0), _checkpoint(agent, index)))
-        elif op == "send" and agents[to % n] != agent:
-            log.send(agent, f"m{step}")
-            in_flight.append((f"m{step}", agents[to % n]))
-        elif op == "receive" and in_flight:
-            mid, receiver = in_flight.pop(to % len(in_flight))
-            log.receive(receiver, mid)
-            twins.both(c.ReportDependencies("g", receiver, c.Token(1, 0), (log.history().messages[-1],)))
-        elif op == "gc":
+        traffic.step(step, op, who, to, jump)
+        if op == "gc":
             twins.collect(policy)
         elif op == "savepoint":
             twins.both(c.CreateSavepoint("g", f"s{step}"))
@@ -130,6 +119,3 @@ def test_gc_keeps_the_line_and_what_the_policy_selects(n: int, mode: Mode, reten
     remaining = twins.remaining(twins.with_policy)
     assert all(t.checkpoint_index == 0 or (t.agent_id, t.checkpoint_index) in remaining for t in recovered.targets)
 
-
-def _checkpoint(agent: str, index: int) -> Checkpoint:
-    return Checkpoint("g", agent, index, 0, CheckpointKind.BASIC, f"file:///blobs/{agent}/{index}", "ab" * 32, 1)
