@@ -46,6 +46,8 @@ def test_a_policy_survives_a_leader_kill_and_gc_applies_it(cluster: LocalCluster
         assert raftpoint(["retention", "set", "g", *bad, *where]) == code, bad
         refused(capsys, *parts)
     assert shown(capsys, where) == POLICY
+    assert raftpoint(["retention", "show", "nope", *where]) == 1
+    refused(capsys, "NOT_FOUND", "'nope'")
 
     cluster.kill(cluster.leader().index)
     cluster.leader()
