@@ -3,14 +3,16 @@ refused without a change, and that garbage collection keeps what the policy sele
 on top of the recovery line and releases the rest."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
+from coordinator.core import codec
 from coordinator.core import commands as c
 from coordinator.core.authz import Grant, Role
 from coordinator.core.errors import Code, ReasonCode
-from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode, RetentionPolicy
+from coordinator.core.model import Checkpoint, CheckpointKind, Group, GroupSpec, Mode, RetentionPolicy
 from coordinator.core.retention import selected
 from coordinator.core.state_machine import apply
 from tests.core.test_state_machine import SHA, Machine
@@ -94,3 +96,10 @@ def test_gc_keeps_what_the_policy_selects_and_releases_the_rest(m: Machine) -> N
     assert m.ok(c.GarbageCollect("g"), now=3 * HOUR + 60).deletable_blob_uris == ("file:///blobs/a/4",)
     m.ok(c.SetRetention("g", RetentionPolicy()))
     assert m.ok(c.GarbageCollect("g"), now=3 * HOUR + 61).deletable_blob_uris == ("file:///blobs/a/5",)
+
+
+def test_a_group_stored_before_policies_existed_has_none() -> None:
+    stored = codec.to_plain(Group(GroupSpec("g")))
+    del stored["retention_policy"]
+    old = json.dumps({"v": codec.SCHEMA_VERSION, "d": stored}).encode()
+    assert codec.decode(Group, old) == Group(GroupSpec("g"))
