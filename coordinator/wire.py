@@ -15,7 +15,7 @@ from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.history import Dependency
 from coordinator.core.model import (
     Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Group, GroupSpec, GroupState, Mode, Order,
-    OrderKind, Savepoint,
+    OrderKind, RetentionPolicy, Savepoint,
 )
 
 MODE_TO_PB = {Mode.COORDINATED: pb.COORDINATED, Mode.CIC_BCS: pb.CIC_BCS, Mode.CIC_HMNR: pb.CIC_HMNR,
@@ -136,6 +136,14 @@ def delete_savepoint_from_pb(m: pb.DeleteSavepointRequest) -> c.DeleteSavepoint:
     return c.DeleteSavepoint(m.group, m.name)
 
 
+def retention_policy_from_pb(m: pb.RetentionPolicy) -> RetentionPolicy:
+    return RetentionPolicy(keep_last=m.keep_last, bucket_seconds=m.bucket_seconds, buckets=m.buckets)
+
+
+def set_retention_from_pb(m: pb.SetRetentionRequest) -> c.SetRetention:
+    return c.SetRetention(m.group, retention_policy_from_pb(m.policy))
+
+
 _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "create_group": create_group_from_pb,
     "register": register_from_pb,
@@ -152,6 +160,7 @@ _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "reset_dedupe_clock": reset_dedupe_clock_from_pb,
     "create_savepoint": create_savepoint_from_pb,
     "delete_savepoint": delete_savepoint_from_pb,
+    "set_retention": set_retention_from_pb,
 }
 
 
@@ -196,10 +205,16 @@ def spec_to_pb(spec: GroupSpec) -> pb.GroupSpec:
                         mtbf_s=spec.mtbf_s, lease_ttl_s=spec.lease_ttl_s, epoch_timeout_s=spec.epoch_timeout_s)
 
 
+def retention_policy_to_pb(policy: RetentionPolicy) -> pb.RetentionPolicy:
+    return pb.RetentionPolicy(keep_last=policy.keep_last, bucket_seconds=policy.bucket_seconds,
+                              buckets=policy.buckets)
+
+
 def group_to_pb(group: Group) -> pb.Group:
     return pb.Group(spec=spec_to_pb(group.spec), state=GROUP_STATE_TO_PB[group.state],
                     current_epoch=group.current_epoch, stable_epoch=group.stable_epoch, members=list(group.members),
-                    created_at=group.created_at, recovery_id=group.recovery_id)
+                    created_at=group.created_at, recovery_id=group.recovery_id,
+                    retention_policy=retention_policy_to_pb(group.retention_policy))
 
 
 def agent_to_pb(agent: Agent) -> pb.Agent:
@@ -302,6 +317,9 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
                                                                     labels=labels))
         case c.DeleteSavepoint(group=group, name=name):
             msg.delete_savepoint.CopyFrom(pb.DeleteSavepointRequest(request_id=rid, group=group, name=name))
+        case c.SetRetention(group=group, policy=policy):
+            msg.set_retention.CopyFrom(pb.SetRetentionRequest(request_id=rid, group=group,
+                                                              policy=retention_policy_to_pb(policy)))
         case other:
             raise TypeError(f"not a command: {other!r}")
     return msg

@@ -54,6 +54,7 @@ RPC_ACCESS: Mapping[str, Access] = {
     "CreateGroup": Access.ADMIN, "StartEpoch": Access.ADMIN, "GarbageCollect": Access.ADMIN,
     "DeleteGroup": Access.ADMIN, "AddNode": Access.ADMIN, "RemoveNode": Access.ADMIN,
     "ResetDedupeClock": Access.ADMIN, "CreateSavepoint": Access.ADMIN, "DeleteSavepoint": Access.ADMIN,
+    "SetRetention": Access.ADMIN,
     "SaveSnapshot": Access.ADMIN,  # the whole state, every group's
 }
 

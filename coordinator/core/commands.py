@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from coordinator.core.authz import Grant
 from coordinator.core.errors import Code, ReasonCode, Rejection
 from coordinator.core.history import Dependency
-from coordinator.core.model import Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState, Savepoint
+from coordinator.core.model import Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState, RetentionPolicy, Savepoint
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,15 @@ class DeleteSavepoint:
 
 
 @dataclass(frozen=True)
+class SetRetention:
+    """Replace the group's retention policy (core.retention): the next garbage
+    collection keeps what it selects, and may take what only the old one kept."""
+
+    group: str
+    policy: RetentionPolicy
+
+
+@dataclass(frozen=True)
 class ReadBarrier:
     """A no-op entry that once served as a read point. Reads now take a read index
     (replication.read_index) and propose none; journals written before still hold
@@ -133,7 +142,7 @@ class ResetDedupeClock:
 
 Command = (CreateGroup | Register | CommitCheckpoint | ReportDependencies | StartEpoch | AbortEpoch
            | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | DeleteGroup | ReadBarrier
-           | ResetDedupeClock | CreateSavepoint | DeleteSavepoint)
+           | ResetDedupeClock | CreateSavepoint | DeleteSavepoint | SetRetention)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,17 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
+class RetentionPolicy:
+    """Stable checkpoints a group keeps per agent beyond what recovery needs
+    (core.retention.selected): the newest `keep_last`, and the newest of each of the
+    last `buckets` periods of `bucket_seconds` (by commit time). All 0: none."""
+
+    keep_last: int = 0
+    bucket_seconds: float = 0.0
+    buckets: int = 0
+
+
+@dataclass(frozen=True)
 class Group:
     spec: GroupSpec
     state: GroupState = GroupState.RUNNING
@@ -76,6 +87,8 @@ class Group:
     created_at: float = 0.0
     recovery_id: int = 0
     next_order_id: int = 1
+    # Set by SetRetention; the spec, fixed at creation, does not hold it.
+    retention_policy: RetentionPolicy = RetentionPolicy()
 
 
 @dataclass(frozen=True)

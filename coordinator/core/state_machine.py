@@ -13,9 +13,9 @@ from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
     DeclareAgentFailed, DeleteGroup, DeleteSavepoint, DependenciesResult, Deregister, EmptyResult, Entry, EpochResult,
     Failure, GarbageCollect, GcResult, GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult,
-    ReportDependencies, Result, RollbackTarget, SavepointResult, StartEpoch, Token,
+    ReportDependencies, Result, RollbackTarget, SavepointResult, SetRetention, StartEpoch, Token,
 )
-from coordinator.core import authz, fences, queries, savepoints
+from coordinator.core import authz, fences, queries, retention, savepoints
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
     RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
@@ -389,9 +389,11 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     deleted = 0
     pinned = savepoints.pinned(state.savepoints(name))
     for agent_id, cps in sorted(all_cps.items()):
-        # A checkpoint is kept if a future recovery line may need it or a savepoint holds
-        # it; so is the parent a kept checkpoint was written against.
-        kept = {c.index for c in cps if c.index >= keep_from[agent_id]} | pinned.get(agent_id, set())
+        # A checkpoint is kept if a future recovery line may need it, a savepoint holds it
+        # or the retention policy selects it; so is the parent a kept checkpoint was
+        # written against.
+        kept = ({c.index for c in cps if c.index >= keep_from[agent_id]} | pinned.get(agent_id, set())
+                | retention.selected(cps, group.retention_policy, now))
         referenced = {c.parent_index for c in cps if c.index in kept}
         for cp in cps:
             if cp.index not in kept and cp.index not in referenced:
@@ -440,6 +442,12 @@ def _delete_savepoint(state: State, cmd: DeleteSavepoint, now: float) -> Result:
     return SavepointResult(savepoint)
 
 
+def _set_retention(state: State, cmd: SetRetention, now: float) -> Result:
+    group = dataclasses.replace(_group(state, cmd.group), retention_policy=cmd.policy)
+    state.put_group(group)
+    return GroupResult(group)
+
+
 def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
     return EmptyResult()
 
@@ -459,4 +467,5 @@ _HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
     ReadBarrier: _read_barrier,
     CreateSavepoint: _create_savepoint,
     DeleteSavepoint: _delete_savepoint,
+    SetRetention: _set_retention,
 }

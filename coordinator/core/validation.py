@@ -18,7 +18,7 @@ from coordinator.core import commands as c
 from coordinator.core import ids
 from coordinator.core.epochs import epoch_interval
 from coordinator.core.errors import Rejection, shown
-from coordinator.core.model import Checkpoint, GroupSpec, Mode
+from coordinator.core.model import Checkpoint, GroupSpec, Mode, RetentionPolicy
 
 MAX_DEPENDENCIES_PER_REPORT = 10_000
 # Stored dependency records per reporting agent (a quota on state, checked by the
@@ -52,6 +52,10 @@ SPEC_SECONDS: dict[str, tuple[float, float]] = {
     "mtbf_s": (1.0, 100 * 365 * DAY_S),
 }
 ZERO_MEANS_UNSET = frozenset({"checkpoint_interval_s", "checkpoint_cost_s", "mtbf_s"})
+# A retention policy's time buckets: a period of one second to a year, and at most
+# ten thousand of them (an hourly bucket for more than a year).
+RETENTION_BUCKET_SECONDS = (1.0, 365 * DAY_S)
+MAX_RETENTION_BUCKETS = 10_000
 # The shortest time between epochs, however it is derived (Young/Daly included).
 MIN_EPOCH_INTERVAL_S = SPEC_SECONDS["checkpoint_interval_s"][0]
 
@@ -75,6 +79,9 @@ def validate(command: c.Command) -> None:
         case c.DeleteSavepoint(group=group, name=name):
             ids.check_id(group, "group")
             ids.check_id(name, "name")
+        case c.SetRetention(group=group, policy=policy):
+            ids.check_id(group, "group")
+            _retention(policy)
         case c.ReadBarrier() | c.ResetDedupeClock():
             pass
         case _:
@@ -100,6 +107,23 @@ def _spec(spec: GroupSpec) -> None:
     if 0 < interval < MIN_EPOCH_INTERVAL_S:
         raise Rejection.invalid("spec.checkpoint_cost_s", f"with mtbf_s gives epochs every {interval:g}s; "
                                                           f"the shortest interval is {MIN_EPOCH_INTERVAL_S:g}s")
+
+
+def _retention(policy: RetentionPolicy) -> None:
+    if not 0 <= policy.keep_last <= MAX_RETENTION:
+        raise Rejection.invalid("policy.keep_last", f"must be between 0 and {MAX_RETENTION}, "
+                                                    f"got {shown(policy.keep_last)}")
+    if not 0 <= policy.buckets <= MAX_RETENTION_BUCKETS:
+        raise Rejection.invalid("policy.buckets", f"must be between 0 and {MAX_RETENTION_BUCKETS}, "
+                                                  f"got {shown(policy.buckets)}")
+    low, high = RETENTION_BUCKET_SECONDS
+    if policy.bucket_seconds != 0 and not low <= policy.bucket_seconds <= high:  # also refuses NaN
+        raise Rejection.invalid("policy.bucket_seconds", f"must be between {low:g} and {high:g} seconds "
+                                                         f"(or 0: no buckets), got {shown(policy.bucket_seconds)}")
+    if bool(policy.buckets) != bool(policy.bucket_seconds):
+        raise Rejection.invalid("policy.buckets", "bucket_seconds and buckets are set together (both 0: no "
+                                                  f"buckets), got {shown(policy.bucket_seconds)} and "
+                                                  f"{shown(policy.buckets)}")
 
 
 def _counter(value: int, field: str, low: int = 0, high: int = MAX_COUNTER) -> None:

@@ -149,6 +149,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         result = await self.p.submit(context, request, wire.delete_savepoint_from_pb)
         return pb.SavepointResponse(savepoint=wire.savepoint_to_pb(result.savepoint))
 
+    async def SetRetention(self, request, context):
+        result = await self.p.submit(context, request, wire.set_retention_from_pb)
+        return pb.SetRetentionResponse(group=wire.group_to_pb(result.group))
+
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))
         await self.p.barrier(context)

@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.group",
     "raftpoint.cli.checkpoints",
     "raftpoint.cli.savepoint",
+    "raftpoint.cli.retention",
     "raftpoint.cli.repair",
     "raftpoint.cli.migrate",
     "raftpoint.cli.auth",

@@ -290,6 +290,19 @@ CASES = [
         request_id="e-sp6", group="e-co2", name="e-sp"), C.FAILED_PRECONDITION, "no stable epoch"),
     case("savepoint-unknown", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="e-sp7", group="e-cic",
                                                                            name="e-sp2"), C.NOT_FOUND, "e-sp2"),
+    # ---- retention
+    *(case(f"setretention-{what}", "SetRetention", pb.SetRetentionRequest(request_id=rid, group=group, policy=policy),
+           code, says)
+      for what, rid, group, policy, code, says in (
+          ("no-request-id", "", "e-cic", pb.RetentionPolicy(keep_last=1), C.INVALID_ARGUMENT, "request_id"),
+          ("bad-group", "e-rt1", "a b", pb.RetentionPolicy(keep_last=1), C.INVALID_ARGUMENT, "group"),
+          ("negative-keep-last", "e-rt2", "e-cic", pb.RetentionPolicy(keep_last=-1), C.INVALID_ARGUMENT,
+           "policy.keep_last"),
+          ("buckets-beyond-bound", "e-rt3", "e-cic", pb.RetentionPolicy(bucket_seconds=3600.0, buckets=10_001),
+           C.INVALID_ARGUMENT, "policy.buckets"),
+          ("bucket-seconds-nan", "e-rt4", "e-cic", pb.RetentionPolicy(bucket_seconds=float("nan"), buckets=2),
+           C.INVALID_ARGUMENT, "policy.bucket_seconds"),
+          ("unknown-group", "e-rt5", "e-nope", pb.RetentionPolicy(keep_last=1), C.NOT_FOUND, "e-nope"))),
     case("list-savepoints-bad-group", "ListSavepoints", pb.ListSavepointsRequest(group="a b"), C.INVALID_ARGUMENT,
          "group"),
     case("list-savepoints-unknown-group", "ListSavepoints", pb.ListSavepointsRequest(group="e-nope"), C.NOT_FOUND,
@@ -385,6 +398,8 @@ def valid_requests(world: World) -> Iterator[tuple[str, str, object]]:
     yield "AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="e-f11", group="e-cic", name="e-sp")
     yield "AdminService", "ListSavepoints", pb.ListSavepointsRequest(group="e-cic")
     yield "AdminService", "ListGroups", pb.ListGroupsRequest()
+    yield "AdminService", "SetRetention", pb.SetRetentionRequest(request_id="e-f12", group="e-cic",
+                                                                 policy=pb.RetentionPolicy(keep_last=1))
 
 
 def test_a_follower_redirects_every_rpc_to_the_leader(shared_cluster: LocalCluster, world: World) -> None:

@@ -145,6 +145,8 @@ ADMIN_REQUESTS = [
     ("AdminService", "SaveSnapshot", pb.SaveSnapshotRequest()),  # every group's state
     ("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(request_id="x-csp", group="g", name="x-sp")),
     ("AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="x-dsp", group="g", name="x-sp")),
+    ("AdminService", "SetRetention", pb.SetRetentionRequest(request_id="x-ret", group="g",
+                                                            policy=pb.RetentionPolicy(keep_last=1))),
 ]
 READ_REQUESTS = [
     ("AdminService", "GetGroup", pb.GetGroupRequest(group="g")),

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.core import commands as c
-from coordinator.core.history import EventLog
-from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode
+from coordinator.core.model import GroupSpec, Mode
 from tests.core.test_state_machine import Machine
 from tests.oracle import brute_force as bf
+from tests.oracle.traffic import Traffic
 
 SETTINGS = settings(max_examples=150, deadline=None)
 # Checkpoints twice as likely as the other events, so collections have something to take.
@@ -48,27 +48,16 @@ def test_savepoint_is_the_maximum_consistent_cut_and_gc_keeps_it(n: int, mode: M
                                                                    savepoint_at: float) -> None:
     agents = [f"p{i}" for i in range(n)]
     twins = Twins(agents, mode)
-    log = EventLog(agents)
-    in_flight: list[tuple[str, str]] = []
+    traffic = Traffic(agents, twins.both)
     pinned: set[tuple[str, int]] | None = None
     at = int(len(events) * savepoint_at)
     run = [*events[:at], ("savepoint", 0, 0, 0), *events[at:]]
     for step, (op, who, to, jump) in enumerate(run):
-        agent = agents[who % n]
-        if op == "checkpoint":
-            index = log.checkpoint(agent, log.interval(agent) - 1 + jump)
-            twins.both(c.CommitCheckpoint(c.Token(1, 0), _checkpoint(agent, index)))
-        elif op == "send" and agents[to % n] != agent:
-            log.send(agent, f"m{step}")
-            in_flight.append((f"m{step}", agents[to % n]))
-        elif op == "receive" and in_flight:
-            mid, receiver = in_flight.pop(to % len(in_flight))
-            log.receive(receiver, mid)
-            twins.both(c.ReportDependencies("g", receiver, c.Token(1, 0), (log.history().messages[-1],)))
-        elif op == "gc":
+        traffic.step(step, op, who, to, jump)
+        if op == "gc":
             twins.both(c.GarbageCollect("g"))
         elif op == "savepoint":
-            expected = bf.recovery_line(log.history(), set(agents))
+            expected = bf.recovery_line(traffic.log.history(), set(agents))
             result = twins.with_savepoint.run(c.CreateSavepoint("g", "s"))
             if not any(expected.values()):
                 assert isinstance(result, c.Failure) and result.reason_code == "NO_CONSISTENT_CUT", result
@@ -84,6 +73,3 @@ def test_savepoint_is_the_maximum_consistent_cut_and_gc_keeps_it(n: int, mode: M
     twins.with_savepoint.ok(c.DeclareAgentFailed("g", agents[0], 1))
     assert (pinned or set()) <= twins.remaining(twins.with_savepoint)
 
-
-def _checkpoint(agent: str, index: int) -> Checkpoint:
-    return Checkpoint("g", agent, index, 0, CheckpointKind.BASIC, f"file:///blobs/{agent}/{index}", "ab" * 32, 1)

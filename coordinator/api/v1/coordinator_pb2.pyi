@@ -184,7 +184,7 @@ class GroupSpec(_message.Message):
     def __init__(self, group: _Optional[str] = ..., mode: _Optional[_Union[GroupMode, str]] = ..., retention: _Optional[int] = ..., checkpoint_interval_s: _Optional[float] = ..., checkpoint_cost_s: _Optional[float] = ..., mtbf_s: _Optional[float] = ..., lease_ttl_s: _Optional[float] = ..., epoch_timeout_s: _Optional[float] = ...) -> None: ...
 
 class Group(_message.Message):
-    __slots__ = ("spec", "state", "current_epoch", "stable_epoch", "members", "created_at", "recovery_id")
+    __slots__ = ("spec", "state", "current_epoch", "stable_epoch", "members", "created_at", "recovery_id", "retention_policy")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +192,7 @@ class Group(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_POLICY_FIELD_NUMBER: _ClassVar[int]
     spec: GroupSpec
     state: GroupState
     current_epoch: int
@@ -199,7 +200,18 @@ class Group(_message.Message):
     members: _containers.RepeatedScalarFieldContainer[str]
     created_at: float
     recovery_id: int
-    def __init__(self, spec: _Optional[_Union[GroupSpec, _Mapping]] = ..., state: _Optional[_Union[GroupState, str]] = ..., current_epoch: _Optional[int] = ..., stable_epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., created_at: _Optional[float] = ..., recovery_id: _Optional[int] = ...) -> None: ...
+    retention_policy: RetentionPolicy
+    def __init__(self, spec: _Optional[_Union[GroupSpec, _Mapping]] = ..., state: _Optional[_Union[GroupState, str]] = ..., current_epoch: _Optional[int] = ..., stable_epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., created_at: _Optional[float] = ..., recovery_id: _Optional[int] = ..., retention_policy: _Optional[_Union[RetentionPolicy, _Mapping]] = ...) -> None: ...
+
+class RetentionPolicy(_message.Message):
+    __slots__ = ("keep_last", "bucket_seconds", "buckets")
+    KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    keep_last: int
+    bucket_seconds: float
+    buckets: int
+    def __init__(self, keep_last: _Optional[int] = ..., bucket_seconds: _Optional[float] = ..., buckets: _Optional[int] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("group", "agent_id", "incarnation", "state", "registered_at", "last_checkpoint_index", "generation")
@@ -695,6 +707,22 @@ class ListSavepointsResponse(_message.Message):
     savepoints: _containers.RepeatedCompositeFieldContainer[Savepoint]
     next_page_token: str
     def __init__(self, savepoints: _Optional[_Iterable[_Union[Savepoint, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SetRetentionRequest(_message.Message):
+    __slots__ = ("request_id", "group", "policy")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    policy: RetentionPolicy
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., policy: _Optional[_Union[RetentionPolicy, _Mapping]] = ...) -> None: ...
+
+class SetRetentionResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
     __slots__ = ("page_size", "page_token")
