@@ -20,6 +20,7 @@ from raftpoint.cli import group_view, spacetime, target
 from raftpoint.cli.output import enum_word
 
 PROG = "raftpoint group show"
+PICTURE_MODE = 0o644
 KIND_OF = {pb.BASIC: "basic", pb.FORCED: "forced", pb.COORDINATED_CUT: "coordinated", pb.INITIAL: "initial"}
 
 
@@ -85,9 +86,14 @@ def write(args: argparse.Namespace, drawn: spacetime.Picture) -> list[Path]:
     written = []
     for path, text in ((args.svg, spacetime.svg), (args.html, lambda p: spacetime.html_page([p]))):
         if path is not None:
-            atomic_write(path, text(drawn).encode())
+            save(path, text(drawn))
             written.append(path)
     return written
+
+
+def save(path: Path, text: str) -> None:
+    """Whole or not at all; readable by others, like any file a user writes."""
+    atomic_write(path, text.encode(), mode=PICTURE_MODE)
 
 
 def problem(args: argparse.Namespace) -> str | None:
@@ -96,11 +102,15 @@ def problem(args: argparse.Namespace) -> str | None:
         return "--json prints the group; --svg and --html draw it: give one or the other"
     if args.svg is not None and args.svg == args.html:
         return "--svg and --html name the same file"
-    for path in (args.svg, args.html):
-        if path is not None and not path.parent.is_dir():
-            return f"cannot write {path}: {path.parent} is not a directory"
-        if path is not None and path.is_dir():
-            return f"cannot write {path}: it is a directory"
+    return next((wrong for wrong in map(unwritable, (args.svg, args.html)) if wrong), None)
+
+
+def unwritable(path: Path | None) -> str | None:
+    """Why a picture cannot be written at `path` (None: it can be tried, or no path)."""
+    if path is not None and not path.parent.is_dir():
+        return f"cannot write {path}: {path.parent} is not a directory"
+    if path is not None and path.is_dir():
+        return f"cannot write {path}: it is a directory"
     return None
 
 

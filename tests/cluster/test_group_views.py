@@ -97,6 +97,7 @@ def test_group_show_draws_the_group(views: str, where: list[str], shared_cluster
     assert [g.get("data-cut") for g in groups["recovery-line"]] == ["x:2 y:1"]
     assert {g.get("data-name"): g.get("data-cut") for g in groups.get("savepoint", [])} == cuts
     assert svg_file.read_text().split("?>", 1)[1].strip() in html_file.read_text()
+    assert svg_file.stat().st_mode & 0o777 == 0o644  # a page for others to open, not a private temporary file
 
     assert raftpoint(["group", "show", "nope", "--svg", str(tmp_path / "nope.svg"), *where]) == 1
     one_line_refusal(capsys, "raftpoint group show:", "NOT_FOUND")
