@@ -16,6 +16,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core.history import Dependency, History, HistoryError
 from coordinator.core.recovery_line import useless_checkpoints
 from coordinator.fsutil import atomic_write
+from coordinator.wire import dependency_from_pb
 from raftpoint.cli import group_view, spacetime, target
 from raftpoint.cli.output import enum_word
 
@@ -49,7 +50,7 @@ def read_history(conn: Connection, name: str) -> GroupHistory:
     return GroupHistory(view, dependencies, savepoints)
 
 
-def useless(checkpoints: Sequence[pb.CheckpointMeta], messages: Sequence[spacetime.Message],
+def useless(checkpoints: Sequence[pb.CheckpointMeta], messages: Sequence[Dependency],
             agents: Sequence[str]) -> set[tuple[str, int]]:
     """The checkpoints on a Z-cycle among those still held; none when the records do not
     make a history (a message from an agent that left: nothing is claimed then)."""
@@ -57,8 +58,7 @@ def useless(checkpoints: Sequence[pb.CheckpointMeta], messages: Sequence[spaceti
     for cp in checkpoints:
         indexes.setdefault(cp.agent_id, []).append(cp.index)
     try:
-        history = History.from_dependencies({a: sorted(i) for a, i in indexes.items()}, [
-            Dependency(m.sender, m.send_interval, m.receiver, m.receive_interval, m.message_id) for m in messages])
+        history = History.from_dependencies({a: sorted(i) for a, i in indexes.items()}, messages)
     except HistoryError:
         return set()
     return useless_checkpoints(history)
@@ -68,8 +68,7 @@ def picture(history: GroupHistory) -> spacetime.Picture:
     """The diagram's plain values from the API's messages (pure)."""
     view, g = history.view, history.view.group
     lanes = [spacetime.Lane(a.agent_id, enum_word(pb.AgentState, a.state, "AGENT_")) for a in view.agents]
-    messages = [spacetime.Message(d.sender, d.send_interval, d.receiver, d.receive_interval, d.message_id)
-                for d in history.dependencies]
+    messages = [dependency_from_pb(d) for d in history.dependencies]
     on_z_cycle = useless(view.checkpoints, messages, [lane.agent for lane in lanes])
     marks = [spacetime.Mark(cp.agent_id, cp.index, KIND_OF.get(cp.kind, "basic"), cp.stable,
                             (cp.agent_id, cp.index) in on_z_cycle) for cp in view.checkpoints]

@@ -24,6 +24,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from coordinator.core.history import Dependency
+
 SVG_NS = "http://www.w3.org/2000/svg"
 KINDS = ("basic", "forced", "coordinated", "initial")
 COLUMN = 48  # px between two checkpoint columns
@@ -58,16 +60,6 @@ class Mark:
 
 
 @dataclass(frozen=True)
-class Message:
-    """A reported dependency: sent in the sender's interval, received in the receiver's."""
-    sender: str
-    send_interval: int
-    receiver: str
-    receive_interval: int
-    message_id: str = ""
-
-
-@dataclass(frozen=True)
 class Cut:
     """A consistent global checkpoint: a checkpoint index per agent (0: its initial state)."""
     name: str
@@ -79,7 +71,7 @@ class Picture:
     title: str
     lanes: Sequence[Lane]
     marks: Sequence[Mark] = ()
-    messages: Sequence[Message] = ()
+    messages: Sequence[Dependency] = ()  # the reported messages
     recovery_line: Cut | None = None
     savepoints: Sequence[Cut] = ()
 
@@ -114,7 +106,8 @@ class _Layout:
         return self.left + COLUMN * (self.column[index] + 0.5)
 
     def interval_x(self, interval: int, place: float) -> float:
-        """Within the interval's half column; `place` in (0, 1) spreads its events."""
+        """Between the column of checkpoint interval-1 and the next; `place` in (0, 1)
+        spreads the interval's events so their arrows do not overlap."""
         return self.x(max(interval - 1, 0)) + COLUMN * (0.15 + 0.7 * place)
 
     @property

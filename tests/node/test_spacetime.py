@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from raftpoint.cli.spacetime import Cut, Lane, Mark, Message, Picture, html_page, svg
+from coordinator.core.history import Dependency
+from raftpoint.cli.spacetime import Cut, Lane, Mark, Picture, html_page, svg
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 HOSTILE = '<script>alert("x")</script>&amp;'
@@ -22,7 +23,7 @@ def three_agents() -> Picture:
     return Picture(
         "group g", [Lane("p", "alive"), Lane("q", "failed"), Lane("r")],
         [Mark("p", 1), Mark("p", 2), Mark("q", 1), Mark("q", 2, useless=True), Mark("r", 2, "forced", stable=False)],
-        [Message("p", 3, "q", 2, "m1"), Message("q", 1, "r", 1, "m2"), Message("r", 1, "p", 1, "m3")],
+        [Dependency("p", 3, "q", 2, "m1"), Dependency("q", 1, "r", 1, "m2"), Dependency("r", 1, "p", 1, "m3")],
         Cut("recovery line", {"p": 2, "q": 1, "r": 0}),
         [Cut("savepoint before", {"p": 1, "q": 1, "r": 0}), Cut("savepoint one-lane", {"p": 1})])
 
@@ -95,7 +96,7 @@ def test_hostile_names_stay_text() -> None:
     """Names in text, tooltips and attributes: escaped, never markup; control characters
     XML cannot hold are replaced rather than making the file unreadable."""
     name = HOSTILE + "\x07"
-    picture = Picture(name, [Lane(name, name), Lane("q")], [Mark(name, 1)], [Message(name, 2, "q", 1, name)],
+    picture = Picture(name, [Lane(name, name), Lane("q")], [Mark(name, 1)], [Dependency(name, 2, "q", 1, name)],
                       Cut(name, {name: 1, "q": 0}), [Cut(name, {name: 1})])
     for text in (svg(picture), html_page([picture])):
         assert "<script" not in text and "\x07" not in text
