@@ -298,6 +298,12 @@ CASES = [
          C.INVALID_ARGUMENT, "page_size"),
     case("list-groups-bad-page-token", "ListGroups", pb.ListGroupsRequest(page_token="no/such"),
          C.INVALID_ARGUMENT, "page_token"),
+    case("list-dependencies-bad-group", "ListDependencies", pb.ListDependenciesRequest(group="a b"),
+         C.INVALID_ARGUMENT, "group"),
+    case("list-dependencies-unknown-group", "ListDependencies", pb.ListDependenciesRequest(group="e-nope"),
+         C.NOT_FOUND, "e-nope"),
+    case("list-dependencies-bad-page-token", "ListDependencies", pb.ListDependenciesRequest(
+        group="e-cic", page_token="e-b/1"), C.INVALID_ARGUMENT, "page_token"),
     # ---- GarbageCollect
     case("gc-while-recovering", "GarbageCollect", pb.GarbageCollectRequest(request_id="e-gc3", group="e-rb"),
          C.FAILED_PRECONDITION, "recovering"),
@@ -385,6 +391,7 @@ def valid_requests(world: World) -> Iterator[tuple[str, str, object]]:
     yield "AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="e-f11", group="e-cic", name="e-sp")
     yield "AdminService", "ListSavepoints", pb.ListSavepointsRequest(group="e-cic")
     yield "AdminService", "ListGroups", pb.ListGroupsRequest()
+    yield "AdminService", "ListDependencies", pb.ListDependenciesRequest(group="e-cic")
 
 
 def test_a_follower_redirects_every_rpc_to_the_leader(shared_cluster: LocalCluster, world: World) -> None:
