@@ -194,17 +194,15 @@ def _marks(svg: ET.Element, layout: _Layout) -> None:
 
 def _messages(svg: ET.Element, layout: _Layout) -> None:
     shown = [m for m in layout.picture.messages if m.sender in layout.lane_y and m.receiver in layout.lane_y]
-    events: dict[tuple[str, int], list[int]] = defaultdict(list)  # (agent, interval) -> messages, in order
+    # Each (agent, interval)'s sends and receives, in the order given, spread across the interval.
+    events: dict[tuple[str, int], list[tuple[int, bool]]] = defaultdict(list)
     for n, m in enumerate(shown):
-        events[(m.sender, m.send_interval)].append(n)
-        events[(m.receiver, m.receive_interval)].append(n)
-
-    def place(agent: str, interval: int, n: int) -> float:
-        slot = events[(agent, interval)]
-        return (slot.index(n) + 1) / (len(slot) + 1)
+        events[(m.sender, m.send_interval)].append((n, True))
+        events[(m.receiver, m.receive_interval)].append((n, False))
+    place = {event: (k + 1) / (len(slot) + 1) for slot in events.values() for k, event in enumerate(slot)}
     for n, m in enumerate(shown):
-        x1 = layout.interval_x(m.send_interval, place(m.sender, m.send_interval, n))
-        x2 = layout.interval_x(m.receive_interval, place(m.receiver, m.receive_interval, n))
+        x1 = layout.interval_x(m.send_interval, place[(n, True)])
+        x2 = layout.interval_x(m.receive_interval, place[(n, False)])
         y1, y2 = layout.lane_y[m.sender], layout.lane_y[m.receiver]
         if m.sender == m.receiver:
             y2 = y1 - LANE / 3  # a message to itself: a short tick above the lane
