@@ -52,8 +52,10 @@ def read_history(conn: Connection, name: str) -> GroupHistory:
 
 def useless(checkpoints: Sequence[pb.CheckpointMeta], messages: Sequence[Dependency],
             agents: Sequence[str]) -> set[tuple[str, int]]:
-    """The checkpoints on a Z-cycle among those still held; none when the records do not
-    make a history (a message from an agent that left: nothing is claimed then)."""
+    """The checkpoints on a Z-cycle among those still held: in no consistent global
+    checkpoint the coordinator could still roll back to (Netzer and Xu). None when the
+    records do not make a history (a message from an agent no longer listed: nothing
+    is claimed then)."""
     indexes: dict[str, list[int]] = {a: [] for a in agents}
     for cp in checkpoints:
         indexes.setdefault(cp.agent_id, []).append(cp.index)
@@ -65,7 +67,7 @@ def useless(checkpoints: Sequence[pb.CheckpointMeta], messages: Sequence[Depende
 
 
 def picture(history: GroupHistory) -> spacetime.Picture:
-    """The diagram's plain values from the API's messages (pure)."""
+    """The diagram's plain values from the API's answers (pure)."""
     view, g = history.view, history.view.group
     lanes = [spacetime.Lane(a.agent_id, enum_word(pb.AgentState, a.state, "AGENT_")) for a in view.agents]
     messages = [dependency_from_pb(d) for d in history.dependencies]

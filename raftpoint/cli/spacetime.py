@@ -136,6 +136,10 @@ def _value(v: object) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".") if isinstance(v, float) else clean(str(v))
 
 
+def _points(xys: Sequence[tuple[float, float]]) -> str:
+    return " ".join(f"{_value(float(x))},{_value(float(y))}" for x, y in xys)
+
+
 def _tooltip(parent: ET.Element, text: str) -> None:
     _el(parent, "title", text)
 
@@ -154,8 +158,8 @@ def _mark_shape(parent: ET.Element, kind: str, x: float, y: float, stable: bool,
     stroke = KIND_FILL.get(kind, KIND_FILL["basic"])
     h = MARK / 2
     if kind == "forced":
-        shape = _el(parent, "polygon", points=f"{x},{y - h - 1} {x + h + 1},{y} {x},{y + h + 1} {x - h - 1},{y}",
-                    fill=fill, stroke=stroke, stroke_width=2)
+        corners = ((x, y - h - 1), (x + h + 1, y), (x, y + h + 1), (x - h - 1, y))
+        shape = _el(parent, "polygon", points=_points(corners), fill=fill, stroke=stroke, stroke_width=2)
     elif kind == "initial":
         shape = _el(parent, "circle", cx=x, cy=y, r=h - 1, fill=fill, stroke=stroke, stroke_width=2)
     else:
@@ -225,8 +229,8 @@ def _cut(svg: ET.Element, layout: _Layout, cut: Cut, css: str, colour: str, offs
     if len(vertices) == 1:  # a one-lane cut still shows as a short bar
         x, y = vertices[0]
         vertices = [(x, y - LANE / 3), (x, y + LANE / 3)]
-    _el(group, "polyline", points=" ".join(f"{_value(x)},{_value(y)}" for x, y in vertices), fill="none",
-        stroke=colour, stroke_width=2.5, stroke_dasharray=dash)
+    _el(group, "polyline", points=_points(vertices), fill="none", stroke=colour, stroke_width=2.5,
+        stroke_dasharray=dash)
     x, y = vertices[-1]
     _el(group, "text", cut.name, x=x + 4, y=y + LANE / 2 - 6, font_size=11, fill=colour, class_="cut-label")
 
