@@ -45,12 +45,16 @@ def ensure_dir(path: Path) -> None:
     fsync_dir(path.parent)
 
 
-def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, durable: bool = True,
+                 mode: int | None = None) -> None:
     """Write temp + fsync + rename + fsync(dir): readers see the old file or the whole
     new one, and after it returns the new one survives a power loss. `durable=False`
-    skips both fsyncs (still never a partial file under `path` while the machine runs)."""
+    skips both fsyncs (still never a partial file under `path` while the machine runs).
+    The file is the owner's alone (0600) unless `mode` says otherwise."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             if durable:

@@ -47,7 +47,7 @@ RPC_ACCESS: Mapping[str, Access] = {
     # operation (transport.auth.FRAME_CHECK); opening one needs only an identity.
     "Session": Access.AGENT_WRITE,
     "GetGroup": Access.GROUP_READ, "ListCheckpoints": Access.GROUP_READ, "WhatIf": Access.GROUP_READ,
-    "ListSavepoints": Access.GROUP_READ,
+    "ListSavepoints": Access.GROUP_READ, "ListDependencies": Access.GROUP_READ,
     # Names every group: an agent identity, bound to one group, is refused it (FOREIGN_AGENT).
     "ListGroups": Access.GROUP_READ,
     "ClusterStatus": Access.CLUSTER_READ,

@@ -15,8 +15,9 @@ from coordinator.core.errors import Rejection, shown
 
 T = TypeVar("T")
 MAX_PAGE_SIZE = 1000
-# What a token holds: an agent id, then (for checkpoints) an index.
-Key = tuple[str, ...] | tuple[str, int]
+# What a token holds: an agent id, then (for checkpoints) an index, then (for
+# dependency records) a message id. Each part is an id or a number: none holds a "/".
+Key = tuple[str, ...] | tuple[str, int] | tuple[str, int, str]
 
 
 def page_size(requested: int) -> int:
@@ -41,11 +42,14 @@ def decode_token(token: str, parts: int) -> Key | None:
         if len(fields) != parts:
             raise ValueError
         ids.check_id(fields[0], "page_token")
+        if parts == 1:
+            return (fields[0],)
+        if not fields[1].isdigit():
+            raise ValueError
         if parts == 2:
-            if not fields[1].isdigit():
-                raise ValueError
             return fields[0], int(fields[1])
-        return (fields[0],)
+        ids.check_id(fields[2], "page_token")
+        return fields[0], int(fields[1]), fields[2]
     except (ValueError, Rejection):
         raise Rejection.invalid("page_token", f"is not a token a previous page gave, got {shown(token)}") from None
 

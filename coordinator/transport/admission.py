@@ -30,8 +30,8 @@ WORK_OF_METHOD: dict[str, Work] = {
     **dict.fromkeys(("Register", "CommitCheckpoint", "ReportDependencies", "AckOrder", "Deregister",
                      "CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup", "ResetDedupeClock",
                      "CreateSavepoint", "DeleteSavepoint", "SetRetention", "WatchOrders", "Session"), Work.WRITE),  # a new stream takes a read point (a quorum round)
-    **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf", "SaveSnapshot", "ListSavepoints", "ListGroups"),
-                    Work.READ),
+    **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf", "SaveSnapshot", "ListSavepoints", "ListGroups",
+                     "ListDependencies"), Work.READ),
 }
 # The worst lag within this many seconds decides: a burst keeps shedding on a little
 # after the loop catches up, so the backlog it left drains first. The event loop's lag

@@ -200,6 +200,17 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
                                              next_page_token=token)
         return await self.heavy.run(context, read)
 
+    async def ListDependencies(self, request, context):
+        size, after = await self._paging(context, request, parts=3)
+        state, _ = await self._group_state(context, request.group)
+
+        def read() -> pb.ListDependenciesResponse:
+            found, token = paging.page(state.dependencies(request.group),
+                                       lambda d: (d.receiver, d.receive_interval, d.message_id), after, size)
+            return pb.ListDependenciesResponse(dependencies=[wire.dependency_to_pb(d) for d in found],
+                                               next_page_token=token)
+        return await self.heavy.run(context, read)
+
     async def ListGroups(self, request, context):
         size, after = await self._paging(context, request, parts=1)
         await self.p.barrier(context)

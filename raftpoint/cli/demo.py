@@ -12,11 +12,13 @@ demo checks all of it against its own record of every message (the driver and th
 record are chaos.tokens.traffic and chaos.tokens.ledger, shared with the chaos agent
 workload): the line matches the what-if answer, exactly the right messages are
 re-delivered and refused, and the total number of tokens (in agents' states + in
-transit) is conserved. Between phases the Raft leader is killed -9.
+transit) is conserved. Between phases the Raft leader is killed -9. At the end the
+demo writes each group's space-time diagram (raftpoint.cli.group_picture) to one page.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import sys
@@ -32,6 +34,7 @@ from chaos.tokens.traffic import MODES, TokenGroup
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator import channels
 from coordinator.harness.local_cluster import LocalCluster, wait_for
+from raftpoint.cli import group_picture, spacetime
 
 PHASES = {"all": ("coordinated", "bcs"), **{m: (m,) for m in ("coordinated", "bcs", "hmnr")}}
 LEASE_TTL_S = 5.0
@@ -52,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="where agents put checkpoint blobs: a directory, or s3://bucket/prefix?endpoint=..."
                              "&region=... with credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the shared "
                              "credentials file (default: a directory under the data dir)")
+    parser.add_argument("--picture", type=Path, metavar="FILE",
+                        help="where to write the groups' space-time diagrams as a web page (default: "
+                             "groups.html in --data-dir, else a new raftpoint-demo-*.html in the temporary directory)")
     parser.add_argument("--langgraph", action="store_true",
                         help="instead: three LangGraph agents, one killed mid-run, against LangGraph's SQLite saver")
     parser.set_defaults(func=run)
@@ -81,6 +87,7 @@ class Phase:
         self.world = TokenGroup(self.group, self.mode, procs, args.tokens, self.rng)
         self.ids, self.procs, self.total = ids, procs, self.world.ledger.total
         self.epochs = 0
+        self.picture: spacetime.Picture | None = None  # drawn at the end, before garbage collection
 
     # ---- coordinator --------------------------------------------------------------
     def group_info(self) -> pb.GetGroupResponse:
@@ -201,6 +208,7 @@ class Phase:
         self.summary(r)
 
     def summary(self, rounds: int) -> None:
+        self.picture = group_picture.picture(group_picture.read_history(self.conn, self.group))
         info = self.group_info().group
         gc = self.conn.call("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id=f"gc-{self.group}",
                                                                                     group=self.group))
@@ -227,6 +235,9 @@ def run(args: argparse.Namespace) -> int:
     if not 2 <= args.agents <= 16 or not 6 <= args.rounds <= 10_000 or not 1 <= args.seconds <= 600:
         print("raftpoint demo: --agents must be 2..16, --rounds 6..10000, --seconds 1..600", file=sys.stderr)
         return 2
+    if wrong := group_picture.unwritable(args.picture):
+        print(f"raftpoint demo: --picture: {wrong}", file=sys.stderr)
+        return 2
     blob_location = None
     if args.blob_store:
         try:  # a bad URL or a missing obstore fails here, before the cluster starts
@@ -237,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
     root = args.data_dir or Path(tempfile.mkdtemp(prefix="raftpoint-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     phases = PHASES[args.mode]
+    pictures: list[spacetime.Picture] = []
     started = time.monotonic()
     try:
         say(f"starting a 3-node coordinator cluster on 127.0.0.1 (data in {root})")
@@ -258,11 +270,13 @@ def run(args: argparse.Namespace) -> int:
                         phase.run()
                     finally:
                         phase.close()
+                    pictures += [phase.picture] if phase.picture else []
                 digest = cluster.converged()
                 say(f"\nall 3 nodes hold identical state (digest {digest[:16]})")
+        say(f"the groups' space-time diagrams: {_write_pictures(args, pictures)} (open it in a browser)")
         say(f"demo finished in {time.monotonic() - started:.1f}s: every recovery conserved the tokens")
         return 0
-    except (DemoFailed, AgentDied, RuntimeError, TimeoutError, CoordinatorUnavailable, Rejected) as exc:
+    except (DemoFailed, AgentDied, RuntimeError, TimeoutError, CoordinatorUnavailable, Rejected, OSError) as exc:
         print(f"raftpoint demo: FAILED: {exc}", file=sys.stderr)
         if args.data_dir is None:
             print("raftpoint demo: re-run with --data-dir DIR to keep the agent and node logs", file=sys.stderr)
@@ -270,6 +284,18 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if args.data_dir is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _write_pictures(args: argparse.Namespace, pictures: list[spacetime.Picture]) -> Path:
+    """Where the page went: --picture, else beside the kept data, else a new temporary
+    file (the demo's own temporary directory is removed when it ends)."""
+    path = args.picture or (args.data_dir / "groups.html" if args.data_dir else None)
+    if path is None:
+        fd, name = tempfile.mkstemp(prefix="raftpoint-demo-", suffix=".html")
+        os.close(fd)
+        path = Path(name)
+    group_picture.save(path, spacetime.html_page(pictures))
+    return path
 
 
 def _kill_leader(cluster: LocalCluster, conn: Connection) -> None:

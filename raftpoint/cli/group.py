@@ -1,6 +1,6 @@
 """`raftpoint group create NAME --mode MODE` and `raftpoint group delete NAME`: a group's
 life on a running cluster, as its admin; `group list` and `group show NAME` read it
-(raftpoint.cli.group_view).
+(raftpoint.cli.group_view); `group show NAME --svg FILE` draws it (raftpoint.cli.group_picture).
 
 Creating is idempotent (the same spec again is answered with the group); an agent
 identity bound to the group (`raftpoint auth add-agent`) may then use it but not
@@ -23,7 +23,7 @@ from agent_client.connection import CoordinatorUnavailable, Rejected
 from agent_client.group_spec import MODES, create_request
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.channels import ClientTLSError
-from raftpoint.cli import gc, group_view, target
+from raftpoint.cli import gc, group_picture, group_view, target
 from raftpoint.cli.output import add_json_flag
 
 PROG = "raftpoint group"
@@ -53,10 +53,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="a group's agents, their states and latest checkpoints, and its "
                                            "current recovery line (where every agent would roll back if all failed)")
     show.add_argument("name")
-    for reader, run in ((listing, group_view.run_list), (show, group_view.run_show)):
+    group_picture.add_flags(show)
+    for reader, run in ((listing, group_view.run_list), (show, run_show)):
         add_json_flag(reader)
         target.add_arguments(reader)
         reader.set_defaults(func=run)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    return group_picture.run(args) if group_picture.wanted(args) else group_view.run_show(args)
 
 
 def run_create(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ def run_list(args: argparse.Namespace) -> int:
 class GroupView:
     group: pb.Group
     agents: list[pb.Agent]
+    checkpoints: list[pb.CheckpointMeta]  # every one held, by (agent, index)
     # Per member with a checkpoint: its newest, and its newest stable one.
     latest: dict[str, pb.CheckpointMeta]
     latest_stable: dict[str, pb.CheckpointMeta]
@@ -52,7 +53,7 @@ def read_group(conn: Connection, name: str) -> GroupView:
     latest_stable = {cp.agent_id: cp for cp in checkpoints if cp.stable}
     present = [a.agent_id for a in agents if a.state != pb.AGENT_DEREGISTERED]
     line = conn.call("AdminService", "WhatIf", pb.WhatIfRequest(group=name, failed=present)).targets if present else []
-    return GroupView(first.group, agents, latest, latest_stable, list(line))
+    return GroupView(first.group, agents, checkpoints, latest, latest_stable, list(line))
 
 
 def run_show(args: argparse.Namespace) -> int:

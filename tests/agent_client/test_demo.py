@@ -24,6 +24,9 @@ def test_demo_exits_0_and_conserves_tokens(tmp_path: Path, mode: str) -> None:
     assert proc.stdout.count("matches what-if: True") == phases
     assert "NOT CONSERVED" not in proc.stdout and "every recovery conserved the tokens" in proc.stdout
     assert not list(tmp_path.glob("logs/*")) or all(p.stat().st_size < 1_000_000 for p in tmp_path.glob("logs/*"))
+    page = tmp_path / "groups.html"
+    assert f"the groups' space-time diagrams: {page} (open it in a browser)" in proc.stdout
+    assert page.read_text().count("<svg ") == phases and page.stat().st_mode & 0o777 == 0o644
 
 
 @pytest.mark.cluster
@@ -48,3 +51,6 @@ def test_demo_rejects_bad_arguments() -> None:
     proc = subprocess.run([sys.executable, "-m", "raftpoint.cli.main", "demo", "--blob-store", "s3://key:secret@b/p"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "credentials never go in the blob store URL" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "raftpoint.cli.main", "demo", "--picture", "/no/such/dir/p.html"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--picture: cannot write /no/such/dir/p.html" in proc.stderr, proc.stderr

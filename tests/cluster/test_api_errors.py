@@ -311,6 +311,12 @@ CASES = [
          C.INVALID_ARGUMENT, "page_size"),
     case("list-groups-bad-page-token", "ListGroups", pb.ListGroupsRequest(page_token="no/such"),
          C.INVALID_ARGUMENT, "page_token"),
+    case("list-dependencies-bad-group", "ListDependencies", pb.ListDependenciesRequest(group="a b"),
+         C.INVALID_ARGUMENT, "group"),
+    case("list-dependencies-unknown-group", "ListDependencies", pb.ListDependenciesRequest(group="e-nope"),
+         C.NOT_FOUND, "e-nope"),
+    case("list-dependencies-bad-page-token", "ListDependencies", pb.ListDependenciesRequest(
+        group="e-cic", page_token="e-b/1"), C.INVALID_ARGUMENT, "page_token"),
     # ---- GarbageCollect
     case("gc-while-recovering", "GarbageCollect", pb.GarbageCollectRequest(request_id="e-gc3", group="e-rb"),
          C.FAILED_PRECONDITION, "recovering"),
@@ -400,6 +406,7 @@ def valid_requests(world: World) -> Iterator[tuple[str, str, object]]:
     yield "AdminService", "ListGroups", pb.ListGroupsRequest()
     yield "AdminService", "SetRetention", pb.SetRetentionRequest(request_id="e-f12", group="e-cic",
                                                                  policy=pb.RetentionPolicy(keep_last=1))
+    yield "AdminService", "ListDependencies", pb.ListDependenciesRequest(group="e-cic")
 
 
 def test_a_follower_redirects_every_rpc_to_the_leader(shared_cluster: LocalCluster, world: World) -> None:

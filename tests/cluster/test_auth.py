@@ -155,6 +155,7 @@ READ_REQUESTS = [
     ("AdminService", "ClusterStatus", pb.ClusterStatusRequest()),
     ("AdminService", "ListSavepoints", pb.ListSavepointsRequest(group="g")),
     ("AdminService", "ListGroups", pb.ListGroupsRequest()),
+    ("AdminService", "ListDependencies", pb.ListDependenciesRequest(group="g")),
 ]
 EVERY_RPC = [*agent_requests("a1"), *ADMIN_REQUESTS, *READ_REQUESTS]
 

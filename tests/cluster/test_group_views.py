@@ -4,6 +4,7 @@ line and a non-zero exit for a refusal or a cluster that cannot be reached."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,33 @@ def test_group_list_and_show(views: str, where: list[str], capsys: Capture) -> N
     one_line_refusal(capsys, "raftpoint group show:", "NOT_FOUND", "'nope' does not exist")
     assert raftpoint(["group", "show", "bad name", *where]) == 1
     one_line_refusal(capsys, "INVALID_ARGUMENT")
+
+
+def test_group_show_draws_the_group(views: str, where: list[str], shared_cluster: LocalCluster, tmp_path: Path,
+                                    capsys: Capture) -> None:
+    svg_file, html_file = tmp_path / "views.svg", tmp_path / "views.html"
+    assert raftpoint(["group", "show", views, "--svg", str(svg_file), "--html", str(html_file), *where]) == 0
+    saved = Client(shared_cluster).call("AdminService", "ListSavepoints", pb.ListSavepointsRequest(group=views))
+    cuts = {f"savepoint {s.name}": " ".join(f"{c.agent_id}:{c.index}" for c in s.checkpoints) for s in saved.savepoints}
+    counts = f"2 agents, 4 checkpoints, 1 message, {len(cuts)} savepoint{'' if len(cuts) == 1 else 's'}"
+    assert capsys.readouterr().out.splitlines() == [f"wrote the picture of group views to {svg_file} ({counts})",
+                                                    f"wrote the picture of group views to {html_file} ({counts})"]
+    root = ET.parse(svg_file).getroot()
+    groups = {}
+    for g in root.iter("{http://www.w3.org/2000/svg}g"):
+        groups.setdefault(g.get("class", "").split()[0], []).append(g)
+    assert [g.get("data-agent") for g in groups["lane"]] == ["x", "y"]
+    assert sorted((g.get("data-agent"), g.get("data-index")) for g in groups["checkpoint"]) == [
+        ("x", "1"), ("x", "2"), ("y", "1"), ("y", "2")]
+    assert [(g.get("data-sender"), g.get("data-receiver")) for g in groups["message"]] == [("x", "y")]
+    assert [g.get("data-cut") for g in groups["recovery-line"]] == ["x:2 y:1"]
+    assert {g.get("data-name"): g.get("data-cut") for g in groups.get("savepoint", [])} == cuts
+    assert svg_file.read_text().split("?>", 1)[1].strip() in html_file.read_text()
+    assert svg_file.stat().st_mode & 0o777 == 0o644  # a page for others to open, not a private temporary file
+
+    assert raftpoint(["group", "show", "nope", "--svg", str(tmp_path / "nope.svg"), *where]) == 1
+    one_line_refusal(capsys, "raftpoint group show:", "NOT_FOUND")
+    assert not (tmp_path / "nope.svg").exists()
 
 
 def test_checkpoints(views: str, where: list[str], capsys: Capture) -> None:

@@ -17,7 +17,7 @@ GRANTS = {g.identity: g for g in (ADMIN, AGENT, OBSERVER)}
 
 AGENT_RPCS = ("Register", "Heartbeat", "CommitCheckpoint", "ReportDependencies", "WatchOrders", "AckOrder",
               "Deregister")
-READS = ("GetGroup", "ListCheckpoints", "WhatIf", "ListSavepoints")
+READS = ("GetGroup", "ListCheckpoints", "WhatIf", "ListSavepoints", "ListDependencies")
 ADMIN_ONLY = ("CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup", "AddNode", "RemoveNode",
               "CreateSavepoint", "DeleteSavepoint")
 

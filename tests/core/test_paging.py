@@ -51,3 +51,18 @@ def test_a_token_no_page_gave_is_refused(token: str) -> None:
     with pytest.raises(Rejection) as info:
         paging.decode_token(token, 2)
     assert info.value.field == "page_token" and len(info.value.reason) < 200
+
+
+def test_a_dependency_token_names_receiver_interval_and_message() -> None:
+    items = [("b", 2, "m0"), ("a", 1, "m2"), ("b", 1, "m3"), ("b", 1, "m1")]
+    chosen, token = paging.page(items, lambda item: item, None, 2)
+    assert list(chosen) == [("a", 1, "m2"), ("b", 1, "m1")] and token == "b/1/m1"
+    rest, last = paging.page(items, lambda item: item, paging.decode_token(token, 3), 2)
+    assert list(rest) == [("b", 1, "m3"), ("b", 2, "m0")] and last == ""
+
+
+@pytest.mark.parametrize("token", ["b/1", "b/x/m1", "b/1/m 1", "b/1/m1/extra", "b/1/"])
+def test_a_dependency_token_no_page_gave_is_refused(token: str) -> None:
+    with pytest.raises(Rejection) as info:
+        paging.decode_token(token, 3)
+    assert info.value.field == "page_token", info.value

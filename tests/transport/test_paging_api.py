@@ -72,3 +72,39 @@ def test_list_groups_and_list_savepoints_page_through_everything() -> None:
             second = conn.call("AdminService", method, request)
             names = [name_of(x) for x in (*getattr(first, items), *getattr(second, items))]
             assert names == expected and first.next_page_token and not second.next_page_token, (method, names)
+
+
+def test_list_dependencies_pages_through_every_record_in_key_order() -> None:
+    with InProcessCoordinator() as coordinator, Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
+        conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+            request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.UNCOORDINATED, lease_ttl_s=600)))
+        for agent in ("a", "b"):
+            conn.call("AgentService", "Register", pb.RegisterRequest(
+                secret=b"s" * 16, request_id=f"r-{agent}", group="g", agent_id=agent))
+        for n, (sender, receiver, ids) in enumerate((("a", "b", ("m3", "m1")), ("b", "a", ("m2",)),
+                                                      ("a", "b", ("m0",)))):
+            conn.call("AgentService", "ReportDependencies", pb.ReportDependenciesRequest(
+                request_id=f"dep-{n}", group="g", agent_id=receiver,
+                token=pb.FencingToken(secret=b"s" * 16, incarnation=1),
+                records=[pb.DependencyRecord(sender=sender, send_interval=1, receiver=receiver,
+                                             receive_interval=1 + (i == "m0"), message_id=i) for i in ids]))
+
+        seen, token, pages = [], "", 0
+        while True:
+            answer = conn.call("AdminService", "ListDependencies", pb.ListDependenciesRequest(
+                group="g", page_size=2, page_token=token))
+            seen += [(d.receiver, d.receive_interval, d.message_id, d.sender) for d in answer.dependencies]
+            pages += 1
+            token = answer.next_page_token
+            if not token:
+                break
+        assert pages == 2 and seen == [("a", 1, "m2", "b"), ("b", 1, "m1", "a"), ("b", 1, "m3", "a"),
+                                       ("b", 2, "m0", "a")], seen
+
+        for bad in ("b/1", "b/x/m1", "b/1/m 1"):
+            with pytest.raises(Rejected) as info:
+                conn.call("AdminService", "ListDependencies", pb.ListDependenciesRequest(group="g", page_token=bad))
+            assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT and "page_token" in info.value.reason, bad
+        with pytest.raises(Rejected) as info:
+            conn.call("AdminService", "ListDependencies", pb.ListDependenciesRequest(group="nope"))
+        assert info.value.code is grpc.StatusCode.NOT_FOUND

@@ -740,6 +740,24 @@ class ListGroupsResponse(_message.Message):
     next_page_token: str
     def __init__(self, groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class ListDependenciesRequest(_message.Message):
+    __slots__ = ("group", "page_size", "page_token")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    page_size: int
+    page_token: str
+    def __init__(self, group: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListDependenciesResponse(_message.Message):
+    __slots__ = ("dependencies", "next_page_token")
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    dependencies: _containers.RepeatedCompositeFieldContainer[DependencyRecord]
+    next_page_token: str
+    def __init__(self, dependencies: _Optional[_Iterable[_Union[DependencyRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

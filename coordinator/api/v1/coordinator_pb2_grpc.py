@@ -493,6 +493,11 @@ class AdminServiceStub:
                 request_serializer=v1_dot_coordinator__pb2.SetRetentionRequest.SerializeToString,
                 response_deserializer=v1_dot_coordinator__pb2.SetRetentionResponse.FromString,
                 _registered_method=True)
+        self.ListDependencies = channel.unary_unary(
+                '/raftpoint.v1.AdminService/ListDependencies',
+                request_serializer=v1_dot_coordinator__pb2.ListDependenciesRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.ListDependenciesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -600,6 +605,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDependencies(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -687,6 +698,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetRetention,
                     request_deserializer=v1_dot_coordinator__pb2.SetRetentionRequest.FromString,
                     response_serializer=v1_dot_coordinator__pb2.SetRetentionResponse.SerializeToString,
+            ),
+            'ListDependencies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDependencies,
+                    request_deserializer=v1_dot_coordinator__pb2.ListDependenciesRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.ListDependenciesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1148,6 +1164,33 @@ class AdminService:
             '/raftpoint.v1.AdminService/SetRetention',
             v1_dot_coordinator__pb2.SetRetentionRequest.SerializeToString,
             v1_dot_coordinator__pb2.SetRetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDependencies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/ListDependencies',
+            v1_dot_coordinator__pb2.ListDependenciesRequest.SerializeToString,
+            v1_dot_coordinator__pb2.ListDependenciesResponse.FromString,
             options,
             channel_credentials,
             insecure,
