@@ -219,6 +219,10 @@ class ThreadStore:
             self._check_not_fenced(thread_id)
             owned = self._owned.get(thread_id)
         if owned is None:
+            if read_head:
+                # Read it before registering: a thread this saver cannot read is refused
+                # without fencing off the saver that writes it.
+                self._head(thread_agent_id(thread_id), thread_id)
             protocol = self._protocol(thread_agent_id(thread_id))
             owned = Owned(protocol, self._take_over(protocol, thread_id, read_head=read_head))
             with self._lock:

@@ -80,6 +80,11 @@ def test_a_thread_in_another_store_is_left_out_of_walks_and_fails_only_when_aske
             a.get_tuple(thread("tb"))
         with pytest.raises(ThreadUnreadable, match="'tb'"):
             list(a.list(thread("tb")))
+        base = b.get_tuple(thread("tb"))
+        checkpoint, versions = step(base.checkpoint, {"count": 3}, 3)
+        with pytest.raises(ThreadUnreadable, match="'tb'"):
+            a.put(base.config, checkpoint, {"step": 3}, versions)
+        b.put_writes(base.config, [("count", 10)], "task-after")  # b still writes tb: a did not take it over
         a.delete_for_runs(["run-a", "run-b"])  # a cannot read tb: its runs stay
         assert ids(a) == [] and ids(b) == [("tb", 2), ("tb", 1)]
         a.delete_thread("tb")  # unreadable here, deleted all the same; its blobs stay for store b's gc
