@@ -2,6 +2,10 @@
 then delete their blobs (what `raftpoint gc` and `raftpoint group delete` run;
 callable from an operator's job).
 
+Several blob stores may hold one group's checkpoints (LangGraph savers of one group,
+each with its own store): a collection releases only the checkpoints of the store it
+runs against, so it never leaves another store's files without a record.
+
 The coordinator forgets a checkpoint the moment it answers GarbageCollect, so the
 blob store is checked first (an unreachable store fails before anything is released)
 and every failure afterwards reports the released URIs, which can then be deleted
@@ -36,12 +40,20 @@ class GcReport:
     result: GcResult = GcResult(0, 0, 0)
 
 
-def release(conn: Connection, groups: Sequence[str]) -> dict[str, list[str]]:
-    """One GarbageCollect per group: the URIs of the checkpoints the coordinator dropped."""
+def manifests_prefix(store: LocalBlobStore) -> str:
+    """The URI prefix of the store's checkpoints: what the coordinator is told to collect
+    only (GarbageCollectRequest.blob_store)."""
+    return store.backend.uri(MANIFESTS) + "/"
+
+
+def release(conn: Connection, groups: Sequence[str], blob_store: str = "") -> dict[str, list[str]]:
+    """One GarbageCollect per group: the URIs of the checkpoints the coordinator dropped,
+    only those under the `blob_store` prefix if one is given."""
     released: dict[str, list[str]] = {}
     for group in groups:
         resp = conn.call("AdminService", "GarbageCollect",
-                         pb.GarbageCollectRequest(request_id=f"gc-{group}-{uuid.uuid4().hex}", group=group))
+                         pb.GarbageCollectRequest(request_id=f"gc-{group}-{uuid.uuid4().hex}", group=group,
+                                                  blob_store=blob_store))
         released[group] = list(resp.deletable_blob_uris)
     return released
 
@@ -55,9 +67,10 @@ def delete_group(conn: Connection, group: str) -> list[str]:
 
 def collect(conn: Connection, store: LocalBlobStore, groups: Sequence[str], *,
             grace_s: float = DEFAULT_GRACE_S) -> GcReport:
-    """Release the groups' old checkpoints, delete their manifests, then every chunk no
-    remaining manifest references and that is older than `grace_s`."""
-    return delete_released(store, lambda: release(conn, groups), grace_s)
+    """Release the groups' old checkpoints held in `store` (those of other stores stay
+    recorded for a collection against their store), delete their manifests, then every
+    chunk no remaining manifest references and that is older than `grace_s`."""
+    return delete_released(store, lambda: release(conn, groups, manifests_prefix(store)), grace_s)
 
 
 def delete_released(store: LocalBlobStore, released_by: Callable[[], dict[str, list[str]]],

@@ -203,6 +203,15 @@ class AgentProtocol:
         kind = RestoreKind.ROLLBACK if reason and reason.startswith("rollback") else RestoreKind.RESUME
         return self._remember(Restored(state, meta.index, reason or f"resume from checkpoint {meta.index}", kind))
 
+    def start_over(self) -> Restored:
+        """Continue after Register's resume point without reading its blob, as a cold
+        start: for a caller that replaces the state whole and may be unable to read the
+        old one (a deleted LangGraph thread). The next checkpoint's index follows it."""
+        index = self._resume.index if self._resume is not None else 0
+        self._reset_to(index, {}, None)
+        return self._remember(Restored(None, index, f"cold start: after checkpoint {index}, which was not read",
+                                       RestoreKind.COLD_START))
+
     def _remember(self, restored: Restored) -> Restored:
         self.last_restore = restored
         self._progress_at_restore = self._progress

@@ -117,7 +117,7 @@ def deregister_from_pb(m: pb.DeregisterRequest) -> c.Deregister:
 
 
 def garbage_collect_from_pb(m: pb.GarbageCollectRequest) -> c.GarbageCollect:
-    return c.GarbageCollect(m.group)
+    return c.GarbageCollect(m.group, m.blob_store)
 
 
 def delete_group_from_pb(m: pb.DeleteGroupRequest) -> c.DeleteGroup:
@@ -304,8 +304,8 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
                                                          token=token_to_pb(token)))
         case c.AbortEpoch(group=group, epoch=epoch, reason=reason):
             msg.abort_epoch.CopyFrom(log_pb2.AbortEpoch(group=group, epoch=epoch, reason=reason))
-        case c.GarbageCollect(group=group):
-            msg.garbage_collect.CopyFrom(pb.GarbageCollectRequest(request_id=rid, group=group))
+        case c.GarbageCollect(group=group, blob_store=blob_store):
+            msg.garbage_collect.CopyFrom(pb.GarbageCollectRequest(request_id=rid, group=group, blob_store=blob_store))
         case c.DeleteGroup(group=group):
             msg.delete_group.CopyFrom(pb.DeleteGroupRequest(request_id=rid, group=group))
         case c.ReadBarrier():

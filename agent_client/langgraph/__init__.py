@@ -9,6 +9,6 @@ except ModuleNotFoundError as exc:  # say what to install, not where the import 
                               "pip install 'raftpoint[langgraph]'", name=exc.name) from exc
 
 from agent_client.langgraph.saver import RaftpointSaver  # noqa: E402
-from agent_client.langgraph.threads import ThreadFenced  # noqa: E402
+from agent_client.langgraph.threads import ThreadFenced, ThreadUnreadable  # noqa: E402
 
-__all__ = ["RaftpointSaver", "ThreadFenced"]
+__all__ = ["RaftpointSaver", "ThreadFenced", "ThreadUnreadable"]

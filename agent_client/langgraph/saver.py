@@ -9,12 +9,20 @@ head; larger ones go to the blob store, content-addressed, and only the channels
 step changed (its `new_versions`) are stored. The async methods run the blocking ones
 in worker threads: the work is a few RPCs and blob writes, one implementation keeps
 the sync and async faces from drifting apart, and different threads run side by side.
+
+A thread whose blobs this saver cannot read (missing, damaged, or in another saver's
+store: savers of one group may each have their own) raises ThreadUnreadable when it is
+asked for by id (get_tuple, list of that thread, copy_thread from it, writes to it);
+a walk over the group's threads (list without a thread, delete_for_runs) leaves it out
+with one warning; delete_thread removes it all the same.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence
@@ -25,13 +33,13 @@ from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, Chan
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langchain_core.runnables import RunnableConfig
 
-from agent_client.blobstore import BlobStore, open_blob_store
+from agent_client.blobstore import BlobCorrupted, BlobMissing, BlobStore, open_blob_store
 from agent_client.connection import Connection
 from coordinator.channels import ClientTLS
 from agent_client.langgraph.thread_history import SEAL_AFTER, Namespaces, ThreadHead, rebuild, sealed_namespaces
 from agent_client.langgraph.thread_record import (Ref, StoredCheckpoint, Typed, inline_ref, typed_from_json,
                                                   uri_ref, version_key)
-from agent_client.langgraph.threads import ThreadStore
+from agent_client.langgraph.threads import ThreadStore, ThreadUnreadable, thread_agent_id
 
 DEFAULT_GROUP = "langgraph"
 VALUE_CACHE = 1024  # channel value blobs kept in memory, by URI
@@ -41,6 +49,16 @@ NAMESPACE_CACHE = 1024  # threads whose sealed namespaces are kept in memory
 # their own: each blob costs two files and their fsyncs, an inline value only its bytes
 # in the steps' heads (benchmarks/langgraph_saver.py --inline-sweep measures the trade).
 INLINE_MAX = 1024
+
+
+@contextmanager
+def _reading(thread_id: str) -> Iterator[None]:
+    """A blob of the thread that cannot be read fails the thread: ThreadUnreadable naming it."""
+    try:
+        yield
+    except (BlobMissing, BlobCorrupted) as exc:
+        raise ThreadUnreadable(thread_agent_id(thread_id), f"thread {thread_id!r}: a blob of it cannot be read from "
+                               f"this saver's blob store: {exc}") from exc
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -115,12 +133,13 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
     # ---- the saver contract -----------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        head = self.threads.read(conf["thread_id"])
-        ns, checkpoint_id = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
-        if head is None or (checkpoint_id is None and not self._may_hold(head, ns)):
-            return None
-        stored = head.find(ns, checkpoint_id, self._segment)
-        return None if stored is None else self._tuple(head.thread_id, stored)
+        with _reading(conf["thread_id"]):
+            head = self.threads.read(conf["thread_id"])
+            ns, checkpoint_id = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
+            if head is None or (checkpoint_id is None and not self._may_hold(head, ns)):
+                return None
+            stored = head.find(ns, checkpoint_id, self._segment)
+            return None if stored is None else self._tuple(head.thread_id, stored)
 
     def _may_hold(self, head: ThreadHead, ns: str) -> bool:
         """Whether the thread has a checkpoint in namespace `ns`, without walking its segments."""
@@ -141,23 +160,34 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
         conf = config["configurable"] if config else {}
-        thread_ids = [conf["thread_id"]] if "thread_id" in conf else list(self.threads.thread_ids())
         before_id = get_checkpoint_id(before) if before else None
-        for thread_id in thread_ids:
-            head = self.threads.read(thread_id)
-            if head is None:
-                continue
-            for stored in head.newest_first(self._segment, conf.get("checkpoint_ns"), conf.get("checkpoint_id"),
-                                            before_id):
-                if filter:
-                    metadata = self.serde.loads_typed(stored.metadata)
-                    if not all(metadata.get(k) == v for k, v in filter.items()):
-                        continue
-                if limit is not None and limit <= 0:
-                    return
-                if limit is not None:
-                    limit -= 1
-                yield self._tuple(thread_id, stored)
+
+        def of(head: ThreadHead) -> Iterator[CheckpointTuple]:
+            with _reading(head.thread_id):
+                for stored in head.newest_first(self._segment, conf.get("checkpoint_ns"), conf.get("checkpoint_id"),
+                                                before_id):
+                    if filter:
+                        metadata = self.serde.loads_typed(stored.metadata)
+                        if not all(metadata.get(k) == v for k, v in filter.items()):
+                            continue
+                    yield self._tuple(head.thread_id, stored)
+
+        if "thread_id" in conf:  # the thread asked for: that it cannot be read is the answer
+            with _reading(conf["thread_id"]):
+                head = self.threads.read(conf["thread_id"])
+            found = iter(()) if head is None else of(head)
+        else:
+            found = self._every_thread(of)
+        yield from found if limit is None else itertools.islice(found, max(limit, 0))
+
+    def _every_thread(self, of: Callable[[ThreadHead], Iterator[CheckpointTuple]]) -> Iterator[CheckpointTuple]:
+        """`of(head)` for each thread of the group, leaving out (from where it failed) a
+        thread that cannot be read."""
+        for head in self.threads.heads():
+            try:
+                yield from of(head)
+            except ThreadUnreadable as exc:
+                self.threads.skip(exc)
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
@@ -167,7 +197,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         new_refs = {ch: (version_key(v), self._ref(values[ch]) if ch in values else None)
                     for ch, v in new_versions.items()}
-        with self.threads.writing(thread_id):
+        with self.threads.writing(thread_id), _reading(thread_id):
             head = self.threads.own(thread_id).copy_as(thread_id)
             if head.seal_due:
                 head.sealed_into(self._seal(head.segment()))
@@ -184,7 +214,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         thread_id = conf["thread_id"]
         entries = [(WRITES_IDX_MAP.get(channel, idx), channel, self.serde.dumps_typed(value))
                    for idx, (channel, value) in enumerate(writes)]
-        with self.threads.writing(thread_id):
+        with self.threads.writing(thread_id), _reading(thread_id):
             head = self.threads.own(thread_id).copy_as(thread_id)
             if head.put_writes(conf.get("checkpoint_ns", ""), conf["checkpoint_id"], task_id, task_path, entries,
                                self._segment):
@@ -192,21 +222,23 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
 
     def delete_thread(self, thread_id: str) -> None:
         with self.threads.writing(thread_id):
-            if self.threads.read(thread_id) is None:
-                return
-            self.threads.own(thread_id)
-            self.threads.commit(thread_id, ThreadHead(thread_id, seal_after=self.threads.seal_after))
+            self.threads.clear(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Threads that cannot be read are left out (with a warning): their runs stay."""
         doomed = set(run_ids)
         if not doomed:
             return
-        for thread_id in list(self.threads.thread_ids()):
-            self._keep(thread_id, lambda kept: [s for s in kept
-                                                if self.serde.loads_typed(s.metadata).get("run_id") not in doomed])
+        for thread_id in [head.thread_id for head in self.threads.heads()]:
+            try:
+                self._keep(thread_id, lambda kept: [s for s in kept
+                                                    if self.serde.loads_typed(s.metadata).get("run_id") not in doomed])
+            except ThreadUnreadable as exc:
+                self.threads.skip(exc)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        source = self.threads.read(source_thread_id)
+        with _reading(source_thread_id):
+            source = self.threads.read(source_thread_id)
         if source is None or source.empty:
             return
         with self.threads.writing(target_thread_id):
@@ -224,7 +256,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
 
     def _keep(self, thread_id: str, keep: Callable[[list[StoredCheckpoint]], list[StoredCheckpoint]]) -> None:
         """Rewrite the thread with the checkpoints `keep(all, newest first)` returns, if it drops any."""
-        with self.threads.writing(thread_id):
+        with self.threads.writing(thread_id), _reading(thread_id):
             head = self.threads.read(thread_id)
             if head is None:
                 return

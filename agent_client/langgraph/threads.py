@@ -13,10 +13,17 @@ record of the agent's latest checkpoint is the thread's head. Reading a thread t
 saver does not write fetches that head; reading one it writes uses its own copy, which
 is the head as long as it is not fenced. Changes to one thread are serialized (`writing`);
 different threads proceed side by side.
+
+A thread's blobs are in the blob store of the saver that wrote it. A thread whose head
+this saver cannot read (missing, damaged, or in another saver's store) raises
+ThreadUnreadable when it is asked for by id, and is left out, with one warning, when
+the group's threads are walked: one broken thread does not break the others. Deleting
+a thread does not read its head, so a broken thread can be deleted and started anew.
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import uuid
 from contextlib import contextmanager
@@ -40,9 +47,21 @@ THREAD_LEASE_S = SPEC_SECONDS["lease_ttl_s"][1]
 REFUSED_AS_STALE = (pb.REASON_STALE_INCARNATION,)
 REFUSED_UNTIL_REGISTERED = (pb.REASON_AGENT_NOT_ALIVE,)
 
+log = logging.getLogger("agent_client")
+
 
 class ThreadFenced(RuntimeError):
     """Another writer took this thread over: this saver's writes to it are refused."""
+
+
+class ThreadUnreadable(RuntimeError):
+    """A blob of the thread (its head, a sealed segment, a value) is missing or damaged
+    in this saver's blob store, or was written to another store. delete_thread still
+    works, and is how the thread is started anew."""
+
+    def __init__(self, agent_id: str, message: str) -> None:
+        super().__init__(message)
+        self.agent_id = agent_id  # the thread's agent: what names it when its head (holding its id) is unreadable
 
 
 def thread_agent_id(thread_id: str) -> str:
@@ -67,6 +86,7 @@ class ThreadStore:
         self._writers: dict[str, threading.Lock] = {}  # thread -> its writers' turn
         self._group_lock = threading.Lock()
         self._group_ready = False
+        self._skipped: set[str] = set()  # agents of the threads warned about, guarded by _lock
 
     @contextmanager
     def writing(self, thread_id: str) -> Iterator[None]:
@@ -102,10 +122,14 @@ class ThreadStore:
             owned = self._owned.get(thread_id)
             if owned is not None:
                 return owned.head
-        return self._head(thread_agent_id(thread_id))
+        return self._head(thread_agent_id(thread_id), thread_id)
 
-    def _head(self, agent_id: str) -> ThreadHead | None:
+    def _head(self, agent_id: str, thread_id: str | None = None) -> ThreadHead | None:
         """The head in the agent's latest checkpoint, or None if it has none."""
+        meta = self._latest(agent_id)
+        return None if meta is None else self._load(self._protocol(agent_id), meta, thread_id)
+
+    def _latest(self, agent_id: str) -> pb.CheckpointMeta | None:
         self.ensure_group()
         try:
             metas = list(self._paged("ListCheckpoints", pb.ListCheckpointsRequest(group=self.group, agent_id=agent_id),
@@ -114,9 +138,7 @@ class ThreadStore:
             if exc.reason_code == pb.REASON_AGENT_NOT_FOUND:
                 return None
             raise
-        if not metas:
-            return None
-        return self._load(self._protocol(agent_id), max(metas, key=lambda m: m.index), None)
+        return max(metas, key=lambda m: m.index) if metas else None
 
     def _paged(self, method: str, request: Any, field: str) -> Iterator[Any]:
         """Every item of a paged AdminService answer: a thread's heads (until raftpoint gc
@@ -129,25 +151,45 @@ class ThreadStore:
             request.page_token = resp.next_page_token
 
     def _load(self, protocol: AgentProtocol, meta: pb.CheckpointMeta | None, thread_id: str | None) -> ThreadHead | None:
-        """Restore `meta` (None: where Register said to resume); a new thread starts empty."""
+        """Restore `meta` (None: where Register said to resume); a new thread starts empty.
+        `thread_id`, when the caller knows it, names the thread in errors."""
         restored = self._drive(protocol.restore(meta))
         if restored.kind is RestoreKind.REJECTED:
-            raise RuntimeError(f"{protocol.agent_id}: its latest checkpoint cannot be read: {restored.reason}")
+            who = f"thread {thread_id!r}" if thread_id is not None else f"the thread of agent {protocol.agent_id}"
+            raise ThreadUnreadable(protocol.agent_id, f"{who}: its head cannot be read from this saver's blob store "
+                                   f"(delete_thread starts it anew): {restored.reason}")
         if restored.state is None:
             return None if thread_id is None else ThreadHead(thread_id, seal_after=self.seal_after)
         return ThreadHead.from_json(restored.state, seal_after=self.seal_after)
 
-    def thread_ids(self) -> Iterator[str]:
-        """Every thread of the group that holds a head."""
+    def heads(self) -> Iterator[ThreadHead]:
+        """The head of every thread of the group that holds one; a thread whose head
+        cannot be read is skipped (`skip`)."""
         self.ensure_group()
         agents = list(self._paged("GetGroup", pb.GetGroupRequest(group=self.group), "agents"))
         with self._lock:
-            mine = {o.protocol.agent_id: t for t, o in self._owned.items()}
+            mine = {o.protocol.agent_id: o.head for o in self._owned.values()}
         for agent in agents:
             if agent.agent_id in mine:
                 yield mine[agent.agent_id]
-            elif (head := self._head(agent.agent_id)) is not None:
-                yield head.thread_id
+                continue
+            try:
+                head = self._head(agent.agent_id)
+            except ThreadUnreadable as exc:
+                self.skip(exc)
+                continue
+            if head is not None:
+                yield head
+
+    def skip(self, why: ThreadUnreadable) -> None:
+        """Log that a walk over the group's threads leaves one out, once per thread per
+        saver: savers of one group with different blob stores see each other's threads
+        on every walk, each time with a newer head."""
+        with self._lock:
+            first = why.agent_id not in self._skipped
+            self._skipped.add(why.agent_id)
+        if first:
+            log.warning("skipping a LangGraph thread of group %s: %s", self.group, why)
 
     # ---- writes --------------------------------------------------------------------------
     def own(self, thread_id: str) -> ThreadHead:
@@ -155,29 +197,51 @@ class ThreadStore:
         The caller holds `writing(thread_id)`."""
         return self._owner(thread_id).head
 
-    def _owner(self, thread_id: str) -> Owned:
+    def clear(self, thread_id: str) -> None:
+        """Commit an empty head for a thread that has one, without reading the old head:
+        deleting is what a thread this saver cannot read still allows. The caller holds
+        `writing(thread_id)`."""
+        with self._lock:
+            owned = thread_id in self._owned
+        if not owned:
+            latest = self._latest(thread_agent_id(thread_id))
+            if latest is None:
+                return
+            if not _in_store(self.blobs, latest.blob_uri):
+                log.warning("deleting LangGraph thread %r of group %s: its blobs are in another blob store (%s); "
+                            "they go when raftpoint gc runs against that store", thread_id, self.group,
+                            latest.blob_uri)
+        self._owner(thread_id, read_head=False)
+        self.commit(thread_id, ThreadHead(thread_id, seal_after=self.seal_after))
+
+    def _owner(self, thread_id: str, *, read_head: bool = True) -> Owned:
         with self._lock:
             self._check_not_fenced(thread_id)
             owned = self._owned.get(thread_id)
         if owned is None:
-            owned = self._register(thread_id)
+            if read_head:
+                # Read it before registering: a thread this saver cannot read is refused
+                # without fencing off the saver that writes it.
+                self._head(thread_agent_id(thread_id), thread_id)
+            protocol = self._protocol(thread_agent_id(thread_id))
+            owned = Owned(protocol, self._take_over(protocol, thread_id, read_head=read_head))
             with self._lock:
                 self._owned[thread_id] = owned
         return owned
 
-    def _register(self, thread_id: str) -> Owned:
+    def _take_over(self, protocol: AgentProtocol, thread_id: str, *, read_head: bool) -> ThreadHead:
+        """Register, load the head (or, without `read_head`, start from an empty one), and
+        obey the rollback order a re-registration leaves (the coordinator refuses writes
+        until it is acknowledged; a retried write would be answered from the dedupe table
+        with that refusal, so it must come first)."""
         self.ensure_group()
-        protocol = self._protocol(thread_agent_id(thread_id))
-        head = self._take_over(protocol, thread_id)
-        assert head is not None  # a thread id was given: a new thread starts empty
-        return Owned(protocol, head)
-
-    def _take_over(self, protocol: AgentProtocol, thread_id: str) -> ThreadHead | None:
-        """Register, load the head, and obey the rollback order a re-registration leaves
-        (the coordinator refuses writes until it is acknowledged; a retried write would
-        be answered from the dedupe table with that refusal, so it must come first)."""
         resp = self._drive(protocol.register())
-        head = self._load(protocol, None, thread_id)
+        if read_head:
+            head = self._load(protocol, None, thread_id)
+            assert head is not None  # a thread id was given: a new thread starts empty
+        else:
+            protocol.start_over()
+            head = ThreadHead(thread_id, seal_after=self.seal_after)
         if resp.incarnation > 1:
             self._drive(protocol.sync_orders())
         return head
@@ -207,6 +271,13 @@ class ThreadStore:
         except Rejected as exc:
             if exc.reason_code not in REFUSED_UNTIL_REGISTERED:
                 raise
-            self._take_over(owned.protocol, head.thread_id)  # our lease lapsed: register again (a new request id)
+            # Our lease lapsed: register again (a new request id).
+            self._take_over(owned.protocol, head.thread_id, read_head=True)
             self._drive(owned.protocol.checkpoint(head.to_json()))
         owned.head = head
+
+
+def _in_store(blobs: BlobStore, uri: str) -> bool:
+    """Whether `uri` is a blob of `blobs` (a store that cannot tell is assumed to hold it)."""
+    backend = getattr(blobs, "backend", None)
+    return backend is None or backend.key_for_uri(uri) is not None

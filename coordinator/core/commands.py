@@ -88,7 +88,11 @@ class Deregister:
 
 @dataclass(frozen=True)
 class GarbageCollect:
+    """`blob_store`: release only the checkpoints held in that store (blob_stores.in_blob_store);
+    empty: every checkpoint the group no longer needs."""
+
     group: str
+    blob_store: str = ""
 
 
 @dataclass(frozen=True)

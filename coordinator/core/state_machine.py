@@ -16,6 +16,7 @@ from coordinator.core.commands import (
     ReportDependencies, Result, RollbackTarget, SavepointResult, SetRetention, StartEpoch, Token,
 )
 from coordinator.core import authz, fences, queries, retention, savepoints
+from coordinator.core.blob_stores import in_blob_store
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
     RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
@@ -396,7 +397,7 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
                 | retention.selected(cps, group.retention_policy, now))
         referenced = {c.parent_index for c in cps if c.index in kept}
         for cp in cps:
-            if cp.index not in kept and cp.index not in referenced:
+            if cp.index not in kept and cp.index not in referenced and in_blob_store(cp.blob_uri, cmd.blob_store):
                 state.delete_checkpoint(name, agent_id, cp.index)
                 uris.append(cp.blob_uri)
                 total += cp.size

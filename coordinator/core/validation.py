@@ -69,8 +69,10 @@ def validate(command: c.Command) -> None:
             _checkpoint(cp)
         case c.ReportDependencies():
             _dependencies(command)
-        case (c.AbortEpoch(group=group) | c.StartEpoch(group=group) | c.GarbageCollect(group=group)
-              | c.DeleteGroup(group=group)):
+        case c.GarbageCollect(group=group, blob_store=blob_store):
+            ids.check_id(group, "group")
+            ids.check_uri(blob_store, "blob_store", required=False)
+        case c.AbortEpoch(group=group) | c.StartEpoch(group=group) | c.DeleteGroup(group=group):
             ids.check_id(group, "group")
         case c.CreateSavepoint(group=group, name=name, labels=labels):
             ids.check_id(group, "group")

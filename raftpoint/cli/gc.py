@@ -1,5 +1,8 @@
 """`raftpoint gc --blob-store URL --group G`: delete the blobs of checkpoints the
-coordinator no longer needs, and the chunks nothing references any more."""
+coordinator no longer needs, and the chunks nothing references any more.
+
+Only the checkpoints held in the given store are released: a group whose agents (or
+LangGraph savers) write to several stores is collected by one run per store."""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="a directory, file:// or s3://bucket/prefix?endpoint=...&region=... "
                              "(credentials from AWS_* variables or the shared credentials file)")
     parser.add_argument("--group", action="append", default=[],
-                        help="ask the coordinator to release this group's old checkpoints (repeatable)")
+                        help="ask the coordinator to release this group's old checkpoints held in this blob "
+                             "store; those in other stores stay for a run against them (repeatable)")
     parser.add_argument("--uri", action="append", default=[],
                         help="delete this released checkpoint's manifest, without asking the coordinator "
                              "(repeatable; for URIs an earlier gc printed but could not delete)")

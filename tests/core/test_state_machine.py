@@ -238,6 +238,23 @@ def test_garbage_collect_keeps_recovery_line_and_retention(m: Machine) -> None:
     assert gc.bytes == 300
 
 
+def test_garbage_collect_against_one_blob_store_releases_only_its_checkpoints(m: Machine) -> None:
+    """The other store's checkpoints stay recorded until a collection against that store."""
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED, retention=0)))
+    for agent in ("a", "b"):
+        m.register("g", agent)
+        for i in range(1, 4):
+            m.commit("g", agent, i)
+    m.fail(c.GarbageCollect("g", "file:///blobs/a/\n"), Code.INVALID_ARGUMENT, "blob_store")
+    assert m.ok(c.GarbageCollect("g", "file:///blobs/")).deletable_blob_uris == ()  # a store nested above
+    assert m.ok(c.GarbageCollect("g", "file:///blobs/a/")).deletable_blob_uris == ("file:///blobs/a/1",
+                                                                                    "file:///blobs/a/2")
+    assert [cp.index for cp in m.state.checkpoints("g", "b")] == [1, 2, 3]
+    assert m.ok(c.GarbageCollect("g", "file:///blobs/b/")).deletable_blob_uris == ("file:///blobs/b/1",
+                                                                                    "file:///blobs/b/2")
+    assert [cp.index for cp in m.state.checkpoints("g", "b")] == [3]
+
+
 # ---- generations and rollback fences -----------------------------------------------
 
 def _dep(sender: str, interval: int, receiver: str, receive: int, message_id: str, generation: int) -> Dependency:

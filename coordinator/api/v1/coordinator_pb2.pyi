@@ -587,12 +587,14 @@ class WhatIfResponse(_message.Message):
     def __init__(self, targets: _Optional[_Iterable[_Union[RollbackTarget, _Mapping]]] = ...) -> None: ...
 
 class GarbageCollectRequest(_message.Message):
-    __slots__ = ("request_id", "group")
+    __slots__ = ("request_id", "group", "blob_store")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    BLOB_STORE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     group: str
-    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+    blob_store: str
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., blob_store: _Optional[str] = ...) -> None: ...
 
 class GarbageCollectResponse(_message.Message):
     __slots__ = ("deletable_blob_uris", "bytes")
