@@ -97,16 +97,16 @@ def _skip_fsync() -> None:
     for name in dir(fsutil):
         if name.startswith("fsync") and callable(getattr(fsutil, name)):
             setattr(fsutil, name, lambda *args, **kwargs: None)
-    from coordinator.storage import lmdb_store
+    from coordinator.storage import lmdb_env
 
-    open_env = lmdb_store._open_env
+    open_env = lmdb_env.open_env
 
     def unsynced(path: Any, **options: object) -> Any:
         if "sync" in options:
             options.update(sync=False, metasync=False)
         return open_env(path, **options)
 
-    lmdb_store._open_env = unsynced
+    lmdb_env.open_env = unsynced
 
 
 def _stale_read() -> None:

@@ -117,23 +117,3 @@ def check(decision: Allowed | Rejection) -> Grant:
         raise decision
     return decision.grant
 
-
-def command_target(command: object) -> tuple[str, str, str]:
-    """The RPC a command stands for, and the group and agent id it acts on.
-
-    Commands only the leader proposes (failure declarations, epoch aborts, read
-    barriers) map to their own names, which the RPC table does not list: an entry
-    that carries a principal with one of them is refused unless the principal is admin."""
-    from coordinator.core import commands as c
-
-    match command:
-        case c.CommitCheckpoint(checkpoint=cp):
-            return "CommitCheckpoint", cp.group, cp.agent_id
-        case c.Register() | c.ReportDependencies() | c.AckOrder() | c.Deregister():
-            return type(command).__name__, command.group, command.agent_id
-        case c.CreateGroup(spec=spec):
-            return "CreateGroup", spec.name, ""
-        case c.StartEpoch() | c.GarbageCollect() | c.DeleteGroup():
-            return type(command).__name__, command.group, ""
-        case _:
-            return type(command).__name__, getattr(command, "group", ""), getattr(command, "agent_id", "")

@@ -13,7 +13,7 @@ from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
     DeclareAgentFailed, DeleteGroup, DeleteSavepoint, DependenciesResult, Deregister, EmptyResult, Entry, EpochResult,
     Failure, GarbageCollect, GcResult, GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult,
-    ReportDependencies, Result, RollbackTarget, SavepointResult, StartEpoch, Token,
+    ReportDependencies, Result, RollbackTarget, SavepointResult, StartEpoch, Token, command_target,
 )
 from coordinator.core import authz, fences, queries, savepoints
 from coordinator.core.errors import ReasonCode, Rejection
@@ -42,7 +42,7 @@ def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
         if entry.principal is not None:
             # The proposer checked this already; re-checked here from the entry alone so
             # every replica decides the same, whatever a proposer got wrong.
-            authz.check(authz.permits(entry.principal, *authz.command_target(entry.command)))
+            authz.check(authz.permits(entry.principal, *command_target(entry.command)))
         return handler(state, entry.command, entry.proposed_at)
     except Rejection as rejection:
         return Failure.of(rejection)
