@@ -83,7 +83,9 @@ class Allowed:
 
 def decide(identity: str | None, grants: Mapping[str, Grant], rpc: str, group: str = "",
            agent_id: str = "") -> Allowed | Rejection:
-    """May `identity` call `rpc` on `group` (for `agent_id`)? None: no credentials."""
+    """May `identity` call `rpc` on `group` (for `agent_id`)? None: no credentials.
+
+    Chaos seam: `skip-authz` (chaos/planted.py) replaces it with one allowing everything."""
     if identity is None:
         return Rejection.because(ReasonCode.UNAUTHENTICATED, "no credentials: present a client certificate or "
                                  "an 'authorization: Bearer <token>' header")
@@ -94,7 +96,9 @@ def decide(identity: str | None, grants: Mapping[str, Grant], rpc: str, group: s
 
 
 def permits(grant: Grant, rpc: str, group: str = "", agent_id: str = "") -> Allowed | Rejection:
-    """The decision for an identity whose grant is known (the state machine's re-check)."""
+    """The decision for an identity whose grant is known (the state machine's re-check).
+
+    Chaos seam: `skip-authz` (chaos/planted.py) replaces it with one allowing everything."""
     access = RPC_ACCESS.get(rpc, Access.ADMIN)
     if access not in ROLE_ACCESS.get(grant.role, frozenset()):
         return Rejection.because(ReasonCode.ROLE_FORBIDS,

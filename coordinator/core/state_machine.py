@@ -21,6 +21,8 @@ from coordinator.core.model import (
     RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
     Order, OrderKind, Savepoint,
 )
+# Chaos seam: `gc-too-eager` (chaos/planted.py) and the model checker replace state_machine.plan_gc,
+# which the GC handler calls by this name.
 from coordinator.core.recovery_plan import plan_gc
 from coordinator.core.state import State
 from coordinator.core.validation import MAX_DEPENDENCIES_PER_AGENT, check_index_step, validate
@@ -32,7 +34,7 @@ def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
 
     `validated`: the caller has just run validate() on this very command (the leader,
     applying what its proposer checked), so it is not run twice."""
-    handler = _HANDLERS.get(type(entry.command))
+    handler = HANDLERS.get(type(entry.command))
     if handler is None:
         return Failure.of(Rejection.because(ReasonCode.MALFORMED_ENTRY,
                                             f"unknown command {type(entry.command).__name__}"))
@@ -63,12 +65,15 @@ def _agent(state: State, group: str, agent_id: str) -> Agent:
     return queries.registered_agent(state, group, agent_id)
 
 
-def _fenced_agent(state: State, group: Group, agent_id: str, token: Token) -> Agent:
+def fenced_agent(state: State, group: Group, agent_id: str, token: Token) -> Agent:
     """The agent a write comes from, after checking its fencing token.
 
     Beyond the live-incarnation rule (queries.live_agent), one writing for an epoch the
     group has not started, or one that has not yet obeyed a rollback order, is refused:
     otherwise it could re-create state the recovery just discarded.
+
+    Chaos seam: `accept-stale-epoch` (chaos/planted.py) replaces it with a fence that
+    lets an old incarnation through.
     """
     agent = queries.live_agent(state, group.spec.name, agent_id, token)
     if token.epoch > group.current_epoch:
@@ -156,7 +161,7 @@ def _commit_checkpoint(state: State, cmd: CommitCheckpoint, now: float) -> Resul
     cp = cmd.checkpoint
     group = _group(state, cp.group)
     _check_kind(group, cp)
-    agent = _fenced_agent(state, group, cp.agent_id, cmd.token)
+    agent = fenced_agent(state, group, cp.agent_id, cmd.token)
     existing = state.checkpoint(group.spec.name, agent.agent_id, cp.index)
     if existing is not None:
         same = dataclasses.replace(existing, created_at=cp.created_at, stable=cp.stable, incarnation=cp.incarnation)
@@ -222,7 +227,7 @@ def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> R
     undid. The receiver reports before delivering (by default), so the refusal keeps
     the message from being delivered at all."""
     group = _group(state, cmd.group)
-    _fenced_agent(state, group, cmd.agent_id, cmd.token)
+    fenced_agent(state, group, cmd.agent_id, cmd.token)
     senders: dict[str, Agent | None] = {}
     for i, rec in enumerate(cmd.records):
         if rec.sender not in senders:
@@ -363,7 +368,7 @@ def _ack_order(state: State, cmd: AckOrder, now: float) -> Result:
 
 def _deregister(state: State, cmd: Deregister, now: float) -> Result:
     group = _group(state, cmd.group)
-    agent = _fenced_agent(state, group, cmd.agent_id, cmd.token)
+    agent = fenced_agent(state, group, cmd.agent_id, cmd.token)
     state.put_agent(dataclasses.replace(agent, state=AgentState.DEREGISTERED))
     state.put_group(dataclasses.replace(group, members=tuple(m for m in group.members if m != cmd.agent_id)))
     return EmptyResult()
@@ -444,7 +449,10 @@ def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
     return EmptyResult()
 
 
-_HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
+# The handler of each command, looked up by apply() at every entry.
+# Chaos seam: `accept-stale-epoch`, `drop-dependency` and `early-running` (chaos/planted.py)
+# replace the handlers of CommitCheckpoint, ReportDependencies and AckOrder.
+HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
     CreateGroup: _create_group,
     Register: _register,
     CommitCheckpoint: _commit_checkpoint,
