@@ -44,7 +44,7 @@ from coordinator.storage import lmdb_env
 from coordinator.storage.digest import content_digest
 from coordinator.storage.lmdb_check import verify_in_child
 from coordinator.storage.lmdb_env import DATA_FILE, StoreDamaged, check_size
-from coordinator.storage.protocol import (REBUILD_FROM_PEERS, DamagedAtRest, ImageError, StoreFullError,
+from coordinator.storage.protocol import (REBUILD_FROM_PEERS, ImageError, StoreFullError,
                                           StoreIOError, check_commit, check_scan, scan_from)
 from coordinator.storage.record_seal import RecordDamaged, seal, unseal
 

@@ -13,7 +13,6 @@ import ast
 import asyncio
 import inspect
 import os
-import sys
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +22,7 @@ import pytest
 
 from chaos import planted
 from coordinator import fsutil, main
+from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.config import NodeConfig
 from coordinator.core import authz, commands as c
 from coordinator.core.authz import Grant, Role
@@ -41,7 +41,6 @@ from coordinator.storage.state import KvState, RecordCache
 from coordinator.transport.auth import AuthConfigError, WatchedFile
 from coordinator.transport.proposer import Proposer, Refused
 from coordinator.transport.servicers import AdminServicer
-from coordinator.api.v1 import coordinator_pb2 as pb
 from tests.core.test_state_machine import SHA, Machine
 from tests.replication.test_journal import filled, open_journal
 
@@ -316,7 +315,7 @@ def test_a_planted_bug_changes_what_its_seam_answers(tmp_path: Path, bug: str, p
 def _marker(patch: planted.Patch) -> str:
     """A function's or method's docstring; for any other name (a table, an imported
     function), the comment lines just above the statement that binds it."""
-    found = vars(patch.owner)[patch.attribute]
+    found = patch.original()  # raises SeamMissing for a seam that is not there
     home = patch.owner.__module__ if isinstance(patch.owner, type) else patch.owner.__name__
     if inspect.isfunction(found) and found.__module__ == home and patch.key is planted.NO_KEY:
         return inspect.getdoc(found) or ""
