@@ -43,6 +43,7 @@ from coordinator.transport.proposer import Proposer, Refused
 from coordinator.transport.servicers import AdminServicer
 from tests.core.test_state_machine import SHA, Machine
 from tests.replication.test_journal import filled, open_journal
+from tests.test_layers import module_files
 
 Probe = Callable[[Path], Any]
 
@@ -359,3 +360,17 @@ def test_a_seam_that_is_missing_or_private_plants_nothing() -> None:
     assert module.rule() == "bug"
     unplant()
     assert module.rule() == "code"
+
+
+def test_no_module_copies_a_seam_with_a_from_import() -> None:
+    """`from fsutil import fsync_file` binds the code's version at import: a bug planted
+    later never reaches that caller. Seams of modules are called as module.name."""
+    seams = {(patch.owner.__name__, patch.attribute) for _, patch in PATCHES
+             if isinstance(patch.owner, types.ModuleType)}
+    copies = []
+    for module, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                copies += [f"{module} imports {node.module}.{alias.name}" for alias in node.names
+                           if (node.module, alias.name) in seams]
+    assert copies == [], f"callers a planted bug cannot reach: {copies}"
