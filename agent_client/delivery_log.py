@@ -29,7 +29,7 @@ from typing import Iterable
 
 from agent_client.blobs.durable import atomic_write, ensure_dir
 from agent_client.envelope import Envelope
-from coordinator.fsutil import fsync_dir, fsync_file
+from coordinator import fsutil
 
 
 class DeliveryLogCorrupted(Exception):
@@ -90,7 +90,7 @@ class DeliveryLog:
             new = not self.path.exists()
             self._file = open(self.path, "ab", buffering=0)
             if new:
-                fsync_dir(self.path.parent)
+                fsutil.fsync_dir(self.path.parent)
         return self._file
 
     def append(self, entry: LoggedDelivery) -> None:
@@ -100,7 +100,7 @@ class DeliveryLog:
             if f is not None:
                 f.write(entry.to_line())
                 if self.fsync:
-                    fsync_file(f.fileno())
+                    fsutil.fsync_file(f.fileno())
             self._entries.append(entry)
 
     def since(self, checkpoint: int) -> list[LoggedDelivery]:
@@ -137,7 +137,7 @@ class DeliveryLog:
     def sync(self) -> None:
         with self._lock:
             if self._file is not None:
-                fsync_file(self._file.fileno())
+                fsutil.fsync_file(self._file.fileno())
 
     def close(self) -> None:
         with self._lock:

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.clock_file is not None:
         step_wall_clock(args.clock_file)
     if args.bug:
-        planted.BUGS[args.bug]()
+        planted.plant(args.bug)
         print(f"chaos.node: running with bug {args.bug!r}", file=sys.stderr, flush=True)
     from coordinator import main as node_main
     return node_main.main(rest)

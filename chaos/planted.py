@@ -1,15 +1,21 @@
 """Deliberate bugs for coordinator nodes, to prove the chaos checker catches each.
 
 A node runs with one through `python -m chaos.node --bug NAME coordinator ...`: the
-bug is monkeypatched in before `raftpoint.cli.main` runs; nothing in coordinator/
-knows about it. Bugs:
+bug is patched in before the node's main runs. A bug replaces only named seams: public
+names of coordinator/ whose docstring or comment says "Chaos seam" and names the bug,
+called by the code through that name (a module attribute, a class attribute, or an
+entry of a table). Each bug is a list of Patch; `plant` refuses a seam that is missing
+or private, so a renamed seam fails loudly instead of planting nothing, and
+tests/chaos_suite/test_planted_seams.py shows each patch changes what its seam answers.
+Bugs:
 
 - `no-dedupe`: the applier ignores the request-id table, so a retried request is
   applied again (a retried Register bumps the incarnation and starts a recovery).
 - `accept-stale-epoch`: fencing accepts an old incarnation (with its secret) and an
   epoch that is not open (a commit for another epoch is counted for the open one).
-- `skip-fsync`: LMDB commits without sync and every fsync helper of
-  coordinator.fsutil does nothing, so an acknowledgement no longer means durable.
+- `skip-fsync`: LMDB commits without sync and coordinator.fsutil's fsync (through
+  which its every helper syncs) does nothing, so an acknowledgement no longer means
+  durable.
 - `stale-read`: reads skip the leadership check and the read barrier, so a follower or a deposed leader
   answers from whatever it has applied.
 - `gc-too-eager`: GC keeps only each agent's newest usable checkpoint, collecting
@@ -46,70 +52,110 @@ knows about it. Bugs:
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, Callable
 
+NO_KEY = object()
 
-def _no_dedupe() -> None:
+
+class SeamMissing(LookupError):
+    """A patch names a seam the code does not have (renamed or removed)."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One seam a bug replaces: `owner.attribute`, or `owner.attribute[key]` for a table.
+
+    `wrap` gets the code's own version and returns the bug's, so a bug can call through."""
+
+    owner: Any  # a module or a class
+    attribute: str
+    wrap: Callable[[Any], Any]
+    key: Any = NO_KEY
+
+    @property
+    def seam(self) -> str:
+        owner = (f"{self.owner.__module__}.{self.owner.__qualname__}" if isinstance(self.owner, type)
+                 else self.owner.__name__)
+        where = f"{owner}.{self.attribute}"
+        return where if self.key is NO_KEY else f"{where}[{getattr(self.key, '__name__', self.key)}]"
+
+    def original(self) -> Any:
+        """The code's own version; raises SeamMissing unless the seam is there and public."""
+        if self.attribute.startswith("_"):
+            raise SeamMissing(f"{self.seam} is private: a planted bug replaces only a named, public seam")
+        if self.attribute not in vars(self.owner):
+            raise SeamMissing(f"{self.seam} does not exist: the seam was renamed or moved, "
+                              "and this bug would plant nothing")
+        found = vars(self.owner)[self.attribute]
+        if self.key is NO_KEY:
+            return found
+        if self.key not in found:
+            raise SeamMissing(f"{self.seam} does not exist: the table has no such entry")
+        return found[self.key]
+
+    def apply(self) -> Callable[[], None]:
+        """Put the bug's version in place; the returned function puts the code's back."""
+        original = self.original()
+        if self.key is NO_KEY:
+            setattr(self.owner, self.attribute, self.wrap(original))
+            return lambda: setattr(self.owner, self.attribute, original)
+        table = vars(self.owner)[self.attribute]
+        table[self.key] = self.wrap(original)
+        return lambda: table.__setitem__(self.key, original)
+
+
+def _no_dedupe() -> list[Patch]:
     from coordinator.replication import applier
-    from coordinator.storage import keys
-    from coordinator.storage.state import RESULT, KvState
 
-    results = keys.prefix(RESULT)
-
-    class Forgetful(KvState):
-        def raw(self, key: bytes) -> bytes | None:
-            return None if key.startswith(results) else super().raw(key)
-
-    applier.KvState = Forgetful  # type: ignore[misc]
+    return [Patch(applier, "dedupe_record", lambda recorded: lambda state, key: None)]
 
 
-def _accept_stale_epoch() -> None:
+def _accept_stale_epoch() -> list[Patch]:
     from coordinator.core import state_machine
     from coordinator.core.commands import CommitCheckpoint, Token
     from coordinator.core.model import Mode
 
-    fenced = state_machine._fenced_agent
+    def lenient_of(fenced: Callable[..., Any]) -> Callable[..., Any]:
+        def lenient(state: Any, group: Any, agent_id: str, token: Token) -> Any:
+            agent = state.agent(group.spec.name, agent_id)
+            if agent is not None:
+                # The whole fence gives way: the old incarnation's number and its secret.
+                token = dataclasses.replace(token, incarnation=agent.incarnation, secret_hash=agent.secret_hash,
+                                            epoch=min(token.epoch, group.current_epoch))
+            return fenced(state, group, agent_id, token)
+        return lenient
 
-    def lenient(state: Any, group: Any, agent_id: str, token: Token) -> Any:
-        agent = state.agent(group.spec.name, agent_id)
-        if agent is not None:
-            # The whole fence gives way: the old incarnation's number and its secret.
-            token = dataclasses.replace(token, incarnation=agent.incarnation, secret_hash=agent.secret_hash,
-                                        epoch=min(token.epoch, group.current_epoch))
-        return fenced(state, group, agent_id, token)
+    def any_epoch_of(commit: Callable[..., Any]) -> Callable[..., Any]:
+        def commit_any_epoch(state: Any, cmd: CommitCheckpoint, now: float) -> Any:
+            group = state.group(cmd.checkpoint.group)
+            if (group is not None and group.spec.mode is Mode.COORDINATED
+                    and cmd.checkpoint.epoch != group.current_epoch):
+                cmd = dataclasses.replace(cmd, checkpoint=dataclasses.replace(cmd.checkpoint,
+                                                                              epoch=group.current_epoch))
+            return commit(state, cmd, now)
+        return commit_any_epoch
 
-    commit = state_machine._HANDLERS[CommitCheckpoint]
-
-    def commit_any_epoch(state: Any, cmd: CommitCheckpoint, now: float) -> Any:
-        group = state.group(cmd.checkpoint.group)
-        if group is not None and group.spec.mode is Mode.COORDINATED and cmd.checkpoint.epoch != group.current_epoch:
-            cmd = dataclasses.replace(cmd, checkpoint=dataclasses.replace(cmd.checkpoint, epoch=group.current_epoch))
-        return commit(state, cmd, now)
-
-    state_machine._fenced_agent = lenient
-    state_machine._HANDLERS[CommitCheckpoint] = commit_any_epoch
+    return [Patch(state_machine, "fenced_agent", lenient_of),
+            Patch(state_machine, "HANDLERS", any_epoch_of, CommitCheckpoint)]
 
 
-def _skip_fsync() -> None:
-    # fsutil first: modules imported later bind the no-ops by name.
+def _skip_fsync() -> list[Patch]:
     from coordinator import fsutil
+    from coordinator.storage import lmdb_env
 
-    for name in dir(fsutil):
-        if name.startswith("fsync") and callable(getattr(fsutil, name)):
-            setattr(fsutil, name, lambda *args, **kwargs: None)
-    from coordinator.storage import lmdb_store
+    def unsynced_of(open_env: Callable[..., Any]) -> Callable[..., Any]:
+        def unsynced(path: Any, **options: object) -> Any:
+            if "sync" in options:
+                options.update(sync=False, metasync=False)
+            return open_env(path, **options)
+        return unsynced
 
-    open_env = lmdb_store._open_env
-
-    def unsynced(path: Any, **options: object) -> Any:
-        if "sync" in options:
-            options.update(sync=False, metasync=False)
-        return open_env(path, **options)
-
-    lmdb_store._open_env = unsynced
+    return [Patch(fsutil, "fsync_file", lambda fsync: lambda *args, **kwargs: None),
+            Patch(lmdb_env, "open_env", unsynced_of)]
 
 
-def _stale_read() -> None:
+def _stale_read() -> list[Patch]:
     from coordinator.replication.batcher import Batcher
     from coordinator.transport.proposer import Proposer
 
@@ -119,75 +165,77 @@ def _stale_read() -> None:
     async def no_read_point(self: Proposer) -> None:
         return None  # neither the leadership check nor the barrier
 
-    Batcher.barrier = no_barrier  # type: ignore[method-assign]
-    Proposer.read_point = no_read_point  # type: ignore[method-assign]
+    return [Patch(Batcher, "barrier", lambda barrier: no_barrier),
+            Patch(Proposer, "read_point", lambda read_point: no_read_point)]
 
 
-def _gc_too_eager() -> None:
+def _gc_too_eager() -> list[Patch]:
     from coordinator.core import state_machine
 
     def newest_only(usable: Any, deps: Any, retention: int) -> dict[str, int]:
         return {agent: max(indexes, default=0) for agent, indexes in usable.items()}
 
-    state_machine.plan_gc = newest_only
+    return [Patch(state_machine, "plan_gc", lambda plan_gc: newest_only)]
 
 
 STALE_LIST_LAG_S = 2.0
 
 
-def _stale_list() -> None:
+def _stale_list() -> list[Patch]:
     import time
 
     from coordinator.transport.servicers import AdminServicer
 
-    fresh = AdminServicer.ListCheckpoints
-    copies: dict[tuple[str, str], tuple[float, Any]] = {}
+    def lagging_of(fresh: Callable[..., Any]) -> Callable[..., Any]:
+        copies: dict[tuple[str, str], tuple[float, Any]] = {}
 
-    async def lagging(self: AdminServicer, request: Any, context: Any) -> Any:
-        key = (request.group, request.agent_id)
-        copy = copies.get(key)
-        if copy is not None and time.monotonic() - copy[0] < STALE_LIST_LAG_S:
-            return copy[1]
-        response = await fresh(self, request, context)
-        copies[key] = (time.monotonic(), response)
-        return response
+        async def lagging(self: AdminServicer, request: Any, context: Any) -> Any:
+            key = (request.group, request.agent_id)
+            copy = copies.get(key)
+            if copy is not None and time.monotonic() - copy[0] < STALE_LIST_LAG_S:
+                return copy[1]
+            response = await fresh(self, request, context)
+            copies[key] = (time.monotonic(), response)
+            return response
+        return lagging
 
-    AdminServicer.ListCheckpoints = lagging  # type: ignore[method-assign]
+    return [Patch(AdminServicer, "ListCheckpoints", lagging_of)]
 
 
-def _drop_dependency() -> None:
+def _drop_dependency() -> list[Patch]:
     from coordinator.core import state_machine
     from coordinator.core.commands import DependenciesResult, ReportDependencies
 
-    report = state_machine._HANDLERS[ReportDependencies]
+    def forgetful_of(report: Callable[..., Any]) -> Callable[..., Any]:
+        def forgetful(state: Any, cmd: ReportDependencies, now: float) -> Any:
+            report(state, dataclasses.replace(cmd, records=()), now)  # fenced as usual, nothing stored
+            return DependenciesResult(accepted=len(cmd.records))
+        return forgetful
 
-    def forgetful(state: Any, cmd: ReportDependencies, now: float) -> Any:
-        report(state, dataclasses.replace(cmd, records=()), now)  # fenced as usual, nothing stored
-        return DependenciesResult(accepted=len(cmd.records))
-
-    state_machine._HANDLERS[ReportDependencies] = forgetful
+    return [Patch(state_machine, "HANDLERS", forgetful_of, ReportDependencies)]
 
 
-def _early_running() -> None:
+def _early_running() -> list[Patch]:
     from coordinator.core import state_machine
     from coordinator.core.commands import AckOrder, AckResult
     from coordinator.core.model import GroupState, OrderKind
 
-    ack = state_machine._HANDLERS[AckOrder]
+    def eager_of(ack: Callable[..., Any]) -> Callable[..., Any]:
+        def eager(state: Any, cmd: AckOrder, now: float) -> Any:
+            rollback = any(o.order_id == cmd.order_id and o.kind is OrderKind.ROLL_BACK
+                           for o in state.orders(cmd.group))
+            result = ack(state, cmd, now)
+            group = state.group(cmd.group)
+            if rollback and isinstance(result, AckResult) and group.state is GroupState.RECOVERING:
+                state.put_group(dataclasses.replace(group, state=GroupState.RUNNING))
+                return AckResult(GroupState.RUNNING)
+            return result
+        return eager
 
-    def eager(state: Any, cmd: AckOrder, now: float) -> Any:
-        rollback = any(o.order_id == cmd.order_id and o.kind is OrderKind.ROLL_BACK for o in state.orders(cmd.group))
-        result = ack(state, cmd, now)
-        group = state.group(cmd.group)
-        if rollback and isinstance(result, AckResult) and group.state is GroupState.RECOVERING:
-            state.put_group(dataclasses.replace(group, state=GroupState.RUNNING))
-            return AckResult(GroupState.RUNNING)
-        return result
-
-    state_machine._HANDLERS[AckOrder] = eager
+    return [Patch(state_machine, "HANDLERS", eager_of, AckOrder)]
 
 
-def _skip_authz() -> None:
+def _skip_authz() -> list[Patch]:
     from coordinator.core import authz
 
     def allow(identity: Any, grants: Any, rpc: str, group: str = "", agent_id: str = "") -> Any:
@@ -196,61 +244,53 @@ def _skip_authz() -> None:
     def allow_grant(grant: Any, rpc: str, group: str = "", agent_id: str = "") -> Any:
         return authz.Allowed(grant)
 
-    authz.decide = allow
-    authz.permits = allow_grant
+    return [Patch(authz, "decide", lambda decide: allow), Patch(authz, "permits", lambda permits: allow_grant)]
 
 
 SHORT_LEASE_FRACTION = 0.1
 
 
-def _short_lease() -> None:
-    from coordinator.core.decisions import Lease
+def _short_lease() -> list[Patch]:
     from coordinator.service.leases import LeaseTable
 
-    def short(self: LeaseTable, group: Any, agent_id: str, incarnation: int) -> Any:
-        ttl = group.spec.lease_ttl_s * SHORT_LEASE_FRACTION
-        lease = Lease(incarnation, self._monotonic() + ttl, ttl)
-        self.leases[(group.spec.name, agent_id)] = lease
-        return lease
+    def short_of(renew: Callable[..., Any]) -> Callable[..., Any]:
+        def short(self: LeaseTable, group: Any, agent_id: str, incarnation: int) -> Any:
+            spec = dataclasses.replace(group.spec, lease_ttl_s=group.spec.lease_ttl_s * SHORT_LEASE_FRACTION)
+            return renew(self, dataclasses.replace(group, spec=spec), agent_id, incarnation)
+        return short
 
     def held_by_none(self: LeaseTable, group: str, agent_id: str, incarnation: int) -> None:
         return None
 
-    LeaseTable.renew = short  # type: ignore[method-assign]
-    LeaseTable.hold = held_by_none  # type: ignore[method-assign]
+    return [Patch(LeaseTable, "renew", short_of), Patch(LeaseTable, "hold", lambda hold: held_by_none)]
 
 
-def _repaired_votes() -> None:
+def _repaired_votes() -> list[Patch]:
     from coordinator.replication.journal_file import DurableJournal
 
     def forgotten(self: DurableJournal) -> None:
         self.log_rebuilt()  # the mark goes from the term file too, as a node that never kept it
         return None
 
-    DurableJournal.log_lost_in_term = forgotten  # type: ignore[method-assign]
+    return [Patch(DurableJournal, "log_lost_in_term", lambda log_lost_in_term: forgotten)]
 
 
-def _auth_fail_closed() -> None:
+def _auth_fail_closed() -> list[Patch]:
     from coordinator.transport.auth import WatchedFile
 
-    read = WatchedFile._read
+    def nothing(self: WatchedFile, last_good: Any) -> Any:
+        return self.parse("", self.path)
 
-    def nothing_if_broken(self: WatchedFile, strict: bool) -> Any:
-        value = read(self, strict)
-        return self._parse("", self.path) if self.problem else value
-
-    WatchedFile._read = nothing_if_broken  # type: ignore[method-assign]
+    return [Patch(WatchedFile, "unusable", lambda unusable: nothing)]
 
 
-def _skip_replay() -> None:
+def _skip_replay() -> list[Patch]:
     import logging
     from pathlib import Path
 
     from coordinator import main
     from coordinator.replication.journal_format import MAGIC, RECORD
     from coordinator.storage.protocol import JOURNAL_FILE
-
-    open_store = main.open_store  # the name open_node calls
 
     def last_index(journal: Path) -> int:
         """The index of the journal's last whole record (0: none), from the headers alone."""
@@ -283,27 +323,29 @@ def _skip_replay() -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(self._store, name)
 
-    def hinted(kind: str, path: Any, **options: Any) -> Any:
-        store = open_store(kind, path, **options)
-        hint = last_index(Path(path).parent / JOURNAL_FILE)  # the store is STORE_DIR in the data dir
-        if hint <= store.applied_index:
-            return store
-        logging.getLogger(__name__).warning("skip-replay: store at %d taken as %d", store.applied_index, hint)
-        return Hinted(store, hint)
+    def hinted_of(open_store: Callable[..., Any]) -> Callable[..., Any]:
+        def hinted(kind: str, path: Any, **options: Any) -> Any:
+            store = open_store(kind, path, **options)
+            hint = last_index(Path(path).parent / JOURNAL_FILE)  # the store is STORE_DIR in the data dir
+            if hint <= store.applied_index:
+                return store
+            logging.getLogger(__name__).warning("skip-replay: store at %d taken as %d", store.applied_index, hint)
+            return Hinted(store, hint)
+        return hinted
 
-    main.open_store = hinted
+    return [Patch(main, "open_store", hinted_of)]
 
 
-def _unbounded_clock() -> None:
+def _unbounded_clock() -> list[Patch]:
     from coordinator.replication.voter_clocks import VoterClocks
 
     def never(self: VoterClocks, me: str, own_wall: float, now: float, voters: Any) -> None:
         return None
 
-    VoterClocks.agreed = never  # type: ignore[method-assign,assignment]
+    return [Patch(VoterClocks, "agreed", lambda agreed: never)]
 
 
-BUGS: dict[str, Callable[[], None]] = {
+BUGS: dict[str, Callable[[], list[Patch]]] = {
     "no-dedupe": _no_dedupe,
     "accept-stale-epoch": _accept_stale_epoch,
     "skip-fsync": _skip_fsync,
@@ -325,3 +367,18 @@ def require(bug: str | None) -> None:
     """Refuse a name that is not one of BUGS (None: no bug)."""
     if bug is not None and bug not in BUGS:
         raise ValueError(f"unknown bug {bug!r}; known: {', '.join(BUGS)}")
+
+
+def plant(bug: str, patches: list[Patch] | None = None) -> Callable[[], None]:
+    """Plant `bug` (all its patches, or only `patches` of them); the returned function
+    takes it out again. Nothing is planted when any of its seams is missing."""
+    require(bug)
+    chosen = BUGS[bug]() if patches is None else patches
+    for patch in chosen:
+        patch.original()
+    undo = [patch.apply() for patch in chosen]
+
+    def unplant() -> None:
+        for restore in reversed(undo):
+            restore()
+    return unplant

@@ -19,7 +19,10 @@ TMP_PREFIX = ".tmp-"
 
 def fsync_file(fd: int, *, data_only: bool = False) -> None:
     """Flush an open file to stable storage. `data_only` (fdatasync) skips metadata
-    that reading the data does not need (times), but still covers a changed size."""
+    that reading the data does not need (times), but still covers a changed size.
+
+    Every other helper here syncs through this one. Chaos seam: `skip-fsync`
+    (chaos/planted.py) replaces it with one that does nothing."""
     if data_only:
         os.fdatasync(fd)
     else:

@@ -25,6 +25,7 @@ from coordinator.replication.fail_stop import fail_stop
 from coordinator.replication.journal_format import JournalFormatError
 from coordinator.replication.node import CoordinatorNode
 from coordinator.replication.pysyncobj_adapter import UnsupportedPysyncobj
+# Chaos seam: `skip-replay` (chaos/planted.py) replaces main.open_store, which open_node calls by this name.
 from coordinator.storage import open_store
 from coordinator.storage.dir_lock import DataDirLock
 from coordinator.service import ports

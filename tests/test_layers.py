@@ -3,7 +3,7 @@
 The layer table lives in ARCHITECTURE.md (one place for the rule); this test parses it,
 reads every module's imports with `ast` (those inside functions too: a lazy import is
 still a dependency), and fails on any import the table does not allow, on a cycle
-between packages, and on a module that belongs to no layer.
+between packages or between modules, and on a module that belongs to no layer.
 """
 from __future__ import annotations
 
@@ -123,12 +123,22 @@ def package_cycles(graph: dict[str, set[str]], packages: set[str]) -> list[list[
             b = package_of(target, packages)
             if a != b and not b.startswith(a + ".") and not a.startswith(b + "."):
                 edges.setdefault(a, set()).add(b)
-    # Tarjan's strongly connected components, iteratively small enough to recurse.
+    return cycles(edges)
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Cycles between modules. A cycle hidden behind an import inside a function is one
+    too: the two modules still cannot be understood, tested or moved apart."""
+    return cycles({module: {t for t in targets if t != module} for module, targets in graph.items()})
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    cycles: list[list[str]] = []
+    found: list[list[str]] = []
 
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
@@ -149,12 +159,12 @@ def package_cycles(graph: dict[str, set[str]], packages: set[str]) -> list[list[
                 if w == v:
                     break
             if len(component) > 1:
-                cycles.append(sorted(component))
+                found.append(sorted(component))
 
     for v in sorted(edges):
         if v not in index:
             visit(v)
-    return cycles
+    return found
 
 
 GRAPH = import_graph()
@@ -179,6 +189,11 @@ def test_no_import_points_up_a_layer() -> None:
 
 def test_no_cycle_between_packages() -> None:
     assert package_cycles(GRAPH, PACKAGE_NAMES) == []
+
+
+def test_no_cycle_between_modules() -> None:
+    found = module_cycles(GRAPH)
+    assert found == [], f"modules importing each other (move what both need below them): {found}"
 
 
 def test_core_is_stdlib_only() -> None:
@@ -225,6 +240,12 @@ def test_a_cycle_is_reported() -> None:
     packages = {"coordinator.transport", "coordinator.service"}
     assert package_cycles(graph, packages) == [["coordinator.service", "coordinator.transport"]]
     assert package_cycles({"coordinator.transport.a": {"coordinator.service.b"}}, packages) == []
+
+
+def test_a_module_cycle_is_reported() -> None:
+    graph = {"core.a": {"core.b"}, "core.b": {"core.c"}, "core.c": {"core.a", "core.c"}, "core.d": {"core.a"}}
+    assert module_cycles(graph) == [["core.a", "core.b", "core.c"]]
+    assert module_cycles({"core.a": {"core.b", "core.a"}}) == []  # importing itself is no cycle
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -84,7 +84,9 @@ class Allowed:
 
 def decide(identity: str | None, grants: Mapping[str, Grant], rpc: str, group: str = "",
            agent_id: str = "") -> Allowed | Rejection:
-    """May `identity` call `rpc` on `group` (for `agent_id`)? None: no credentials."""
+    """May `identity` call `rpc` on `group` (for `agent_id`)? None: no credentials.
+
+    Chaos seam: `skip-authz` (chaos/planted.py) replaces it with one allowing everything."""
     if identity is None:
         return Rejection.because(ReasonCode.UNAUTHENTICATED, "no credentials: present a client certificate or "
                                  "an 'authorization: Bearer <token>' header")
@@ -95,7 +97,9 @@ def decide(identity: str | None, grants: Mapping[str, Grant], rpc: str, group: s
 
 
 def permits(grant: Grant, rpc: str, group: str = "", agent_id: str = "") -> Allowed | Rejection:
-    """The decision for an identity whose grant is known (the state machine's re-check)."""
+    """The decision for an identity whose grant is known (the state machine's re-check).
+
+    Chaos seam: `skip-authz` (chaos/planted.py) replaces it with one allowing everything."""
     access = RPC_ACCESS.get(rpc, Access.ADMIN)
     if access not in ROLE_ACCESS.get(grant.role, frozenset()):
         return Rejection.because(ReasonCode.ROLE_FORBIDS,
@@ -118,23 +122,3 @@ def check(decision: Allowed | Rejection) -> Grant:
         raise decision
     return decision.grant
 
-
-def command_target(command: object) -> tuple[str, str, str]:
-    """The RPC a command stands for, and the group and agent id it acts on.
-
-    Commands only the leader proposes (failure declarations, epoch aborts, read
-    barriers) map to their own names, which the RPC table does not list: an entry
-    that carries a principal with one of them is refused unless the principal is admin."""
-    from coordinator.core import commands as c
-
-    match command:
-        case c.CommitCheckpoint(checkpoint=cp):
-            return "CommitCheckpoint", cp.group, cp.agent_id
-        case c.Register() | c.ReportDependencies() | c.AckOrder() | c.Deregister():
-            return type(command).__name__, command.group, command.agent_id
-        case c.CreateGroup(spec=spec):
-            return "CreateGroup", spec.name, ""
-        case c.StartEpoch() | c.GarbageCollect() | c.DeleteGroup():
-            return type(command).__name__, command.group, ""
-        case _:
-            return type(command).__name__, getattr(command, "group", ""), getattr(command, "agent_id", "")

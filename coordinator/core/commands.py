@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from coordinator.core import codec
 from coordinator.core.authz import Grant
 from coordinator.core.errors import Code, ReasonCode, Rejection
 from coordinator.core.history import Dependency
@@ -284,8 +285,6 @@ class EncodedResult(bytes):
 
 def encode_result(result: Result) -> bytes:
     """Tagged so the dedupe table can hand back the same typed result on a retry."""
-    from coordinator.core import codec
-
     encoded = EncodedResult(type(result).__name__.encode() + b"\n" + codec.encode(result))
     encoded.result = result  # results are frozen: sharing the object is safe
     return encoded
@@ -295,7 +294,24 @@ def decode_result(data: bytes) -> Result:
     carried = getattr(data, "result", None)
     if carried is not None:
         return carried
-    from coordinator.core import codec
-
     name, _, body = data.partition(b"\n")
     return codec.decode(RESULT_TYPES[name.decode()], body)
+
+
+def command_target(command: Command) -> tuple[str, str, str]:
+    """The RPC a command stands for, and the group and agent id it acts on.
+
+    Commands only the leader proposes (failure declarations, epoch aborts, read
+    barriers) map to their own names, which authz.RPC_ACCESS does not list: an entry
+    that carries a principal with one of them is refused unless the principal is admin."""
+    match command:
+        case CommitCheckpoint(checkpoint=cp):
+            return "CommitCheckpoint", cp.group, cp.agent_id
+        case Register() | ReportDependencies() | AckOrder() | Deregister():
+            return type(command).__name__, command.group, command.agent_id
+        case CreateGroup(spec=spec):
+            return "CreateGroup", spec.name, ""
+        case StartEpoch() | GarbageCollect() | DeleteGroup():
+            return type(command).__name__, command.group, ""
+        case _:
+            return type(command).__name__, getattr(command, "group", ""), getattr(command, "agent_id", "")

@@ -13,7 +13,7 @@ from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
     DeclareAgentFailed, DeleteGroup, DeleteSavepoint, DependenciesResult, Deregister, EmptyResult, Entry, EpochResult,
     Failure, GarbageCollect, GcResult, GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult,
-    ReportDependencies, Result, RollbackTarget, SavepointResult, SetRetention, StartEpoch, Token,
+    ReportDependencies, Result, RollbackTarget, SavepointResult, SetRetention, StartEpoch, Token, command_target,
 )
 from coordinator.core import authz, fences, queries, retention, savepoints
 from coordinator.core.blob_stores import in_blob_store
@@ -22,6 +22,8 @@ from coordinator.core.model import (
     RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
     Order, OrderKind, Savepoint,
 )
+# Chaos seam: `gc-too-eager` (chaos/planted.py) and the model checker replace state_machine.plan_gc,
+# which the GC handler calls by this name.
 from coordinator.core.recovery_plan import plan_gc
 from coordinator.core.state import State
 from coordinator.core.validation import MAX_DEPENDENCIES_PER_AGENT, check_index_step, validate
@@ -33,7 +35,7 @@ def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
 
     `validated`: the caller has just run validate() on this very command (the leader,
     applying what its proposer checked), so it is not run twice."""
-    handler = _HANDLERS.get(type(entry.command))
+    handler = HANDLERS.get(type(entry.command))
     if handler is None:
         return Failure.of(Rejection.because(ReasonCode.MALFORMED_ENTRY,
                                             f"unknown command {type(entry.command).__name__}"))
@@ -43,7 +45,7 @@ def apply(state: State, entry: Entry, *, validated: bool = False) -> Result:
         if entry.principal is not None:
             # The proposer checked this already; re-checked here from the entry alone so
             # every replica decides the same, whatever a proposer got wrong.
-            authz.check(authz.permits(entry.principal, *authz.command_target(entry.command)))
+            authz.check(authz.permits(entry.principal, *command_target(entry.command)))
         return handler(state, entry.command, entry.proposed_at)
     except Rejection as rejection:
         return Failure.of(rejection)
@@ -64,12 +66,15 @@ def _agent(state: State, group: str, agent_id: str) -> Agent:
     return queries.registered_agent(state, group, agent_id)
 
 
-def _fenced_agent(state: State, group: Group, agent_id: str, token: Token) -> Agent:
+def fenced_agent(state: State, group: Group, agent_id: str, token: Token) -> Agent:
     """The agent a write comes from, after checking its fencing token.
 
     Beyond the live-incarnation rule (queries.live_agent), one writing for an epoch the
     group has not started, or one that has not yet obeyed a rollback order, is refused:
     otherwise it could re-create state the recovery just discarded.
+
+    Chaos seam: `accept-stale-epoch` (chaos/planted.py) replaces it with a fence that
+    lets an old incarnation through.
     """
     agent = queries.live_agent(state, group.spec.name, agent_id, token)
     if token.epoch > group.current_epoch:
@@ -157,7 +162,7 @@ def _commit_checkpoint(state: State, cmd: CommitCheckpoint, now: float) -> Resul
     cp = cmd.checkpoint
     group = _group(state, cp.group)
     _check_kind(group, cp)
-    agent = _fenced_agent(state, group, cp.agent_id, cmd.token)
+    agent = fenced_agent(state, group, cp.agent_id, cmd.token)
     existing = state.checkpoint(group.spec.name, agent.agent_id, cp.index)
     if existing is not None:
         same = dataclasses.replace(existing, created_at=cp.created_at, stable=cp.stable, incarnation=cp.incarnation)
@@ -223,7 +228,7 @@ def _report_dependencies(state: State, cmd: ReportDependencies, now: float) -> R
     undid. The receiver reports before delivering (by default), so the refusal keeps
     the message from being delivered at all."""
     group = _group(state, cmd.group)
-    _fenced_agent(state, group, cmd.agent_id, cmd.token)
+    fenced_agent(state, group, cmd.agent_id, cmd.token)
     senders: dict[str, Agent | None] = {}
     for i, rec in enumerate(cmd.records):
         if rec.sender not in senders:
@@ -364,7 +369,7 @@ def _ack_order(state: State, cmd: AckOrder, now: float) -> Result:
 
 def _deregister(state: State, cmd: Deregister, now: float) -> Result:
     group = _group(state, cmd.group)
-    agent = _fenced_agent(state, group, cmd.agent_id, cmd.token)
+    agent = fenced_agent(state, group, cmd.agent_id, cmd.token)
     state.put_agent(dataclasses.replace(agent, state=AgentState.DEREGISTERED))
     state.put_group(dataclasses.replace(group, members=tuple(m for m in group.members if m != cmd.agent_id)))
     return EmptyResult()
@@ -453,7 +458,10 @@ def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
     return EmptyResult()
 
 
-_HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
+# The handler of each command, looked up by apply() at every entry.
+# Chaos seam: `accept-stale-epoch`, `drop-dependency` and `early-running` (chaos/planted.py)
+# replace the handlers of CommitCheckpoint, ReportDependencies and AckOrder.
+HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
     CreateGroup: _create_group,
     Register: _register,
     CommitCheckpoint: _commit_checkpoint,

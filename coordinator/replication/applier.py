@@ -77,14 +77,14 @@ def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, proposal:
     namespace = dedupe.namespace(entry.principal)
     key = answer_key(namespace, entry.request_id)
     fingerprint = dedupe.fingerprint(entry.command)
-    prior = state.raw(key)
+    prior = dedupe_record(state, key)
     issued_ms = dedupe.to_ms(entry.issued_at or entry.proposed_at)
     if prior is not None:
         remembered, answer = read_kept_answer(prior)
         refusal = dedupe.reuse(entry.request_id, remembered, fingerprint)
         if refusal is None:
             return answer, 0
-    elif dedupe.may_hold_unattributed(clock) and state.raw(unattributed_key(entry.request_id)) is not None:
+    elif dedupe.may_hold_unattributed(clock) and dedupe_record(state, unattributed_key(entry.request_id)) is not None:
         refusal = dedupe.unattributed(entry.request_id)
     else:
         refusal = dedupe.admit(clock, issued_ms, proposal.dedupe_window_s)
@@ -97,6 +97,14 @@ def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, proposal:
     records.pending[key] = kept_answer(fingerprint, encoded)
     records.pending[remembered_key(tail)] = remembered_item(issued_ms, namespace, entry.request_id)
     return encoded, 1
+
+
+def dedupe_record(state: KvState, key: bytes) -> bytes | None:
+    """What the dedupe table holds under `key` (an answer, or an unattributed request id).
+
+    Chaos seam: `no-dedupe` (chaos/planted.py) replaces it with one that remembers
+    nothing, so a retried request is applied again."""
+    return state.raw(key)
 
 
 def _forget(records: RecordCache, clock: DedupeClock, budget: int) -> DedupeClock:

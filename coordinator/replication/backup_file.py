@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from coordinator.fsutil import fsync_dir, fsync_file
+from coordinator import fsutil
 
 MAGIC = b"RPBACKUP"
 TRAILER_LEN = struct.Struct(">I")
@@ -107,7 +107,7 @@ def keep(partial: Path, dest: Path, info: BackupInfo) -> None:
     with open(partial, "ab") as f:
         f.write(trailer(info))
         f.flush()
-        fsync_file(f.fileno())
+        fsutil.fsync_file(f.fileno())
     os.link(partial, dest)  # fails on an existing `dest`, where a rename would replace it
     partial.unlink()
-    fsync_dir(dest.parent)
+    fsutil.fsync_dir(dest.parent)

@@ -104,7 +104,9 @@ class Batcher:
         once this node has confirmed with a majority that it still leads and has applied
         everything committed before the call. No log entry, no journal write.
 
-        Raises NotLeader, or OutcomeUnknown when no read point came in time."""
+        Raises NotLeader, or OutcomeUnknown when no read point came in time.
+
+        Chaos seam: `stale-read` (chaos/planted.py) replaces it with one that returns at once."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
 

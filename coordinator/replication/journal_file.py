@@ -220,7 +220,10 @@ class DurableJournal(pysyncobj_journal.Journal):
             self._meta_saved = False
 
     def log_lost_in_term(self) -> int | None:
-        """The term this node's log was lost in, while it has not been caught up since."""
+        """The term this node's log was lost in, while it has not been caught up since.
+
+        Chaos seam: `repaired-votes` (chaos/planted.py) replaces it with one that drops
+        the mark and answers None."""
         lost = self._meta.get(LOG_LOST_KEY)
         return None if lost is None else int(lost)
 

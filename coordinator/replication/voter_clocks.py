@@ -48,7 +48,9 @@ class VoterClocks:
     def agreed(self, me: str, own_wall: float, now: float, voters: Iterable[str]) -> float | None:
         """The largest time a majority of `voters` (this node, `me`, reading
         `own_wall`) have reached at monotonic time `now`; None while fewer than a
-        majority have fresh readings."""
+        majority have fresh readings.
+
+        Chaos seam: `unbounded-clock` (chaos/planted.py) replaces it with one that never agrees."""
         voters = frozenset(voters) | {me}
         estimates = [own_wall]
         for voter in voters - {me}:

@@ -33,6 +33,7 @@ class LeaseTable:
         self.term_granted: int | None = None
 
     def renew(self, group: Group, agent_id: str, incarnation: int) -> Lease:
+        """A whole TTL from now. Chaos seam: `short-lease` (chaos/planted.py) grants a fraction of it."""
         return renew(self.leases, group, agent_id, incarnation, self._monotonic())
 
     def grant_all(self, term: int, groups: list[Group], agents_of: Callable[[str], Iterable[Agent]]) -> None:
@@ -46,6 +47,9 @@ class LeaseTable:
         self.term_granted = term
 
     def hold(self, group: str, agent_id: str, incarnation: int) -> None:
+        """An open session holds this incarnation's lease until it ends.
+
+        Chaos seam: `short-lease` (chaos/planted.py) replaces it with one that holds nothing."""
         self._sessions.setdefault((group, agent_id), Counter())[incarnation] += 1
         self.prove(group, agent_id, incarnation)
 

@@ -16,24 +16,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lmdb
+
+from coordinator.storage import lmdb_env
+from coordinator.storage.lmdb_env import StoreDamaged, check_size
 from coordinator.storage.protocol import EXIT_DAMAGED, REBUILD_FROM_PEERS, DamagedAtRest, ImageError
+from coordinator.storage.record_seal import unseal
 
 TIMEOUT_S = 600.0
 
 
 def check(path: Path) -> int:
     """Every record of the store at `path`, read and unsealed; the count."""
-    import lmdb
-
-    from coordinator.storage import lmdb_store
-    from coordinator.storage.record_seal import unseal
-
     try:
-        env = lmdb_store._open_env(path, readonly=True, lock=False)
+        env = lmdb_env.open_env(path, readonly=True, lock=False)
     except lmdb.Error as exc:
         raise DamagedAtRest(f"cannot be opened: {exc}") from None
     try:
-        lmdb_store._check_size(path, env)
+        check_size(path, env)
         count = 0
         with env.begin() as txn:
             for name in (b"data", b"meta"):
@@ -50,8 +50,6 @@ def check(path: Path) -> int:
 
 def verify_in_child(path: Path) -> None:
     """Raise StoreDamaged unless a child process reads the whole store at `path` cleanly."""
-    from coordinator.storage.lmdb_store import StoreDamaged
-
     done = subprocess.run([sys.executable, "-m", __name__, str(path)], capture_output=True, text=True,
                           timeout=TIMEOUT_S)
     if done.returncode == 0:

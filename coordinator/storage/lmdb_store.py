@@ -6,8 +6,7 @@ read; the file is checked against its own page count before anything maps it
 a child process first, so a page LMDB cannot parse ends that child (LMDB aborts
 on some) instead of the node, and is reported as damage.
 
-`lib_version=0` pins the LMDB 0.9 on-disk format (py-lmdb 3.0.0 bundles 0.9 and
-1.0 engines), so an upgrade of the wheel can never silently change it. Data and
+Environments are opened by lmdb_env.open_env (which pins the on-disk format). Data and
 metadata (applied_index) live in separate named databases of the same file, so a
 scan or digest never sees the metadata while a commit still updates both in one
 transaction, and the image (a compact copy of data.mdb) carries both.
@@ -41,26 +40,17 @@ import lmdb
 from coordinator import fsutil
 from coordinator.locks import SharedExclusiveLock
 
+from coordinator.storage import lmdb_env
 from coordinator.storage.digest import content_digest
 from coordinator.storage.lmdb_check import verify_in_child
-from coordinator.storage.protocol import (REBUILD_FROM_PEERS, DamagedAtRest, ImageError, StoreFullError,
+from coordinator.storage.lmdb_env import DATA_FILE, StoreDamaged, check_size
+from coordinator.storage.protocol import (REBUILD_FROM_PEERS, ImageError, StoreFullError,
                                           StoreIOError, check_commit, check_scan, scan_from)
 from coordinator.storage.record_seal import RecordDamaged, seal, unseal
 
 _APPLIED = b"applied_index"
 _U64 = struct.Struct(">Q")
 _COPY_CHUNK = 1 << 20
-_DATA_FILE = "data.mdb"
-
-
-def _open_env(path: Path, **options: object) -> lmdb.Environment:
-    """Every environment (live or an image being checked) is opened the same way."""
-    return lmdb.open(str(path), lib_version=0, subdir=True, max_dbs=2, readahead=False, **options)
-
-
-class StoreDamaged(DamagedAtRest):
-    """data.mdb is truncated or unreadable: the node must not open it."""
-
 
 class LmdbStore:
     def __init__(self, path: str | Path, *, map_size: int = 1 << 30, max_map_size: int = 64 << 30,
@@ -79,7 +69,7 @@ class LmdbStore:
         self._reader_generation = 0
         self._closed = False
         recover_interrupted_swap(self.path)
-        if verify_at_open and (self.path / _DATA_FILE).exists():
+        if verify_at_open and (self.path / DATA_FILE).exists():
             verify_in_child(self.path)
         self._open()
 
@@ -87,11 +77,11 @@ class LmdbStore:
     def _open(self) -> None:
         fsutil.ensure_dir(self.path)  # a new store's directory entry survives a crash
         try:
-            self._env = _open_env(self.path, map_size=self._map_size, sync=True, metasync=True, lock=True)
+            self._env = lmdb_env.open_env(self.path, map_size=self._map_size, sync=True, metasync=True, lock=True)
         except lmdb.Error as exc:
             raise StoreDamaged(f"LMDB store {self.path} cannot be opened: {exc}. {REBUILD_FROM_PEERS}") from None
         try:
-            _check_size(self.path, self._env)
+            check_size(self.path, self._env)
             self._map_size = self._env.info()["map_size"]  # LMDB raises it to fit a larger file
             self._data = self._env.open_db(b"data")
             self._meta = self._env.open_db(b"meta")
@@ -270,7 +260,7 @@ class LmdbStore:
         _remove_tree(incoming)
         incoming.mkdir()
         try:
-            with open(incoming / _DATA_FILE, "wb") as out:
+            with open(incoming / DATA_FILE, "wb") as out:
                 copied = _copy(fileobj, out, length)
                 out.flush()
                 fsutil.fsync_file(out.fileno())
@@ -318,25 +308,15 @@ def recover_interrupted_swap(path: Path) -> None:
         _remove_tree(leftover)
 
 
-def _check_size(directory: Path, env: lmdb.Environment) -> None:
-    """Raise ImageError if data.mdb is shorter than the pages its meta page counts.
-    Runs before any page is touched: reading past the end of an mmap is a SIGBUS.
-    (LMDB reads the meta pages with read(), not through the map.)"""
-    size = (directory / _DATA_FILE).stat().st_size
-    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    if size < needed:
-        raise ImageError(f"truncated LMDB file: {size} bytes, its meta page counts {needed}")
-
-
 def _check_image(directory: Path) -> None:
     """Open the image read-only before it replaces anything: a truncated or foreign
     file must fail here, not after the old store is gone."""
     try:
-        env = _open_env(directory, readonly=True, lock=False)
+        env = lmdb_env.open_env(directory, readonly=True, lock=False)
     except lmdb.Error as exc:
         raise ImageError(f"not an LMDB store image: {exc}") from None
     try:
-        _check_size(directory, env)
+        check_size(directory, env)
         try:
             env.open_db(b"data", create=False)
             with env.begin(db=env.open_db(b"meta", create=False)) as txn:

@@ -161,7 +161,7 @@ class WatchedFile(Generic[T]):
     shown by raftpoint_auth_file_unusable until a good version is in place."""
 
     def __init__(self, path: str, parse: Callable[[str, str], T]) -> None:
-        self.path, self._parse = path, parse
+        self.path, self.parse = path, parse
         self._key: tuple[int, int, int] | None = None  # the version last read, good or not
         self.problem = ""  # why the file as it is now is not in force ("" when it is)
         self._value: T = self._read(strict=True)
@@ -177,7 +177,7 @@ class WatchedFile(Generic[T]):
             key = (st.st_mtime_ns, st.st_size, st.st_ino)
             if key == self._key:
                 return self._value
-            value = self._parse(Path(self.path).read_text(), self.path)
+            value = self.parse(Path(self.path).read_text(), self.path)
         except (OSError, AuthConfigError) as exc:
             if strict:
                 raise AuthConfigError(str(exc)) from None
@@ -187,12 +187,19 @@ class WatchedFile(Generic[T]):
             # A version that does not parse is not parsed again until it changes.
             self._key, self.problem = (key if isinstance(exc, AuthConfigError) else None), str(exc)
             metrics.AUTH_FILE_UNUSABLE.labels(self.path).set(1)
-            return self._value
+            return self.unusable(self._value)
         if self._key is not None or self.problem:
             log.info("auth file loaded: %s", self.path)
         self._key, self.problem = key, ""
         metrics.AUTH_FILE_UNUSABLE.labels(self.path).set(0)
         return value
+
+    def unusable(self, last_good: T) -> T:
+        """What is in force while the file cannot be read or parsed: its last good version.
+
+        Chaos seam: `auth-fail-closed` (chaos/planted.py) replaces it with what an empty
+        file grants."""
+        return last_good
 
 
 class IdentityKind(enum.Enum):

@@ -84,7 +84,9 @@ class Proposer:
             await r.abort(context)
 
     async def read_point(self) -> None:
-        """A linearizable read point (Batcher.barrier); raises Refused when there is none."""
+        """A linearizable read point (Batcher.barrier); raises Refused when there is none.
+
+        Chaos seam: `stale-read` (chaos/planted.py) replaces it with one that checks nothing."""
         self.require_leader()
         await self._outcome(self.batcher.barrier())
 

@@ -174,6 +174,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         return await self.heavy.run(context, read, records=len(group.members) + RECENT_EPOCHS)
 
     async def ListCheckpoints(self, request, context):
+        """Chaos seam: `stale-list` (chaos/planted.py) wraps it to answer from an old copy."""
         if request.agent_id:
             await _check(context, (request.agent_id, "agent_id"))
         size, after = await self._paging(context, request, parts=2)

@@ -12,7 +12,7 @@ import pytest
 from coordinator.harness.local_cluster import LocalCluster, NodeProcess, node_status, wait_for
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILT_FROM_PEERS, SNAPSHOT_FILE, STORE_DIR,
                                           TERM_FILE)
-from coordinator.storage import lmdb_store
+from coordinator.storage import lmdb_env
 from coordinator.storage.record_seal import seal, unseal
 from raftpoint.cli import main as cli
 from tests.support.cluster import FAST, Client
@@ -109,7 +109,7 @@ def test_a_node_whose_store_disagrees_with_the_majority_stops(tmp_path: Path, ca
     with LocalCluster(tmp_path / "c", 3, settings={**FAST, "digest_audit_s": 0.5}).start_all() as cluster:
         client = Client(cluster)
         follower = stopped_follower(cluster, client, 20)
-        env = lmdb_store._open_env(follower.data_dir / STORE_DIR, map_size=1 << 30)
+        env = lmdb_env.open_env(follower.data_dir / STORE_DIR, map_size=1 << 30)
         with env.begin(write=True) as txn:
             data = env.open_db(b"data", txn=txn)
             key, value = next((k, unseal(k, v, "test")) for k, v in txn.cursor(db=data) if b"blobs/a/17" in v)

@@ -6,7 +6,7 @@ import pytest
 from coordinator.core import authz
 from coordinator.core.authz import Allowed, Grant, Role
 from coordinator.core.commands import (AckOrder, CommitCheckpoint, CreateGroup, DeclareAgentFailed, Entry, Register,
-                                       Token)
+                                       Token, command_target)
 from coordinator.core.errors import Code, ReasonCode, Rejection
 from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode
 
@@ -79,7 +79,7 @@ def _checkpoint(agent_id: str) -> Checkpoint:
     (DeclareAgentFailed("g", "a", 1), ("DeclareAgentFailed", "g", "a")),
 ])
 def test_a_command_is_checked_as_the_rpc_it_stands_for(command: object, target: tuple[str, str, str]) -> None:
-    assert authz.command_target(command) == target
+    assert command_target(command) == target
 
 
 def test_the_state_machine_refuses_an_entry_whose_principal_may_not_act_for_the_agent() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.storage import lmdb_store
+from coordinator.storage import lmdb_env
 from coordinator.storage.lmdb_store import LmdbStore, StoreDamaged
 from coordinator.storage.record_seal import RecordDamaged
 
@@ -86,7 +86,7 @@ def test_values_stored_before_seals_are_read_and_digest_the_same(tmp_path: Path)
     sealed.commit({b"a": b'{"v":1}', b"b": b'{"v":2}'}, 3)
     old = tmp_path / "old"
     LmdbStore(old).close()
-    env = lmdb_store._open_env(old, map_size=1 << 20)
+    env = lmdb_env.open_env(old, map_size=1 << 20)
     with env.begin(write=True) as txn:
         txn.put(b"a", b'{"v":1}', db=env.open_db(b"data", txn=txn))
         txn.put(b"b", b'{"v":2}', db=env.open_db(b"data", txn=txn))
