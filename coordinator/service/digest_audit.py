@@ -106,6 +106,7 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
     ClusterStatus needs a role when authentication is on); `replaced_from`: the
     node's first applied entry a leader replaced (CoordinatorNode.replaced_applied_from)."""
     samples: Samples = {}
+    other_layouts_seen: set[tuple[str, int]] = set()
     async for _ in ticks.every(period, stop):
         try:
             index, digest = await asyncio.to_thread(replica.digest_with_index)
@@ -116,7 +117,7 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
         for status in await asyncio.gather(*(_ask(peer, tls, credentials) for peer in peers_grpc)):
             if status is not None:
                 record(samples, status.node, status.digest_index, status.content_digest, status.content_layout)
-                _note_other_layout(status)
+                _note_other_layout(status, other_layouts_seen)
         metrics.DIGEST_DIVERGED_PEERS.set(len(diverged_peers(me, samples, len(peers_grpc) + 1)))
         found = diverged(me, samples, len(peers_grpc) + 1)
         if found is not None:
@@ -125,14 +126,12 @@ async def run(replica: Replica, me: str, peers_grpc: list[str], period: float, s
             return
 
 
-_other_layouts_seen: set[tuple[str, int]] = set()
-
-
-def _note_other_layout(status: pb.NodeStatus) -> None:
-    """Say once per peer and layout that the audit cannot compare with it (a rolling upgrade)."""
+def _note_other_layout(status: pb.NodeStatus, seen_before: set[tuple[str, int]]) -> None:
+    """Say once per peer and layout, per audit run, that the audit cannot compare with it
+    (a rolling upgrade); `seen_before` holds what this run has said already."""
     seen = (status.node, status.content_layout)
-    if status.content_layout != CONTENT_LAYOUT and seen not in _other_layouts_seen:
-        _other_layouts_seen.add(seen)
+    if status.content_layout != CONTENT_LAYOUT and seen not in seen_before:
+        seen_before.add(seen)
         log.warning("digest audit: peer %s stores record layout %d (this node: %d); its digests are compared only "
                     "with nodes of its layout until every node runs one version", status.node,
                     status.content_layout, CONTENT_LAYOUT)
