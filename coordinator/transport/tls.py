@@ -193,16 +193,22 @@ def _in_force(material: Material) -> None:
 
 
 class _Reloader:
-    """gRPC's certificate fetcher: a new configuration when the files changed and check out."""
+    """gRPC's certificate fetcher: a new configuration when the files changed and check out.
 
-    def __init__(self, tls: ServerTLS) -> None:
+    `reports`: whether this watcher logs and sets the TLS metrics. A node's files are
+    reported by one watcher, the gRPC port's; another listener following the same
+    files watches silently, so a refused rotation is said once."""
+
+    def __init__(self, tls: ServerTLS, reports: bool = True) -> None:
         self.tls = tls
+        self._reports = reports
         self._paths = [p for p in (tls.cert_file, tls.key_file, tls.client_ca_file) if p]
         self._lock = threading.Lock()
         self._stamp = _stamp(self._paths)
         self.material = load(tls)
         self.initial = _configuration(self.material)
-        _in_force(self.material)
+        if reports:
+            _in_force(self.material)
 
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
         stamp = _stamp(self._paths)
@@ -216,19 +222,23 @@ class _Reloader:
             except TLSMaterialError as exc:
                 return self._keep(f"cannot be used yet ({exc})")
             if material == self.material:
-                metrics.TLS_FILES_UNUSABLE.set(0)
+                if self._reports:
+                    metrics.TLS_FILES_UNUSABLE.set(0)
                 return None
             problem = rotation_problem(self.material, material, self.tls.names, now)
             if problem is not None:
                 return self._keep(f"are refused: {problem}")
-            log.info("TLS files changed: now serving certificate serial %x (was %x)", material.serial,
-                     self.material.serial)
+            if self._reports:
+                log.info("TLS files changed: now serving certificate serial %x (was %x)", material.serial,
+                         self.material.serial)
+                _in_force(material)
             self.material = material
-            _in_force(material)
             return _configuration(material)
 
     def _keep(self, why: str) -> None:
         """Keep serving the last good material; say why the files on disk are not in force."""
+        if not self._reports:
+            return None
         log.warning("TLS files changed but %s; still serving certificate serial %x", why, self.material.serial)
         metrics.TLS_FILES_UNUSABLE.set(1)
         return None
@@ -238,10 +248,11 @@ class ContextReloader:
     """The ssl.SSLContext of another listener of this node (the metrics port), following
     the TLS files as the gRPC port does: rebuilt by `make` once they change and pass
     the same checks (_Reloader), else the last good one is kept. Call it for each
-    connection: a changed file costs a stat of each until then."""
+    connection: a changed file costs a stat of each until then. It watches silently:
+    the gRPC port's watcher reports the files' state for the node."""
 
     def __init__(self, tls: ServerTLS, make: Callable[[ServerTLS], ssl.SSLContext]) -> None:
-        self._watch = _Reloader(tls)
+        self._watch = _Reloader(tls, reports=False)
         self._make = make
         self._context = make(tls)
         self._behind = False  # new material was accepted but not loaded yet

@@ -122,3 +122,25 @@ def test_the_served_certificate_and_client_ca_expiry_are_exported_and_follow_a_r
     ca.server("n", valid_for=dt.timedelta(days=90))
     assert reloader.fetch() is not None
     assert abs(expiry("node") - (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=90)).timestamp()) < 600
+
+
+def test_a_refused_rotation_is_said_once_though_two_listeners_follow_the_files(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The metrics port follows the same files as the gRPC port; only the gRPC port's
+    watcher reports them, so an operator reads one warning per refused rotation."""
+    import ssl
+
+    from coordinator.transport.tls import ContextReloader
+
+    ca = LocalCA.create(tmp_path / "ca")
+    first = ca.server("n", ["node-1.example"])
+    settings = ServerTLS(str(first.cert_file), str(first.key_file), str(ca.ca_file), "require",
+                         names=("node-1.example",))
+    grpc_port = _Reloader(settings)
+    metrics_port = ContextReloader(settings, lambda t: ssl.create_default_context())
+    ca.issue("n", "node-2.example", hosts=["node-2.example"], server=True)
+    with caplog.at_level(logging.WARNING):
+        assert grpc_port.fetch() is None
+        metrics_port()
+    warnings = [r.getMessage() for r in caplog.records if "still serving" in r.getMessage()]
+    assert len(warnings) == 1, f"the refused rotation was logged {len(warnings)} times: {warnings}"
