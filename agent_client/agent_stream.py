@@ -396,7 +396,7 @@ class AsyncSessionStream(_Frames):
                 try:
                     reply = await asyncio.wait_for(asyncio.shield(waiter.future),
                                                    min(self.conn.rpc_timeout, remaining))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     self._reconnect(rotate=True)
                     continue
                 try:

@@ -98,8 +98,10 @@ class Cluster:
             self.stop(i)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+# Named apart from the fixture, so a module that imports it to share it keeps `cluster` for the
+# fixture's value alone.
+@pytest.fixture(name="cluster")
+def cluster_fixture(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
     yield c
     c.close()
