@@ -7,7 +7,7 @@ escape: a replicated method that raises would wedge every replica the same way.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
@@ -444,7 +444,8 @@ def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
     return EmptyResult()
 
 
-_HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
+# Each handler takes the command of its key's type, which a dict's type cannot say.
+_HANDLERS: dict[type, Callable[[State, Any, float], Result]] = {
     CreateGroup: _create_group,
     Register: _register,
     CommitCheckpoint: _commit_checkpoint,
