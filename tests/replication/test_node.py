@@ -98,8 +98,7 @@ class Cluster:
             self.stop(i)
 
 
-# Named apart from the fixture, so a module that imports it to share it keeps `cluster` for the
-# fixture's value alone.
+# Imported by other modules: named apart from the fixture (docs/developing.md).
 @pytest.fixture(name="cluster")
 def cluster_fixture(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)

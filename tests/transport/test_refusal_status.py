@@ -30,8 +30,7 @@ def test_an_absent_or_unknown_reason_reads_as_unspecified(value) -> None:
     assert parse_reason(value) == pb.REASON_UNSPECIFIED
 
 
-# Named apart from the fixture, so a module that imports it to share it keeps `coordinator`
-# for the fixture's value alone.
+# Imported by other modules: named apart from the fixture (docs/developing.md).
 @pytest.fixture(scope="module", name="coordinator")
 def coordinator_fixture():
     with InProcessCoordinator() as running, Connection([running.address], tls=running.client_tls()) as conn:
