@@ -363,6 +363,8 @@ class AsyncSessionStream(_Frames):
     """The asyncio session, over an AsyncConnection; use from one event loop. A task
     keeps the stream open and reads it."""
 
+    conn: AsyncConnection
+
     def __init__(self, conn: AsyncConnection, on_order: OnOrder, on_watch_ended: OnWatchEnded) -> None:
         super().__init__(on_order, on_watch_ended)
         self.conn = conn
@@ -396,7 +398,7 @@ class AsyncSessionStream(_Frames):
                 try:
                     reply = await asyncio.wait_for(asyncio.shield(waiter.future),
                                                    min(self.conn.rpc_timeout, remaining))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     self._reconnect(rotate=True)
                     continue
                 try:
@@ -458,8 +460,10 @@ class AsyncSessionStream(_Frames):
         watch = self._watch
         waiter = self._route(reply)
         if waiter == "rewatch":
-            asyncio.get_running_loop().call_later(random.uniform(0, BACKOFF["max"]),
-                                                  lambda: self._watch is watch and self._send(watch))
+            def rewatch() -> None:  # unless the watch was replaced or ended meanwhile
+                if watch is not None and self._watch is watch:
+                    self._send(watch)
+            asyncio.get_running_loop().call_later(random.uniform(0, BACKOFF["max"]), rewatch)
         elif waiter is not None and not waiter.future.done():
             waiter.future.set_result(reply)
 

@@ -261,7 +261,7 @@ class AsyncAgentClient(ClientBase):
         would undo them (AgentClient._handle_order)."""
         try:
             await asyncio.wait_for(self._started.wait(), START_UP_GRACE_S)
-        except asyncio.TimeoutError:  # an agent that only waits for orders gets them
+        except TimeoutError:  # an agent that only waits for orders gets them
             pass
 
     async def side_effect(self, key: str, fn: Callable[[], Any], *, hold_until_stable: bool = False) -> Any:

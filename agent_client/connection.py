@@ -177,7 +177,8 @@ def said(exc: BaseException | None) -> str:
 
 def _trailer(err: grpc.RpcError, key: str) -> str | None:
     try:
-        return dict(err.trailing_metadata() or ()).get(key)
+        # grpc gives (key, value) pairs, which its stubs type as objects with .key and .value
+        return dict(err.trailing_metadata() or ()).get(key)  # type: ignore[arg-type, call-overload]
     except Exception:  # some aio errors carry no metadata object
         return None
 

@@ -25,7 +25,7 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import BinaryIO, Iterable
 
 from agent_client.blobs.durable import atomic_write, ensure_dir
 from agent_client.envelope import Envelope
@@ -64,7 +64,7 @@ class DeliveryLog:
         self.fsync = fsync
         self._lock = threading.Lock()
         self._entries: list[LoggedDelivery] = self._load()
-        self._file = None
+        self._file: BinaryIO | None = None
 
     def _load(self) -> list[LoggedDelivery]:
         if self.path is None or not self.path.exists():
@@ -84,7 +84,7 @@ class DeliveryLog:
             atomic_write(self.path, b"".join(e.to_line() for e in entries))
         return entries
 
-    def _open(self):  # type: ignore[no-untyped-def]
+    def _open(self) -> BinaryIO | None:
         if self._file is None and self.path is not None:
             ensure_dir(self.path.parent)
             new = not self.path.exists()

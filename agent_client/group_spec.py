@@ -10,7 +10,7 @@ import uuid
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 
-MODES: dict[str, int] = {
+MODES: dict[str, pb.GroupMode] = {
     "coordinated": pb.COORDINATED,
     "bcs": pb.CIC_BCS,
     "hmnr": pb.CIC_HMNR,
@@ -23,7 +23,7 @@ class GroupNotFound(LookupError):
     """The group does not exist and the caller did not ask to create it."""
 
 
-def mode_value(mode: str | None) -> int:
+def mode_value(mode: str | None) -> pb.GroupMode:
     """The proto enum for a mode name; a clear ValueError for None or an unknown name."""
     if mode is None:
         raise ValueError(f"creating a group needs mode=, one of: {', '.join(MODES)}")

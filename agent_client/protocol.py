@@ -510,7 +510,7 @@ class AgentProtocol:
                 if undone_by(line, entry.envelope):
                     continue
                 payload = yield from self._deliver(entry.envelope, entry.raw)
-                if payload is not None:
+                if payload is not None and self.on_redeliver is not None:
                     self.redelivered.append((entry.envelope.message_id, self.last_index + 1))
                     yield Callback(partial(self.on_redeliver, payload, entry.envelope.sender))
             yield Blocking(partial(self.deliveries.drop, entries))

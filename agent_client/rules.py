@@ -10,7 +10,7 @@ a vector clock from the future would force needless checkpoints or miss needed o
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Generic, Sequence, TypeVar
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import cic
@@ -57,10 +57,16 @@ class Bcs(Rule):
         self.state.lc = index
 
 
-class _Vector(Rule):
+_VectorState = TypeVar("_VectorState", cic.FdasState, cic.HmnrState)
+
+
+class _Vector(Rule, Generic[_VectorState]):
     """FDAS and HMNR index agents by position in the fixed member list."""
 
-    def __init__(self, state_cls: type, agent_id: str, members: Sequence[str]) -> None:
+    _cls: type[_VectorState]
+    state: _VectorState
+
+    def __init__(self, state_cls: type[_VectorState], agent_id: str, members: Sequence[str]) -> None:
         if agent_id not in members:
             raise ValueError(f"vector CIC rules need the fixed member list, including {agent_id!r}")
         self.members = list(members)
@@ -82,7 +88,7 @@ class _Vector(Rule):
             self.on_checkpoint(index)
 
 
-class Fdas(_Vector):
+class Fdas(_Vector[cic.FdasState]):
     def __init__(self, agent_id: str, members: Sequence[str]) -> None:
         super().__init__(cic.FdasState, agent_id, members)
 
@@ -99,7 +105,7 @@ class Fdas(_Vector):
         cic.fdas_on_checkpoint(self.state)
 
 
-class Hmnr(_Vector):
+class Hmnr(_Vector[cic.HmnrState]):
     def __init__(self, agent_id: str, members: Sequence[str]) -> None:
         super().__init__(cic.HmnrState, agent_id, members)
 

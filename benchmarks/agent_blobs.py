@@ -153,7 +153,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name, InProcessCoordinator() as coordinator:
         tmp = Path(tmp_name)
         target = tmp / "single.bin"
-        for size, label, reps in SIZES:
+        for size, _label, reps in SIZES:
             local[size] = commits(coordinator, str(tmp / "blobs"), "local", size, max(2, reps // 5) if args.quick
                                   else reps, rng, lambda data: atomic_write(target, data), tmp / "state")
         print_table("local store (a directory): checkpoint commit = blob + CommitCheckpoint", "1 file",
@@ -166,7 +166,7 @@ def main() -> None:
                 location = server.url("bench")
                 backend = open_blob_store(location).backend
                 s3 = {}
-                for size, label, reps in SIZES:
+                for size, _label, reps in SIZES:
                     s3[size] = commits(coordinator, location, "s3", size, max(2, reps // 5) if args.quick else reps,
                                        rng, lambda data: backend.put("plain/object", data), tmp / "state")
                 print_table("S3 store (SeaweedFS on loopback): checkpoint commit = blob + CommitCheckpoint", "1 PUT",

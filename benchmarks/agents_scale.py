@@ -141,7 +141,7 @@ async def _agent(path: str, conn: AsyncConnection, group: str, agent: str, out: 
                 out["errors"].append(f"{group}/{agent}: {type(exc).__name__}: {str(exc)[:120]}")
             try:
                 await asyncio.wait_for(stop.wait(), KEEPALIVE_S[path])
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     finally:
         if silence >= allowed_silence:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from coordinator.harness.local_cluster import LocalCluster, node_status  # noqa: E402
+from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
 SETTINGS = {"raft_min_timeout": 0.4, "raft_max_timeout": 0.8, "leader_fallback_timeout": 1.0}
 
@@ -53,7 +53,7 @@ def flood(address: str, size: int) -> tuple[int, float]:
                 sent += sock.send(chunk)
             sock.shutdown(socket.SHUT_WR)
             sock.recv(1)  # until the node closes it (or the timeout)
-        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        except (TimeoutError, BrokenPipeError, ConnectionResetError):
             pass
     return sent, time.perf_counter() - started
 
@@ -64,7 +64,7 @@ def idle_seconds(address: str, wait: float) -> float | None:
     with socket.create_connection((host, int(port)), timeout=wait) as sock:
         try:
             sock.recv(1)
-        except socket.timeout:
+        except TimeoutError:
             return None
         except ConnectionResetError:
             pass

@@ -178,7 +178,7 @@ class _Link:
             try:
                 up_reader, conn.upstream = await asyncio.wait_for(asyncio.open_connection(*self.target),
                                                                   CONNECT_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError):
+            except (TimeoutError, OSError):
                 _reset(writer)  # the target is down: the dialer sees what it would see directly
                 return
             if conn.id not in self.connections:  # a partition or reset began while connecting

@@ -25,10 +25,10 @@ is final: retrying cannot change it.
 from __future__ import annotations
 
 import enum
+import os
 import socket
 import ssl
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable
 
 from coordinator.channels import ClientTLS
@@ -87,7 +87,7 @@ class _Peer:
     host: str
     port: int
     timeout: float
-    data_dirs: tuple[str | Path, ...]
+    data_dirs: tuple[str | os.PathLike[str], ...]
 
     def connect(self) -> socket.socket:
         """A TCP connection; OSError (refused, unreachable, timed out) when none can be had."""
@@ -107,7 +107,7 @@ class _Peer:
 
 
 def diagnose(endpoint: str, tls: ClientTLS, *, timeout: float = 1.0,
-             data_dirs: Iterable[str | Path] = ()) -> Misconfigured | None:
+             data_dirs: Iterable[str | os.PathLike[str]] = ()) -> Misconfigured | None:
     """What is wrong with connecting to `endpoint` with `tls` (module doc); None when
     nothing final was found. `data_dirs`: where an endpoints.json may name the port.
     Takes at most a few times `timeout` (an unresponsive peer is given up on)."""

@@ -10,6 +10,7 @@ because both sides read it: the harness writes it, clients only read it.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -62,7 +63,7 @@ def read_endpoints(data_dir: Path) -> list[str]:
     return [n.grpc for n in layout]
 
 
-def port_role(address: str, data_dirs: Iterable[str | Path]) -> str | None:
+def port_role(address: str, data_dirs: Iterable[str | os.PathLike[str]]) -> str | None:
     """What `address` is in a cluster recorded in one of `data_dirs`, when it is a
     node's Raft or metrics port: "it is the Raft port of node1 in <file>; its gRPC
     port is <grpc>". None when no record names it so (or none can be read)."""

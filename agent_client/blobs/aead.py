@@ -22,6 +22,7 @@ from typing import Mapping
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from agent_client.blobs.backend import Buffer
 from agent_client.blobs.errors import BlobCorrupted
 
 ENV_KEY = "RAFTPOINT_AEAD_KEY"
@@ -64,7 +65,7 @@ class ChunkCipher:
         self._aead = AESGCM(key)
         self.key_id = key_id(key)
 
-    def seal(self, digest: str, plaintext: bytes) -> bytes:
+    def seal(self, digest: str, plaintext: Buffer) -> bytes:
         nonce = os.urandom(NONCE_BYTES)
         return nonce + self._aead.encrypt(nonce, plaintext, _AAD_PREFIX + digest.encode())
 

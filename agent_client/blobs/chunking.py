@@ -20,12 +20,14 @@ ALGORITHM names them and the manifest records it.
 """
 from __future__ import annotations
 
+from typing import Final
+
 from pyfastcdc import FastCDC
 
 MIN_CHUNK = 16 * 1024
 AVG_CHUNK = 64 * 1024  # FastCDC's parameter; the mean chunk is about AVG_CHUNK + MIN_CHUNK
 MAX_CHUNK = 256 * 1024
-NORMALIZATION = 1
+NORMALIZATION: Final = 1  # FastCDC's level, one of 0-3
 ALGORITHM = "fastcdc2020/nc1/seed0/16k-64k-256k"
 
 Buffer = bytes | bytearray | memoryview

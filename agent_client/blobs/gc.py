@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import AbstractSet, Iterable
 
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
 from agent_client.blobs.errors import BlobMissing
@@ -51,7 +51,7 @@ def _referenced_chunks(backend: ChunkBackend, manifest_keys: Iterable[str]) -> s
     return referenced
 
 
-def collect(backend: ChunkBackend, *, live: set[str] | None = None, deletable: set[str] = frozenset(),
+def collect(backend: ChunkBackend, *, live: set[str] | None = None, deletable: AbstractSet[str] = frozenset(),
             grace_s: float = DEFAULT_GRACE_S, now: float | None = None) -> GcResult:
     """Delete manifests, then unreferenced chunks older than `grace_s`.
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 from urllib.parse import parse_qs, urlparse
 
 import obstore
@@ -37,6 +37,9 @@ from obstore.store import S3Store
 
 from agent_client.blobs.backend import Buffer, StoredObject
 from agent_client.blobs.errors import BlobMissing, BlobStoreUnavailable
+
+if TYPE_CHECKING:  # obstore's option types exist only in its stubs
+    from obstore.store import ClientConfig, RetryConfig, S3Config
 
 SCHEME = "s3"
 _S3_ERROR_CODE = re.compile(r"<Code>(\w+)</Code>")  # e.g. BadDigest, SlowDown, AccessDenied
@@ -88,7 +91,7 @@ class S3Location:
         endpoint = single.get("endpoint") or None
         if endpoint is not None and urlparse(endpoint).scheme not in ("http", "https"):
             raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r}")
-        tuning = {}
+        tuning: dict[str, Any] = {}
         for name, attr in _TUNING_KEYS.items():
             if name in single:
                 try:
@@ -107,7 +110,7 @@ class S3Location:
         return where if self.endpoint is None else f"{where} at {self.endpoint}"
 
 
-def shared_file_credentials(env: Mapping[str, str]) -> dict[str, str]:
+def shared_file_credentials(env: Mapping[str, str]) -> S3Config:
     """Keys from the shared credentials file when the environment holds none.
 
     obstore reads environment variables and token files itself but not this ini file,
@@ -123,10 +126,14 @@ def shared_file_credentials(env: Mapping[str, str]) -> dict[str, str]:
     if not parser.has_section(profile):
         raise ValueError(f"the shared credentials file {path} has no profile {profile!r}")
     section = parser[profile]
-    found = {"access_key_id": section.get("aws_access_key_id"),
-             "secret_access_key": section.get("aws_secret_access_key"),
-             "session_token": section.get("aws_session_token")}
-    return {k: v for k, v in found.items() if v}
+    found: S3Config = {}
+    if key_id := section.get("aws_access_key_id"):
+        found["access_key_id"] = key_id
+    if secret := section.get("aws_secret_access_key"):
+        found["secret_access_key"] = secret
+    if token := section.get("aws_session_token"):
+        found["session_token"] = token
+    return found
 
 
 class S3Backend:
@@ -137,16 +144,16 @@ class S3Backend:
         self.where = S3Location.parse(url)
         tuning = self.where.tuning
         self.location = self.where.name
-        config: dict[str, Any] = {"checksum_algorithm": "sha256", **shared_file_credentials(
+        config: S3Config = {"checksum_algorithm": "sha256", **shared_file_credentials(
             os.environ if env is None else env)}
         if self.where.endpoint is not None:
             config["endpoint"] = self.where.endpoint
         if self.where.region is not None:
             config["region"] = self.where.region
-        client = {"connect_timeout": timedelta(seconds=tuning.connect_timeout_s),
+        client: ClientConfig = {"connect_timeout": timedelta(seconds=tuning.connect_timeout_s),
                   "timeout": timedelta(seconds=tuning.request_timeout_s),
                   "allow_http": bool(self.where.endpoint and self.where.endpoint.startswith("http://"))}
-        retry = {"max_retries": tuning.max_retries, "retry_timeout": timedelta(seconds=tuning.retry_timeout_s),
+        retry: RetryConfig = {"max_retries": tuning.max_retries, "retry_timeout": timedelta(seconds=tuning.retry_timeout_s),
                  "backoff": {"init_backoff": timedelta(seconds=tuning.initial_backoff_s),
                              "max_backoff": timedelta(seconds=tuning.max_backoff_s), "base": 2}}
         self._store = S3Store(self.where.bucket, prefix=self.where.prefix or None, config=config,

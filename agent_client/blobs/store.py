@@ -27,7 +27,7 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from agent_client.blobs import chunking, gc
 from agent_client.blobs.aead import ALGORITHM as AEAD_ALGORITHM
@@ -117,7 +117,7 @@ class LocalBlobStore:
                 written_per_chunk = [f.result() for f in pending]  # re-raises a failed write
                 sha256 = whole_digest.result()
             except BaseException:
-                tasks = [whole_digest, *pending]
+                tasks: list[Future[Any]] = [whole_digest, *pending]
                 wait([f for f in tasks if not f.cancel()])  # no task may outlive the view it reads
                 raise
             written = sum(written_per_chunk)

@@ -19,6 +19,7 @@ with one warning; delete_thread removes it all the same.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 import json
 import threading
@@ -121,7 +122,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         return self.blobs.put(json.dumps(segment, sort_keys=True, separators=(",", ":")).encode()).uri
 
     def _tuple(self, thread_id: str, stored: StoredCheckpoint) -> CheckpointTuple:
-        checkpoint = self.serde.loads_typed(stored.checkpoint)
+        checkpoint: Checkpoint = self.serde.loads_typed(stored.checkpoint)
         values = {ch: self._value(ref) for ch, ref in stored.refs.items() if ref is not None}
         checkpoint = {**checkpoint, "channel_values": values}
         parent = _config(thread_id, stored.checkpoint_ns, stored.parent_id) if stored.parent_id else None
@@ -254,7 +255,9 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
             else:
                 self._keep(thread_id, _latest_per_namespace)
 
-    def _keep(self, thread_id: str, keep: Callable[[list[StoredCheckpoint]], list[StoredCheckpoint]]) -> None:
+    # builtins.list: in this class `list` is the saver's method.
+    def _keep(self, thread_id: str,
+              keep: Callable[[builtins.list[StoredCheckpoint]], builtins.list[StoredCheckpoint]]) -> None:
         """Rewrite the thread with the checkpoints `keep(all, newest first)` returns, if it drops any."""
         with self.threads.writing(thread_id), _reading(thread_id):
             head = self.threads.read(thread_id)
@@ -301,7 +304,12 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
 
 def _latest_per_namespace(newest_first: list[StoredCheckpoint]) -> list[StoredCheckpoint]:
     seen: set[str] = set()
-    return [s for s in newest_first if s.checkpoint_ns not in seen and not seen.add(s.checkpoint_ns)]
+    kept = []
+    for s in newest_first:
+        if s.checkpoint_ns not in seen:
+            seen.add(s.checkpoint_ns)
+            kept.append(s)
+    return kept
 
 
 def _pack(value: Typed) -> bytes:

@@ -17,7 +17,7 @@ length, and a lookup of an id stops at the layer that holds it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from agent_client.langgraph.thread_record import (Ref, StoredCheckpoint, Typed, Values, entry, is_checkpoint,
                                                   merge_writes, patched, stored_from, stored_from_v1)
@@ -188,7 +188,7 @@ class ThreadHead:
         return None
 
     # ---- reads ---------------------------------------------------------------------------
-    def layers(self, fetch: Fetch) -> Iterator[tuple[list[Mapping[str, Any]], Values, str | None]]:
+    def layers(self, fetch: Fetch) -> Iterator[tuple[Sequence[Mapping[str, Any]], Values, str | None]]:
         """(items, values, greatest checkpoint id of the older layers), newest layer first."""
         yield self.items, self.values, self.sealed_max
         uri = self.sealed

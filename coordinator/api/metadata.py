@@ -5,6 +5,8 @@ The server sets them and the client reads them, so both import them from here
 """
 from __future__ import annotations
 
+from typing import cast
+
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 # Trailing, on UNAVAILABLE from a follower: the gRPC address of the leader it knows.
@@ -31,13 +33,14 @@ def reason_value(reason_code: int) -> str:
     return pb.ReasonCode.Name(reason_code)
 
 
-def parse_reason(value: str | bytes | None) -> int:
+def parse_reason(value: str | bytes | None) -> pb.ReasonCode:
     """The ReasonCode a metadata value names; REASON_UNSPECIFIED when absent or unknown
     (a newer coordinator may name reasons this client does not know yet)."""
     if isinstance(value, bytes):
         value = value.decode(errors="replace")
     try:
-        return pb.ReasonCode.Value(value) if value else pb.REASON_UNSPECIFIED
+        # Value() is typed as a plain int; the number it gives is one of ReasonCode's.
+        return cast(pb.ReasonCode, pb.ReasonCode.Value(value)) if value else pb.REASON_UNSPECIFIED
     except ValueError:
         return pb.REASON_UNSPECIFIED
 

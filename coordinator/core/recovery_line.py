@@ -54,7 +54,7 @@ def _rollback(history: History, cut: Cut, usable: Mapping[str, Sequence[int]]) -
     work = [a for a, c in cut.items() if c is not None]  # only agents with a bound ever enter
     while work:
         sender = work.pop()
-        msgs = by_sender.get(sender)
+        msgs = by_sender.get(sender, [])
         if not msgs:
             continue
         bound = cut[sender]

@@ -7,7 +7,7 @@ escape: a replicated method that raises would wedge every replica the same way.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
@@ -458,10 +458,11 @@ def _read_barrier(state: State, cmd: ReadBarrier, now: float) -> Result:
     return EmptyResult()
 
 
-# The handler of each command, looked up by apply() at every entry.
+# The handler of each command, looked up by apply() at every entry; each takes the
+# command of its key's type, which a dict's type cannot say.
 # Chaos seam: `accept-stale-epoch`, `drop-dependency` and `early-running` (chaos/planted.py)
 # replace the handlers of CommitCheckpoint, ReportDependencies and AckOrder.
-HANDLERS: dict[type, Callable[[State, object, float], Result]] = {
+HANDLERS: dict[type, Callable[[State, Any, float], Result]] = {
     CreateGroup: _create_group,
     Register: _register,
     CommitCheckpoint: _commit_checkpoint,

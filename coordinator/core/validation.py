@@ -87,8 +87,8 @@ def validate(command: c.Command) -> None:
         case c.ReadBarrier() | c.ResetDedupeClock():
             pass
         case _:
-            ids.check_id(command.group, "group")  # type: ignore[union-attr]
-            ids.check_id(command.agent_id, "agent_id")  # type: ignore[union-attr]
+            ids.check_id(command.group, "group")
+            ids.check_id(command.agent_id, "agent_id")
 
 
 def _spec(spec: GroupSpec) -> None:

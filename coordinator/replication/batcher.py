@@ -117,7 +117,7 @@ class Batcher:
         self.replica.read_index(lambda outcome: loop.call_soon_threadsafe(settle, outcome))
         try:
             outcome = await asyncio.wait_for(future, ANSWER_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise OutcomeUnknown("no read point in time") from None
         if outcome == NOT_LEADER:
             raise NotLeader(self.replica.leader_raft_address())

@@ -11,5 +11,5 @@ async def every(period: float, stop: asyncio.Event) -> AsyncIterator[None]:
         try:
             await asyncio.wait_for(stop.wait(), period)
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             yield

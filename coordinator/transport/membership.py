@@ -132,7 +132,7 @@ async def _propose(context: grpc.aio.ServicerContext, node: Membership, address:
     try:
         return await asyncio.wait_for(done, MEMBERSHIP_TIMEOUT_S if remaining is None
                                       else min(MEMBERSHIP_TIMEOUT_S, remaining))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await _outcome_unknown(context, "add" if add else "remove", address)
 
 

@@ -146,5 +146,5 @@ class OrderWakeups:
             leading = now
             try:
                 await asyncio.wait_for(stop.wait(), LEADERSHIP_CHECK_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

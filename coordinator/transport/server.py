@@ -142,7 +142,7 @@ async def _health_loop(node: Replica, servicer: health.aio.HealthServicer, stop:
         metrics.update_node_gauges(node.status())
         try:
             await asyncio.wait_for(stop.wait(), HEALTH_PERIOD_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 

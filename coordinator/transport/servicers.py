@@ -1,19 +1,16 @@
 """gRPC servicers: thin translations between protobuf and proposals/reads."""
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.channels import ClientTLS
-from coordinator.core import ids, paging, queries, validation
+from coordinator.core import paging, queries, validation
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import RECENT_EPOCHS
 from coordinator.observability import metrics
-from coordinator.storage.state import KvState
 from coordinator.storage.digest import CONTENT_LAYOUT
 from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads

@@ -112,7 +112,7 @@ def load(tls: ServerTLS, now: dt.datetime | None = None) -> Material:
     if (key.public_key().public_bytes(serialization.Encoding.DER, public)
             != cert.public_key().public_bytes(serialization.Encoding.DER, public)):
         raise TLSMaterialError(f"tls_key_file {tls.key_file!r} is not the key of tls_cert_file {tls.cert_file!r}")
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     if now > cert.not_valid_after_utc:
         raise TLSMaterialError(f"tls_cert_file {tls.cert_file!r} expired at {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
     if now < cert.not_valid_before_utc:
@@ -216,7 +216,7 @@ class _Reloader:
             if stamp == self._stamp:
                 return None
             self._stamp = stamp
-            now = dt.datetime.now(dt.timezone.utc)
+            now = dt.datetime.now(dt.UTC)
             try:
                 material = load(self.tls, now)
             except TLSMaterialError as exc:

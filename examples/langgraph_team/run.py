@@ -101,7 +101,7 @@ def run_team(name: str, mode: str, run: Path, endpoints: str, crash: bool) -> Ou
                 quiet_since = None
             time.sleep(0.05)
         (run / "stop").touch()
-        for role, proc in procs.items():
+        for proc in procs.values():
             proc.wait(timeout=30)
     finally:
         for proc in procs.values():

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -18,7 +17,7 @@ from agent_client.testing import InProcessCoordinator
 from coordinator.api.metadata import LEADER_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.support.cluster import Client
 
 

@@ -14,7 +14,7 @@ def test_release_times_keep_order_and_stay_within_the_jitter() -> None:
     rng = random.Random(3)
     fault = delay(50, jitter_ms=40)
     last, now = 0.0, 100.0
-    for step in range(2000):
+    for _ in range(2000):
         now += 0.001
         released = release_time(last, now, fault, rng)
         assert released >= last  # never before the chunk read ahead of it

@@ -349,7 +349,10 @@ def test_a_seam_that_is_missing_or_private_plants_nothing() -> None:
     module.rule = lambda: "code"  # type: ignore[attr-defined]
     module._rule = lambda: "code"  # type: ignore[attr-defined]
     module.TABLE = {int: "code"}  # type: ignore[attr-defined]
-    replace = (lambda original: lambda: "bug")
+
+    def replace(original: object) -> object:
+        return lambda: "bug"
+
     for patch, why in [(planted.Patch(module, "renamed_rule", replace), "does not exist"),
                        (planted.Patch(module, "_rule", replace), "is private"),
                        (planted.Patch(module, "TABLE", replace, str), "no such entry")]:

@@ -15,7 +15,7 @@ from chaos.invariants import epochs
 from chaos.sampler import await_convergence
 from chaos.workloads import metadata_ops as ops
 from coordinator.api.v1 import coordinator_pb2 as pb
-from coordinator.harness.local_cluster import node_status, wait_for
+from coordinator.harness.local_cluster import wait_for
 from tests.chaos_suite.clusters import planted_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos, pytest.mark.slow]

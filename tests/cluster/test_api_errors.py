@@ -19,7 +19,7 @@ import pytest
 from agent_client.connection import Connection
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import LocalCluster, credentials_for, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, credentials_for, wait_for
 from tests.support.cluster import Client, past_overload
 from tests.support.metrics import scrape
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from coordinator.harness.local_cluster import LocalCluster, NodeProcess, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, NodeProcess, wait_for
 from coordinator.storage.protocol import (EXIT_DAMAGED, JOURNAL_FILE, REBUILT_FROM_PEERS, SNAPSHOT_FILE, STORE_DIR,
                                           TERM_FILE)
 from coordinator.storage import lmdb_env

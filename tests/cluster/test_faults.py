@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 from coordinator.replication import snapshot_file
 from tests.support.cluster import FAST, Client
 

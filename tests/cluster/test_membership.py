@@ -11,8 +11,7 @@ import pytest
 from coordinator.api.metadata import REASON_METADATA_KEY
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import (LocalCluster, NodeProcess, credentials_for, free_ports, node_status,
-                                               wait_for)
+from coordinator.harness.local_cluster import (LocalCluster, NodeProcess, credentials_for, free_ports, wait_for)
 from raftpoint.cli.main import main
 from tests.support.cluster import FAST, Client
 from tests.support.metrics import scrape

@@ -40,7 +40,7 @@ def test_node_logs_are_json_with_request_ids(cluster: LocalCluster, client: Clie
 
     def refused() -> list[dict]:
         text = (cluster.root / f"node{leader.index}.log").read_text()
-        return [e for e in map(json.loads, filter(lambda l: l.startswith("{"), text.splitlines()))
+        return [e for e in map(json.loads, filter(lambda line: line.startswith("{"), text.splitlines()))
                 if e.get("request_id") == "traced-request-42"]
     [event] = wait_for(refused, "the refused request in the leader's log")
     assert event["event"] == "rpc refused" and event["code"] == "NOT_FOUND" and event["rpc"] == "CommitCheckpoint"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.harness.local_cluster import LocalCluster, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, wait_for
 from tests.cluster.test_membership import with_an_agent
 from tests.support.cluster import FAST, STABLE, Client
 from tests.support.metrics import scrape

@@ -9,7 +9,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
-from coordinator.harness.local_cluster import LocalCluster, credentials_for, node_status, wait_for
+from coordinator.harness.local_cluster import LocalCluster, credentials_for, wait_for
 from tests.support.cluster import Client
 
 pytestmark = pytest.mark.cluster

@@ -80,7 +80,7 @@ def test_a_client_without_a_certificate_is_refused_when_one_is_required(node: Lo
 
 def test_an_expired_client_certificate_is_refused(node: LocalCluster) -> None:
     assert node.ca is not None
-    old = node.ca.issue("client-expired", "admin", not_before=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=2),
+    old = node.ca.issue("client-expired", "admin", not_before=dt.datetime.now(dt.UTC) - dt.timedelta(days=2),
                         valid_for=dt.timedelta(days=1))
     expired = ClientTLS(str(node.ca.ca_file), str(old.cert_file), str(old.key_file))
     with pytest.raises(CoordinatorUnavailable):
@@ -195,7 +195,7 @@ def test_a_node_without_tls_material_or_insecure_refuses_to_start(tmp_path: Path
 def test_bad_tls_files_stop_the_node_at_start(tmp_path: Path, case: str, words: tuple[str, ...]) -> None:
     ca = LocalCA.create(tmp_path / "ca")
     good, other = ca.server("good"), ca.server("other")
-    expired = ca.server("old", not_before=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=3),
+    expired = ca.server("old", not_before=dt.datetime.now(dt.UTC) - dt.timedelta(days=3),
                         valid_for=dt.timedelta(days=1))
     cert, key = {
         "missing certificate": (str(tmp_path / "none.crt"), str(good.key_file)),

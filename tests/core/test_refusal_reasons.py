@@ -21,7 +21,7 @@ def test_every_reason_belongs_to_one_status_and_unspecified_to_none() -> None:
     for reason in ReasonCode:
         if reason is ReasonCode.UNSPECIFIED:
             with pytest.raises(ValueError):
-                reason.code
+                _ = reason.code
         else:
             assert isinstance(reason.code, Code), reason
 

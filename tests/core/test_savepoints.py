@@ -9,7 +9,7 @@ import pytest
 from coordinator.core import commands as c
 from coordinator.core.authz import Grant, Role
 from coordinator.core.errors import Code, ReasonCode
-from coordinator.core.history import Dependency, EventLog
+from coordinator.core.history import EventLog
 from coordinator.core.model import CheckpointKind, GroupSpec, Mode, SavedCheckpoint
 from coordinator.core.state_machine import apply
 from coordinator.storage import keys, open_store

@@ -535,7 +535,7 @@ def test_init_container_waits_for_its_own_ip(tmp_path: Path, record: str, expect
 # ---- container image ---------------------------------------------------------------------
 def dockerfile_instructions() -> list[tuple[str, str]]:
     text = (DEPLOY / "Dockerfile").read_text()
-    logical = re.sub(r"\\\n", " ", "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#")))
+    logical = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip() if " " in line.strip() else "")
             for line in logical.splitlines() if line.strip()]
 
@@ -579,8 +579,8 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore_keeps_the_build_inputs_and_drops_the_rest() -> None:
-    patterns = [l.strip().rstrip("/") for l in (ROOT / ".dockerignore").read_text().splitlines()
-                if l.strip() and not l.startswith("#")]
+    patterns = [line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
     assert not any(p.startswith("!") for p in patterns)  # _ignored does not model exceptions
     copied = [src for op, arg in dockerfile_instructions() if op == "COPY" for src in arg.split()[:-1]]
     assert sorted(copied) == ["LICENSE", "README.md", "agent_client", "chaos", "constraints.txt", "coordinator",

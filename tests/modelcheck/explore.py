@@ -78,7 +78,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
         if level == depth:
             report.complete = report.complete and not any(True for _ in moves(world, bounds))
             continue
-        for label, build in moves(world, bounds):
+        for _label, build in moves(world, bounds):
             step = build()
             if step is None:
                 continue

@@ -394,7 +394,7 @@ def _leader_moves(world: World, bounds: Bounds, view: View) -> Iterator[Move]:
         starting = isinstance(command, c.StartEpoch)
         if room and (world.epochs or not starting) and all(cmd != command for _, cmd in world.in_flight):
             yield f"leader proposes {type(command).__name__}", lambda cmd=command: _propose(world, cmd)
-    for k, (request_id, command) in enumerate(world.in_flight):
+    for k, (request_id, _command) in enumerate(world.in_flight):
         yield f"commit {request_id}", lambda k=k: _commit_in_flight(world, k)
     if world.leader_changes:
         for keep in range(1 << len(world.in_flight)):
@@ -593,7 +593,6 @@ def _gc(world: World, bounds: Bounds) -> Step:
     if isinstance(result, c.GcResult):
         gone = set(result.deletable_blob_uris)
         for i, p in enumerate(b.world.procs):
-            name = bounds.names[i]
             kept = tuple(s for s in p.saved if s.uri not in gone)
             b.proc(i, saved=kept)
     return b.step(f"garbage collect: {_refused(result) or result}", world)

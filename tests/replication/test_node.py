@@ -98,8 +98,9 @@ class Cluster:
             self.stop(i)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+# Imported by other modules: named apart from the fixture (docs/developing.md).
+@pytest.fixture(name="cluster")
+def cluster_fixture(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
     yield c
     c.close()

@@ -5,7 +5,6 @@ round trip), and a node that cannot store committed entries stops instead of car
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -18,7 +17,7 @@ from coordinator.replication import pysyncobj_adapter
 from coordinator.replication.fail_stop import EXIT_IO_ERROR
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.storage import StoreIOError
-from tests.replication.test_node import DEADLINE, Cluster, cluster, commit, create_group, register, wait_for  # noqa: F401
+from tests.replication.test_node import DEADLINE, Cluster, cluster_fixture, commit, create_group, register, wait_for  # noqa: F401
 
 
 class SendsWhileDirty:

@@ -11,7 +11,7 @@ import pytest
 from coordinator.replication import pysyncobj_adapter
 from coordinator.replication.node import CoordinatorNode, NotLeader
 from coordinator.replication.read_index import ReadRounds
-from tests.replication.test_node import DEADLINE, Cluster, cluster, commit, create_group, register, wait_for  # noqa: F401
+from tests.replication.test_node import DEADLINE, Cluster, cluster_fixture, commit, create_group, register, wait_for  # noqa: F401
 
 
 class Outcomes:

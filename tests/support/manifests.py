@@ -26,7 +26,7 @@ def kubectl() -> str:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kustomize_text(directory: Path) -> str:
     proc = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"

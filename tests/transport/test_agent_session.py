@@ -23,7 +23,7 @@ from coordinator.service.leases import LeaseTable
 from coordinator.transport.agent_session import OUTBOX_LIMIT, AgentSession
 from coordinator.transport.servicers import AgentServicer
 from tests.support.cluster import past_overload
-from tests.transport.test_refusal_status import coordinator  # noqa: F401  (group "g", agent "a" at incarnation 2)
+from tests.transport.test_refusal_status import coordinator_fixture  # noqa: F401  (group "g", agent "a" at incarnation 2)
 
 SECRET = b"s" * 16  # the agent secret Register takes and every agent write repeats
 

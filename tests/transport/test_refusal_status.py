@@ -30,8 +30,9 @@ def test_an_absent_or_unknown_reason_reads_as_unspecified(value) -> None:
     assert parse_reason(value) == pb.REASON_UNSPECIFIED
 
 
-@pytest.fixture(scope="module")
-def coordinator():
+# Imported by other modules: named apart from the fixture (docs/developing.md).
+@pytest.fixture(scope="module", name="coordinator")
+def coordinator_fixture():
     with InProcessCoordinator() as running, Connection([running.address], tls=running.client_tls()) as conn:
         conn.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
             request_id="cg", spec=pb.GroupSpec(group="g", mode=pb.CIC_BCS, lease_ttl_s=600)))

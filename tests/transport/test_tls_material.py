@@ -22,7 +22,7 @@ def test_not_yet_valid_and_expired_are_refused(tmp_path: Path) -> None:
     ca = LocalCA.create(tmp_path)
     issued = ca.server("n", valid_for=dt.timedelta(hours=1))
     settings = ServerTLS(str(issued.cert_file), str(issued.key_file))
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     with pytest.raises(TLSMaterialError, match="expired"):
         tls.load(settings, now=now + dt.timedelta(hours=2))
     with pytest.raises(TLSMaterialError, match="not valid before"):
@@ -114,14 +114,14 @@ def test_the_served_certificate_and_client_ca_expiry_are_exported_and_follow_a_r
     first = ca.server("n", valid_for=dt.timedelta(days=2))
     reloader = _Reloader(ServerTLS(str(first.cert_file), str(first.key_file), str(ca.ca_file), "require"))
     assert expiry("node") == reloader.material.not_after.timestamp()
-    assert abs(expiry("node") - (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=2)).timestamp()) < 600
-    assert abs(expiry("client_ca") - (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=3650)).timestamp()) < 600
+    assert abs(expiry("node") - (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).timestamp()) < 600
+    assert abs(expiry("client_ca") - (dt.datetime.now(dt.UTC) + dt.timedelta(days=3650)).timestamp()) < 600
     first.key_file.write_bytes(LocalCA.create(tmp_path / "x").server("x").key_file.read_bytes())
     assert reloader.fetch() is None  # refused: still the first certificate's expiry
     assert expiry("node") == reloader.material.not_after.timestamp()
     ca.server("n", valid_for=dt.timedelta(days=90))
     assert reloader.fetch() is not None
-    assert abs(expiry("node") - (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=90)).timestamp()) < 600
+    assert abs(expiry("node") - (dt.datetime.now(dt.UTC) + dt.timedelta(days=90)).timestamp()) < 600
 
 
 def test_a_refused_rotation_is_said_once_though_two_listeners_follow_the_files(
