@@ -55,6 +55,7 @@ RPC_ACCESS: Mapping[str, Access] = {
     "DeleteGroup": Access.ADMIN, "AddNode": Access.ADMIN, "RemoveNode": Access.ADMIN,
     "ResetDedupeClock": Access.ADMIN, "CreateSavepoint": Access.ADMIN, "DeleteSavepoint": Access.ADMIN,
     "SaveSnapshot": Access.ADMIN,  # the whole state, every group's
+    "RestoreGroup": Access.ADMIN,  # a dry run too: it reads what a restore would undo
 }
 
 # Which accesses each role holds; the agent role's are limited to its group (and,

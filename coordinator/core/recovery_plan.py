@@ -11,6 +11,7 @@ from typing import Collection, Iterable, Mapping, Sequence
 from coordinator.core.commands import RollbackTarget
 from coordinator.core.history import Dependency, History
 from coordinator.core.recovery_line import gc_watermark, recovery_line
+from coordinator.core.recovery_line import max_consistent_containing as _containing
 
 
 def build_history(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency]) -> History:
@@ -51,3 +52,13 @@ def max_consistent_cut(usable: Mapping[str, Sequence[int]], deps: Iterable[Depen
     history = build_history(usable, deps)
     line = recovery_line(history, history.checkpoints.keys(), usable=history.checkpoints)
     return {agent: index or 0 for agent, index in line.cut.items()}
+
+
+def max_consistent_containing(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency],
+                              fixed: Mapping[str, int]) -> dict[str, int] | None:
+    """Per agent, its checkpoint in the newest consistent global checkpoint made of
+    `usable` checkpoints that contains the `fixed` ones (0: its initial state), or None
+    if no consistent global checkpoint contains them all."""
+    history = build_history(usable, deps)
+    cut = _containing(history, fixed)
+    return None if cut is None else {agent: index or 0 for agent, index in cut.items()}

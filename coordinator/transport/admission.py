@@ -29,7 +29,7 @@ WORK_OF_METHOD: dict[str, Work] = {
     "Heartbeat": Work.KEEPALIVE,
     **dict.fromkeys(("Register", "CommitCheckpoint", "ReportDependencies", "AckOrder", "Deregister",
                      "CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup", "ResetDedupeClock",
-                     "CreateSavepoint", "DeleteSavepoint", "WatchOrders", "Session"), Work.WRITE),  # a new stream takes a read point (a quorum round)
+                     "CreateSavepoint", "DeleteSavepoint", "RestoreGroup", "WatchOrders", "Session"), Work.WRITE),  # a new stream takes a read point (a quorum round)
     **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf", "SaveSnapshot", "ListSavepoints", "ListGroups"),
                     Work.READ),
 }

@@ -9,7 +9,8 @@ from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.channels import ClientTLS
-from coordinator.core import ids, paging, queries, validation
+from coordinator.core import ids, paging, queries, restore, validation
+from coordinator.core.commands import RestoreResult
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import RECENT_EPOCHS
 from coordinator.observability import metrics
@@ -148,6 +149,25 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def DeleteSavepoint(self, request, context):
         result = await self.p.submit(context, request, wire.delete_savepoint_from_pb)
         return pb.SavepointResponse(savepoint=wire.savepoint_to_pb(result.savepoint))
+
+    async def RestoreGroup(self, request, context):
+        """A restore is proposed; its dry run answers the same plan from a linearizable
+        read (core.restore.plan, the very function the state machine applies) and
+        proposes nothing, so it needs no request id."""
+        if not request.dry_run:
+            result = await self.p.submit(context, request, wire.restore_group_from_pb)
+            return wire.restored_to_pb(result, dry_run=False)
+        command = wire.restore_group_from_pb(request)
+        try:
+            validation.validate(command)
+        except Rejection as r:
+            await abort_with(context, r)
+        state, group = await self._group_state(context, request.group)
+
+        def read() -> pb.RestoreGroupResponse:
+            plan = restore.plan(state, group, command.savepoint, command.containing)
+            return wire.restored_to_pb(RestoreResult(0, plan.steps, plan.epoch), dry_run=True)
+        return await self.heavy.run(context, read)
 
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))
