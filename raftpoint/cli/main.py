@@ -20,6 +20,8 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.group",
     "raftpoint.cli.checkpoints",
     "raftpoint.cli.savepoint",
+    "raftpoint.cli.restore",
+    "raftpoint.cli.whatif",
     "raftpoint.cli.repair",
     "raftpoint.cli.migrate",
     "raftpoint.cli.auth",
