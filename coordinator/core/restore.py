@@ -49,9 +49,11 @@ def plan(state: State, group: Group, savepoint: str, containing: Sequence[SavedC
     name = group.spec.name
     inputs = queries.recovery_inputs(state, name, ())
     if savepoint:
-        epoch, line = _savepoint_line(state, group, savepoint, inputs.usable, inputs.dependencies)
+        epoch, line, named = _savepoint_line(state, group, savepoint, inputs.usable, inputs.dependencies)
     else:
         epoch, line = _containing_line(state, group, containing, inputs.usable, inputs.dependencies)
+        named = set(line)
+    _check_floors(state, name, {a: line[a] for a in named if a in line}, "savepoint" if savepoint else "containing")
     _check_other_savepoints(state, name, savepoint, line)
     steps = tuple(_step(state, name, agent, line[agent], inputs.current[agent], inputs.dependencies)
                   for agent in sorted(line))
@@ -59,7 +61,8 @@ def plan(state: State, group: Group, savepoint: str, containing: Sequence[SavedC
 
 
 def _savepoint_line(state: State, group: Group, name: str, usable: Mapping[str, tuple[int, ...]],
-                    deps: Sequence[Dependency]) -> tuple[int, dict[str, int]]:
+                    deps: Sequence[Dependency]) -> tuple[int, dict[str, int], set[str]]:
+    """(its epoch, the line, the members it names: the others joined after it)."""
     found = state.savepoint(group.spec.name, name)
     if found is None:
         raise Rejection.because(ReasonCode.SAVEPOINT_NOT_FOUND,
@@ -79,7 +82,7 @@ def _savepoint_line(state: State, group: Group, name: str, usable: Mapping[str, 
             raise Rejection.because(ReasonCode.NO_RESTORE_LINE,
                                     f"savepoint {name!r} is no longer a consistent cut: message "
                                     f"{found_orphans[0].message_id!r} would be an orphan", "savepoint")
-    return found.epoch, line
+    return found.epoch, line, set(saved)
 
 
 def _containing_line(state: State, group: Group, containing: Sequence[SavedCheckpoint],
@@ -103,6 +106,14 @@ def _containing_line(state: State, group: Group, containing: Sequence[SavedCheck
         epoch = next(iter(epochs.values()))
         line = {a: next((c.index for c in state.checkpoints(name, a) if c.stable and c.epoch == epoch), 0)
                 for a in usable}
+        record = state.epoch(name, epoch)
+        missing = sorted(a for a in (record.members if record else usable) if a in line and not line[a])
+        if record is None or missing:
+            raise Rejection.because(ReasonCode.NO_RESTORE_LINE,
+                                    f"epoch {epoch} is no longer whole: " + (
+                                        f"the checkpoints of {shown(missing)} in it were collected" if record
+                                        else "its record was collected, so its members are unknown")
+                                    + "; a savepoint keeps an epoch whole", "containing")
         return epoch, line
     found = max_consistent_containing(usable, deps, fixed)
     if found is None:
@@ -110,6 +121,18 @@ def _containing_line(state: State, group: Group, containing: Sequence[SavedCheck
                                 f"no consistent global checkpoint of group {name!r} contains {shown(fixed)}: a "
                                 "message received before one of them was sent after another", "containing")
     return 0, found
+
+
+def _check_floors(state: State, group: str, line: Mapping[str, int], field: str) -> None:
+    """Garbage collection let each agent forget what it logged to re-deliver before its
+    rollback floor: going back below it would lose messages whose send stands."""
+    below = sorted((a, i, floor) for a, i in line.items()
+                   if i < (floor := queries.registered_agent(state, group, a).rollback_floor))
+    if below:
+        agent, index, floor = below[0]
+        raise Rejection.because(ReasonCode.NO_RESTORE_LINE,
+                                f"the line would take {agent!r} back to {index or 'its initial state'}, below "
+                                f"checkpoint {floor} which garbage collection made its oldest", field)
 
 
 def _check_other_savepoints(state: State, group: str, restoring: str, line: Mapping[str, int]) -> None:

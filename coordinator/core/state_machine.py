@@ -422,11 +422,9 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     all_cps = {a.agent_id: state.checkpoints(name, a.agent_id) for a in agents}
     usable = {a: [c.index for c in cps if c.stable] for a, cps in all_cps.items()}
     keep_from = plan_gc(usable, state.dependencies(name), group.spec.retention)
-    pinned = savepoints.pinned(state.savepoints(name))
+    held = savepoints.lowest(state.savepoints(name))
     for agent in agents:
-        # A restore may take the agent back to a savepoint's checkpoint: what it logged to
-        # re-deliver after that checkpoint must stay, so the floor stops there.
-        floor = min((keep_from[agent.agent_id], *pinned.get(agent.agent_id, ())))
+        floor = min(keep_from[agent.agent_id], held.get(agent.agent_id, keep_from[agent.agent_id]))
         if floor > agent.rollback_floor:
             state.put_agent(dataclasses.replace(agent, rollback_floor=floor))
     for epoch in state.epochs(name)[:-RECENT_EPOCHS]:
@@ -434,6 +432,7 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     uris: list[str] = []
     total = 0
     deleted = 0
+    pinned = savepoints.pinned(state.savepoints(name))
     for agent_id, cps in sorted(all_cps.items()):
         # A checkpoint is kept if a future recovery line may need it or a savepoint holds
         # it; so is the parent a kept checkpoint was written against.

@@ -4,6 +4,8 @@ without writes, refusals change nothing, a retry is applied once, and a restore 
 failure recovery end in one consistent outcome in either order."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from coordinator import wire
@@ -12,7 +14,7 @@ from coordinator.core import restore
 from coordinator.core.errors import Code, ReasonCode
 from coordinator.core.history import Dependency
 from coordinator.core.model import (
-    AgentState, CheckpointKind, EpochState, GroupSpec, GroupState, Mode, OrderKind, SavedCheckpoint,
+    RECENT_EPOCHS, AgentState, CheckpointKind, EpochState, GroupSpec, GroupState, Mode, OrderKind, SavedCheckpoint,
 )
 from coordinator.storage.state import KvState
 from tests.core.test_state_machine import Machine
@@ -202,3 +204,43 @@ def test_garbage_collection_keeps_the_rollback_floor_at_a_savepoint(m: Machine) 
     m.ok(c.DeleteSavepoint("g", "s"))
     m.ok(c.GarbageCollect("g"))
     assert {a: m.state.agent("g", a).rollback_floor for a in ("a", "b")} == {"a": 4, "b": 4}
+
+
+def test_a_line_below_an_agents_rollback_floor_is_refused(m: Machine) -> None:
+    """A floor set by a collection that did not yet stop at savepoints (an older node):
+    the agent may have dropped what a restore to the savepoint would re-deliver."""
+    _saved_then_moved_on(m)
+    state = m.state
+    state.put_agent(dataclasses.replace(state.agent("g", "a"), rollback_floor=3))
+    m.store.commit(state.encoded_writes(), m.index)
+    failure = m.fail(c.RestoreGroup("g", "s"), Code.FAILED_PRECONDITION, "savepoint")
+    assert failure.reason_code is ReasonCode.NO_RESTORE_LINE and "below checkpoint 3" in failure.reason, failure
+
+
+def test_a_coordinated_epoch_whose_members_are_forgotten_is_refused(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.COORDINATED, retention=20)))
+    for agent in ("a", "b"):
+        m.register("g", agent)
+    for epoch in range(1, RECENT_EPOCHS + 3):
+        m.ok(c.StartEpoch("g"))
+        for agent in ("a", "b"):
+            m.commit("g", agent, epoch, epoch=epoch, kind=CheckpointKind.COORDINATED)
+    m.ok(c.GarbageCollect("g"))  # retention keeps the checkpoints of epoch 1, not its record
+    assert m.state.epoch("g", 1) is None and m.state.checkpoint("g", "a", 1) is not None
+    failure = m.fail(c.RestoreGroup("g", containing=(SavedCheckpoint("a", 1),)), Code.FAILED_PRECONDITION,
+                     "containing")
+    assert failure.reason_code is ReasonCode.NO_RESTORE_LINE and "members are unknown" in failure.reason, failure
+    assert m.ok(c.RestoreGroup("g", containing=(SavedCheckpoint("a", 5),))).epoch == 5
+
+
+def test_a_savepoint_of_an_agents_initial_state_keeps_its_floor_at_zero(m: Machine) -> None:
+    m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED, retention=0)))
+    for agent in ("a", "b"):
+        m.register("g", agent)
+    m.commit("g", "a", 1)
+    assert {s.agent_id: s.index for s in m.ok(c.CreateSavepoint("g", "s")).savepoint.checkpoints} == {"a": 1, "b": 0}
+    for index in (1, 2):
+        m.commit("g", "b", index)
+    m.ok(c.GarbageCollect("g"))
+    assert m.state.agent("g", "b").rollback_floor == 0
+    assert {s.agent_id: s.checkpoint_index for s in m.ok(c.RestoreGroup("g", "s")).steps} == {"a": 1, "b": 0}
