@@ -145,6 +145,9 @@ ADMIN_REQUESTS = [
     ("AdminService", "SaveSnapshot", pb.SaveSnapshotRequest()),  # every group's state
     ("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(request_id="x-csp", group="g", name="x-sp")),
     ("AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="x-dsp", group="g", name="x-sp")),
+    ("AdminService", "RestoreGroup", pb.RestoreGroupRequest(request_id="x-rg", group="g", savepoint="x-sp")),
+    # A dry run too: it shows what a restore would undo, which is an admin's question.
+    ("AdminService", "RestoreGroup", pb.RestoreGroupRequest(group="g", savepoint="x-sp", dry_run=True)),
 ]
 READ_REQUESTS = [
     ("AdminService", "GetGroup", pb.GetGroupRequest(group="g")),
