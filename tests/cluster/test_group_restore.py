@@ -125,6 +125,26 @@ def test_a_restore_racing_an_agents_crash_ends_at_the_savepoint(
     assert shared_client.checkpoints(group) == [1, 2, 1, 2]
 
 
+def test_a_restore_across_a_leader_kill_is_one_recovery(cluster: LocalCluster, client: Client,
+                                                         tmp_path: Path) -> None:
+    """The leader is killed as the restore is sent: the client retries the same request on
+    the next leader, and the group has made exactly one recovery, the restore's."""
+    a, b, _ = saved_then_moved_on(client, cluster, tmp_path / "blobs", "lk")
+    answers: list = []
+    restore = threading.Thread(target=lambda: answers.append(client.call("AdminService", "RestoreGroup",
+                                                                         pb.RestoreGroupRequest(
+        request_id="restore-lk", group="lk", savepoint="s"))))
+    restore.start()
+    cluster.kill(cluster.leader().index)
+    restore.join(timeout=30)
+    assert answers, "RestoreGroup did not answer within 30 s of the leader kill"
+    group = client.call("AdminService", "GetGroup", pb.GetGroupRequest(group="lk")).group
+    assert group.recovery_id == answers[0].recovery_id == 1, (group, answers)
+    [restored_a], [restored_b] = obey_all(a), obey_all(b)
+    assert (restored_a.state, restored_b.state) == (b"a at 2", b"b at 2")
+    assert group_state(client, "lk") == pb.RUNNING
+
+
 @pytest.fixture
 def where(shared_cluster: LocalCluster) -> list[str]:
     return ["--endpoints", ",".join(shared_cluster.endpoints()), *cli_tls(shared_cluster)]
