@@ -35,8 +35,14 @@ def plan_recovery(usable: Mapping[str, Sequence[int]], current: Mapping[str, int
     """Rollback targets, sorted by agent, for the agents that must roll back."""
     history = build_history(usable, deps)
     line = recovery_line(history, [a for a in failed if a in usable], usable=history.checkpoints)
-    return tuple(RollbackTarget(a, line.cut[a] or 0, max(0, current.get(a, 0) + 1 - (line.cut[a] or 0)))
+    return tuple(RollbackTarget(a, line.cut[a] or 0, intervals_lost(current.get(a, 0), line.cut[a] or 0))
                  for a in sorted(line.rolled_back))
+
+
+def intervals_lost(last_checkpoint: int, index: int) -> int:
+    """The intervals a rollback from an agent whose last checkpoint is `last_checkpoint`
+    back to checkpoint `index` undoes, the one in progress included."""
+    return max(0, last_checkpoint + 1 - index)
 
 
 def plan_gc(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency], retention: int) -> dict[str, int]:

@@ -15,6 +15,7 @@ whose last checkpoint is on it, because what it did since is not in that checkpo
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -24,7 +25,7 @@ from coordinator.core.errors import ReasonCode, Rejection, shown
 from coordinator.core.history import Dependency
 from coordinator.core.model import Group, Mode, SavedCheckpoint
 from coordinator.core.recovery_line import orphans
-from coordinator.core.recovery_plan import build_history, max_consistent_containing
+from coordinator.core.recovery_plan import build_history, intervals_lost, max_consistent_containing
 from coordinator.core.state import State
 
 
@@ -55,8 +56,11 @@ def plan(state: State, group: Group, savepoint: str, containing: Sequence[SavedC
         named = set(line)
     _check_floors(state, name, {a: line[a] for a in named if a in line}, "savepoint" if savepoint else "containing")
     _check_other_savepoints(state, name, savepoint, line)
-    steps = tuple(_step(state, name, agent, line[agent], inputs.current[agent], inputs.dependencies)
-                  for agent in sorted(line))
+    sends, receives = _undone(line, inputs.dependencies)
+    steps = tuple(RestoreStep(
+        agent_id=agent, checkpoint_index=index, intervals_lost=intervals_lost(inputs.current[agent], index),
+        checkpoints_lost=tuple(c.index for c in state.checkpoints(name, agent) if c.index > index),
+        sends_undone=sends[agent], receives_undone=receives[agent]) for agent, index in sorted(line.items()))
     return RestorePlan(steps, epoch)
 
 
@@ -144,9 +148,14 @@ def _check_other_savepoints(state: State, group: str, restoring: str, line: Mapp
                                 "them first, or restore to a later line", "savepoint" if restoring else "containing")
 
 
-def _step(state: State, group: str, agent: str, index: int, current: int, deps: Sequence[Dependency]) -> RestoreStep:
-    return RestoreStep(
-        agent_id=agent, checkpoint_index=index, intervals_lost=max(0, current + 1 - index),
-        checkpoints_lost=tuple(c.index for c in state.checkpoints(group, agent) if c.index > index),
-        sends_undone=sum(1 for d in deps if d.sender == agent and d.send_interval > index),
-        receives_undone=sum(1 for d in deps if d.receiver == agent and d.receive_interval > index))
+def _undone(line: Mapping[str, int], deps: Sequence[Dependency]) -> tuple[Counter[str], Counter[str]]:
+    """Per agent, the reported deliveries of its sends, and to it, after its place on the line
+    (one pass: this runs on the Raft thread for every restore)."""
+    sends: Counter[str] = Counter()
+    receives: Counter[str] = Counter()
+    for d in deps:
+        if d.sender in line and d.send_interval > line[d.sender]:
+            sends[d.sender] += 1
+        if d.receiver in line and d.receive_interval > line[d.receiver]:
+            receives[d.receiver] += 1
+    return sends, receives
