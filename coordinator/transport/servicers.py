@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import grpc
 
@@ -26,6 +27,7 @@ from coordinator.transport.order_wakeups import OrderWakeups
 from coordinator.transport.proposer import Proposer, issued_at_metadata
 from coordinator.transport.status_map import Refused, abort_with
 
+log = logging.getLogger(__name__)
 
 
 async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) -> None:
@@ -156,6 +158,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         proposes nothing, so it needs no request id."""
         if not request.dry_run:
             result = await self.p.submit(context, request, wire.restore_group_from_pb)
+            # Every member's later work is undone: an operator's act the log should show.
+            log.info("group restored", extra={"group": request.group, "savepoint": request.savepoint,
+                                              "recovery_id": result.recovery_id,
+                                              "line": [(s.agent_id, s.checkpoint_index) for s in result.steps]})
             return wire.restored_to_pb(result, dry_run=False)
         command = wire.restore_group_from_pb(request)
         try:
