@@ -92,6 +92,38 @@ def test_a_group_goes_back_to_its_savepoint_and_a_later_message_is_an_orphan(
     assert b.unwrap(a.wrap(b"after the restore", to="b")) == b"after the restore"
 
 
+def test_running_agents_carry_out_a_restore_by_themselves(shared_cluster: LocalCluster, shared_client: Client,
+                                                          tmp_path: Path) -> None:
+    """Agents with their background threads: the restore's orders are pushed to them, and
+    each hands its savepoint state to on_rollback and acknowledges, with no call from the test."""
+    shared_client.create_group("bg", mode=pb.CIC_BCS)
+    rolled: dict[str, list] = {}
+
+    def running(name: str) -> AgentClient:
+        client = AgentClient("bg", name, shared_cluster.endpoints(), tmp_path / "blobs", token=shared_cluster.token,
+                             tls=shared_cluster.client_tls(), snapshot=lambda: b"", background=True,
+                             on_rollback=lambda state, reason: rolled.setdefault(name, []).append(state))
+        OPEN.append(client)
+        client.register()
+        return client
+
+    a, b = running("a"), running("b")
+    a.checkpoint(b"a at 1")
+    b.checkpoint(b"b at 1")
+    shared_client.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(
+        request_id="sp-bg", group="bg", name="s"))
+    a.checkpoint(b"a at 2")
+    b.checkpoint(b"b at 2")
+    shared_client.call("AdminService", "RestoreGroup", pb.RestoreGroupRequest(
+        request_id="restore-bg", group="bg", savepoint="s"))
+    deadline = time.monotonic() + 15
+    while not (len(rolled) == 2 and group_state(shared_client, "bg") == pb.RUNNING):
+        assert time.monotonic() < deadline, f"after 15 s the agents rolled back to {rolled}"
+        time.sleep(0.05)
+    assert rolled == {"a": [b"a at 1"], "b": [b"b at 1"]}
+    assert (a.last_index, b.last_index) == (1, 1)
+
+
 @pytest.mark.parametrize("crash_first", [True, False], ids=["crash-then-restore", "restore-racing-crash"])
 def test_a_restore_racing_an_agents_crash_ends_at_the_savepoint(
         shared_cluster: LocalCluster, shared_client: Client, tmp_path: Path, crash_first: bool) -> None:
