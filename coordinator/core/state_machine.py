@@ -379,7 +379,8 @@ def _rewind_epochs(state: State, group: Group, epoch: int, target: str) -> Group
     aborted (the restore deletes their checkpoints), so no later cut or savepoint takes them."""
     for later in state.epochs(group.spec.name):
         if later.epoch > epoch and later.state is EpochState.STABLE:
-            state.put_epoch(dataclasses.replace(later, state=EpochState.ABORTED, reason=f"undone by restore to {target}"))
+            state.put_epoch(dataclasses.replace(later, state=EpochState.ABORTED,
+                                                reason=f"undone by restore to {target}"))
     group = dataclasses.replace(group, stable_epoch=epoch)
     state.put_group(group)
     return group

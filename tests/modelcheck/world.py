@@ -407,7 +407,8 @@ def _leader_moves(world: World, bounds: Bounds, view: View) -> Iterator[Move]:
         yield "garbage collect", lambda: _gc(world, bounds)
     if world.restores:
         if view.state.savepoint(GROUP, SAVEPOINT) is None:
-            yield "operator takes a savepoint", lambda: _operator(world, "savepoint", c.CreateSavepoint(GROUP, SAVEPOINT))
+            yield "operator takes a savepoint", lambda: _operator(world, "savepoint",
+                                                                  c.CreateSavepoint(GROUP, SAVEPOINT))
         else:
             yield "operator restores the savepoint", lambda: _operator(
                 world, f"restore-{world.restores}", c.RestoreGroup(GROUP, SAVEPOINT), restores=world.restores - 1)
