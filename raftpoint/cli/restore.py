@@ -1,9 +1,9 @@
-"""`raftpoint restore G --savepoint S | --containing AGENT:INDEX ... [--dry-run]`: roll a
-whole group back to one consistent global checkpoint.
+"""`raftpoint restore G --savepoint S | --containing AGENT:INDEX ... [--dry-run]`: a group back in time.
 
-Every member that has not left is ordered back to its checkpoint on the line, as a
-failure recovery orders agents back; the group is recovering until each has obeyed.
-With --dry-run nothing changes: the table says what each agent would lose."""
+Every member that has not left is ordered back to its checkpoint on one consistent
+global checkpoint (the savepoint's, or the newest one containing the checkpoints
+named), as a failure recovery orders agents back; the group is recovering until each
+has obeyed. With --dry-run nothing changes: the table says what each agent would lose."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,4 @@
-"""`raftpoint whatif G --fail AGENT ...`: the recovery line if those agents failed now.
+"""`raftpoint whatif G --fail AGENT ...`: where the group would roll back if those agents failed now.
 
 Answered by the WhatIf RPC from the same plan a failure's recovery applies; nothing
 changes."""
