@@ -15,7 +15,7 @@ from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.history import Dependency
 from coordinator.core.model import (
     Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Group, GroupSpec, GroupState, Mode, Order,
-    OrderKind, RetentionPolicy, Savepoint,
+    OrderKind, RetentionPolicy, SavedCheckpoint, Savepoint,
 )
 
 MODE_TO_PB = {Mode.COORDINATED: pb.COORDINATED, Mode.CIC_BCS: pb.CIC_BCS, Mode.CIC_HMNR: pb.CIC_HMNR,
@@ -144,6 +144,10 @@ def set_retention_from_pb(m: pb.SetRetentionRequest) -> c.SetRetention:
     return c.SetRetention(m.group, retention_policy_from_pb(m.policy))
 
 
+def restore_group_from_pb(m: pb.RestoreGroupRequest) -> c.RestoreGroup:
+    return c.RestoreGroup(m.group, m.savepoint, tuple(SavedCheckpoint(s.agent_id, s.index) for s in m.containing))
+
+
 _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "create_group": create_group_from_pb,
     "register": register_from_pb,
@@ -161,6 +165,7 @@ _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "create_savepoint": create_savepoint_from_pb,
     "delete_savepoint": delete_savepoint_from_pb,
     "set_retention": set_retention_from_pb,
+    "restore_group": restore_group_from_pb,
 }
 
 
@@ -256,6 +261,14 @@ def savepoint_to_pb(savepoint: Savepoint) -> pb.Savepoint:
                                      for s in savepoint.checkpoints])
 
 
+def restored_to_pb(result: c.RestoreResult, dry_run: bool) -> pb.RestoreGroupResponse:
+    return pb.RestoreGroupResponse(recovery_id=result.recovery_id, epoch=result.epoch, dry_run=dry_run, steps=[
+        pb.RestoreStep(agent_id=s.agent_id, checkpoint_index=s.checkpoint_index, intervals_lost=s.intervals_lost,
+                       checkpoints_lost=list(s.checkpoints_lost), sends_undone=s.sends_undone,
+                       receives_undone=s.receives_undone)
+        for s in result.steps])
+
+
 def dependency_to_pb(dep: Dependency) -> pb.DependencyRecord:
     return pb.DependencyRecord(sender=dep.sender, send_interval=dep.send_interval, receiver=dep.receiver,
                                receive_interval=dep.receive_interval, message_id=dep.message_id,
@@ -320,6 +333,10 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
         case c.SetRetention(group=group, policy=policy):
             msg.set_retention.CopyFrom(pb.SetRetentionRequest(request_id=rid, group=group,
                                                               policy=retention_policy_to_pb(policy)))
+        case c.RestoreGroup(group=group, savepoint=savepoint, containing=containing):
+            msg.restore_group.CopyFrom(pb.RestoreGroupRequest(
+                request_id=rid, group=group, savepoint=savepoint,
+                containing=[pb.SavedCheckpoint(agent_id=s.agent_id, index=s.index) for s in containing]))
         case other:
             raise TypeError(f"not a command: {other!r}")
     return msg

@@ -56,6 +56,7 @@ RPC_ACCESS: Mapping[str, Access] = {
     "ResetDedupeClock": Access.ADMIN, "CreateSavepoint": Access.ADMIN, "DeleteSavepoint": Access.ADMIN,
     "SetRetention": Access.ADMIN,
     "SaveSnapshot": Access.ADMIN,  # the whole state, every group's
+    "RestoreGroup": Access.ADMIN,  # a dry run too: it reads what a restore would undo
 }
 
 # Which accesses each role holds; the agent role's are limited to its group (and,

@@ -13,7 +13,8 @@ from coordinator.core import codec
 from coordinator.core.authz import Grant
 from coordinator.core.errors import Code, ReasonCode, Rejection
 from coordinator.core.history import Dependency
-from coordinator.core.model import Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState, RetentionPolicy, Savepoint
+from coordinator.core.model import (Agent, Checkpoint, Epoch, Group, GroupSpec, GroupState, RetentionPolicy,
+                                     SavedCheckpoint, Savepoint)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,19 @@ class SetRetention:
 
 
 @dataclass(frozen=True)
+class RestoreGroup:
+    """Roll every member of a group back to one consistent global checkpoint, through
+    the rollback orders a failure recovery issues (core.restore says which line).
+
+    The target is a savepoint's name, or else the checkpoints the line must contain
+    (the newest consistent global checkpoint containing them is taken)."""
+
+    group: str
+    savepoint: str = ""
+    containing: tuple[SavedCheckpoint, ...] = ()
+
+
+@dataclass(frozen=True)
 class ReadBarrier:
     """A no-op entry that once served as a read point. Reads now take a read index
     (replication.read_index) and propose none; journals written before still hold
@@ -147,7 +161,7 @@ class ResetDedupeClock:
 
 Command = (CreateGroup | Register | CommitCheckpoint | ReportDependencies | StartEpoch | AbortEpoch
            | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | DeleteGroup | ReadBarrier
-           | ResetDedupeClock | CreateSavepoint | DeleteSavepoint | SetRetention)
+           | ResetDedupeClock | CreateSavepoint | DeleteSavepoint | SetRetention | RestoreGroup)
 
 
 @dataclass(frozen=True)
@@ -242,6 +256,27 @@ class SavepointResult:
 
 
 @dataclass(frozen=True)
+class RestoreStep:
+    """One agent's part of a restore: the checkpoint it goes back to and what it loses."""
+
+    agent_id: str
+    checkpoint_index: int  # 0: its initial state
+    intervals_lost: int  # as RollbackTarget's: the intervals after the checkpoint, the volatile one included
+    checkpoints_lost: tuple[int, ...]  # its checkpoints after the line, deleted by the restore
+    sends_undone: int  # reported deliveries of its messages sent after the line
+    receives_undone: int  # reported deliveries to it after the line
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """The restore's recovery id (0 for a dry run, which changes nothing) and, by agent, its steps."""
+
+    recovery_id: int
+    steps: tuple[RestoreStep, ...]
+    epoch: int = 0  # coordinated groups: the stable epoch the group is back at
+
+
+@dataclass(frozen=True)
 class EmptyResult:
     pass
 
@@ -270,10 +305,10 @@ class Failure:
 
 
 Result = (GroupResult | RegisterResult | CheckpointResult | DependenciesResult | EpochResult | RecoveryResult
-          | AckResult | GcResult | SavepointResult | EmptyResult | ClockResult | Failure)
+          | AckResult | GcResult | SavepointResult | RestoreResult | EmptyResult | ClockResult | Failure)
 RESULT_TYPES: dict[str, type] = {t.__name__: t for t in (
     GroupResult, RegisterResult, CheckpointResult, DependenciesResult, EpochResult, RecoveryResult,
-    AckResult, GcResult, SavepointResult, EmptyResult, ClockResult, Failure)}
+    AckResult, GcResult, SavepointResult, RestoreResult, EmptyResult, ClockResult, Failure)}
 
 
 class EncodedResult(bytes):

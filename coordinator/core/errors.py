@@ -69,6 +69,8 @@ class ReasonCode(StrEnum):
     TOO_FEW_VOTERS = "TOO_FEW_VOTERS"  # RemoveNode would leave fewer than 3 voters (unless forced)
     TOO_FEW_LIVE_VOTERS = "TOO_FEW_LIVE_VOTERS"  # RemoveNode would leave fewer live voters than a quorum (unless forced)
     NO_CONSISTENT_CUT = "NO_CONSISTENT_CUT"  # a savepoint needs a stable epoch, or a stable checkpoint in its cut
+    NO_RESTORE_LINE = "NO_RESTORE_LINE"  # no consistent global checkpoint contains the checkpoints a restore names
+    RESTORE_UNDOES_SAVEPOINT = "RESTORE_UNDOES_SAVEPOINT"  # a restore would delete checkpoints another savepoint holds
     # RESOURCE_EXHAUSTED
     DEPENDENCY_QUOTA = "DEPENDENCY_QUOTA"  # the agent holds its most dependency records until GC drops some
     OVERLOADED = "OVERLOADED"  # the node sheds load: retry after the hint (never stored: decided before proposing)
@@ -104,7 +106,8 @@ _STATUS: dict[ReasonCode, Code] = {
                      ReasonCode.NOT_COORDINATED, ReasonCode.GROUP_RECOVERING, ReasonCode.EPOCH_STILL_OPEN,
                      ReasonCode.NO_LIVE_MEMBERS, ReasonCode.REQUEST_TOO_OLD, ReasonCode.MEMBERSHIP_CHANGE_REFUSED,
                      ReasonCode.GROUP_IN_USE, ReasonCode.NODE_NOT_READY, ReasonCode.TOO_FEW_VOTERS,
-                     ReasonCode.TOO_FEW_LIVE_VOTERS, ReasonCode.NO_CONSISTENT_CUT),
+                     ReasonCode.TOO_FEW_LIVE_VOTERS, ReasonCode.NO_CONSISTENT_CUT,
+                     ReasonCode.NO_RESTORE_LINE, ReasonCode.RESTORE_UNDOES_SAVEPOINT),
                     Code.FAILED_PRECONDITION),
     ReasonCode.DEPENDENCY_QUOTA: Code.RESOURCE_EXHAUSTED,
     ReasonCode.OVERLOADED: Code.RESOURCE_EXHAUSTED,

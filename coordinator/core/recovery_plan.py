@@ -11,6 +11,7 @@ from typing import Collection, Iterable, Mapping, Sequence
 from coordinator.core.commands import RollbackTarget
 from coordinator.core.history import Dependency, History
 from coordinator.core.recovery_line import gc_watermark, recovery_line
+from coordinator.core.recovery_line import max_consistent_containing as _containing
 
 
 def build_history(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency]) -> History:
@@ -34,8 +35,14 @@ def plan_recovery(usable: Mapping[str, Sequence[int]], current: Mapping[str, int
     """Rollback targets, sorted by agent, for the agents that must roll back."""
     history = build_history(usable, deps)
     line = recovery_line(history, [a for a in failed if a in usable], usable=history.checkpoints)
-    return tuple(RollbackTarget(a, line.cut[a] or 0, max(0, current.get(a, 0) + 1 - (line.cut[a] or 0)))
+    return tuple(RollbackTarget(a, line.cut[a] or 0, intervals_lost(current.get(a, 0), line.cut[a] or 0))
                  for a in sorted(line.rolled_back))
+
+
+def intervals_lost(last_checkpoint: int, index: int) -> int:
+    """The intervals a rollback from an agent whose last checkpoint is `last_checkpoint`
+    back to checkpoint `index` undoes, the one in progress included."""
+    return max(0, last_checkpoint + 1 - index)
 
 
 def plan_gc(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency], retention: int) -> dict[str, int]:
@@ -51,3 +58,13 @@ def max_consistent_cut(usable: Mapping[str, Sequence[int]], deps: Iterable[Depen
     history = build_history(usable, deps)
     line = recovery_line(history, history.checkpoints.keys(), usable=history.checkpoints)
     return {agent: index or 0 for agent, index in line.cut.items()}
+
+
+def max_consistent_containing(usable: Mapping[str, Sequence[int]], deps: Iterable[Dependency],
+                              fixed: Mapping[str, int]) -> dict[str, int] | None:
+    """Per agent, its checkpoint in the newest consistent global checkpoint made of
+    `usable` checkpoints that contains the `fixed` ones (0: its initial state), or None
+    if no consistent global checkpoint contains them all."""
+    history = build_history(usable, deps)
+    cut = _containing(history, fixed)
+    return None if cut is None else {agent: index or 0 for agent, index in cut.items()}

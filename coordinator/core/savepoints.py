@@ -45,3 +45,14 @@ def pinned(savepoints: Iterable[Savepoint]) -> dict[str, set[int]]:
             if saved.index:
                 out[saved.agent_id].add(saved.index)
     return out
+
+
+def lowest(savepoints: Iterable[Savepoint]) -> dict[str, int]:
+    """Per agent, the lowest index some savepoint holds (0 included: its initial state).
+    A restore to a savepoint re-delivers what the agent logged after that point, so its
+    rollback floor must not pass it."""
+    out: dict[str, int] = {}
+    for savepoint in savepoints:
+        for saved in savepoint.checkpoints:
+            out[saved.agent_id] = min(saved.index, out.get(saved.agent_id, saved.index))
+    return out

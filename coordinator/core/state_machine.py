@@ -13,9 +13,10 @@ from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
     DeclareAgentFailed, DeleteGroup, DeleteSavepoint, DependenciesResult, Deregister, EmptyResult, Entry, EpochResult,
     Failure, GarbageCollect, GcResult, GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult,
-    ReportDependencies, Result, RollbackTarget, SavepointResult, SetRetention, StartEpoch, Token, command_target,
+    ReportDependencies, RestoreGroup, RestoreResult, Result, RollbackTarget, SavepointResult, SetRetention, StartEpoch,
+    Token, command_target,
 )
-from coordinator.core import authz, fences, queries, retention, savepoints
+from coordinator.core import authz, fences, queries, restore, retention, savepoints
 from coordinator.core.blob_stores import in_blob_store
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
@@ -317,14 +318,32 @@ def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Gro
     what-if answers from too) and queue rollback orders."""
     name = group.spec.name
     state.put_agent(dataclasses.replace(failed, state=AgentState.FAILED))
+    _supersede(state, group, f"agent {failed.agent_id} failed")
+    targets = queries.plan_for(state, name, {failed.agent_id})
+    return _roll_back(state, group, targets), targets
+
+
+def _supersede(state: State, group: Group, reason: str) -> None:
+    """Make way for a new recovery line: abort the open epoch (its checkpoints are not
+    on any line) and delete the rollback orders not yet acknowledged. The new line is
+    computed with their agents counted as failed (queries.recovery_inputs), so it is at
+    or below the line they were ordered to: a recovery (or a restore) decided later in
+    the log always wins, and never leaves an agent above what an earlier one undid."""
+    name = group.spec.name
     if group.current_epoch:
         current = state.epoch(name, group.current_epoch)
         if current is not None and current.state is EpochState.STARTED:
-            _abort(state, group, current, f"agent {failed.agent_id} failed")
+            _abort(state, group, current, reason)
     for order in state.orders(name):
         if order.kind is OrderKind.ROLL_BACK and not order.acked:
-            state.delete_order(name, order.order_id)  # superseded by the new plan
-    targets = queries.plan_for(state, name, {failed.agent_id})
+            state.delete_order(name, order.order_id)
+
+
+def _roll_back(state: State, group: Group, targets: tuple[RollbackTarget, ...]) -> Group:
+    """Order each target's agent back to its checkpoint as one recovery: a new
+    generation and a fence undoing its later sends, its later checkpoints and
+    dependency records deleted, the group recovering until every order is acknowledged."""
+    name = group.spec.name
     group = dataclasses.replace(group, recovery_id=group.recovery_id + 1, state=GroupState.RECOVERING)
     rolled_back = {t.agent_id: t.checkpoint_index for t in targets}
     line = tuple(Fence(t.agent_id, (_agent(state, name, t.agent_id).generation + 1), t.checkpoint_index)
@@ -345,7 +364,33 @@ def _recover(state: State, group: Group, failed: Agent, now: float) -> tuple[Gro
     if not rolled_back:
         group = dataclasses.replace(group, state=GroupState.RUNNING)
     state.put_group(group)
-    return group, targets
+    return group
+
+
+def _restore_group(state: State, cmd: RestoreGroup, now: float) -> Result:
+    """A recovery to the line core.restore chooses, applied as a failure's is. One in
+    progress is superseded (_supersede): its agents are counted as failed, which the
+    restore line, made of checkpoints that still exist, is at or below anyway."""
+    group = _group(state, cmd.group)
+    plan = restore.plan(state, group, cmd.savepoint, cmd.containing)
+    target = f"savepoint {cmd.savepoint}" if cmd.savepoint else "a chosen line"
+    _supersede(state, group, f"restore to {target}")
+    if group.spec.mode is Mode.COORDINATED:
+        group = _rewind_epochs(state, group, plan.epoch, target)
+    group = _roll_back(state, group, plan.targets())
+    return RestoreResult(group.recovery_id, plan.steps, plan.epoch)
+
+
+def _rewind_epochs(state: State, group: Group, epoch: int, target: str) -> Group:
+    """The restored epoch is the stable one again; the stable epochs after it are
+    aborted (the restore deletes their checkpoints), so no later cut or savepoint takes them."""
+    for later in state.epochs(group.spec.name):
+        if later.epoch > epoch and later.state is EpochState.STABLE:
+            state.put_epoch(dataclasses.replace(later, state=EpochState.ABORTED,
+                                                reason=f"undone by restore to {target}"))
+    group = dataclasses.replace(group, stable_epoch=epoch)
+    state.put_group(group)
+    return group
 
 
 def _ack_order(state: State, cmd: AckOrder, now: float) -> Result:
@@ -385,9 +430,11 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
     all_cps = {a.agent_id: state.checkpoints(name, a.agent_id) for a in agents}
     usable = {a: [c.index for c in cps if c.stable] for a, cps in all_cps.items()}
     keep_from = plan_gc(usable, state.dependencies(name), group.spec.retention)
+    held = savepoints.lowest(state.savepoints(name))
     for agent in agents:
-        if keep_from[agent.agent_id] > agent.rollback_floor:
-            state.put_agent(dataclasses.replace(agent, rollback_floor=keep_from[agent.agent_id]))
+        floor = min(keep_from[agent.agent_id], held.get(agent.agent_id, keep_from[agent.agent_id]))
+        if floor > agent.rollback_floor:
+            state.put_agent(dataclasses.replace(agent, rollback_floor=floor))
     for epoch in state.epochs(name)[:-RECENT_EPOCHS]:
         state.delete_epoch(name, epoch.epoch)
     uris: list[str] = []
@@ -478,4 +525,5 @@ HANDLERS: dict[type, Callable[[State, Any, float], Result]] = {
     CreateSavepoint: _create_savepoint,
     DeleteSavepoint: _delete_savepoint,
     SetRetention: _set_retention,
+    RestoreGroup: _restore_group,
 }

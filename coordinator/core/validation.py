@@ -84,6 +84,8 @@ def validate(command: c.Command) -> None:
         case c.SetRetention(group=group, policy=policy):
             ids.check_id(group, "group")
             _retention(policy)
+        case c.RestoreGroup():
+            _restore(command)
         case c.ReadBarrier() | c.ResetDedupeClock():
             pass
         case _:
@@ -180,6 +182,25 @@ def _labels(labels: dict[str, str]) -> None:
         if len(value) > MAX_LABEL_VALUE_CHARS or not value.isprintable():
             raise Rejection.invalid(f"labels[{key}]", f"must be at most {MAX_LABEL_VALUE_CHARS} printable "
                                                       f"characters, got {shown(value)}")
+
+
+def _restore(cmd: c.RestoreGroup) -> None:
+    """A restore names its line one way: a savepoint, or the checkpoints it must contain."""
+    ids.check_id(cmd.group, "group")
+    if bool(cmd.savepoint) == bool(cmd.containing):
+        raise Rejection.invalid("savepoint", "name a savepoint or the checkpoints the line must contain, not "
+                                             + ("both" if cmd.savepoint else "neither"))
+    if cmd.savepoint:
+        ids.check_id(cmd.savepoint, "savepoint")
+    if len(cmd.containing) > MAX_WHAT_IF_FAILED:
+        raise Rejection.invalid("containing", f"at most {MAX_WHAT_IF_FAILED} checkpoints, got {len(cmd.containing)}")
+    seen: set[str] = set()
+    for i, saved in enumerate(cmd.containing):
+        ids.check_id(saved.agent_id, f"containing[{i}].agent_id")
+        _counter(saved.index, f"containing[{i}].index", 1, MAX_CHECKPOINT_INDEX)
+        if saved.agent_id in seen:
+            raise Rejection.invalid(f"containing[{i}].agent_id", f"agent {saved.agent_id!r} is named twice")
+        seen.add(saved.agent_id)
 
 
 def check_index_step(index: int, last_index: int) -> None:

@@ -1,13 +1,16 @@
 """gRPC servicers: thin translations between protobuf and proposals/reads."""
 from __future__ import annotations
 
+import logging
+
 import grpc
 
 from coordinator import wire
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc
 from coordinator.channels import ClientTLS
-from coordinator.core import paging, queries, validation
+from coordinator.core import paging, queries, restore, validation
+from coordinator.core.commands import RestoreResult
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import RECENT_EPOCHS
 from coordinator.observability import metrics
@@ -22,6 +25,7 @@ from coordinator.transport.order_wakeups import OrderWakeups
 from coordinator.transport.proposer import Proposer, issued_at_metadata
 from coordinator.transport.status_map import Refused, abort_with
 
+log = logging.getLogger(__name__)
 
 
 async def _check(context: grpc.aio.ServicerContext, *checks: tuple[str, str]) -> None:
@@ -149,6 +153,29 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def SetRetention(self, request, context):
         result = await self.p.submit(context, request, wire.set_retention_from_pb)
         return pb.SetRetentionResponse(group=wire.group_to_pb(result.group))
+
+    async def RestoreGroup(self, request, context):
+        """A restore is proposed; its dry run answers the same plan from a linearizable
+        read (core.restore.plan, the very function the state machine applies) and
+        proposes nothing, so it needs no request id."""
+        if not request.dry_run:
+            result = await self.p.submit(context, request, wire.restore_group_from_pb)
+            # Every member's later work is undone: an operator's act the log should show.
+            log.info("group restored", extra={"group": request.group, "savepoint": request.savepoint,
+                                              "recovery_id": result.recovery_id,
+                                              "line": [(s.agent_id, s.checkpoint_index) for s in result.steps]})
+            return wire.restored_to_pb(result, dry_run=False)
+        command = wire.restore_group_from_pb(request)
+        try:
+            validation.validate(command)
+        except Rejection as r:
+            await abort_with(context, r)
+        state, group = await self._group_state(context, request.group)
+
+        def read() -> pb.RestoreGroupResponse:
+            plan = restore.plan(state, group, command.savepoint, command.containing)
+            return wire.restored_to_pb(RestoreResult(0, plan.steps, plan.epoch), dry_run=True)
+        return await self.heavy.run(context, read)
 
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))

@@ -21,6 +21,8 @@ SUBCOMMAND_MODULES = (
     "raftpoint.cli.checkpoints",
     "raftpoint.cli.savepoint",
     "raftpoint.cli.retention",
+    "raftpoint.cli.restore",
+    "raftpoint.cli.whatif",
     "raftpoint.cli.repair",
     "raftpoint.cli.migrate",
     "raftpoint.cli.auth",

@@ -307,6 +307,23 @@ CASES = [
          "group"),
     case("list-savepoints-unknown-group", "ListSavepoints", pb.ListSavepointsRequest(group="e-nope"), C.NOT_FOUND,
          "e-nope"),
+    # ---- RestoreGroup (e-cic: e-a has checkpoints 1 and 3, savepoint e-sp); its dry run is checked alike
+    case("restore-no-request-id", "RestoreGroup", pb.RestoreGroupRequest(group="e-cic", savepoint="e-sp"),
+         C.INVALID_ARGUMENT, "request_id"),
+    *(case(f"restore{'-dry-run' if dry else ''}-{what}", "RestoreGroup", pb.RestoreGroupRequest(
+        request_id=f"e-rg-{what}", dry_run=dry, **fields), code, says)
+      for dry in (False, True)
+      for what, fields, code, says in (
+          ("bad-group", dict(group="a b", savepoint="e-sp"), C.INVALID_ARGUMENT, "group"),
+          ("neither", dict(group="e-cic"), C.INVALID_ARGUMENT, "savepoint: name a savepoint"),
+          ("index-zero", dict(group="e-cic", containing=[pb.SavedCheckpoint(agent_id="e-a", index=0)]),
+           C.INVALID_ARGUMENT, "containing[0].index"),
+          ("unknown-group", dict(group="e-nope", savepoint="e-sp"), C.NOT_FOUND, "e-nope"),
+          ("unknown-savepoint", dict(group="e-cic", savepoint="e-nosp"), C.NOT_FOUND, "e-nosp"),
+          ("unknown-agent", dict(group="e-cic", containing=[pb.SavedCheckpoint(agent_id="e-zz", index=1)]),
+           C.NOT_FOUND, "e-zz"),
+          ("no-such-checkpoint", dict(group="e-cic", containing=[pb.SavedCheckpoint(agent_id="e-a", index=2)]),
+           C.FAILED_PRECONDITION, "no stable checkpoint 2"))),
     case("list-groups-page-size-beyond-bound", "ListGroups", pb.ListGroupsRequest(page_size=1001),
          C.INVALID_ARGUMENT, "page_size"),
     case("list-groups-bad-page-token", "ListGroups", pb.ListGroupsRequest(page_token="no/such"),
@@ -407,6 +424,7 @@ def valid_requests(world: World) -> Iterator[tuple[str, str, object]]:
     yield "AdminService", "SetRetention", pb.SetRetentionRequest(request_id="e-f12", group="e-cic",
                                                                  policy=pb.RetentionPolicy(keep_last=1))
     yield "AdminService", "ListDependencies", pb.ListDependenciesRequest(group="e-cic")
+    yield "AdminService", "RestoreGroup", pb.RestoreGroupRequest(request_id="e-f13", group="e-cic", savepoint="e-sp")
 
 
 def test_a_follower_redirects_every_rpc_to_the_leader(shared_cluster: LocalCluster, world: World) -> None:

@@ -147,6 +147,9 @@ ADMIN_REQUESTS = [
     ("AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(request_id="x-dsp", group="g", name="x-sp")),
     ("AdminService", "SetRetention", pb.SetRetentionRequest(request_id="x-ret", group="g",
                                                             policy=pb.RetentionPolicy(keep_last=1))),
+    ("AdminService", "RestoreGroup", pb.RestoreGroupRequest(request_id="x-rg", group="g", savepoint="x-sp")),
+    # A dry run too: it shows what a restore would undo, which is an admin's question.
+    ("AdminService", "RestoreGroup", pb.RestoreGroupRequest(group="g", savepoint="x-sp", dry_run=True)),
 ]
 READ_REQUESTS = [
     ("AdminService", "GetGroup", pb.GetGroupRequest(group="g")),

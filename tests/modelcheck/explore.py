@@ -38,6 +38,7 @@ class Report:
     depth_reached: int = 0
     seconds: float = 0.0
     recoveries: int = 0  # transitions that started a recovery (each judged against brute force)
+    restores: int = 0  # transitions that applied an operator's restore
     complete: bool = False  # no state at the depth bound had a successor left unexplored
     violations: dict[str, Violation] = field(default_factory=dict)
 
@@ -84,6 +85,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
                 continue
             report.transitions += 1
             report.recoveries += invariants.recoveries_started(step)
+            report.restores += invariants.restores_applied(step)
             broken = [(n, d) for n, f in invariants.STEP_CHECKS.items() if (d := f(step)) is not None]
             for name, detail in broken:
                 found(name, detail, key, step.label)

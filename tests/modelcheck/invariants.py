@@ -49,6 +49,16 @@ def recoveries_started(step: Step) -> int:
     return len(_recoveries(step))
 
 
+def _restores(step: Step) -> list[tuple[Applied, View, View]]:
+    """Each restore the step applied."""
+    return [(a, view_of(a.before, GROUP), view_of(a.after, GROUP)) for a in step.applied
+            if a.changed and isinstance(a.command, c.RestoreGroup)]
+
+
+def restores_applied(step: Step) -> int:
+    return len(_restores(step))
+
+
 def _ordered(after: View) -> dict[str, list[int]]:
     recovery = after.group().recovery_id
     out: dict[str, list[int]] = {}
@@ -85,6 +95,25 @@ def recovery_line_maximal(step: Step) -> str | None:
         got = {a: idx[0] for a, idx in _ordered(after).items()}
         if got != want:
             return f"after {failed} failed the orders roll back to {got}; the newest consistent line is {want}"
+    return None
+
+
+def restore_goes_to_the_savepoint(step: Step) -> str | None:
+    """A restore orders every member that has not left back to its checkpoint in the
+    savepoint (its initial state if it joined later), whatever recovery was pending,
+    and that line is a consistent cut of the history as it stands (brute force)."""
+    for applied, before, after in _restores(step):
+        savepoint = before.state.savepoint(GROUP, applied.command.savepoint)
+        if savepoint is None:
+            return f"{applied.request_id} was applied to a savepoint that does not exist"
+        saved = {s.agent_id: s.index for s in savepoint.checkpoints}
+        history, _ = _history(before)
+        want = {a: saved.get(a, 0) for a in history.checkpoints}
+        got = {a: idx[0] for a, idx in _ordered(after).items()}
+        if got != want:
+            return f"the restore orders {got}; the savepoint holds {want}"
+        if not bf.consistent(history, want):
+            return f"the savepoint {want} is no longer consistent; dependencies {list(history.messages)}"
     return None
 
 
@@ -209,4 +238,4 @@ STATE_CHECKS: dict[str, StateCheck] = {f.__name__: f for f in (
     ordered_back_once, no_orphan_once_recovered, needed_checkpoints_kept, cic_checkpoints_useful)}
 STEP_CHECKS: dict[str, StepCheck] = {f.__name__: f for f in (
     recovery_line_consistent, recovery_line_maximal, fenced_writes_refused, undone_sends_not_delivered,
-    gc_keeps_recoverable_checkpoints)}
+    gc_keeps_recoverable_checkpoints, restore_goes_to_the_savepoint)}

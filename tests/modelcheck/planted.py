@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from coordinator.core import fences, queries, recovery_plan, state_machine
+from coordinator.core import fences, queries, recovery_plan, restore, state_machine
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import AgentState
 
@@ -45,6 +45,11 @@ def _gc_keeping_only_the_newest(usable, deps, retention):  # type: ignore[no-unt
     return {a: (c[-1] if c else 0) for a, c in usable.items()}
 
 
+def _restore_to_the_newest_checkpoints(state, group, name, usable, deps):  # type: ignore[no-untyped-def]
+    """A restore that takes each agent's newest stable checkpoint, not the savepoint's."""
+    return 0, {a: (c[-1] if c else 0) for a, c in usable.items()}, set(usable)
+
+
 SMALL = {"agents": 2, "max_index": 1, "leader_changes": 0, "losses": 0}
 PLANTED: dict[str, Planted] = {
     "line ignores a dependency": Planted(queries, "plan_recovery", _line_ignoring_a_dependency,
@@ -57,4 +62,6 @@ PLANTED: dict[str, Planted] = {
     "GC keeps only the newest checkpoint": Planted(state_machine, "plan_gc", _gc_keeping_only_the_newest,
                                                    "gc_keeps_recoverable_checkpoints",
                                                    {**SMALL, "max_index": 2, "failures": 0}),
+    "restore ignores the savepoint": Planted(restore, "_savepoint_line", _restore_to_the_newest_checkpoints,
+                                             "restore_goes_to_the_savepoint", {**SMALL, "failures": 0, "restores": 1}),
 }

@@ -39,6 +39,17 @@ def test_a_restarted_hmnr_agent_keeps_every_checkpoint_useful() -> None:
     assert not report.violations, "\n\n".join(map(str, report.violations.values()))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,depth", [(Mode.CIC_BCS, 7), (Mode.COORDINATED, 9)], ids=["bcs", "coordinated"])
+def test_a_restore_racing_crashes_expiries_and_a_leader_change_holds_every_invariant(mode: Mode, depth: int) -> None:
+    """An operator takes a savepoint and restores it, at any point of every interleaving
+    (a coordinated savepoint needs a stable epoch first, hence the deeper search)."""
+    report = check(Bounds(mode, **CI_BOUNDS, restores=1), depth)
+    assert not report.violations, "\n\n".join(map(str, report.violations.values()))
+    assert report.restores > 100 and report.recoveries > 100, (
+        f"{mode}: {report.restores} restores, {report.recoveries} recoveries: the model explores almost nothing")
+
+
 @pytest.mark.parametrize("name", list(PLANTED))
 def test_a_planted_bug_is_reported_by_the_invariant_it_breaks(name: str) -> None:
     bug = PLANTED[name]

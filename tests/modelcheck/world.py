@@ -38,6 +38,7 @@ from tests.modelcheck import replica
 from tests.modelcheck.replica import Records, View, view_of
 
 GROUP = "g"
+SAVEPOINT = "sp"
 SHA = "ab" * 32
 FENCED = frozenset({ReasonCode.STALE_INCARNATION, ReasonCode.AGENT_NOT_ALIVE})
 MAX_IN_FLIGHT = 2  # leader proposals not yet committed
@@ -56,6 +57,7 @@ class Bounds:
     max_index: int = 2  # highest checkpoint index an agent takes
     losses: int = 1  # messages lost, plus answers lost to a retried write
     epochs: int = 2  # coordinated: epochs the leader starts
+    restores: int = 0  # an operator's restores of the group to a savepoint (taken first, once)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -151,6 +153,7 @@ class World:
     undone: frozenset[str] = frozenset()
     missing: frozenset[str] = frozenset()  # checkpoints a restore needed whose blob was gone
     late: tuple[tuple[str, "Pending"], ...] = ()  # (agent, write) of ended processes still on their way
+    restores: int = 0
 
     def retriable(self) -> set[str]:
         return {p.pending.request_id for p in self.procs if p.pending is not None} | {w.request_id for _, w in self.late}
@@ -213,7 +216,8 @@ def initial(bounds: Bounds) -> World:
         procs.append(Proc(incarnation=result.agent.incarnation, generation=result.agent.generation,
                           rule=_restored_rule(bounds, name, None), lives=1))
     return World(records, tuple(procs), failures=bounds.failures, leader_changes=bounds.leader_changes,
-                 losses=bounds.losses, epochs=bounds.epochs if bounds.mode is Mode.COORDINATED else 0)
+                 losses=bounds.losses, epochs=bounds.epochs if bounds.mode is Mode.COORDINATED else 0,
+                 restores=bounds.restores)
 
 
 # ---- transitions -------------------------------------------------------------------------
@@ -401,6 +405,13 @@ def _leader_moves(world: World, bounds: Bounds, view: View) -> Iterator[Move]:
             yield f"leader change keeping {keep:b}", lambda keep=keep: _leader_change(world, keep)
     if group.state is GroupState.RUNNING:
         yield "garbage collect", lambda: _gc(world, bounds)
+    if world.restores:
+        if view.state.savepoint(GROUP, SAVEPOINT) is None:
+            yield "operator takes a savepoint", lambda: _operator(world, "savepoint",
+                                                                  c.CreateSavepoint(GROUP, SAVEPOINT))
+        else:
+            yield "operator restores the savepoint", lambda: _operator(
+                world, f"restore-{world.restores}", c.RestoreGroup(GROUP, SAVEPOINT), restores=world.restores - 1)
 
 
 def _crash(world: World, bounds: Bounds, i: int) -> Step:
@@ -584,6 +595,15 @@ def _leader_change(world: World, keep: int) -> Step:
     kept = tuple(e for k, e in enumerate(world.in_flight) if keep >> k & 1)
     b.set(in_flight=kept, leader_changes=world.leader_changes - 1, proposed=frozenset())
     return b.step(f"leader change (keeps {[rid for rid, _ in kept]})", world)
+
+
+def _operator(world: World, request_id: str, command: c.Command, **changes: object) -> Step:
+    """An operator's savepoint or restore, applied as one log entry; a restore's orders are
+    then obeyed (or superseded) like a failure recovery's."""
+    b = Builder(world)
+    b.set(**changes)
+    result = b.apply(request_id, command)
+    return b.step(f"operator: {type(command).__name__}: {_refused(result) or result}", world)
 
 
 def _gc(world: World, bounds: Bounds) -> Step:

@@ -19,7 +19,7 @@ from coordinator.core import commands as c
 from coordinator.core.errors import Rejection
 from coordinator.core.authz import Grant, Role
 from coordinator.core.history import Dependency
-from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode, RetentionPolicy
+from coordinator.core.model import Checkpoint, CheckpointKind, GroupSpec, Mode, RetentionPolicy, SavedCheckpoint
 
 TOKEN = c.Token(incarnation=3, epoch=7, secret_hash=(b"s" * 16).hex())  # the field as the proposer fills it
 CHECKPOINT = Checkpoint(group="g", agent_id="a", index=4, epoch=7, kind=CheckpointKind.FORCED,
@@ -47,6 +47,8 @@ COMMANDS: list[c.Command] = [
     c.DeleteSavepoint("g", "before-upgrade"),
     c.SetRetention("g", RetentionPolicy(keep_last=5, bucket_seconds=3600.0, buckets=24)),
     c.SetRetention("g", RetentionPolicy()),
+    c.RestoreGroup("g", "before-upgrade"),
+    c.RestoreGroup("g", containing=(SavedCheckpoint("a", 4), SavedCheckpoint("b", 2))),
 ]
 
 

@@ -81,6 +81,8 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_TOO_FEW_VOTERS: _ClassVar[ReasonCode]
     REASON_TOO_FEW_LIVE_VOTERS: _ClassVar[ReasonCode]
     REASON_NO_CONSISTENT_CUT: _ClassVar[ReasonCode]
+    REASON_NO_RESTORE_LINE: _ClassVar[ReasonCode]
+    REASON_RESTORE_UNDOES_SAVEPOINT: _ClassVar[ReasonCode]
     REASON_DEPENDENCY_QUOTA: _ClassVar[ReasonCode]
     REASON_OVERLOADED: _ClassVar[ReasonCode]
     REASON_INTERNAL_ERROR: _ClassVar[ReasonCode]
@@ -145,6 +147,8 @@ REASON_NODE_NOT_READY: ReasonCode
 REASON_TOO_FEW_VOTERS: ReasonCode
 REASON_TOO_FEW_LIVE_VOTERS: ReasonCode
 REASON_NO_CONSISTENT_CUT: ReasonCode
+REASON_NO_RESTORE_LINE: ReasonCode
+REASON_RESTORE_UNDOES_SAVEPOINT: ReasonCode
 REASON_DEPENDENCY_QUOTA: ReasonCode
 REASON_OVERLOADED: ReasonCode
 REASON_INTERNAL_ERROR: ReasonCode
@@ -759,6 +763,48 @@ class ListDependenciesResponse(_message.Message):
     dependencies: _containers.RepeatedCompositeFieldContainer[DependencyRecord]
     next_page_token: str
     def __init__(self, dependencies: _Optional[_Iterable[_Union[DependencyRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class RestoreGroupRequest(_message.Message):
+    __slots__ = ("request_id", "group", "savepoint", "containing", "dry_run")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
+    CONTAINING_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    savepoint: str
+    containing: _containers.RepeatedCompositeFieldContainer[SavedCheckpoint]
+    dry_run: bool
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., savepoint: _Optional[str] = ..., containing: _Optional[_Iterable[_Union[SavedCheckpoint, _Mapping]]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class RestoreStep(_message.Message):
+    __slots__ = ("agent_id", "checkpoint_index", "intervals_lost", "checkpoints_lost", "sends_undone", "receives_undone")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    INTERVALS_LOST_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_LOST_FIELD_NUMBER: _ClassVar[int]
+    SENDS_UNDONE_FIELD_NUMBER: _ClassVar[int]
+    RECEIVES_UNDONE_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    checkpoint_index: int
+    intervals_lost: int
+    checkpoints_lost: _containers.RepeatedScalarFieldContainer[int]
+    sends_undone: int
+    receives_undone: int
+    def __init__(self, agent_id: _Optional[str] = ..., checkpoint_index: _Optional[int] = ..., intervals_lost: _Optional[int] = ..., checkpoints_lost: _Optional[_Iterable[int]] = ..., sends_undone: _Optional[int] = ..., receives_undone: _Optional[int] = ...) -> None: ...
+
+class RestoreGroupResponse(_message.Message):
+    __slots__ = ("recovery_id", "steps", "epoch", "dry_run")
+    RECOVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    recovery_id: int
+    steps: _containers.RepeatedCompositeFieldContainer[RestoreStep]
+    epoch: int
+    dry_run: bool
+    def __init__(self, recovery_id: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[RestoreStep, _Mapping]]] = ..., epoch: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()

@@ -498,6 +498,11 @@ class AdminServiceStub:
                 request_serializer=v1_dot_coordinator__pb2.ListDependenciesRequest.SerializeToString,
                 response_deserializer=v1_dot_coordinator__pb2.ListDependenciesResponse.FromString,
                 _registered_method=True)
+        self.RestoreGroup = channel.unary_unary(
+                '/raftpoint.v1.AdminService/RestoreGroup',
+                request_serializer=v1_dot_coordinator__pb2.RestoreGroupRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.RestoreGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -611,6 +616,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RestoreGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -703,6 +714,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListDependencies,
                     request_deserializer=v1_dot_coordinator__pb2.ListDependenciesRequest.FromString,
                     response_serializer=v1_dot_coordinator__pb2.ListDependenciesResponse.SerializeToString,
+            ),
+            'RestoreGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreGroup,
+                    request_deserializer=v1_dot_coordinator__pb2.RestoreGroupRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.RestoreGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1191,6 +1207,33 @@ class AdminService:
             '/raftpoint.v1.AdminService/ListDependencies',
             v1_dot_coordinator__pb2.ListDependenciesRequest.SerializeToString,
             v1_dot_coordinator__pb2.ListDependenciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/RestoreGroup',
+            v1_dot_coordinator__pb2.RestoreGroupRequest.SerializeToString,
+            v1_dot_coordinator__pb2.RestoreGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
