@@ -22,13 +22,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import coordinator
 from coordinator import config as node_config
 from coordinator.transport.server import LIVENESS_SERVICE
 from tests.support.manifests import render_overlay
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-EXPECTED_REPLICAS = {"dev": 3, "dev-single": 1, "prod": 5}
+EXPECTED_REPLICAS = {"dev": 3, "dev-single": 1, "prod": 5, "release": 5}
 OVERLAYS = list(EXPECTED_REPLICAS)
 # The oldest Kubernetes we claim to support (persistentVolumeClaimRetentionPolicy is GA
 # in 1.32) and the newest schema the installed kubernetes-validate ships.
@@ -385,6 +386,17 @@ def test_prod_is_bigger_than_dev() -> None:
     assert quantity(prod["resources"]["requests"]["memory"]) > quantity(dev["resources"]["requests"]["memory"])
 
 
+def container_images(docs: list[dict]) -> dict[str, str]:
+    pod = pod_spec(docs)
+    return {c["name"]: c["image"] for c in pod["containers"] + pod.get("initContainers", [])}
+
+
+def test_release_pins_every_container_to_the_source_version() -> None:
+    assert set(container_images(render("prod")).values()) == {"raftpoint:latest"}
+    images = container_images(render("release"))
+    assert set(images.values()) == {f"registry.example/raftpoint:{coordinator.__version__}"}, images
+
+
 def test_secret_example_is_not_deployed_and_has_both_keys() -> None:
     base = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
     assert "secret.example.yaml" not in base["resources"]
@@ -542,7 +554,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
     instructions = dockerfile_instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim")
+    assert instructions[:2] == [("ARG", "BASE_IMAGE=python:3.11-slim"), ("FROM", "${BASE_IMAGE}")]
     users = [arg for op, arg in instructions if op == "USER"]
     assert users, "no USER: the image would run as root"
     user = users[-1].split(":")[0]
@@ -553,9 +565,15 @@ def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
     assert json.loads(entrypoint) == ["raftpoint", "coordinator"]  # exec form: gets SIGTERM directly
     exposed = {int(p.split("/")[0]) for op, arg in instructions if op == "EXPOSE" for p in arg.split()}
     assert exposed == {RAFT, GRPC, METRICS, PROBES}
-    assert any(op == "RUN" and re.search(r'pip install --no-cache-dir -c constraints\.txt \./distributions/raftpoint-agent "?\.',
-                                         arg) for op, arg in instructions)
-    assert any(op == "WORKDIR" for op, _ in instructions)
+    # Offline, wheels only, at the pinned versions.
+    assert any(op == "RUN" and re.search(r"pip install --no-cache-dir --no-index --only-binary=:all: "
+                                         r"--find-links /wheelhouse -c /constraints\.txt ", arg)
+               for op, arg in instructions)
+    labels = dict(re.findall(r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"',
+                             " ".join(arg for op, arg in instructions if op == "LABEL")))
+    assert labels["org.opencontainers.image.version"] == "${VERSION}", labels
+    assert {"title", "description", "licenses", "revision", "base.name"} <= {
+        k.removeprefix("org.opencontainers.image.") for k in labels}, labels
     # The manifests' securityContext agrees with the image's user.
     assert pod_spec(render("prod"))["securityContext"]["runAsUser"] == int(user)
 
@@ -582,11 +600,11 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_the_rest() -> None:
     patterns = [l.strip().rstrip("/") for l in (ROOT / ".dockerignore").read_text().splitlines()
                 if l.strip() and not l.startswith("#")]
     assert not any(p.startswith("!") for p in patterns)  # _ignored does not model exceptions
-    copied = [src for op, arg in dockerfile_instructions() if op == "COPY" for src in arg.split()[:-1]]
-    assert sorted(copied) == ["LICENSE", "README.md", "agent_client", "chaos", "constraints.txt", "coordinator",
-                              "distributions/raftpoint-agent", "hatch_build.py", "pyproject.toml", "raftpoint"]
-    for src in copied + ["raftpoint/cli/node.py", "coordinator/api/v1/coordinator_pb2.py",
-                         "distributions/raftpoint-agent/hatch_build.py"]:
+    instructions = dockerfile_instructions()
+    copied = [src for op, arg in instructions if op == "COPY" for src in arg.split()[:-1]]
+    mounted = [src for op, arg in instructions if op == "RUN" for src in re.findall(r"--mount=type=bind,source=([^,]+)", arg)]
+    assert sorted(copied + mounted) == ["constraints.txt", "wheelhouse"]
+    for src in copied + mounted + ["wheelhouse/raftpoint-0.1.0-py3-none-any.whl"]:
         assert not _ignored(src, patterns), f".dockerignore drops {src}, which the image needs"
     for junk in [".git/HEAD", ".venv/bin/python", "coordinator/__pycache__/x.pyc", ".pytest_cache/v",
                  ".hypothesis/examples", "raftpoint-data/raft.snapshot", "tests/deploy/test_manifests.py",
