@@ -616,6 +616,15 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_the_rest() -> None:
 CERT_MANAGER = "cert-manager"
 
 
+def grpc_name_matches(entry: str, host: str) -> bool:
+    """gRPC's hostname check of a certificate name: equal, or a wildcard `*.rest` for one
+    label before `rest` when `rest` has a dot itself (`*.raftpoint-peers` matches no name)."""
+    first, _, rest = host.lower().partition(".")
+    if entry.lower() == host.lower():
+        return True
+    return entry.startswith("*.") and "." in rest and entry[2:].lower() == rest
+
+
 def check_cert_manager(docs: list[dict]) -> None:
     """The overlay's Certificates: issued by its CA, into the Secret the nodes mount,
     naming every node's address, usable by nodes both to serve and to call peers."""
@@ -634,7 +643,7 @@ def check_cert_manager(docs: list[dict]) -> None:
     for i in range(sts["spec"]["replicas"]):
         cfg = node_config.load(env={**env, "RAFTPOINT_POD_NAME": f"raftpoint-{i}", "RAFTPOINT_RAFT_PASSWORD": "a-password-of-32-characters-long"})
         host = cfg.grpc_address.rsplit(":", 1)[0]
-        assert any(fnmatch(host, name) and host.count(".") == name.count(".") for name in nodes["dnsNames"]), host
+        assert any(grpc_name_matches(name, host) for name in nodes["dnsNames"]), host
     assert certs["raftpoint-admin-tls"]["spec"]["usages"] == ["digital signature", "client auth"]
 
 
@@ -652,7 +661,15 @@ def _node_certificate(docs: list[dict]) -> dict:
     return next(d for d in docs if d["kind"] == "Certificate" and d["metadata"]["name"] == TLS_SECRET)["spec"]
 
 
-@pytest.mark.parametrize("breakage", ["secret-name", "no-client-usage", "fqdn-only", "self-signed-nodes"])
+def test_grpc_name_matching() -> None:
+    assert grpc_name_matches("raftpoint-0.raftpoint-peers", "raftpoint-0.raftpoint-peers")
+    assert grpc_name_matches("*.raftpoint-peers.ns.svc", "raftpoint-0.raftpoint-peers.ns.svc")
+    assert not grpc_name_matches("*.raftpoint-peers", "raftpoint-0.raftpoint-peers")
+    assert not grpc_name_matches("*.ns.svc", "raftpoint-0.raftpoint-peers.ns.svc")
+
+
+@pytest.mark.parametrize("breakage", ["secret-name", "no-client-usage", "fqdn-only", "self-signed-nodes",
+                                      "short-wildcard"])
 def test_cert_manager_check_catches(breakage: str) -> None:
     docs = render(CERT_MANAGER)
     spec = _node_certificate(docs)
@@ -662,6 +679,8 @@ def test_cert_manager_check_catches(breakage: str) -> None:
         spec["usages"].remove("client auth")
     elif breakage == "fqdn-only":
         spec["dnsNames"] = ["*.raftpoint-peers.default.svc.cluster.local"]
+    elif breakage == "short-wildcard":
+        spec["dnsNames"] = ["*.raftpoint-peers", "raftpoint"]
     else:
         spec["issuerRef"]["name"] = "raftpoint-selfsigned"
     with pytest.raises((AssertionError, KeyError)):
