@@ -30,10 +30,9 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.channels import ClientTLS
 from coordinator.harness.certs import LocalCA
 from coordinator.harness.local_cluster import free_ports, node_status, wait_for
-from tests.deploy.test_manifests import (GRPC, PASSWORD_KEY, TLS_FILES, coordinator_container, effective_env, one,
-                                         pod_spec, render)
-from tests.support.manifests import kustomize
+from tests.deploy.test_manifests import GRPC, PASSWORD_KEY, TLS_FILES, coordinator_container, effective_env, one
 from tests.support.containers import Podman, base_image_or_skip, podman_or_skip
+from tests.support.manifests import kustomize
 
 # The first run makes the Debian base (mmdebstrap) and every run builds wheels and the image.
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -81,7 +80,8 @@ def mount_path(docs: list[dict], volume: str) -> str:
 
 
 class PodLikeContainers:
-    """Three containers on their own podman network, removed with their volumes by close()."""
+    """The StatefulSet's pods as containers on their own podman network, removed with
+    their volumes and the network by close()."""
 
     def __init__(self, podman: Podman, image: str, docs: list[dict], files: Path, ca: LocalCA) -> None:
         self.podman, self.image, self.docs = podman, image, docs
@@ -90,7 +90,7 @@ class PodLikeContainers:
         self.headless = one(docs, "StatefulSet")["spec"]["serviceName"]
         self.env = {k: v for k, v in effective_env(docs, coordinator_container(docs)).items() if isinstance(v, str)}
         self.ports = free_ports(self.replicas)
-        self.network = self.volumes = ""
+        self.network = ""
         self.started: list[int] = []
         self.ips: list[str] = []
         self.mounts = self._mounts(files, ca)
@@ -193,7 +193,6 @@ def test_image_labels_and_user(podman: Podman, image: str) -> None:
     config = podman.out("image", "inspect", image, "--format",
                         '{{.Config.User}} {{index .Labels "org.opencontainers.image.version"}}')
     assert config == f"{UID}:{GID} {coordinator.__version__}"
-    assert pod_spec(render("dev"))["securityContext"]["runAsUser"] == UID
 
 
 def test_statefulset_configured_containers_elect_serve_and_survive_the_leaders_stop(
