@@ -195,6 +195,19 @@ def test_image_labels_and_user(podman: Podman, image: str) -> None:
     assert config == f"{UID}:{GID} {coordinator.__version__}"
 
 
+def test_the_wait_for_own_dns_init_container_runs_in_the_image(podman: Podman, image: str) -> None:
+    docs = kustomize(ROOT / "deploy" / "base")
+    [init] = one(docs, "StatefulSet")["spec"]["template"]["spec"]["initContainers"]
+    env = {k: v for k, v in effective_env(docs, init).items() if isinstance(v, str)}
+    pod_ip, name = "10.1.2.3", f"raftpoint-0.{env['RAFTPOINT_HEADLESS_SERVICE']}"
+    env.update(RAFTPOINT_POD_NAME="raftpoint-0", POD_IP=pod_ip, WAIT_FOR_DNS_SECONDS="10")
+    command, *args = init["command"]
+    done = podman.run("run", "--rm", "--read-only", "--network=none", f"--add-host={name}:{pod_ip}",
+                      *(f"--env={k}={v}" for k, v in env.items()), f"--entrypoint={command}", image, *args,
+                      check=False)
+    assert done.returncode == 0 and f"{name} resolves to {pod_ip}" in done.stdout, done
+
+
 def test_statefulset_configured_containers_elect_serve_and_survive_the_leaders_stop(
         podman: Podman, image: str, tmp_path: Path) -> None:
     ca = LocalCA.create(tmp_path / "ca")
