@@ -48,13 +48,13 @@ PROG = "raftpoint coordinator"
 SWITCH_INTERVAL_S = 0.001
 
 
-def open_node(cfg: NodeConfig) -> CoordinatorNode:
+def open_node(cfg: NodeConfig, raft_bind_address: str | None = None) -> CoordinatorNode:
     options = {} if cfg.store == "memory" else {"map_size": cfg.map_size_mb << 20,
                                                 "max_map_size": cfg.max_map_size_mb << 20,
                                                 "verify_at_open": True, "on_damage": _stop_damaged}
     store = open_store(cfg.store, Path(cfg.data_dir) / STORE_DIR, **options)
     return CoordinatorNode(cfg, store, on_apply=metrics.APPLY_SECONDS.observe,
-                           on_journal_flush=metrics.JOURNAL_FSYNC_SECONDS.observe)
+                           on_journal_flush=metrics.JOURNAL_FSYNC_SECONDS.observe, raft_bind_address=raft_bind_address)
 
 
 def _stop_damaged(message: str) -> None:
@@ -98,14 +98,16 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
     # refused with the reason, and leaves the first one's state untouched.
     tls = ServerTLS.of(cfg)  # its files were checked by run()
     with DataDirLock(cfg.data_dir):
-        ports.check_all({"Raft": cfg.raft_address, "gRPC": cfg.grpc_address, "metrics": cfg.metrics_address,
-                         **({"probe": cfg.probe_address} if cfg.probe_address else {})})
-        node = open_node(cfg)
+        # The listeners bind the addresses resolved here: a name that stops resolving
+        # later (DNS settling) cannot fail a bind.
+        bound = ports.check_all({"Raft": cfg.raft_address, "gRPC": cfg.grpc_address, "metrics": cfg.metrics_address,
+                                 **({"probe": cfg.probe_address} if cfg.probe_address else {})})
+        node = open_node(cfg, raft_bind_address=bound["Raft"])
         report = HealthReport()
         try:
-            start_metrics(cfg, tls, report)
+            start_metrics(cfg, tls, report, bound["metrics"])
             if cfg.probe_address:
-                metrics_server.start_probe_server(cfg.probe_address, report)
+                metrics_server.start_probe_server(bound["probe"], report)
             gc_pauses.tune_for_serving()  # the node's long-lived objects exist now
             metrics.GC_PAUSE.set_function(gc_pauses.worst_recent_pause)
             log.info("node started raft=%s grpc=%s metrics=%s tls=%s", cfg.raft_address, cfg.grpc_address,
@@ -117,7 +119,7 @@ async def _main(cfg: NodeConfig, authorizer: Authorizer | None) -> None:
                                                          _stop_diverged, peer_tls, peer_credentials,
                                                          node.replaced_applied_from)
                                         ) if cfg.digest_audit_s and peers else None
-            await serve(node, cfg.grpc_address, stop, cfg.dedupe_window_s,
+            await serve(node, bound["gRPC"], stop, cfg.dedupe_window_s,
                         ServerLimits(max_connections=cfg.max_connections,
                                      unauthenticated_per_source=cfg.max_unauthenticated_per_source,
                                      max_rpcs=cfg.max_rpcs, ping_s=cfg.session_ping_s,
@@ -153,17 +155,19 @@ def raise_fd_limit(max_connections: int) -> None:
                     "or lower max_connections", soft, needed, max_connections)
 
 
-def start_metrics(cfg: NodeConfig, tls: ServerTLS | None,
-                  report: HealthReport | None = None) -> metrics_server.MetricsServer:
+def start_metrics(cfg: NodeConfig, tls: ServerTLS | None, report: HealthReport | None = None,
+                  address: str | None = None) -> metrics_server.MetricsServer:
     """/metrics (and the probe paths) over HTTPS with the node's certificate when the
-    node has TLS, unless plain HTTP was asked for (`metrics_plaintext`)."""
+    node has TLS, unless plain HTTP was asked for (`metrics_plaintext`). `address`: the
+    resolved form of cfg.metrics_address to bind, if there is one."""
+    address = address or cfg.metrics_address
     if tls is None or cfg.metrics_plaintext:
         if tls is not None:
             log.warning("metrics are served over plain HTTP (metrics_plaintext) while gRPC uses TLS")
-        return metrics_server.start_metrics_server(cfg.metrics_address, report=report)
+        return metrics_server.start_metrics_server(address, report=report)
     context = ContextReloader(tls, lambda t: metrics_server.tls_context(
         t.cert_file, t.key_file, t.client_ca_file or None, client_auth_required=t.client_auth == "require"))
-    return metrics_server.start_metrics_server(cfg.metrics_address, context, report=report)
+    return metrics_server.start_metrics_server(address, context, report=report)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -88,7 +88,8 @@ def _refuse_a_gap(journal_first: int | None, store_applied: int, snapshot: Snaps
 class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWritePath,
                       pysyncobj_adapter.OneMembershipChangeAtATime, pysyncobj_adapter.SnapshotReceiver, SyncObj):
     def __init__(self, config: NodeConfig, store: Store, *, on_apply: Callable[[float], None] | None = None,
-                 on_journal_flush: Callable[[float], None] | None = None) -> None:
+                 on_journal_flush: Callable[[float], None] | None = None,
+                 raft_bind_address: str | None = None) -> None:
         pysyncobj_adapter.install()  # first: refuses an unsupported pysyncobj before anything is touched
         refuse_old_formats(Path(config.data_dir))  # before anything in the data dir is read
         self.config = config
@@ -137,8 +138,9 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         conf = SyncObjConf(
             password=config.password(),
             # Listen on our own address only (the pod IP on Kubernetes), never 0.0.0.0:
-            # the Raft port speaks pickle.
-            bindAddress=config.raft_address,
+            # the Raft port speaks pickle. Given resolved (service.ports), so that
+            # pysyncobj never resolves our own name: a failed lookup there is a TypeError.
+            bindAddress=raft_bind_address or config.raft_address,
             autoTick=True,
             autoTickPeriod=config.auto_tick_period,
             appendEntriesUseBatch=config.append_entries_batch,

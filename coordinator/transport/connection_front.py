@@ -55,6 +55,9 @@ RESOLVE_PERIOD_S = 60.0
 # This host's own loopback addresses, as sources (probes and tools run on the node's host).
 LOOPBACK = frozenset(source_of(a) for a in ("127.0.0.1", "::1"))
 _START_TIMEOUT_S = 10.0
+# What a client may send before its relay to the gRPC server is connected (a loopback
+# connect away): a TLS ClientHello is a few KiB.
+EARLY_BYTES_MAX = 64 * 1024
 
 
 def _bind(address: str) -> socket.socket:
@@ -113,12 +116,27 @@ class _Relay(asyncio.Protocol):
 
 
 class _Client(_Relay):
-    """The side a client connected to."""
+    """The side a client connected to.
+
+    Reading is paused until the gRPC server side is connected, but some Pythons read
+    anyway: CPython 3.11.2 (Debian 12's python3) starts reading after connection_made
+    even when it paused reading there. What arrives before the relay is connected
+    (a TLS ClientHello) is kept and sent on once it is, never dropped: a dropped
+    ClientHello left the handshake to time out."""
 
     source = ""
     proven = False
     kept = False
     backend_port: int | None = None
+    early: bytearray | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.other is not None:
+            super().data_received(data)
+            return
+        self.early = (self.early or bytearray()) + data
+        if len(self.early) > EARLY_BYTES_MAX and self.transport is not None:
+            self.transport.abort()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -250,6 +268,9 @@ class ConnectionFront:
             backend.transport.close()
             return
         client.other, backend.other = backend, client
+        if client.early:
+            backend.transport.write(bytes(client.early))
+            client.early = None
         client.backend_port = backend.transport.get_extra_info("sockname")[1]
         self._by_backend_port[client.backend_port] = client
         client.transport.resume_reading()

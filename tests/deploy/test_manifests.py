@@ -22,13 +22,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import coordinator
 from coordinator import config as node_config
 from coordinator.transport.server import LIVENESS_SERVICE
 from tests.support.manifests import render_overlay
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-EXPECTED_REPLICAS = {"dev": 3, "dev-single": 1, "prod": 5}
+EXPECTED_REPLICAS = {"dev": 3, "dev-single": 1, "prod": 5, "release": 5}
 OVERLAYS = list(EXPECTED_REPLICAS)
 # The oldest Kubernetes we claim to support (persistentVolumeClaimRetentionPolicy is GA
 # in 1.32) and the newest schema the installed kubernetes-validate ships.
@@ -385,6 +386,17 @@ def test_prod_is_bigger_than_dev() -> None:
     assert quantity(prod["resources"]["requests"]["memory"]) > quantity(dev["resources"]["requests"]["memory"])
 
 
+def container_images(docs: list[dict]) -> dict[str, str]:
+    pod = pod_spec(docs)
+    return {c["name"]: c["image"] for c in pod["containers"] + pod.get("initContainers", [])}
+
+
+def test_release_pins_every_container_to_the_source_version() -> None:
+    assert set(container_images(render("prod")).values()) == {"raftpoint:latest"}
+    images = container_images(render("release"))
+    assert set(images.values()) == {f"registry.example/raftpoint:{coordinator.__version__}"}, images
+
+
 def test_secret_example_is_not_deployed_and_has_both_keys() -> None:
     base = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
     assert "secret.example.yaml" not in base["resources"]
@@ -542,7 +554,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
     instructions = dockerfile_instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim")
+    assert instructions[:2] == [("ARG", "BASE_IMAGE=python:3.11-slim"), ("FROM", "${BASE_IMAGE}")]
     users = [arg for op, arg in instructions if op == "USER"]
     assert users, "no USER: the image would run as root"
     user = users[-1].split(":")[0]
@@ -553,9 +565,15 @@ def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
     assert json.loads(entrypoint) == ["raftpoint", "coordinator"]  # exec form: gets SIGTERM directly
     exposed = {int(p.split("/")[0]) for op, arg in instructions if op == "EXPOSE" for p in arg.split()}
     assert exposed == {RAFT, GRPC, METRICS, PROBES}
-    assert any(op == "RUN" and re.search(r'pip install --no-cache-dir -c constraints\.txt \./distributions/raftpoint-agent "?\.',
-                                         arg) for op, arg in instructions)
-    assert any(op == "WORKDIR" for op, _ in instructions)
+    # Offline, wheels only, at the pinned versions.
+    assert any(op == "RUN" and re.search(r"pip install --no-cache-dir --no-index --only-binary=:all: "
+                                         r"--find-links /wheelhouse -c /constraints\.txt ", arg)
+               for op, arg in instructions)
+    labels = dict(re.findall(r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"',
+                             " ".join(arg for op, arg in instructions if op == "LABEL")))
+    assert labels["org.opencontainers.image.version"] == "${VERSION}", labels
+    assert {"title", "description", "licenses", "revision", "base.name"} <= {
+        k.removeprefix("org.opencontainers.image.") for k in labels}, labels
     # The manifests' securityContext agrees with the image's user.
     assert pod_spec(render("prod"))["securityContext"]["runAsUser"] == int(user)
 
@@ -582,11 +600,11 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_the_rest() -> None:
     patterns = [line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
     assert not any(p.startswith("!") for p in patterns)  # _ignored does not model exceptions
-    copied = [src for op, arg in dockerfile_instructions() if op == "COPY" for src in arg.split()[:-1]]
-    assert sorted(copied) == ["LICENSE", "README.md", "agent_client", "chaos", "constraints.txt", "coordinator",
-                              "distributions/raftpoint-agent", "hatch_build.py", "pyproject.toml", "raftpoint"]
-    for src in copied + ["raftpoint/cli/node.py", "coordinator/api/v1/coordinator_pb2.py",
-                         "distributions/raftpoint-agent/hatch_build.py"]:
+    instructions = dockerfile_instructions()
+    copied = [src for op, arg in instructions if op == "COPY" for src in arg.split()[:-1]]
+    mounted = [src for op, arg in instructions if op == "RUN" for src in re.findall(r"--mount=type=bind,source=([^,]+)", arg)]
+    assert sorted(copied + mounted) == ["constraints.txt", "wheelhouse"]
+    for src in copied + mounted + ["wheelhouse/raftpoint-0.1.0-py3-none-any.whl"]:
         assert not _ignored(src, patterns), f".dockerignore drops {src}, which the image needs"
     for junk in [".git/HEAD", ".venv/bin/python", "coordinator/__pycache__/x.pyc", ".pytest_cache/v",
                  ".hypothesis/examples", "raftpoint-data/raft.snapshot", "tests/deploy/test_manifests.py",
@@ -596,6 +614,15 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_the_rest() -> None:
 
 # ---- the cert-manager overlay --------------------------------------------------------------
 CERT_MANAGER = "cert-manager"
+
+
+def grpc_name_matches(entry: str, host: str) -> bool:
+    """gRPC's hostname check of a certificate name: equal, or a wildcard `*.rest` for one
+    label before `rest` when `rest` has a dot itself (`*.raftpoint-peers` matches no name)."""
+    first, _, rest = host.lower().partition(".")
+    if entry.lower() == host.lower():
+        return True
+    return entry.startswith("*.") and "." in rest and entry[2:].lower() == rest
 
 
 def check_cert_manager(docs: list[dict]) -> None:
@@ -616,7 +643,7 @@ def check_cert_manager(docs: list[dict]) -> None:
     for i in range(sts["spec"]["replicas"]):
         cfg = node_config.load(env={**env, "RAFTPOINT_POD_NAME": f"raftpoint-{i}", "RAFTPOINT_RAFT_PASSWORD": "a-password-of-32-characters-long"})
         host = cfg.grpc_address.rsplit(":", 1)[0]
-        assert any(fnmatch(host, name) and host.count(".") == name.count(".") for name in nodes["dnsNames"]), host
+        assert any(grpc_name_matches(name, host) for name in nodes["dnsNames"]), host
     assert certs["raftpoint-admin-tls"]["spec"]["usages"] == ["digital signature", "client auth"]
 
 
@@ -634,7 +661,15 @@ def _node_certificate(docs: list[dict]) -> dict:
     return next(d for d in docs if d["kind"] == "Certificate" and d["metadata"]["name"] == TLS_SECRET)["spec"]
 
 
-@pytest.mark.parametrize("breakage", ["secret-name", "no-client-usage", "fqdn-only", "self-signed-nodes"])
+def test_grpc_name_matching() -> None:
+    assert grpc_name_matches("raftpoint-0.raftpoint-peers", "raftpoint-0.raftpoint-peers")
+    assert grpc_name_matches("*.raftpoint-peers.ns.svc", "raftpoint-0.raftpoint-peers.ns.svc")
+    assert not grpc_name_matches("*.raftpoint-peers", "raftpoint-0.raftpoint-peers")
+    assert not grpc_name_matches("*.ns.svc", "raftpoint-0.raftpoint-peers.ns.svc")
+
+
+@pytest.mark.parametrize("breakage", ["secret-name", "no-client-usage", "fqdn-only", "self-signed-nodes",
+                                      "short-wildcard"])
 def test_cert_manager_check_catches(breakage: str) -> None:
     docs = render(CERT_MANAGER)
     spec = _node_certificate(docs)
@@ -644,6 +679,8 @@ def test_cert_manager_check_catches(breakage: str) -> None:
         spec["usages"].remove("client auth")
     elif breakage == "fqdn-only":
         spec["dnsNames"] = ["*.raftpoint-peers.default.svc.cluster.local"]
+    elif breakage == "short-wildcard":
+        spec["dnsNames"] = ["*.raftpoint-peers", "raftpoint"]
     else:
         spec["issuerRef"]["name"] = "raftpoint-selfsigned"
     with pytest.raises((AssertionError, KeyError)):

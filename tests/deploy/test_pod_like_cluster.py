@@ -49,7 +49,8 @@ def test_statefulset_configured_nodes_form_a_cluster_and_heal(tmp_path: Path) ->
     # What the raftpoint-tls Secret would hold: one node certificate naming every pod
     # (and, for this test's direct dialling, their loopback IPs).
     ca = LocalCA.create(tmp_path / "tls")
-    node_cert = ca.server("node", [f"*.{HEADLESS}", *(a.rsplit(":", 1)[0] for a in grpc.values())])
+    node_cert = ca.server("node", [*(f"raftpoint-{i}.{HEADLESS}" for i in range(replicas)),
+                                   *(a.rsplit(":", 1)[0] for a in grpc.values())])
     # What the raftpoint-auth ConfigMap would mount: its bindings, as rendered.
     bindings = tmp_path / "bindings.toml"
     bindings.write_text(one(docs, "ConfigMap", "raftpoint-auth")["data"]["bindings.toml"])

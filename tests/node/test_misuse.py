@@ -13,24 +13,30 @@ import pytest
 from agent_client.testing import InProcessCoordinator
 from coordinator.harness.in_process import LocalReplica
 from coordinator.harness.certs import LocalCA
-from coordinator.harness.local_cluster import free_ports
-from coordinator.service import node_server
+from coordinator.harness.local_cluster import free_ports, wait_for
+from coordinator.service import node_server, ports
 from coordinator.storage.dir_lock import DataDirInUse, DataDirLock
 
 
-def run_node(data_dir: Path, raft: int, grpc: int, metrics: int) -> subprocess.CompletedProcess:
+def node_command(data_dir: Path, raft: int, grpc: int, metrics: int, host: str = "127.0.0.1",
+                 program: tuple[str, ...] = ("-m", "coordinator")) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of a one-node TLS cluster listening on `host`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTPOINT_")}
     env["RAFTPOINT_RAFT_PASSWORD"] = "a test cluster password"
     ca = LocalCA.create(data_dir.parent / f"{data_dir.name}-tls")
     node = ca.server("node")
     bindings = data_dir.parent / f"{data_dir.name}-bindings.toml"
     bindings.write_text('["admin"]\nrole = "admin"\n')
-    return subprocess.run([sys.executable, "-m", "coordinator", "--data-dir", str(data_dir),
-                           "--raft-address", f"127.0.0.1:{raft}", "--grpc-address", f"127.0.0.1:{grpc}",
-                           "--metrics-address", f"127.0.0.1:{metrics}", "--tls-cert-file", str(node.cert_file),
-                           "--tls-key-file", str(node.key_file), "--tls-client-ca-file", str(ca.ca_file),
-                           "--tls-client-auth", "require", "--auth-bindings-file", str(bindings)],
-                          env=env, capture_output=True, text=True, timeout=30)
+    return [sys.executable, *program, "--data-dir", str(data_dir),
+            "--raft-address", f"{host}:{raft}", "--grpc-address", f"{host}:{grpc}",
+            "--metrics-address", f"{host}:{metrics}", "--tls-cert-file", str(node.cert_file),
+            "--tls-key-file", str(node.key_file), "--tls-client-ca-file", str(ca.ca_file),
+            "--tls-client-auth", "require", "--auth-bindings-file", str(bindings)], env
+
+
+def run_node(data_dir: Path, raft: int, grpc: int, metrics: int) -> subprocess.CompletedProcess:
+    command, env = node_command(data_dir, raft, grpc, metrics)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
 
 
 def test_a_second_lock_on_a_data_dir_is_refused_naming_the_holder(tmp_path: Path) -> None:
@@ -87,3 +93,64 @@ def test_a_plaintext_node_taking_tokens_warns_that_they_travel_in_the_clear(
     authorizer_of(NodeConfig(raft_password=password, auth_tokens_file=str(tokens), auth_bindings_file=str(bindings),
                              tls_cert_file=str(node.cert_file), tls_key_file=str(node.key_file)))
     assert "PLAINTEXT" not in capsys.readouterr().err
+
+
+# ---- a node's own name while DNS settles ----------------------------------------------
+SETTLING_NAME = "raftpoint-0.settling.test"
+# Runs the node with SETTLING_NAME resolving (to 127.0.0.1) for the node's own checks,
+# while pysyncobj's resolver, asked later, finds nothing: a name that resolved once
+# and then not.
+RESOLVES_ONCE_THEN_NOT = f"""
+import runpy, socket, sys
+import pysyncobj.dns_resolver as dns
+real = socket.getaddrinfo
+socket.getaddrinfo = lambda host, *a, **k: real("127.0.0.1" if host == {SETTLING_NAME!r} else host, *a, **k)
+resolve = dns.DnsCachingResolver._DnsCachingResolver__doResolve
+dns.DnsCachingResolver._DnsCachingResolver__doResolve = (
+    lambda self, host: [] if host == {SETTLING_NAME!r} else resolve(self, host))
+sys.argv[0] = "coordinator"
+runpy.run_module("coordinator", run_name="__main__")
+"""
+
+
+def test_a_name_that_stops_resolving_after_the_checks_does_not_stop_the_node(tmp_path: Path) -> None:
+    raft, grpc, metrics = free_ports(3)
+    command, env = node_command(tmp_path / "data", raft, grpc, metrics, host=SETTLING_NAME,
+                                program=("-c", RESOLVES_ONCE_THEN_NOT))
+    with open(tmp_path / "node.log", "w+") as log:
+        node = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            def raft_port_listens() -> bool:
+                assert node.poll() is None, f"the node exited with {node.returncode}: {log_text()}"
+                with socket.socket() as probe:
+                    return probe.connect_ex(("127.0.0.1", raft)) == 0
+
+            def log_text() -> str:
+                log.seek(0)
+                return log.read()
+
+            wait_for(raft_port_listens, f"the node's Raft port 127.0.0.1:{raft} to listen", 30, 0.1)
+        finally:
+            node.terminate()
+            node.wait(30)
+        text = log_text()
+    assert node.returncode == 0, text
+    assert "Traceback" not in text and "TypeError" not in text, text
+
+
+def test_a_name_that_resolves_within_the_wait_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = [socket.gaierror(socket.EAI_NONAME, "Name or service not known")] * 2
+    real = socket.getaddrinfo
+
+    def settling(host: str, *args: object, **kwargs: object) -> list:
+        if answers:
+            raise answers.pop()
+        return real("127.0.0.1", *args, **kwargs)
+    monkeypatch.setattr(socket, "getaddrinfo", settling)
+    slept: list[float] = []
+    assert ports.resolve("raftpoint-0.settling.test:7000", "Raft", 5, slept.append)[1] == ("127.0.0.1", 7000)
+    assert slept == [ports.RESOLVE_RETRY_S] * 2
+    with pytest.raises(ports.PortUnavailable, match=r"cannot bind Raft address raftpoint-0\.settling\.test:7000: "
+                                                    r"Name or service not known$"):
+        answers.append(socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
+        ports.resolve("raftpoint-0.settling.test:7000", "Raft", 0, slept.append)
