@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -14,6 +18,10 @@ from agent_client.call_log import CallLog
 from agent_client.recorder import CallRecorder, recorded_callable
 from agent_client.replay import Horizon, ReplayDiverged, RunStart
 from agent_client.testing import InProcessCoordinator
+from coordinator import channels
+from coordinator.api.v1 import coordinator_pb2 as pb
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeModel:
@@ -188,25 +196,50 @@ def test_an_agent_replays_its_model_after_a_crash_up_to_the_horizon(coordinator,
         f"the model was called live for {models[1].prompts}, expected steps {horizon} to 6 only")
 
 
-def test_a_tool_with_an_external_effect_runs_once_across_a_crash(coordinator, tmp_path: Path) -> None:
-    world = tmp_path / "sent.txt"  # the outside world: every notification ever sent
+def test_a_group_restore_replays_what_followed_the_savepoint(coordinator, tmp_path: Path) -> None:
+    model = FakeModel(1)
+    with connect(coordinator.address, data_dir=tmp_path, tls=coordinator.client_tls()) as rp:
+        group = rp.group("team", mode="bcs", create=True)
+        with group.agent("writer", state={"said": []}, replay="all", background=False) as me:
+            ask = me.recorded("model", model)
+
+            def step() -> None:
+                me.state = {"said": me.state["said"] + [ask(f"after {me.state['said'][-1:]}")["text"]]}
+
+            step()
+            me.checkpoint()
+            rp.conn.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(
+                request_id="sp", group="team", name="s"))
+            for checkpointed in (True, False, True, False):  # the history runs across later checkpoints
+                step()
+                if checkpointed:
+                    me.checkpoint()
+            original = me.state["said"]
+            rp.conn.call("AdminService", "RestoreGroup", pb.RestoreGroupRequest(
+                request_id="restore", group="team", savepoint="s"))
+            assert [o.roll_back.checkpoint_index for o in me.client.sync_orders()] == [1]
+            assert me.state["said"] == original[:1], f"the rollback left {me.state}"
+            while len(me.state["said"]) < 6:
+                step()
+            assert me.state["said"][:5] == original, f"{me.state['said']} does not repeat {original}"
+            assert len(model.prompts) == 6, f"the model was called {len(model.prompts)} times, not 5 + 1 live"
+
+
+def test_an_agent_killed_after_a_notification_sends_it_once(coordinator, tmp_path: Path) -> None:
+    world = tmp_path / "sent.txt"
     world.touch()
-    models = [FakeModel(1), FakeModel(2)]
 
-    def notify(text: str) -> int:
-        with world.open("a") as out:
-            out.write(text + "\n")
-        return len(world.read_text().splitlines())
+    def life(seed: int, replay: str, crash_step: int) -> subprocess.CompletedProcess[str]:
+        args = [coordinator.address, str(tmp_path / "data"), str(world), str(seed), replay, "4", str(crash_step)]
+        return subprocess.run([sys.executable, "-m", "tests.support.replay_agent", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
 
-    def step_with(model: FakeModel) -> Callable[[Any, dict], None]:
-        def step(me: Any, state: dict) -> None:
-            text = me.recorded("model", model)(f"step {state['step']}")["text"]
-            me.client.side_effect(f"notify-{state['step']}", lambda: notify(text))
-            state["said"] = state["said"] + [text]
-        return step
-
-    original = agent_life(coordinator, tmp_path, "none", step_with(models[0]), steps=3, checkpoint_after=1)
-    after = agent_life(coordinator, tmp_path, "effects", step_with(models[1]), steps=4)
-    sent = world.read_text().splitlines()
-    assert sent == after["said"], f"the agent believes it sent {after['said']}, the world got {sent}"
-    assert after["said"][:3] == original["said"] and len(sent) == 4
+    with channels.environment(coordinator.client_tls()):
+        killed = life(1, "none", crash_step=2)
+        assert killed.returncode == -signal.SIGKILL, f"the agent did not die as planned: {killed.stderr}"
+        sent_before = world.read_text().splitlines()
+        restarted = life(2, "effects", crash_step=-1)
+    assert restarted.returncode == 0, restarted.stderr
+    said, sent = json.loads(restarted.stdout)["said"], world.read_text().splitlines()
+    assert sent == said, f"the agent believes it sent {said}, the world got {sent}"
+    assert len(sent_before) == 3 and sent[:3] == sent_before, f"sent {sent_before} before the crash, then {sent}"
