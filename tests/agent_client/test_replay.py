@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from agent_client import connect
+from agent_client import connect, connect_async
 from agent_client.agent import AgentClient
 from agent_client.call_log import CallLog
 from agent_client.recorder import CallRecorder, recorded_callable
@@ -243,3 +243,26 @@ def test_an_agent_killed_after_a_notification_sends_it_once(coordinator, tmp_pat
     said, sent = json.loads(restarted.stdout)["said"], world.read_text().splitlines()
     assert sent == said, f"the agent believes it sent {said}, the world got {sent}"
     assert len(sent_before) == 3 and sent[:3] == sent_before, f"sent {sent_before} before the crash, then {sent}"
+
+
+def test_an_asyncio_agent_replays_its_coroutine_model(coordinator, tmp_path: Path) -> None:
+    models = [FakeModel(1), FakeModel(2)]
+
+    async def life(model: FakeModel, replay: Horizon, checkpoint_after: int) -> list[str]:
+        async def ask(prompt: str) -> dict[str, str]:
+            return model(prompt)
+
+        async with connect_async(coordinator.address, data_dir=tmp_path, tls=coordinator.client_tls()) as rp:
+            group = await rp.group("team", mode="bcs", create=True)
+            me = await group.agent("writer", state=[], replay=replay, background=False).start()
+            recorded = me.recorded("model", ask)
+            while len(me.state) < 3:
+                me.state = me.state + [(await recorded(f"step {len(me.state)}"))["text"]]
+                if len(me.state) == checkpoint_after:
+                    await me.checkpoint()
+            await me.client.close()  # no deregistration: the coordinator sees a crash
+            return me.state
+
+    original = asyncio.run(life(models[0], "none", checkpoint_after=1))
+    assert asyncio.run(life(models[1], 1, checkpoint_after=0))[:2] == original[:2]
+    assert models[1].prompts == ["step 2"], f"the model was called live for {models[1].prompts}"
