@@ -56,6 +56,12 @@ class CallLog:
         with self._lock:
             self._db.execute("INSERT INTO effect_marks (run, seq, key) VALUES (?, ?, ?)", (run, seq, key))
 
+    def holds(self, origin: Coordinate) -> bool:
+        """Whether the run `origin` names was written here (the cold start always was)."""
+        with self._lock:
+            return origin[0] == 0 or self._db.execute("SELECT 1 FROM call_runs WHERE run = ?",
+                                                      (origin[0],)).fetchone() is not None
+
     def history(self, origin: Coordinate | None) -> History:
         """What the agent last did from `origin` on (None: nothing is known)."""
         if origin is None:

@@ -60,9 +60,12 @@ class CallRecorder:
             self._start, self._history = start, self._log.history(start.coordinate)
             self.replaying, self.position, self._run, self._live_call = (
                 replayed_calls(self._horizon, self._history), 0, None, False)
-            if self.replaying:
-                log.info("replaying %d recorded call(s) after %s, then calling live", self.replaying,
-                         start.describe())
+            if self._horizon != "none" and start.coordinate is not None and not self._log.holds(start.coordinate):
+                log.warning("%s names recorded calls this journal does not hold (another machine's, or a deleted "
+                            "journal): nothing to replay, every call is live", start.describe())
+            elif self._horizon != "none":
+                log.info("replaying %d recorded call(s) after %s (replay=%r), then calling live", self.replaying,
+                         start.describe(), self._horizon)
         return start
 
     def _write_position(self) -> tuple[int, int]:

@@ -266,3 +266,13 @@ def test_an_asyncio_agent_replays_its_coroutine_model(coordinator, tmp_path: Pat
     original = asyncio.run(life(models[0], "none", checkpoint_after=1))
     assert asyncio.run(life(models[1], 1, checkpoint_after=0))[:2] == original[:2]
     assert models[1].prompts == ["step 2"], f"the model was called live for {models[1].prompts}"
+
+
+def test_a_checkpoint_whose_calls_the_journal_lacks_is_reported(tmp_path: Path, caplog) -> None:
+    first = Process(tmp_path / "here.sqlite", RunStart.of(0, None), "none", seed=1)
+    first.answers(["p0"])
+    elsewhere = Process(tmp_path / "elsewhere.sqlite", first.checkpoint(1), "all", seed=2)
+    with caplog.at_level("WARNING", logger="agent_client"):
+        elsewhere.answers(["p1"])
+    assert elsewhere.model.prompts == ["p1"] and "checkpoint 1 names recorded calls this journal does not hold" in (
+        caplog.text), caplog.text
