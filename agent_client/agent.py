@@ -179,10 +179,7 @@ class AgentClient(ClientBase):
     def side_effect(self, key: str, fn: Callable[[], Any], *, hold_until_stable: bool = False) -> Any:
         """Run fn() at most once per key, across crashes and rollbacks; with
         hold_until_stable, only once the checkpoint covering this point is stable."""
-        effects = self._effect_log()
-        if not hold_until_stable:
-            return effects.run(key, fn)
-        return effects.hold_until_stable(key, fn, self._held_until())
+        return self._side_effect(key, fn, hold_until_stable)
 
     # ---- orders from the background thread --------------------------------------------
     def _open_watch(self, timeout: float) -> tuple[Any, Any]:

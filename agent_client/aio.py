@@ -266,7 +266,4 @@ class AsyncAgentClient(ClientBase):
 
     async def side_effect(self, key: str, fn: Callable[[], Any], *, hold_until_stable: bool = False) -> Any:
         """AgentClient.side_effect; `fn` runs in a worker thread."""
-        effects = self._effect_log()
-        if not hold_until_stable:
-            return await asyncio.to_thread(effects.run, key, fn)
-        return await asyncio.to_thread(effects.hold_until_stable, key, fn, self._held_until())
+        return await asyncio.to_thread(self._side_effect, key, fn, hold_until_stable)

@@ -27,6 +27,8 @@ from agent_client.session import AgentBase, SessionBase, missing, starting_state
 class AsyncAgent(AgentBase):
     """agent_client.session.Agent on asyncio; the client is `client` (AsyncAgentClient)."""
 
+    client: AsyncAgentClient
+
     def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | Path,
                  initial: Any, **options: Any) -> None:
         super().__init__(initial)

@@ -2,7 +2,7 @@
 the agent's state as state_codec wrote it.
 
 The client section (protocol state of the CIC rule, the coordinated cut epoch, the
-ids of recently delivered messages) must roll back *with* the agent's state, so it
+ids of recently delivered messages, where the recorded calls stood) must roll back *with* the agent's state, so it
 lives in the same blob under the same SHA-256; keeping it in front as one JSON line
 leaves the agent's bytes intact for chunk dedup and for state_codec's schema checks.
 """

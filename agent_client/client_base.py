@@ -16,8 +16,11 @@ from agent_client.agent_stream import TRANSPORTS, keepalive_every
 from agent_client.background import FENCED
 from agent_client.blobs.location import local_root, open_blob_store
 from agent_client.blobstore import BlobStore, PutResult
+from agent_client.call_log import CallLog
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
 from agent_client.protocol import AgentProtocol
+from agent_client.recorder import CallRecorder, recorded_callable
+from agent_client.replay import Horizon, check_horizon
 from agent_client.side_effects import SideEffectLog
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -48,7 +51,7 @@ class ClientBase:
                  deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
                  after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
                  before_ack: Callable[[pb.Order], Any] | None = None, token: str | None = None,
-                 transport: str = "session", tls: ClientTLS | None = None) -> None:
+                 transport: str = "session", tls: ClientTLS | None = None, replay: Horizon = "none") -> None:
         """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
         replaces the agent's live state after a rollback order; `on_redeliver(payload,
         sender)` then applies each message the rollback took out of the state and its
@@ -66,7 +69,10 @@ class ClientBase:
         `transport`: "session" (default) carries the agent's calls, keepalives and pushed
         orders on one stream (agent_stream.py); "unary" makes one call per operation,
         heartbeats as calls and a WatchOrders stream. `tls`: the connection's TLS
-        settings (agent_client.connection.Connection; None: from the environment)."""
+        settings (agent_client.connection.Connection; None: from the environment).
+        `replay`: how many recorded calls (recorded()) a run replays after each restore:
+        "none" (default), "effects", "all" or a number (docs/replay.md)."""
+        self.replay = check_horizon(replay)
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         self.transport = transport
@@ -90,6 +96,7 @@ class ClientBase:
                                   dependency_batch=dependency_batch, after_blob_write=after_blob_write,
                                   after_commit=after_commit, before_ack=before_ack)
         self._effects: SideEffectLog | None = None
+        self.calls: CallRecorder | None = None  # once the agent records calls: how far the run replays, where it is
 
     def _fence(self, reason: str) -> None:
         """A newer incarnation exists (or we were declared failed): stop the background work."""
@@ -127,13 +134,40 @@ class ClientBase:
         """Coordinated mode: the channel state of the cut at `after_checkpoint`."""
         return self.core.in_transit(after_checkpoint)
 
+    def _journal(self, what: str) -> Path:
+        """The side-effect journal's file, which the recorded calls share."""
+        if self.state_dir is None:
+            raise ValueError(f"{what} need state_dir (the blob store is not a local directory)")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        return self.state_dir / SIDE_EFFECTS
+
     def _effect_log(self) -> SideEffectLog:
         if self._effects is None:
-            if self.state_dir is None:
-                raise ValueError("side effects need state_dir (the blob store is not a local directory)")
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            self._effects = SideEffectLog(self.state_dir / SIDE_EFFECTS)
+            self._effects = SideEffectLog(self._journal("side effects"))
         return self._effects
+
+    def _side_effect(self, key: str, fn: Callable[[], Any], hold_until_stable: bool) -> Any:
+        """side_effect(), blocking: the effect's position is recorded before it starts."""
+        effects = self._effect_log()
+        if self.calls is not None:
+            self.calls.note_effect(key)
+        if not hold_until_stable:
+            return effects.run(key, fn)
+        return effects.hold_until_stable(key, fn, self._held_until())
+
+    def recorded(self, name: str, fn: Callable[..., Any], *, request: Callable[..., Any] | None = None
+                 ) -> Callable[..., Any]:
+        """`fn` (a model or tool client: plain or coroutine function) with its calls
+        recorded, so that a run after a restore can replay them (the `replay` option).
+        Arguments and responses must be JSON; `request(*args, **kwargs)` may say instead
+        what identifies a call, as a JSON value. A replayed call that asks something
+        else than the recorded one raises ReplayDiverged. Calls with external effects
+        go through side_effect(), whose key makes them happen once whatever the replay."""
+        if self.calls is None:
+            self.calls = CallRecorder(CallLog(self._journal("recorded calls")), self.replay,
+                                      lambda: self.core.run_start)
+            self.core.call_coordinate = self.calls.coordinate
+        return recorded_callable(self.calls, name, fn, request)
 
     def _held_until(self) -> Callable[[], bool]:
         covering = self.core.last_index + 1
@@ -146,6 +180,8 @@ class ClientBase:
         """The side-effect journal and the delivery log, once the client is done."""
         if self._effects is not None:
             self._effects.close()
+        if self.calls is not None:
+            self.calls.close()
         self.core.deliveries.close()
 
     def _settle_effects(self, mark: tuple[int, int]) -> None:

@@ -43,6 +43,7 @@ from agent_client.delivered import DeliveredSet
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
 from agent_client.effects import Blocking, Callback, Op, Rpc, Watch
 from agent_client.envelope import Envelope
+from agent_client.replay import RunStart
 from agent_client.request_ids import RequestIds
 from agent_client.restore_check import CheckpointRejected, RejectReason, load_verified
 from agent_client.restored import Restored, RestoreKind
@@ -121,6 +122,10 @@ class AgentProtocol:
         self._generation_at_restore = 0
         self._backlog: tuple[list[LoggedDelivery], Mapping[str, Fence]] | None = None  # re-deliveries to do
         self._floor = 0  # no rollback goes below this checkpoint (garbage collection kept it)
+        # Recorded calls (recorder.py): where the last restore put the agent, and the
+        # call log coordinate a checkpoint names (set once the agent records calls).
+        self.run_start = RunStart.of(0, None)
+        self.call_coordinate: Callable[[], Any] | None = None
 
     # ---- small pure helpers --------------------------------------------------------------
     def token(self) -> pb.FencingToken:
@@ -220,6 +225,7 @@ class AgentProtocol:
 
     def _reset_to(self, index: int, client: Mapping[str, Any], meta: pb.CheckpointMeta | None) -> None:
         self.last_index = index
+        self.run_start = RunStart.of(index, client.get("calls"))
         self._rule = rule_for(self.mode, self.agent_id, self.members)
         self._rule.load_json(client.get("rule"), index)
         self._delivered = DeliveredSet.from_json(client.get("delivered"))
@@ -249,6 +255,8 @@ class AgentProtocol:
         yield from self.flush_dependencies()
         client = {"rule": self._rule.to_json(), "cut_epoch": cut, "delivered": self._delivered.to_json(),
                   "sent": self._sent, "seq": self._channel_seq}
+        if self.call_coordinate is not None:  # which recorded calls follow this checkpoint
+            client["calls"] = yield Blocking(self.call_coordinate)
         data = checkpoint_blob.pack(client, value, schema_version=self.schema_version)
         blob = yield Blocking(partial(self.blobs.put, data, parent=self._manifest), span="raftpoint.blob.put")
         if self.after_blob_write is not None:

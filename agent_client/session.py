@@ -18,10 +18,11 @@ from __future__ import annotations
 import socket
 from collections import deque
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from agent_client.agent import AgentClient
 from agent_client.blobstore import BlobStore
+from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, Rejected
 from agent_client.group_spec import GroupNotFound, check_mode, create_request, get_request
 from agent_client.restored import Restored, RestoreKind
@@ -57,6 +58,8 @@ class AgentBase:
     """What the blocking and asyncio agents share: the live state, the callbacks that
     keep it in step with rollbacks, and the messages a rollback gave back."""
 
+    client: ClientBase
+
     def __init__(self, initial: Any) -> None:
         self.initial = initial
         self.state: Any = initial
@@ -77,6 +80,10 @@ class AgentBase:
         out = list(self._redelivered)
         self._redelivered.clear()
         return out
+
+    def recorded(self, name: str, fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+        """`fn` with its calls recorded for replay after a restore (ClientBase.recorded)."""
+        return self.client.recorded(name, fn, **options)
 
 
 class SessionBase:
@@ -103,6 +110,8 @@ def missing(name: str, exc: Rejected) -> Exception:
 class Agent(AgentBase):
     """One running agent: its state, send/receive/checkpoint, and the messages a
     rollback gave back (take_redelivered()). The client's own API is `client`."""
+
+    client: AgentClient
 
     def __init__(self, group: str, agent_id: str, endpoints: Sequence[str], blob_store: BlobStore | Path,
                  initial: Any, **options: Any) -> None:
