@@ -1,0 +1,73 @@
+"""Forking a group end to end: copy the manifests of a savepoint's checkpoints, then
+have the coordinator create the fork reading from the copies (what `raftpoint restore
+G --savepoint S --into NEW` runs; callable from an operator's job).
+
+Each group names only manifests of its own, so a collection of either (which deletes
+the manifests the coordinator released, then the chunks no remaining manifest names)
+never takes the other's state; the chunks themselves are shared.
+
+The copies are made before the fork is proposed: a savepoint pins its checkpoints, so
+their manifests are there to copy, and once the fork exists its copies are in the
+store. A refused fork deletes its copies (named by its request id, nothing else
+reads them); one whose outcome is unknown keeps them, for the fork may exist.
+"""
+from __future__ import annotations
+
+import uuid
+
+import grpc
+
+from agent_client.blobs.errors import BlobError
+from agent_client.blobs.store import LocalBlobStore
+from agent_client.connection import Connection, Rejected
+from agent_client.pages import every_page
+from coordinator.api.v1 import coordinator_pb2 as pb
+
+
+class NotInStore(BlobError):
+    """A checkpoint of the savepoint is not in the blob store the fork copies in."""
+
+
+def held_checkpoints(conn: Connection, group: str, savepoint: str) -> list[pb.CheckpointMeta]:
+    """The checkpoints `savepoint` of `group` holds, by agent id (an agent it holds at
+    its initial state has none); Rejected with REASON_SAVEPOINT_NOT_FOUND, as the
+    fork itself would be, when there is no such savepoint."""
+    _, savepoints = every_page(conn, "ListSavepoints", pb.ListSavepointsRequest(group=group), "savepoints")
+    found = next((s for s in savepoints if s.name == savepoint), None)
+    if found is None:
+        raise Rejected(grpc.StatusCode.NOT_FOUND, f"savepoint {savepoint!r} of group {group!r} does not exist",
+                       pb.REASON_SAVEPOINT_NOT_FOUND)
+    held: list[pb.CheckpointMeta] = []
+    for saved in sorted(found.checkpoints, key=lambda s: s.agent_id):
+        if saved.index:
+            request = pb.ListCheckpointsRequest(group=group, agent_id=saved.agent_id)
+            _, metas = every_page(conn, "ListCheckpoints", request, "checkpoints")
+            held.extend(m for m in metas if m.index == saved.index)
+    return held
+
+
+def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, into: str, *,
+         request_id: str = "") -> pb.ForkGroupResponse:
+    """Create group `into` from `savepoint` of `group`, its checkpoints' manifests copied
+    in `store` (NotInStore, before anything is written, if one is elsewhere). Rejected
+    as the coordinator refuses it (its copies deleted); CoordinatorUnavailable when the
+    outcome is unknown (retry with the same `request_id`: the copies and the fork are
+    made once)."""
+    request_id = request_id or f"fork-{uuid.uuid4().hex}"
+    held = held_checkpoints(conn, group, savepoint)
+    elsewhere = [m for m in held if store.backend.key_for_uri(m.blob_uri) is None]
+    if elsewhere:
+        raise NotInStore(f"checkpoint {elsewhere[0].index} of {elsewhere[0].agent_id!r} is not in "
+                         f"{store.backend.location} ({elsewhere[0].blob_uri}): a fork copies every checkpoint of the "
+                         "savepoint in the one blob store given")
+    copies = [pb.ForkedCheckpoint(agent_id=m.agent_id, index=m.index,
+                                  blob_uri=store.copy_manifest(m.blob_uri, f"fork {into} {request_id}"))
+              for m in held]
+    try:
+        return conn.call("AdminService", "ForkGroup", pb.ForkGroupRequest(
+            request_id=request_id, group=group, savepoint=savepoint, into=into, copies=copies))
+    except Rejected as exc:
+        if exc.reason_code != pb.REASON_REQUEST_TOO_OLD:  # that one's outcome is unknown
+            for copy in copies:
+                store.delete(copy.blob_uri)
+        raise
