@@ -19,13 +19,24 @@ import grpc
 
 from agent_client.blobs.errors import BlobError
 from agent_client.blobs.store import LocalBlobStore
-from agent_client.connection import Connection, Rejected
+from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from agent_client.pages import every_page
 from coordinator.api.v1 import coordinator_pb2 as pb
 
 
 class NotInStore(BlobError):
     """A checkpoint of the savepoint is not in the blob store the fork copies in."""
+
+
+class OutcomeUnknown(Exception):
+    """The coordinator did not say whether it created the fork. Its copies are kept (the
+    fork may read from them): a retry with `request_id` makes neither twice; if the
+    fork does not exist, nothing references `uris`."""
+
+    def __init__(self, message: str, request_id: str, uris: list[str]) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.uris = uris
 
 
 def held_checkpoints(conn: Connection, group: str, savepoint: str) -> list[pb.CheckpointMeta]:
@@ -50,9 +61,8 @@ def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, in
          request_id: str = "") -> pb.ForkGroupResponse:
     """Create group `into` from `savepoint` of `group`, its checkpoints' manifests copied
     in `store` (NotInStore, before anything is written, if one is elsewhere). Rejected
-    as the coordinator refuses it (its copies deleted); CoordinatorUnavailable when the
-    outcome is unknown (retry with the same `request_id`: the copies and the fork are
-    made once)."""
+    as the coordinator refuses it (its copies deleted); OutcomeUnknown when it did not
+    answer."""
     request_id = request_id or f"fork-{uuid.uuid4().hex}"
     held = held_checkpoints(conn, group, savepoint)
     elsewhere = [m for m in held if store.backend.key_for_uri(m.blob_uri) is None]
@@ -66,8 +76,11 @@ def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, in
     try:
         return conn.call("AdminService", "ForkGroup", pb.ForkGroupRequest(
             request_id=request_id, group=group, savepoint=savepoint, into=into, copies=copies))
+    except CoordinatorUnavailable as exc:
+        raise OutcomeUnknown(str(exc), request_id, [c.blob_uri for c in copies]) from exc
     except Rejected as exc:
-        if exc.reason_code != pb.REASON_REQUEST_TOO_OLD:  # that one's outcome is unknown
-            for copy in copies:
-                store.delete(copy.blob_uri)
+        if exc.reason_code == pb.REASON_REQUEST_TOO_OLD:
+            raise OutcomeUnknown(str(exc), request_id, [c.blob_uri for c in copies]) from exc
+        for copy in copies:
+            store.delete(copy.blob_uri)
         raise

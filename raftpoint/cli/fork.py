@@ -15,6 +15,7 @@ from agent_client.blobs.location import open_blob_store
 from agent_client.connection import CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
 from raftpoint.cli import target
+from raftpoint.cli.gc import list_uris
 from raftpoint.cli.output import plain, print_json, print_table
 
 PROG = "raftpoint restore --into"
@@ -39,14 +40,10 @@ def _rows(members: list[str], checkpoints: list[pb.CheckpointMeta]) -> list[tupl
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    try:  # settings that name no usable store or cluster
         store = open_blob_store(args.blob_store)
-    except (ValueError, ImportError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    try:
         where = target.resolve(args)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ImportError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     try:
@@ -58,10 +55,12 @@ def run(args: argparse.Namespace) -> int:
                 print_table(("AGENT", "CHECKPOINT", "BLOB"), [(m.agent_id, m.index, m.blob_uri) for m in held])
                 return 0
             answer = group_fork.fork(conn, store, args.group, args.savepoint, args.into)
-    except CoordinatorUnavailable as exc:
-        print(f"{PROG}: {exc}; the fork may exist: check with raftpoint group show {args.into}", file=sys.stderr)
+    except group_fork.OutcomeUnknown as exc:
+        print(f"{PROG}: {exc}; the fork may exist: check with raftpoint group show {args.into}; if it does not, "
+              f"delete its copies with raftpoint gc --blob-store {args.blob_store} and:", file=sys.stderr)
+        list_uris(exc.uris)
         return 1
-    except (Rejected, BlobError, OSError) as exc:
+    except (Rejected, CoordinatorUnavailable, BlobError, OSError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
     if args.json:

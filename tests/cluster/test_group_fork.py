@@ -81,6 +81,10 @@ def test_a_fork_resumes_the_savepoint_beside_the_original_and_survives_either_gr
     assert "group 'fk2' exists already" in capsys.readouterr().err
     assert len(sorted(LocalBlobStore(blobs).backend.keys(MANIFESTS))) == len(manifests) + 2  # the refusal's copies went
 
+    listed = shared_client.call("AdminService", "GetGroup", pb.GetGroupRequest(group="fk2")).agents
+    assert [(m.agent_id, m.state, m.incarnation, m.last_checkpoint_index) for m in listed] == [
+        ("a", pb.AGENT_FAILED, 0, 2), ("b", pb.AGENT_FAILED, 0, 2)], listed  # listed, not running
+
     # The fork's agents register and resume the savepoint's states; the original goes on.
     fa, fb = agent(shared_cluster, blobs, "fk2", "a"), agent(shared_cluster, blobs, "fk2", "b")
     restored = {name: client.restore() for name, client in (("a", fa), ("b", fb))}
