@@ -14,6 +14,7 @@ reads them); one whose outcome is unknown keeps them, for the fork may exist.
 from __future__ import annotations
 
 import uuid
+from typing import Sequence
 
 import grpc
 
@@ -39,10 +40,11 @@ class OutcomeUnknown(Exception):
         self.uris = uris
 
 
-def held_checkpoints(conn: Connection, group: str, savepoint: str) -> list[pb.CheckpointMeta]:
-    """The checkpoints `savepoint` of `group` holds, by agent id (an agent it holds at
-    its initial state has none); Rejected with REASON_SAVEPOINT_NOT_FOUND, as the
-    fork itself would be, when there is no such savepoint."""
+def held_checkpoints(conn: Connection, group: str, savepoint: str, agents: Sequence[str] = ()
+                     ) -> list[pb.CheckpointMeta]:
+    """The checkpoints `savepoint` of `group` holds (of `agents` only, if named), by agent
+    id (an agent it holds at its initial state has none); Rejected with
+    REASON_SAVEPOINT_NOT_FOUND, as the fork itself would be, when there is no such savepoint."""
     _, savepoints = every_page(conn, "ListSavepoints", pb.ListSavepointsRequest(group=group), "savepoints")
     found = next((s for s in savepoints if s.name == savepoint), None)
     if found is None:
@@ -50,7 +52,7 @@ def held_checkpoints(conn: Connection, group: str, savepoint: str) -> list[pb.Ch
                        pb.REASON_SAVEPOINT_NOT_FOUND)
     held: list[pb.CheckpointMeta] = []
     for saved in sorted(found.checkpoints, key=lambda s: s.agent_id):
-        if saved.index:
+        if saved.index and (not agents or saved.agent_id in agents):
             request = pb.ListCheckpointsRequest(group=group, agent_id=saved.agent_id)
             _, metas = every_page(conn, "ListCheckpoints", request, "checkpoints")
             held.extend(m for m in metas if m.index == saved.index)
@@ -58,13 +60,14 @@ def held_checkpoints(conn: Connection, group: str, savepoint: str) -> list[pb.Ch
 
 
 def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, into: str, *,
-         request_id: str = "") -> pb.ForkGroupResponse:
-    """Create group `into` from `savepoint` of `group`, its checkpoints' manifests copied
-    in `store` (NotInStore, before anything is written, if one is elsewhere). Rejected
+         agents: Sequence[str] = (), request_id: str = "") -> pb.ForkGroupResponse:
+    """Create group `into` from `savepoint` of `group` (its `agents` only, if named), the
+    manifests of its checkpoints copied in `store` (NotInStore, before anything is
+    written, if one is elsewhere). Rejected
     as the coordinator refuses it (its copies deleted); OutcomeUnknown when it did not
     answer."""
     request_id = request_id or f"fork-{uuid.uuid4().hex}"
-    held = held_checkpoints(conn, group, savepoint)
+    held = held_checkpoints(conn, group, savepoint, agents)
     elsewhere = [m for m in held if store.backend.key_for_uri(m.blob_uri) is None]
     if elsewhere:
         raise NotInStore(f"checkpoint {elsewhere[0].index} of {elsewhere[0].agent_id!r} is not in "
@@ -75,7 +78,7 @@ def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, in
               for m in held]
     try:
         return conn.call("AdminService", "ForkGroup", pb.ForkGroupRequest(
-            request_id=request_id, group=group, savepoint=savepoint, into=into, copies=copies))
+            request_id=request_id, group=group, savepoint=savepoint, into=into, copies=copies, agents=agents))
     except CoordinatorUnavailable as exc:
         raise OutcomeUnknown(str(exc), request_id, [c.blob_uri for c in copies]) from exc
     except Rejected as exc:
@@ -84,3 +87,18 @@ def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, in
         for copy in copies:
             store.delete(copy.blob_uri)
         raise
+
+
+def fork_now(conn: Connection, store: LocalBlobStore, group: str, into: str, agents: Sequence[str]
+             ) -> pb.ForkGroupResponse:
+    """Fork `agents` of `group` as they are now into `into`: a savepoint of the group is
+    taken, the agents are forked from it together, and it is deleted again (its
+    checkpoints stay pinned only while the fork is made: the fork reads from copies)."""
+    savepoint = f"fork-{uuid.uuid4().hex[:16]}"
+    conn.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(
+        request_id=f"sp-{savepoint}", group=group, name=savepoint, labels={"fork_into": into}))
+    try:
+        return fork(conn, store, group, savepoint, into, agents=agents)
+    finally:
+        conn.call("AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(
+            request_id=f"dsp-{savepoint}", group=group, name=savepoint))

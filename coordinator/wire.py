@@ -150,7 +150,7 @@ def restore_group_from_pb(m: pb.RestoreGroupRequest) -> c.RestoreGroup:
 
 def fork_group_from_pb(m: pb.ForkGroupRequest) -> c.ForkGroup:
     return c.ForkGroup(m.group, m.savepoint, m.into,
-                       tuple(c.ForkedCheckpoint(f.agent_id, f.index, f.blob_uri) for f in m.copies))
+                       tuple(c.ForkedCheckpoint(f.agent_id, f.index, f.blob_uri) for f in m.copies), tuple(m.agents))
 
 
 _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
@@ -348,9 +348,9 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
             msg.restore_group.CopyFrom(pb.RestoreGroupRequest(
                 request_id=rid, group=group, savepoint=savepoint,
                 containing=[pb.SavedCheckpoint(agent_id=s.agent_id, index=s.index) for s in containing]))
-        case c.ForkGroup(group=group, savepoint=savepoint, into=into, copies=copies):
+        case c.ForkGroup(group=group, savepoint=savepoint, into=into, copies=copies, agents=agents):
             msg.fork_group.CopyFrom(pb.ForkGroupRequest(
-                request_id=rid, group=group, savepoint=savepoint, into=into,
+                request_id=rid, group=group, savepoint=savepoint, into=into, agents=list(agents),
                 copies=[pb.ForkedCheckpoint(agent_id=f.agent_id, index=f.index, blob_uri=f.blob_uri) for f in copies]))
         case other:
             raise TypeError(f"not a command: {other!r}")

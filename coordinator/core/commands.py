@@ -166,6 +166,9 @@ class ForkGroup:
     savepoint: str
     into: str
     copies: tuple[ForkedCheckpoint, ...] = ()
+    # Only these agents of the savepoint (all when empty): a part of a consistent cut
+    # is one too.
+    agents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def plan(state: State, cmd: ForkGroup, now: float) -> Fork:
     if savepoint is None:
         raise Rejection.because(ReasonCode.SAVEPOINT_NOT_FOUND,
                                 f"savepoint {cmd.savepoint!r} of group {cmd.group!r} does not exist", "savepoint")
+    savepoint = _only(savepoint, cmd.agents)
     checkpoints = _copied(state, savepoint, cmd.copies, cmd.into)
     members = tuple(sorted(s.agent_id for s in savepoint.checkpoints))
     group = Group(spec=dataclasses.replace(source.spec, name=cmd.into), created_at=now, members=members,
@@ -67,6 +68,19 @@ def plan(state: State, cmd: ForkGroup, now: float) -> Fork:
         held = tuple(sorted(cp.agent_id for cp in checkpoints))
         epoch = Epoch(cmd.into, savepoint.epoch, EpochState.STABLE, held, held, started_at=now)
     return Fork(group, agents, checkpoints, epoch)
+
+
+def _only(savepoint: Savepoint, agents: Sequence[str]) -> Savepoint:
+    """The part of `savepoint` holding `agents` (all of it when none are named). A part
+    of a consistent cut is consistent: what one of them received in it was sent in it."""
+    if not agents:
+        return savepoint
+    held = {s.agent_id for s in savepoint.checkpoints}
+    for i, agent_id in enumerate(agents):
+        if agent_id not in held:
+            raise Rejection.because(ReasonCode.AGENT_NOT_FOUND, f"savepoint {savepoint.name!r} holds no agent "
+                                    f"{agent_id!r}", f"agents[{i}]")
+    return dataclasses.replace(savepoint, checkpoints=tuple(s for s in savepoint.checkpoints if s.agent_id in agents))
 
 
 def _copied(state: State, savepoint: Savepoint, copies: Sequence[ForkedCheckpoint], into: str

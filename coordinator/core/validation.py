@@ -217,6 +217,12 @@ def _fork(cmd: c.ForkGroup) -> None:
     _checkpoint_list(cmd.copies, "copies")
     for i, copy in enumerate(cmd.copies):
         ids.check_uri(copy.blob_uri, f"copies[{i}].blob_uri", required=True)
+    if len(cmd.agents) > MAX_WHAT_IF_FAILED:
+        raise Rejection.invalid("agents", f"at most {MAX_WHAT_IF_FAILED} agents, got {len(cmd.agents)}")
+    for i, agent_id in enumerate(cmd.agents):
+        ids.check_id(agent_id, f"agents[{i}]")
+        if agent_id in cmd.agents[:i]:
+            raise Rejection.invalid(f"agents[{i}]", f"agent {agent_id!r} is named twice")
 
 
 def check_index_step(index: int, last_index: int) -> None:

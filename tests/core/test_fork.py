@@ -97,6 +97,12 @@ def test_a_coordinated_fork_is_at_the_savepoints_stable_epoch_and_starts_the_nex
     assert m.ok(c.CreateSavepoint("f", "s2")).savepoint.epoch == 2
 
 
+def test_a_fork_of_some_agents_of_the_savepoint_holds_only_them(m: Machine) -> None:
+    m.ok(c.ForkGroup("g", "s", "f", COPIES[1:], agents=("b",)))
+    assert m.state.group("f").members == ("b",) and [a.agent_id for a in m.state.agents("f")] == ["b"]
+    assert m.state.checkpoints("f", "a") == [] and [cp.index for cp in m.state.checkpoints("f", "b")] == [2]
+
+
 @pytest.mark.parametrize("command, code, reason, field", [
     (c.ForkGroup("g", "s", "g", COPIES), Code.ALREADY_EXISTS, ReasonCode.GROUP_EXISTS, "into"),
     (c.ForkGroup("g", "nope", "f", COPIES), Code.NOT_FOUND, ReasonCode.SAVEPOINT_NOT_FOUND, "savepoint"),
@@ -113,6 +119,11 @@ def test_a_coordinated_fork_is_at_the_savepoints_stable_epoch_and_starts_the_nex
      "copies[1].agent_id"),
     (c.ForkGroup("g", "s", "f", (COPIES[0], c.ForkedCheckpoint("b", 2, ""))), Code.INVALID_ARGUMENT,
      ReasonCode.INVALID_FIELD, "copies[1].blob_uri"),
+    (c.ForkGroup("g", "s", "f", COPIES, agents=("a", "zz")), Code.NOT_FOUND, ReasonCode.AGENT_NOT_FOUND,
+     "agents[1]"),
+    (c.ForkGroup("g", "s", "f", COPIES, agents=("a", "a")), Code.INVALID_ARGUMENT, ReasonCode.INVALID_FIELD,
+     "agents[1]"),
+    (c.ForkGroup("g", "s", "f", COPIES, agents=("a",)), Code.INVALID_ARGUMENT, ReasonCode.INVALID_FIELD, "copies[1]"),
 ])
 def test_a_refused_fork_changes_nothing(m: Machine, command: c.ForkGroup, code: Code, reason: ReasonCode,
                                         field: str | None) -> None:

@@ -809,18 +809,20 @@ class RestoreGroupResponse(_message.Message):
     def __init__(self, recovery_id: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[RestoreStep, _Mapping]]] = ..., epoch: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class ForkGroupRequest(_message.Message):
-    __slots__ = ("request_id", "group", "savepoint", "into", "copies")
+    __slots__ = ("request_id", "group", "savepoint", "into", "copies", "agents")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
     INTO_FIELD_NUMBER: _ClassVar[int]
     COPIES_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     group: str
     savepoint: str
     into: str
     copies: _containers.RepeatedCompositeFieldContainer[ForkedCheckpoint]
-    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., savepoint: _Optional[str] = ..., into: _Optional[str] = ..., copies: _Optional[_Iterable[_Union[ForkedCheckpoint, _Mapping]]] = ...) -> None: ...
+    agents: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., savepoint: _Optional[str] = ..., into: _Optional[str] = ..., copies: _Optional[_Iterable[_Union[ForkedCheckpoint, _Mapping]]] = ..., agents: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ForkedCheckpoint(_message.Message):
     __slots__ = ("agent_id", "index", "blob_uri")
