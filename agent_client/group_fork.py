@@ -73,9 +73,14 @@ def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, in
         raise NotInStore(f"checkpoint {elsewhere[0].index} of {elsewhere[0].agent_id!r} is not in "
                          f"{store.backend.location} ({elsewhere[0].blob_uri}): a fork copies every checkpoint of the "
                          "savepoint in the one blob store given")
-    copies = [pb.ForkedCheckpoint(agent_id=m.agent_id, index=m.index,
-                                  blob_uri=store.copy_manifest(m.blob_uri, f"fork {into} {request_id}"))
-              for m in held]
+    copies: list[pb.ForkedCheckpoint] = []
+    try:
+        for m in held:
+            copies.append(pb.ForkedCheckpoint(agent_id=m.agent_id, index=m.index,
+                                              blob_uri=store.copy_manifest(m.blob_uri, f"fork {into} {request_id}")))
+    except BlobError:
+        _delete(store, copies)
+        raise
     try:
         return conn.call("AdminService", "ForkGroup", pb.ForkGroupRequest(
             request_id=request_id, group=group, savepoint=savepoint, into=into, copies=copies, agents=agents))
@@ -84,9 +89,14 @@ def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, in
     except Rejected as exc:
         if exc.reason_code == pb.REASON_REQUEST_TOO_OLD:
             raise OutcomeUnknown(str(exc), request_id, [c.blob_uri for c in copies]) from exc
-        for copy in copies:
-            store.delete(copy.blob_uri)
+        _delete(store, copies)
         raise
+
+
+def _delete(store: LocalBlobStore, copies: list[pb.ForkedCheckpoint]) -> None:
+    """Copies no fork reads from: they are this request's own, nothing else names them."""
+    for copy in copies:
+        store.delete(copy.blob_uri)
 
 
 def fork_now(conn: Connection, store: LocalBlobStore, group: str, into: str, agents: Sequence[str]

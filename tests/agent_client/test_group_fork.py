@@ -1,6 +1,7 @@
 """agent_client.group_fork against a scripted coordinator: a refused fork deletes the
-copies it made, one whose outcome is unknown keeps them and names them, and a
-checkpoint in another blob store is refused before anything is written."""
+copies it made, so does one whose copying fails half way, one whose outcome is
+unknown keeps them and names them, and a checkpoint in another blob store is refused
+before anything is written."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from agent_client import group_fork
 from agent_client.blobs.layout import MANIFESTS
-from agent_client.blobstore import LocalBlobStore
+from agent_client.blobstore import BlobMissing, LocalBlobStore
 from agent_client.connection import CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -71,5 +72,16 @@ def test_a_checkpoint_in_another_store_is_refused_before_anything_is_written(tmp
     conn = Scripted(metas, AssertionError("not to be proposed"))
     before = _manifests(store)
     with pytest.raises(group_fork.NotInStore, match="checkpoint 2 of 'c' is not in"):
+        group_fork.fork(conn, store, "g", "s", "f")
+    assert not conn.forks and _manifests(store) == before
+
+
+def test_a_copy_that_fails_half_way_deletes_the_copies_made(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    metas = _saved(store)
+    store.delete(metas[1].blob_uri)  # its savepoint deleted and collected meanwhile
+    conn = Scripted(metas, AssertionError("not to be proposed"))
+    before = _manifests(store)
+    with pytest.raises(BlobMissing):
         group_fork.fork(conn, store, "g", "s", "f")
     assert not conn.forks and _manifests(store) == before
