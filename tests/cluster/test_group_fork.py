@@ -2,18 +2,22 @@
 --savepoint S --into NEW` creates NEW beside G, NEW's agents register and resume
 exactly the savepoint's states while G's go on, and garbage collection of either
 group with its blob store leaves the other's checkpoints readable (their chunks are
-shared; each group names manifests of its own)."""
+shared; each group names manifests of its own); a coordinated fork's epochs go on
+from the savepoint's."""
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
-from agent_client import checkpoint_blob
+from agent_client import checkpoint_blob, group_fork
+from agent_client.agent import AgentClient
 from agent_client.blobs.layout import MANIFESTS
 from agent_client.blobstore import LocalBlobStore
+from agent_client.connection import Connection
 from agent_client.restore_check import load_verified
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.harness.local_cluster import LocalCluster
@@ -118,3 +122,34 @@ def test_a_fork_resumes_the_savepoint_beside_the_original_and_survives_either_gr
     assert not {("a", 2), ("b", 2)} & set(checkpoints(shared_client, "fk2")), capsys.readouterr()
     kept = checkpoints(shared_client, "fk")
     assert read_back(blobs, [kept[("a", 4)], kept[("b", 4)]]) == {("a", 4): later["a"], ("b", 4): later["b"]}
+
+
+def test_a_coordinated_fork_goes_on_from_the_savepoints_epoch(shared_cluster: LocalCluster, shared_client: Client,
+                                                             tmp_path: Path) -> None:
+    blobs = tmp_path / "blobs"
+    shared_client.call("AdminService", "CreateGroup", pb.CreateGroupRequest(request_id="cg-fkc", spec=pb.GroupSpec(
+        group="fkc", mode=pb.COORDINATED, lease_ttl_s=3600, epoch_timeout_s=3600)))
+    a, b = agent(shared_cluster, blobs, "fkc", "a"), agent(shared_cluster, blobs, "fkc", "b")
+
+    def epoch(group: str, agents: dict[str, AgentClient], states: dict[str, bytes]) -> int:
+        number = shared_client.call("AdminService", "StartEpoch", pb.StartEpochRequest(
+            request_id=f"se-{uuid.uuid4().hex}", group=group)).epoch.epoch
+        for name, client in agents.items():
+            client.checkpoint(states[name], epoch=number)
+        return number
+
+    assert epoch("fkc", {"a": a, "b": b}, {"a": b"a in epoch 1", "b": b"b in epoch 1"}) == 1
+    shared_client.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(
+        request_id="sp-fkc", group="fkc", name="s"))
+    assert epoch("fkc", {"a": a, "b": b}, {"a": b"a in epoch 2", "b": b"b in epoch 2"}) == 2
+    with Connection(shared_cluster.endpoints(), token=shared_cluster.token, tls=shared_cluster.client_tls()) as conn:
+        group_fork.fork(conn, LocalBlobStore(blobs), "fkc", "s", "fkc2")
+    fa, fb = agent(shared_cluster, blobs, "fkc2", "a"), agent(shared_cluster, blobs, "fkc2", "b")
+    assert [(r.index, r.state) for r in (fa.restore(), fb.restore())] == [(1, b"a in epoch 1"), (1, b"b in epoch 1")]
+    assert epoch("fkc2", {"a": fa, "b": fb}, {"a": b"a forked", "b": b"b forked"}) == 2
+    fork_group = shared_client.call("AdminService", "GetGroup", pb.GetGroupRequest(group="fkc2")).group
+    assert fork_group.stable_epoch == 2 and checkpoints(shared_client, "fkc2").keys() == {
+        ("a", 1), ("b", 1), ("a", 2), ("b", 2)}
+    assert read_back(blobs, [checkpoints(shared_client, "fkc2")[("a", 2)]]) == {("a", 2): b"a forked"}
+    assert epoch("fkc", {"a": a, "b": b}, {"a": b"a in epoch 3", "b": b"b in epoch 3"}) == 3  # the original goes on
+    assert read_back(blobs, [checkpoints(shared_client, "fkc")[("a", 2)]]) == {("a", 2): b"a in epoch 2"}
