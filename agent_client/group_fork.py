@@ -13,6 +13,7 @@ reads them); one whose outcome is unknown keeps them, for the fork may exist.
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Sequence
 
@@ -24,6 +25,7 @@ from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from agent_client.pages import every_page
 from coordinator.api.v1 import coordinator_pb2 as pb
 
+log = logging.getLogger("agent_client")
 
 class NotInStore(BlobError):
     """A checkpoint of the savepoint is not in the blob store the fork copies in."""
@@ -59,20 +61,26 @@ def held_checkpoints(conn: Connection, group: str, savepoint: str, agents: Seque
     return held
 
 
-def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, into: str, *,
-         agents: Sequence[str] = (), request_id: str = "") -> pb.ForkGroupResponse:
-    """Create group `into` from `savepoint` of `group` (its `agents` only, if named), the
-    manifests of its checkpoints copied in `store` (NotInStore, before anything is
-    written, if one is elsewhere). Rejected
-    as the coordinator refuses it (its copies deleted); OutcomeUnknown when it did not
-    answer."""
-    request_id = request_id or f"fork-{uuid.uuid4().hex}"
+def held_in_store(conn: Connection, store: LocalBlobStore, group: str, savepoint: str,
+                  agents: Sequence[str] = ()) -> list[pb.CheckpointMeta]:
+    """held_checkpoints, or NotInStore when one of them is not in `store`."""
     held = held_checkpoints(conn, group, savepoint, agents)
     elsewhere = [m for m in held if store.backend.key_for_uri(m.blob_uri) is None]
     if elsewhere:
         raise NotInStore(f"checkpoint {elsewhere[0].index} of {elsewhere[0].agent_id!r} is not in "
                          f"{store.backend.location} ({elsewhere[0].blob_uri}): a fork copies every checkpoint of the "
                          "savepoint in the one blob store given")
+    return held
+
+
+def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, into: str, *,
+         agents: Sequence[str] = (), request_id: str = "") -> pb.ForkGroupResponse:
+    """Create group `into` from `savepoint` of `group` (its `agents` only, if named), the
+    manifests of its checkpoints copied in `store` (NotInStore, before anything is
+    written, if one is elsewhere). Rejected as the coordinator refuses it (its copies
+    deleted); OutcomeUnknown when it did not answer."""
+    request_id = request_id or f"fork-{uuid.uuid4().hex}"
+    held = held_in_store(conn, store, group, savepoint, agents)
     copies: list[pb.ForkedCheckpoint] = []
     try:
         for m in held:
@@ -110,5 +118,10 @@ def fork_now(conn: Connection, store: LocalBlobStore, group: str, into: str, age
     try:
         return fork(conn, store, group, savepoint, into, agents=agents)
     finally:
-        conn.call("AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(
-            request_id=f"dsp-{savepoint}", group=group, name=savepoint))
+        try:
+            conn.call("AdminService", "DeleteSavepoint", pb.DeleteSavepointRequest(
+                request_id=f"dsp-{savepoint}", group=group, name=savepoint))
+        except (CoordinatorUnavailable, Rejected) as exc:
+            # Left, it only keeps its checkpoints from collection: the fork does not need it.
+            log.warning("savepoint %s of group %s, taken to fork into %s, was not deleted: %s; delete it with "
+                        "raftpoint savepoint delete", savepoint, group, into, exc)

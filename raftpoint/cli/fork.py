@@ -49,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with where.connection(deadline=30, rpc_timeout=35) as conn:
             if args.dry_run:
-                held = group_fork.held_checkpoints(conn, args.group, args.savepoint)
+                held = group_fork.held_in_store(conn, store, args.group, args.savepoint)
                 print(f"dry run: forking group {args.group} at savepoint {args.savepoint} into {args.into} would "
-                      "copy these checkpoints' manifests (nothing was changed):")
+                      "copy these checkpoints' manifests (nothing was changed; the name is checked by the fork):")
                 print_table(("AGENT", "CHECKPOINT", "BLOB"), [(m.agent_id, m.index, m.blob_uri) for m in held])
                 return 0
             answer = group_fork.fork(conn, store, args.group, args.savepoint, args.into)

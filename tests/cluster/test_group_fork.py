@@ -77,6 +77,12 @@ def test_a_fork_resumes_the_savepoint_beside_the_original_and_survives_either_gr
     assert raftpoint(["restore", "fk", "--savepoint", "nope", "--into", "fk2", "--blob-store", str(blobs),
                       *where]) == 1
     assert "savepoint 'nope'" in capsys.readouterr().err
+    assert raftpoint(["restore", "fk", "--savepoint", "s", "--into", "fk2", "--blob-store", str(blobs), "--dry-run",
+                      *where]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dry run: forking group fk at savepoint s into fk2") and [
+        line.split()[:2] for line in out[2:]] == [["a", "2"], ["b", "2"]], out
+    assert sorted(LocalBlobStore(blobs).backend.keys(MANIFESTS)) == manifests  # nothing copied
     assert raftpoint(["restore", "fk", "--savepoint", "s", "--into", "fk2", "--blob-store", str(blobs), *where]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("group fk2 forked from group fk at savepoint s"), out
