@@ -36,8 +36,7 @@ from langchain_core.runnables import RunnableConfig
 
 from agent_client import group_fork
 from agent_client.blobstore import BlobCorrupted, BlobMissing, BlobStore, LocalBlobStore, open_blob_store
-from agent_client.connection import Connection, Rejected
-from coordinator.api.v1 import coordinator_pb2 as pb
+from agent_client.connection import Connection
 from coordinator.channels import ClientTLS
 from agent_client.langgraph.thread_history import SEAL_AFTER, Namespaces, ThreadHead, rebuild, sealed_namespaces
 from agent_client.langgraph.thread_record import (Ref, StoredCheckpoint, Typed, inline_ref, typed_from_json,
@@ -257,14 +256,10 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         are admin RPCs); ValueError for a thread that has no checkpoint yet."""
         if not isinstance(self.blobs, LocalBlobStore):
             raise TypeError("forking threads copies manifests: the saver's blob store must be a LocalBlobStore")
-        agents = {thread_agent_id(t): t for t in thread_ids}
-        try:
-            group_fork.fork_now(self.conn, self.blobs, self.threads.group, into, list(agents))
-        except Rejected as exc:
-            missing = [t for a, t in agents.items() if a in exc.reason]
-            if exc.reason_code == pb.REASON_AGENT_NOT_FOUND and missing:
-                raise ValueError(f"thread {missing[0]!r} has no checkpoint to fork") from exc
-            raise
+        empty = [t for t in thread_ids if self.threads.read(t) is None]
+        if empty:
+            raise ValueError(f"thread {empty[0]!r} has no checkpoint to fork")
+        group_fork.fork_now(self.conn, self.blobs, self.threads.group, into, [thread_agent_id(t) for t in thread_ids])
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
