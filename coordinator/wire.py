@@ -148,6 +148,11 @@ def restore_group_from_pb(m: pb.RestoreGroupRequest) -> c.RestoreGroup:
     return c.RestoreGroup(m.group, m.savepoint, tuple(SavedCheckpoint(s.agent_id, s.index) for s in m.containing))
 
 
+def fork_group_from_pb(m: pb.ForkGroupRequest) -> c.ForkGroup:
+    return c.ForkGroup(m.group, m.savepoint, m.into,
+                       tuple(c.ForkedCheckpoint(f.agent_id, f.index, f.blob_uri) for f in m.copies), tuple(m.agents))
+
+
 _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "create_group": create_group_from_pb,
     "register": register_from_pb,
@@ -166,6 +171,7 @@ _COMMAND_FROM_PB: dict[str, Callable[[Any], c.Command]] = {
     "delete_savepoint": delete_savepoint_from_pb,
     "set_retention": set_retention_from_pb,
     "restore_group": restore_group_from_pb,
+    "fork_group": fork_group_from_pb,
 }
 
 
@@ -269,6 +275,11 @@ def restored_to_pb(result: c.RestoreResult, dry_run: bool) -> pb.RestoreGroupRes
         for s in result.steps])
 
 
+def forked_to_pb(result: c.ForkResult) -> pb.ForkGroupResponse:
+    return pb.ForkGroupResponse(group=group_to_pb(result.group),
+                                checkpoints=[checkpoint_to_pb(cp) for cp in result.checkpoints])
+
+
 def dependency_to_pb(dep: Dependency) -> pb.DependencyRecord:
     return pb.DependencyRecord(sender=dep.sender, send_interval=dep.send_interval, receiver=dep.receiver,
                                receive_interval=dep.receive_interval, message_id=dep.message_id,
@@ -337,6 +348,10 @@ def entry_to_pb(entry: c.Entry) -> log_pb2.LogEntry:
             msg.restore_group.CopyFrom(pb.RestoreGroupRequest(
                 request_id=rid, group=group, savepoint=savepoint,
                 containing=[pb.SavedCheckpoint(agent_id=s.agent_id, index=s.index) for s in containing]))
+        case c.ForkGroup(group=group, savepoint=savepoint, into=into, copies=copies, agents=agents):
+            msg.fork_group.CopyFrom(pb.ForkGroupRequest(
+                request_id=rid, group=group, savepoint=savepoint, into=into, agents=list(agents),
+                copies=[pb.ForkedCheckpoint(agent_id=f.agent_id, index=f.index, blob_uri=f.blob_uri) for f in copies]))
         case other:
             raise TypeError(f"not a command: {other!r}")
     return msg

@@ -24,6 +24,7 @@ READABLE_VERSIONS = frozenset({2, VERSION})  # 2: the pure-Python chunker; readi
 MAX_CHUNKS = 2**18
 _MAX_ENTRY_BYTES = len('["%s",%d],' % ("0" * 64, MAX_CHUNK))
 MAX_MANIFEST_BYTES = 4096 + MAX_CHUNKS * _MAX_ENTRY_BYTES
+MAX_COPY_CHARS = 256  # escaped, it still fits the room MAX_MANIFEST_BYTES leaves beside the chunk list
 # Digests and the key id become parts of storage keys: only these forms are ever used.
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _KEY_ID_RE = re.compile(r"[0-9a-f]{16}")
@@ -45,6 +46,10 @@ class Manifest:
     cipher: str | None = None
     parent: str | None = None  # manifest digest of the checkpoint this one was written against
     version: int = VERSION  # kept as read, so an old manifest re-serialises to the bytes it was named by
+    # Set on a copy (copy_manifest): what it is a copy for. It gives the copy a name of
+    # its own, so deleting either manifest leaves the other; omitted when unset, so
+    # other manifests keep their bytes and readers that predate it read copies too.
+    copy: str | None = None
 
     def to_json(self) -> bytes:
         doc = {
@@ -53,6 +58,8 @@ class Manifest:
             "encryption": None if self.key_id is None else {"cipher": self.cipher, "key_id": self.key_id},
             "parent": self.parent,
         }
+        if self.copy is not None:
+            doc["copy"] = self.copy
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     @property
@@ -74,7 +81,7 @@ class Manifest:
                 raise BlobMissing(f"manifest {where} has unsupported version {doc['version']}")
             enc = doc["encryption"] or {}
             manifest = cls(doc["size"], doc["sha256"], tuple(ChunkRef(d, n) for d, n in doc["chunks"]),
-                           doc["chunking"], enc.get("key_id"), enc.get("cipher"), doc["parent"], doc["version"])
+                           doc["chunking"], enc.get("key_id"), enc.get("cipher"), doc["parent"], doc["version"], doc.get("copy"))
             manifest._check()
             return manifest
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -85,6 +92,8 @@ class Manifest:
         if not (_is_int(self.version, 0) and _is_int(self.size, 0) and _is_digest(self.sha256)
                 and isinstance(self.chunking, str)):
             raise ValueError("version, size, sha256 or chunking malformed")
+        if self.copy is not None and not (isinstance(self.copy, str) and len(self.copy) <= MAX_COPY_CHARS):
+            raise ValueError(f"copy is not a string of at most {MAX_COPY_CHARS} characters")
         if self.parent is not None and not _is_digest(self.parent):
             raise ValueError(f"parent {self.parent!r} is not a SHA-256 digest")
         if self.key_id is not None and not (isinstance(self.key_id, str) and _KEY_ID_RE.fullmatch(self.key_id)

@@ -21,6 +21,7 @@ period and second listing instead (see gc.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import weakref
@@ -220,6 +221,18 @@ class LocalBlobStore:
         if self.key_id is None:
             return f"decryption failed for {uri}: it is encrypted (key {manifest.key_id}) and no AEAD key is configured"
         return f"decryption failed for {uri}: it was encrypted with key {manifest.key_id}, not {self.key_id} (wrong key)"
+
+    # ---- copy -----------------------------------------------------------------------
+    def copy_manifest(self, uri: str, copy: str) -> str:
+        """The URI of a copy of the checkpoint at `uri`: the same state and chunks under a
+        manifest named apart by `copy` (the same `copy` gives the same URI, so a retry
+        makes no second one). Deleting either manifest leaves the other readable: the
+        chunk sweep keeps every chunk a remaining manifest names. Needs no AEAD key."""
+        manifest = dataclasses.replace(self.manifest(uri), copy=copy)
+        with self._lock:
+            key = self._store_manifest(manifest, manifest.to_json())
+            self.backend.flush()
+        return self.backend.uri(key)
 
     # ---- delete ---------------------------------------------------------------------
     def delete(self, uri: str) -> None:

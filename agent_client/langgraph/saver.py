@@ -34,7 +34,8 @@ from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, Chan
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langchain_core.runnables import RunnableConfig
 
-from agent_client.blobstore import BlobCorrupted, BlobMissing, BlobStore, open_blob_store
+from agent_client import group_fork
+from agent_client.blobstore import BlobCorrupted, BlobMissing, BlobStore, LocalBlobStore, open_blob_store
 from agent_client.connection import Connection
 from coordinator.channels import ClientTLS
 from agent_client.langgraph.thread_history import SEAL_AFTER, Namespaces, ThreadHead, rebuild, sealed_namespaces
@@ -245,6 +246,20 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         with self.threads.writing(target_thread_id):
             self.threads.own(target_thread_id)
             self.threads.commit(target_thread_id, source.copy_as(target_thread_id))
+
+    def fork_threads(self, thread_ids: Sequence[str], into: str) -> None:
+        """Copy these threads, together and as they are now, into `into`, a new group; a
+        saver on it (`group=into`) reads and goes on with them, and this group's threads
+        go on untouched. The cut is one savepoint of this group; the fork reads from
+        copies of the threads' heads in this saver's blob store, so garbage collection
+        of either group leaves the other's. Needs an admin identity (savepoints and forks
+        are admin RPCs); ValueError for a thread that has no checkpoint yet."""
+        if not isinstance(self.blobs, LocalBlobStore):
+            raise TypeError("forking threads copies manifests: the saver's blob store must be a LocalBlobStore")
+        empty = [t for t in thread_ids if self.threads.read(t) is None]
+        if empty:
+            raise ValueError(f"thread {empty[0]!r} has no checkpoint to fork")
+        group_fork.fork_now(self.conn, self.blobs, self.threads.group, into, [thread_agent_id(t) for t in thread_ids])
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):

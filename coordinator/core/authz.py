@@ -57,6 +57,7 @@ RPC_ACCESS: Mapping[str, Access] = {
     "SetRetention": Access.ADMIN,
     "SaveSnapshot": Access.ADMIN,  # the whole state, every group's
     "RestoreGroup": Access.ADMIN,  # a dry run too: it reads what a restore would undo
+    "ForkGroup": Access.ADMIN,
 }
 
 # Which accesses each role holds; the agent role's are limited to its group (and,

@@ -146,6 +146,32 @@ class RestoreGroup:
 
 
 @dataclass(frozen=True)
+class ForkedCheckpoint:
+    """One checkpoint of a fork: the savepoint's checkpoint of `agent_id` at `index`,
+    whose state the fork reads from `blob_uri`, a copy of the source's manifest (so
+    each group's garbage collection deletes only its own manifests)."""
+
+    agent_id: str
+    index: int
+    blob_uri: str
+
+
+@dataclass(frozen=True)
+class ForkGroup:
+    """Create group `into` beside `group`, holding `savepoint`'s consistent cut: the
+    same spec and retention policy, each agent of the cut at its checkpoint (read from
+    the copy in `copies`), with no dependency records and no agent running yet."""
+
+    group: str
+    savepoint: str
+    into: str
+    copies: tuple[ForkedCheckpoint, ...] = ()
+    # Only these agents of the savepoint (all when empty): a part of a consistent cut
+    # is one too.
+    agents: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ReadBarrier:
     """A no-op entry that once served as a read point. Reads now take a read index
     (replication.read_index) and propose none; journals written before still hold
@@ -161,7 +187,8 @@ class ResetDedupeClock:
 
 Command = (CreateGroup | Register | CommitCheckpoint | ReportDependencies | StartEpoch | AbortEpoch
            | DeclareAgentFailed | AckOrder | Deregister | GarbageCollect | DeleteGroup | ReadBarrier
-           | ResetDedupeClock | CreateSavepoint | DeleteSavepoint | SetRetention | RestoreGroup)
+           | ResetDedupeClock | CreateSavepoint | DeleteSavepoint | SetRetention | RestoreGroup
+           | ForkGroup)
 
 
 @dataclass(frozen=True)
@@ -277,6 +304,14 @@ class RestoreResult:
 
 
 @dataclass(frozen=True)
+class ForkResult:
+    """The new group and the checkpoints it was given, by agent id."""
+
+    group: Group
+    checkpoints: tuple[Checkpoint, ...]
+
+
+@dataclass(frozen=True)
 class EmptyResult:
     pass
 
@@ -305,10 +340,10 @@ class Failure:
 
 
 Result = (GroupResult | RegisterResult | CheckpointResult | DependenciesResult | EpochResult | RecoveryResult
-          | AckResult | GcResult | SavepointResult | RestoreResult | EmptyResult | ClockResult | Failure)
+          | AckResult | GcResult | SavepointResult | RestoreResult | ForkResult | EmptyResult | ClockResult | Failure)
 RESULT_TYPES: dict[str, type] = {t.__name__: t for t in (
     GroupResult, RegisterResult, CheckpointResult, DependenciesResult, EpochResult, RecoveryResult,
-    AckResult, GcResult, SavepointResult, RestoreResult, EmptyResult, ClockResult, Failure)}
+    AckResult, GcResult, SavepointResult, RestoreResult, ForkResult, EmptyResult, ClockResult, Failure)}
 
 
 class EncodedResult(bytes):

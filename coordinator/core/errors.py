@@ -48,6 +48,7 @@ class ReasonCode(StrEnum):
     ALREADY_COMMITTED = "ALREADY_COMMITTED"  # the agent already committed this epoch
     REQUEST_ID_REUSED = "REQUEST_ID_REUSED"  # this identity used the request id for another command
     SAVEPOINT_EXISTS = "SAVEPOINT_EXISTS"  # the group has a savepoint of that name
+    GROUP_EXISTS = "GROUP_EXISTS"  # a fork's new group exists already
     # FAILED_PRECONDITION
     STALE_INCARNATION = "STALE_INCARNATION"  # the token's incarnation is not the agent's live one
     AGENT_NOT_ALIVE = "AGENT_NOT_ALIVE"  # the agent failed or left: register again
@@ -99,7 +100,8 @@ _STATUS: dict[ReasonCode, Code] = {
                      ReasonCode.SAVEPOINT_NOT_FOUND),
                     Code.NOT_FOUND),
     **dict.fromkeys((ReasonCode.GROUP_SPEC_CONFLICT, ReasonCode.CHECKPOINT_CONFLICT, ReasonCode.ALREADY_COMMITTED,
-                     ReasonCode.REQUEST_ID_REUSED, ReasonCode.SAVEPOINT_EXISTS), Code.ALREADY_EXISTS),
+                     ReasonCode.REQUEST_ID_REUSED, ReasonCode.SAVEPOINT_EXISTS, ReasonCode.GROUP_EXISTS),
+                    Code.ALREADY_EXISTS),
     **dict.fromkeys((ReasonCode.STALE_INCARNATION, ReasonCode.AGENT_NOT_ALIVE, ReasonCode.EPOCH_NOT_STARTED,
                      ReasonCode.ORDER_PENDING, ReasonCode.INDEX_NOT_ABOVE_LAST, ReasonCode.PARENT_MISSING,
                      ReasonCode.NOT_OPEN_EPOCH, ReasonCode.JOINED_AFTER_EPOCH, ReasonCode.ORPHAN_MESSAGE,

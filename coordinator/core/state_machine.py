@@ -12,11 +12,11 @@ from typing import Any, Callable
 from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
     DeclareAgentFailed, DeleteGroup, DeleteSavepoint, DependenciesResult, Deregister, EmptyResult, Entry, EpochResult,
-    Failure, GarbageCollect, GcResult, GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult,
+    Failure, ForkGroup, ForkResult, GarbageCollect, GcResult, GroupResult, ReadBarrier, RecoveryResult, Register, RegisterResult,
     ReportDependencies, RestoreGroup, RestoreResult, Result, RollbackTarget, SavepointResult, SetRetention, StartEpoch,
     Token, command_target,
 )
-from coordinator.core import authz, fences, queries, restore, retention, savepoints
+from coordinator.core import authz, fences, forks, queries, restore, retention, savepoints
 from coordinator.core.blob_stores import in_blob_store
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
@@ -393,6 +393,19 @@ def _rewind_epochs(state: State, group: Group, epoch: int, target: str) -> Group
     return group
 
 
+def _fork_group(state: State, cmd: ForkGroup, now: float) -> Result:
+    """A new group beside the source holding its savepoint's cut (core.forks says what)."""
+    fork = forks.plan(state, cmd, now)
+    state.put_group(fork.group)
+    for agent in fork.agents:
+        state.put_agent(agent)
+    for checkpoint in fork.checkpoints:
+        state.put_checkpoint(checkpoint)
+    if fork.epoch is not None:
+        state.put_epoch(fork.epoch)
+    return ForkResult(fork.group, fork.checkpoints)
+
+
 def _ack_order(state: State, cmd: AckOrder, now: float) -> Result:
     group = _group(state, cmd.group)
     agent = queries.live_agent(state, cmd.group, cmd.agent_id, cmd.token)
@@ -526,4 +539,5 @@ HANDLERS: dict[type, Callable[[State, Any, float], Result]] = {
     DeleteSavepoint: _delete_savepoint,
     SetRetention: _set_retention,
     RestoreGroup: _restore_group,
+    ForkGroup: _fork_group,
 }

@@ -18,7 +18,7 @@ from coordinator.core import commands as c
 from coordinator.core import ids
 from coordinator.core.epochs import epoch_interval
 from coordinator.core.errors import Rejection, shown
-from coordinator.core.model import Checkpoint, GroupSpec, Mode, RetentionPolicy
+from coordinator.core.model import Checkpoint, GroupSpec, Mode, RetentionPolicy, SavedCheckpoint
 
 MAX_DEPENDENCIES_PER_REPORT = 10_000
 # Stored dependency records per reporting agent (a quota on state, checked by the
@@ -86,6 +86,8 @@ def validate(command: c.Command) -> None:
             _retention(policy)
         case c.RestoreGroup():
             _restore(command)
+        case c.ForkGroup():
+            _fork(command)
         case c.ReadBarrier() | c.ResetDedupeClock():
             pass
         case _:
@@ -192,15 +194,35 @@ def _restore(cmd: c.RestoreGroup) -> None:
                                              + ("both" if cmd.savepoint else "neither"))
     if cmd.savepoint:
         ids.check_id(cmd.savepoint, "savepoint")
-    if len(cmd.containing) > MAX_WHAT_IF_FAILED:
-        raise Rejection.invalid("containing", f"at most {MAX_WHAT_IF_FAILED} checkpoints, got {len(cmd.containing)}")
+    _checkpoint_list(cmd.containing, "containing")
+
+
+def _checkpoint_list(items: Sequence[SavedCheckpoint | c.ForkedCheckpoint], field: str) -> None:
+    """Checkpoints named by agent and index (1 or more), at most one per agent."""
+    if len(items) > MAX_WHAT_IF_FAILED:
+        raise Rejection.invalid(field, f"at most {MAX_WHAT_IF_FAILED} checkpoints, got {len(items)}")
     seen: set[str] = set()
-    for i, saved in enumerate(cmd.containing):
-        ids.check_id(saved.agent_id, f"containing[{i}].agent_id")
-        _counter(saved.index, f"containing[{i}].index", 1, MAX_CHECKPOINT_INDEX)
+    for i, saved in enumerate(items):
+        ids.check_id(saved.agent_id, f"{field}[{i}].agent_id")
+        _counter(saved.index, f"{field}[{i}].index", 1, MAX_CHECKPOINT_INDEX)
         if saved.agent_id in seen:
-            raise Rejection.invalid(f"containing[{i}].agent_id", f"agent {saved.agent_id!r} is named twice")
+            raise Rejection.invalid(f"{field}[{i}].agent_id", f"agent {saved.agent_id!r} is named twice")
         seen.add(saved.agent_id)
+
+
+def _fork(cmd: c.ForkGroup) -> None:
+    ids.check_id(cmd.group, "group")
+    ids.check_id(cmd.savepoint, "savepoint")
+    ids.check_id(cmd.into, "into")
+    _checkpoint_list(cmd.copies, "copies")
+    for i, copy in enumerate(cmd.copies):
+        ids.check_uri(copy.blob_uri, f"copies[{i}].blob_uri", required=True)
+    if len(cmd.agents) > MAX_WHAT_IF_FAILED:
+        raise Rejection.invalid("agents", f"at most {MAX_WHAT_IF_FAILED} agents, got {len(cmd.agents)}")
+    for i, agent_id in enumerate(cmd.agents):
+        ids.check_id(agent_id, f"agents[{i}]")
+        if agent_id in cmd.agents[:i]:
+            raise Rejection.invalid(f"agents[{i}]", f"agent {agent_id!r} is named twice")
 
 
 def check_index_step(index: int, last_index: int) -> None:

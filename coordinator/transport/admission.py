@@ -29,7 +29,8 @@ WORK_OF_METHOD: dict[str, Work] = {
     "Heartbeat": Work.KEEPALIVE,
     **dict.fromkeys(("Register", "CommitCheckpoint", "ReportDependencies", "AckOrder", "Deregister",
                      "CreateGroup", "StartEpoch", "GarbageCollect", "DeleteGroup", "ResetDedupeClock",
-                     "CreateSavepoint", "DeleteSavepoint", "SetRetention", "RestoreGroup", "WatchOrders", "Session"),
+                     "CreateSavepoint", "DeleteSavepoint", "SetRetention", "RestoreGroup", "ForkGroup", "WatchOrders",
+                     "Session"),
                     Work.WRITE),  # a new stream takes a read point (a quorum round)
     **dict.fromkeys(("GetGroup", "ListCheckpoints", "WhatIf", "SaveSnapshot", "ListSavepoints", "ListGroups",
                      "ListDependencies"), Work.READ),

@@ -177,6 +177,13 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             return wire.restored_to_pb(RestoreResult(0, plan.steps, plan.epoch), dry_run=True)
         return await self.heavy.run(context, read)
 
+    async def ForkGroup(self, request, context):
+        result = await self.p.submit(context, request, wire.fork_group_from_pb)
+        # A new group holding another's state: an operator's act the log should show.
+        log.info("group forked", extra={"group": request.group, "savepoint": request.savepoint, "into": request.into,
+                                        "checkpoints": [(cp.agent_id, cp.index) for cp in result.checkpoints]})
+        return wire.forked_to_pb(result)
+
     async def _group_state(self, context, group_name: str):
         await _check(context, (group_name, "group"))
         await self.p.barrier(context)

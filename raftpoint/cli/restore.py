@@ -1,4 +1,5 @@
-"""`raftpoint restore G --savepoint S | --containing AGENT:INDEX ... [--dry-run]`: a group back in time.
+"""`raftpoint restore G --savepoint S | --containing AGENT:INDEX ... [--dry-run]`: a group back in time
+(or, with --into NEW, a savepoint restored into a new group beside it: raftpoint.cli.fork).
 
 Every member that has not left is ordered back to its checkpoint on one consistent
 global checkpoint (the savepoint's, or the newest one containing the checkpoints
@@ -11,7 +12,7 @@ import sys
 import uuid
 
 from coordinator.api.v1 import coordinator_pb2 as pb
-from raftpoint.cli import target
+from raftpoint.cli import fork, target
 from raftpoint.cli.output import add_json_flag, plain, print_json, print_table
 
 PROG = "raftpoint restore"
@@ -26,6 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     line.add_argument("--containing", nargs="+", metavar="AGENT:INDEX",
                       help="stable checkpoints the line must contain: the newest consistent line with them")
     parser.add_argument("--dry-run", action="store_true", help="say what each agent would lose; change nothing")
+    parser.add_argument("--into", metavar="NEW", help="restore the savepoint into a new group NEW instead, beside "
+                                                      "the original (which goes on running)")
+    parser.add_argument("--blob-store", metavar="DIR|URL",
+                        help="with --into: the blob store holding the savepoint's checkpoints, where the fork's "
+                             "copies of their manifests are made")
     add_json_flag(parser)
     target.add_arguments(parser)
     parser.set_defaults(func=run)
@@ -40,6 +46,12 @@ def saved_checkpoint(text: str) -> pb.SavedCheckpoint:
 
 
 def run(args: argparse.Namespace) -> int:
+    refused = fork.refusal(args)
+    if refused:
+        print(f"{PROG}: {refused}", file=sys.stderr)
+        return 2
+    if args.into:
+        return fork.run(args)
     try:
         containing = [saved_checkpoint(text) for text in args.containing or ()]
     except ValueError as exc:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from agent_client.connection import TOKEN_FILE_ENV, Connection, CoordinatorUnavailable, Rejected, read_token_file
+from agent_client.pages import every_page  # noqa: F401  (the subcommands' name for it)
 from coordinator.channels import ClientTLS, ClientTLSError
 from coordinator.endpoints_file import DEFAULT_DATA_DIR, read_endpoints
 from coordinator.harness.local_cluster import admin_token
@@ -82,14 +83,3 @@ def admin_calls(args: argparse.Namespace, prog: str, ask: Callable[[Connection],
     except (CoordinatorUnavailable, Rejected, ClientTLSError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return None, 1
-
-
-def every_page(conn: Connection, method: str, request: Any, items: str) -> tuple[Any, list[Any]]:
-    """(the first page, the `items` field of every page in order) of a paged AdminService read."""
-    first = answer = conn.call("AdminService", method, request)
-    found: list[Any] = list(getattr(answer, items))
-    while answer.next_page_token:
-        request.page_token = answer.next_page_token
-        answer = conn.call("AdminService", method, request)
-        found.extend(getattr(answer, items))
-    return first, found

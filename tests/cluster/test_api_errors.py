@@ -324,6 +324,21 @@ CASES = [
            C.NOT_FOUND, "e-zz"),
           ("no-such-checkpoint", dict(group="e-cic", containing=[pb.SavedCheckpoint(agent_id="e-a", index=2)]),
            C.FAILED_PRECONDITION, "no stable checkpoint 2"))),
+    # ---- ForkGroup (e-sp holds e-a at 3 and e-b at its initial state)
+    *(case(f"fork-{what}", "ForkGroup", pb.ForkGroupRequest(**fields), code, says)
+      for what, fields, code, says in (
+          ("no-request-id", dict(group="e-cic", savepoint="e-sp", into="e-fork"), C.INVALID_ARGUMENT, "request_id"),
+          ("bad-into", dict(request_id="e-fg1", group="e-cic", savepoint="e-sp", into="a b"), C.INVALID_ARGUMENT,
+           "into"),
+          ("into-exists", dict(request_id="e-fg2", group="e-cic", savepoint="e-sp", into="e-co"), C.ALREADY_EXISTS,
+           "'e-co' exists already"),
+          ("unknown-savepoint", dict(request_id="e-fg3", group="e-cic", savepoint="e-nosp", into="e-fork"),
+           C.NOT_FOUND, "e-nosp"),
+          ("no-copy", dict(request_id="e-fg4", group="e-cic", savepoint="e-sp", into="e-fork"), C.INVALID_ARGUMENT,
+           "no copy of checkpoint 3 of 'e-a'"),
+          ("copy-is-the-original", dict(request_id="e-fg5", group="e-cic", savepoint="e-sp", into="e-fork", copies=[
+              pb.ForkedCheckpoint(agent_id="e-a", index=3, blob_uri="file:///blobs/e-a/3")]), C.INVALID_ARGUMENT,
+           "copies[0].blob_uri"))),
     case("list-groups-page-size-beyond-bound", "ListGroups", pb.ListGroupsRequest(page_size=1001),
          C.INVALID_ARGUMENT, "page_size"),
     case("list-groups-bad-page-token", "ListGroups", pb.ListGroupsRequest(page_token="no/such"),
@@ -425,6 +440,9 @@ def valid_requests(world: World) -> Iterator[tuple[str, str, object]]:
                                                                  policy=pb.RetentionPolicy(keep_last=1))
     yield "AdminService", "ListDependencies", pb.ListDependenciesRequest(group="e-cic")
     yield "AdminService", "RestoreGroup", pb.RestoreGroupRequest(request_id="e-f13", group="e-cic", savepoint="e-sp")
+    yield "AdminService", "ForkGroup", pb.ForkGroupRequest(request_id="e-f14", group="e-cic", savepoint="e-sp",
+                                                           into="e-fork", copies=[pb.ForkedCheckpoint(
+                                                               agent_id="e-a", index=3, blob_uri="file:///copy/3")])
 
 
 def test_a_follower_redirects_every_rpc_to_the_leader(shared_cluster: LocalCluster, world: World) -> None:

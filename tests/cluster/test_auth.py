@@ -150,6 +150,7 @@ ADMIN_REQUESTS = [
     ("AdminService", "RestoreGroup", pb.RestoreGroupRequest(request_id="x-rg", group="g", savepoint="x-sp")),
     # A dry run too: it shows what a restore would undo, which is an admin's question.
     ("AdminService", "RestoreGroup", pb.RestoreGroupRequest(group="g", savepoint="x-sp", dry_run=True)),
+    ("AdminService", "ForkGroup", pb.ForkGroupRequest(request_id="x-fg", group="g", savepoint="x-sp", into="x-fork")),
 ]
 READ_REQUESTS = [
     ("AdminService", "GetGroup", pb.GetGroupRequest(group="g")),

@@ -49,6 +49,8 @@ COMMANDS: list[c.Command] = [
     c.SetRetention("g", RetentionPolicy()),
     c.RestoreGroup("g", "before-upgrade"),
     c.RestoreGroup("g", containing=(SavedCheckpoint("a", 4), SavedCheckpoint("b", 2))),
+    c.ForkGroup("g", "before-upgrade", "g-fork", (c.ForkedCheckpoint("a", 4, "file:///blobs/manifests/x.json"),)),
+    c.ForkGroup("g", "before-upgrade", "g-fork", (c.ForkedCheckpoint("a", 4, "file:///m/x.json"),), ("a", "b")),
 ]
 
 

@@ -61,6 +61,7 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_ALREADY_COMMITTED: _ClassVar[ReasonCode]
     REASON_REQUEST_ID_REUSED: _ClassVar[ReasonCode]
     REASON_SAVEPOINT_EXISTS: _ClassVar[ReasonCode]
+    REASON_GROUP_EXISTS: _ClassVar[ReasonCode]
     REASON_STALE_INCARNATION: _ClassVar[ReasonCode]
     REASON_AGENT_NOT_ALIVE: _ClassVar[ReasonCode]
     REASON_EPOCH_NOT_STARTED: _ClassVar[ReasonCode]
@@ -127,6 +128,7 @@ REASON_CHECKPOINT_CONFLICT: ReasonCode
 REASON_ALREADY_COMMITTED: ReasonCode
 REASON_REQUEST_ID_REUSED: ReasonCode
 REASON_SAVEPOINT_EXISTS: ReasonCode
+REASON_GROUP_EXISTS: ReasonCode
 REASON_STALE_INCARNATION: ReasonCode
 REASON_AGENT_NOT_ALIVE: ReasonCode
 REASON_EPOCH_NOT_STARTED: ReasonCode
@@ -805,6 +807,40 @@ class RestoreGroupResponse(_message.Message):
     epoch: int
     dry_run: bool
     def __init__(self, recovery_id: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[RestoreStep, _Mapping]]] = ..., epoch: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class ForkGroupRequest(_message.Message):
+    __slots__ = ("request_id", "group", "savepoint", "into", "copies", "agents")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
+    INTO_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    group: str
+    savepoint: str
+    into: str
+    copies: _containers.RepeatedCompositeFieldContainer[ForkedCheckpoint]
+    agents: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., group: _Optional[str] = ..., savepoint: _Optional[str] = ..., into: _Optional[str] = ..., copies: _Optional[_Iterable[_Union[ForkedCheckpoint, _Mapping]]] = ..., agents: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ForkedCheckpoint(_message.Message):
+    __slots__ = ("agent_id", "index", "blob_uri")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    BLOB_URI_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    index: int
+    blob_uri: str
+    def __init__(self, agent_id: _Optional[str] = ..., index: _Optional[int] = ..., blob_uri: _Optional[str] = ...) -> None: ...
+
+class ForkGroupResponse(_message.Message):
+    __slots__ = ("group", "checkpoints")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointMeta]
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ..., checkpoints: _Optional[_Iterable[_Union[CheckpointMeta, _Mapping]]] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()

@@ -503,6 +503,11 @@ class AdminServiceStub:
                 request_serializer=v1_dot_coordinator__pb2.RestoreGroupRequest.SerializeToString,
                 response_deserializer=v1_dot_coordinator__pb2.RestoreGroupResponse.FromString,
                 _registered_method=True)
+        self.ForkGroup = channel.unary_unary(
+                '/raftpoint.v1.AdminService/ForkGroup',
+                request_serializer=v1_dot_coordinator__pb2.ForkGroupRequest.SerializeToString,
+                response_deserializer=v1_dot_coordinator__pb2.ForkGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -622,6 +627,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -719,6 +730,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RestoreGroup,
                     request_deserializer=v1_dot_coordinator__pb2.RestoreGroupRequest.FromString,
                     response_serializer=v1_dot_coordinator__pb2.RestoreGroupResponse.SerializeToString,
+            ),
+            'ForkGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkGroup,
+                    request_deserializer=v1_dot_coordinator__pb2.ForkGroupRequest.FromString,
+                    response_serializer=v1_dot_coordinator__pb2.ForkGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1234,6 +1250,33 @@ class AdminService:
             '/raftpoint.v1.AdminService/RestoreGroup',
             v1_dot_coordinator__pb2.RestoreGroupRequest.SerializeToString,
             v1_dot_coordinator__pb2.RestoreGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftpoint.v1.AdminService/ForkGroup',
+            v1_dot_coordinator__pb2.ForkGroupRequest.SerializeToString,
+            v1_dot_coordinator__pb2.ForkGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
