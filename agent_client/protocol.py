@@ -172,7 +172,7 @@ class AgentProtocol:
 
     def heartbeat(self) -> Op[pb.HeartbeatResponse]:
         """Keeps the lease; learns how far back a rollback can still go, and forgets the
-        deliveries before that (the log's only bound outside coordinated mode)."""
+        deliveries before that (the log's only bound, in every mode)."""
         resp = yield Rpc("AgentService", "Heartbeat", self.heartbeat_request())
         if resp.rollback_floor > self._floor:
             self._floor = resp.rollback_floor
@@ -275,14 +275,12 @@ class AgentProtocol:
         if self.mode == pb.COORDINATED:
             self.cut_epoch, self.epoch = cut, max(self.epoch, cut)
             self._cut_index[cut] = index
-        yield from self._note_stable(resp.stable_epoch)
+        # The delivery log is not trimmed at the stable epoch: a restore can take the group
+        # back to an older one (a savepoint's) and must re-deliver what crossed that cut.
+        # Only the rollback floor trims it (heartbeat); garbage collection raises the floor,
+        # never past a savepoint.
+        self.stable_epoch = max(self.stable_epoch, resp.stable_epoch)
         return index
-
-    def _note_stable(self, stable_epoch: int) -> Op[None]:
-        """Deliveries before a stable cut can never be rolled back: drop their records."""
-        self.stable_epoch = max(self.stable_epoch, stable_epoch)
-        if self.stable_epoch in self._cut_index:
-            yield Blocking(partial(self.deliveries.truncate, self._cut_index[self.stable_epoch]))
 
     def checkpoint_now(self, epoch: int) -> Op[None]:
         if self.mode == pb.COORDINATED and self.cut_epoch >= epoch:

@@ -32,10 +32,12 @@ NODE_BACK_S = 30.0
 
 
 class AgentFaults(Protocol):
-    """What the nemesis needs of the agent workload for AGENT_CRASH."""
+    """What the nemesis needs of the agent workload for AGENT_CRASH and GROUP_RESTORE."""
 
     def crash(self, count: int, rng: random.Random) -> list[str]: ...
     def restart_crashed(self) -> list[str]: ...
+    def take_savepoints(self) -> list[str]: ...
+    def restore_savepoints(self) -> list[str]: ...
 
 
 @dataclass
@@ -96,8 +98,8 @@ class Nemesis:
 
     # ---- faults ---------------------------------------------------------------------
     def _apply(self, fault: s.Fault) -> None:
-        if fault.kind == s.AGENT_CRASH:
-            self._agent_crash(fault)
+        if fault.kind in s.AGENT_FAULTS:
+            self._agent_fault(fault)
             return
         target = self._resolve(fault.target)
         if target is None:
@@ -174,19 +176,29 @@ class Nemesis:
         followers = [i for i in live if i != leader]
         return self.rng.choice(followers) if followers else None
 
-    def _agent_crash(self, fault: s.Fault) -> None:
+    def _agent_fault(self, fault: s.Fault) -> None:
+        """Agents crashed (restarted when healed), or savepoints taken (restored to when healed)."""
         if self.agents is None:
-            self.injected.skipped.append(f"agent-crash at {fault.at}s: no agent workload")
+            self.injected.skipped.append(f"{fault.kind} at {fault.at}s: no agent workload")
             return
-        crashed = self.agents.crash(int(fault.params.get("count", 1)), self.rng)
-        self.history.fault(s.AGENT_CRASH, agents=crashed)
+        if fault.kind == s.AGENT_CRASH:
+            crashed = self.agents.crash(int(fault.params.get("count", 1)), self.rng)
+            self.history.fault(s.AGENT_CRASH, agents=crashed)
+            heal, count = self._restart_agents, len(crashed)
+        else:
+            self.history.fault(s.GROUP_RESTORE, savepoints=self.agents.take_savepoints())
+            heal, count = self._restore_groups, 1
         with self._lock:
-            self._heal = (s.AGENT_CRASH, self._restart_agents)
-        self.injected.by_kind[s.AGENT_CRASH] = self.injected.by_kind.get(s.AGENT_CRASH, 0) + len(crashed)
+            self._heal = (fault.kind, heal)
+        self.injected.by_kind[fault.kind] = self.injected.by_kind.get(fault.kind, 0) + count
 
     def _restart_agents(self) -> None:
         assert self.agents is not None
         self.agents.restart_crashed()
+
+    def _restore_groups(self) -> None:
+        assert self.agents is not None
+        self.history.nemesis("restored", {"groups": self.agents.restore_savepoints()})
 
     # ---- healing --------------------------------------------------------------------
     def _heal_current(self) -> None:

@@ -45,6 +45,10 @@ Bugs:
   had not committed yet (and any entry a new leader writes at those indexes). After
   a power loss the nodes that skipped them can be the majority: writes acknowledged
   just before it are gone.
+- `restore-ignores-savepoint`: a restore to a savepoint goes to the group's newest
+  consistent global checkpoint instead (a coordinated group's stable epoch, another
+  group's maximum consistent cut): a consistent line, so nothing is orphaned or lost,
+  but not the moment the operator named.
 - `unbounded-clock`: a leader's clock is not held to its voters' clocks
   (VoterClocks never agrees on a time), so a node booted with its clock far ahead
   stamps the replicated dedupe clock with it once it leads.
@@ -345,6 +349,25 @@ def _unbounded_clock() -> list[Patch]:
     return [Patch(VoterClocks, "agreed", lambda agreed: never)]
 
 
+def _restore_ignores_savepoint() -> list[Patch]:
+    from coordinator.core import restore
+    from coordinator.core.model import Mode, SavedCheckpoint
+
+    def newest_of(plan: Callable[..., Any]) -> Callable[..., Any]:
+        def newest(state: Any, group: Any, savepoint: str, containing: Any) -> Any:
+            if not savepoint:
+                return plan(state, group, savepoint, containing)
+            name = group.spec.name
+            if group.spec.mode is not Mode.COORDINATED:
+                return plan(state, group, "", ())  # the maximum consistent cut of the stable checkpoints
+            stable = [SavedCheckpoint(a, cp.index) for a in group.members for cp in state.checkpoints(name, a)
+                      if cp.stable and cp.epoch == group.stable_epoch]
+            return plan(state, group, "", stable[:1]) if stable else plan(state, group, savepoint, containing)
+        return newest
+
+    return [Patch(restore, "plan", newest_of)]
+
+
 BUGS: dict[str, Callable[[], list[Patch]]] = {
     "no-dedupe": _no_dedupe,
     "accept-stale-epoch": _accept_stale_epoch,
@@ -360,6 +383,7 @@ BUGS: dict[str, Callable[[], list[Patch]]] = {
     "auth-fail-closed": _auth_fail_closed,
     "skip-replay": _skip_replay,
     "unbounded-clock": _unbounded_clock,
+    "restore-ignores-savepoint": _restore_ignores_savepoint,
 }
 
 

@@ -25,6 +25,8 @@ DISK_FULL = "disk-full"        # the target's file system filled up; emptied (an
 SLOW_DISK = "slow-disk"        # the target's fsyncs throttled
 POWER_LOSS = "power-loss"      # every node loses power at once: unsynced writes vanish
 AGENT_CRASH = "agent-crash"    # SIGKILL agent processes (the agent workload restarts them)
+GROUP_RESTORE = "group-restore"  # an operator takes a savepoint of each agent group; healed: restores the
+                               # groups to it (the agent workload)
 CLOCK_JUMP = "clock-jump"      # the target's wall clock stepped by params["seconds"]; put right when healed
 BIT_ROT = "bit-rot"            # stop the target, flip bytes in params["file"], start it; rebuilt if it refused
 BOOT_SKEW = "boot-skew"        # the target restarted with its wall clock a year ahead, then made leader;
@@ -38,6 +40,7 @@ LEADER, FOLLOWER, ANY, ALL = "leader", "follower", "any", "all"
 NODE_FAULTS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, RESTART, DISK_FULL, SLOW_DISK, POWER_LOSS, CLOCK_JUMP,
                BIT_ROT, REPAIR, BOOT_SKEW, CONFIG_TYPO)
 DISK_FAULTS = (DISK_FULL, SLOW_DISK, POWER_LOSS)
+AGENT_FAULTS = (AGENT_CRASH, GROUP_RESTORE)  # faults of the agent workload, not of a node
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,14 @@ def _bit_rot(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
             for n, f in enumerate(plan)]
 
 
+def _group_restore(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
+    """Savepoint at the fault, restore at its heal; half a second later an agent crashes,
+    while the restore's orders may still be carried out (the restores are 5-7 s apart,
+    each held 2-3 s, so the crash is over before the next savepoint)."""
+    restores = _repeat(GROUP_RESTORE, "agents", (5.0, 7.0), (2.0, 3.0))(rng, duration, nodes)
+    return restores + [Fault(round(f.heal_at + 0.5, 2), AGENT_CRASH, "agents", 0.5, {"count": 1}) for f in restores]
+
+
 # The agent-flood scenario's flood: past what 2 cores serve without shedding.
 FLOOD_AGENTS = 1000
 
@@ -171,7 +182,7 @@ def _boot_skew(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
 
 
 MIX_KINDS = (KILL, PAUSE, PARTITION, DEAF, FLAKY, DELAY, DISK_FULL, SLOW_DISK, AGENT_CRASH, REPAIR, BOOT_SKEW,
-             CONFIG_TYPO)
+             CONFIG_TYPO, GROUP_RESTORE)
 # Faults that need a target of their own kind and hold longer than the mix's others.
 _MIX_TARGET = {REPAIR: LEADER, BOOT_SKEW: FOLLOWER, CONFIG_TYPO: ALL}
 _MIX_HOLD = {REPAIR: REPAIR_HOLD, BOOT_SKEW: BOOT_SKEW_HOLD}
@@ -184,7 +195,7 @@ def _random_mix(rng: random.Random, duration: float, nodes: int) -> list[Fault]:
         if t < busy_until:
             continue
         kind = rng.choice(MIX_KINDS)
-        target = "agents" if kind == AGENT_CRASH else _MIX_TARGET.get(kind) or rng.choice((LEADER, FOLLOWER, ANY))
+        target = "agents" if kind in AGENT_FAULTS else _MIX_TARGET.get(kind) or rng.choice((LEADER, FOLLOWER, ANY))
         params = {"count": 1} if kind == AGENT_CRASH else {"delay_ms": 80} if kind == DELAY else {}
         hold = _MIX_HOLD.get(kind, (1.5, 4.0))
         fault = Fault(round(t, 2), kind, target, round(rng.uniform(*hold), 2), params)
@@ -214,6 +225,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              _rolling_restart),
     Scenario("agent-crash-storm", "SIGKILL agent processes (mid-checkpoint, mid-rollback) and restart them",
              _repeat(AGENT_CRASH, "agents", (2.0, 4.0), (0.5, 1.0), count=2), agents=True),
+    Scenario("group-restore", "an operator takes a savepoint of each agent group, lets it run on, and "
+             "restores the whole group to it; agents crash in between",
+             _group_restore, agents=True),
     Scenario("random-mix", "a random mix of all of the above, one at a time", _random_mix, agents=True),
     Scenario("clock-jump", "a node's wall clock (the leader's most often) stepped an hour ahead or back, "
              "then put right", _clock_jump, agents=True),

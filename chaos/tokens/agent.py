@@ -21,7 +21,7 @@ state whose sends the recovery line kept (on_redeliver): the driver never re-sen
 With --events the process appends what the driver cannot see in its replies to a
 JSON Lines journal, each record written before its consequences can happen, so a
 SIGKILL never hides one: acknowledged checkpoints, the recovery lines of the rollback
-orders it carries out, and the messages it re-delivers.
+orders it carries out (with the tokens each restored), and the messages it re-delivers.
 """
 from __future__ import annotations
 
@@ -86,6 +86,7 @@ class TokenAgent:
         self._crash_after_commit = int(os.environ.get(CRASH_AFTER_COMMIT_ENV, "0") or 0)
         self._crash_mid_rollback = False
         self._drop_redeliveries = int(os.environ.get(DROP_REDELIVERIES_ENV, "0") or 0)
+        self._restored_tokens: int | None = None  # by the rollback order being carried out
         self.journal = Journal(args.events)
         # --blob-dir is a blob store location: a directory or s3://bucket/prefix?endpoint=...
         self.client = AgentClient(args.group, args.agent, args.endpoints.split(","), args.blob_dir,
@@ -114,8 +115,12 @@ class TokenAgent:
         if order.WhichOneof("kind") != "roll_back":
             return
         rb = order.roll_back
+        # The tokens it restored, if this order restored a checkpoint (a restarted agent that
+        # resumed there already restores nothing): re-deliveries come after the acknowledgement.
+        restored, self._restored_tokens = self._restored_tokens, None
         self.journal.write("line", recovery_id=rb.recovery_id, order=order.order_id, index=rb.checkpoint_index,
-                           line=[[t.agent_id, t.checkpoint_index, t.generation] for t in rb.line])
+                           line=[[t.agent_id, t.checkpoint_index, t.generation] for t in rb.line],
+                           **({} if restored is None else {"tokens": restored}))
         if self._crash_mid_rollback:
             self._die({"crashing": "mid-rollback, restored but not acknowledged", "order": order.order_id})
 
@@ -146,6 +151,7 @@ class TokenAgent:
 
     def _rolled_back(self, state: Any, reason: str) -> None:
         self._load(state)
+        self._restored_tokens = self.state["tokens"]
 
     def _redelivered(self, payload: bytes, sender: str) -> None:
         if self._drop_redeliveries:  # planted: the message is lost for good (the client counts it delivered)

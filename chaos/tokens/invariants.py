@@ -4,7 +4,7 @@ The token-passing driver journals every event of each group's ledger (sends,
 deliveries, refusals, recovery lines, commits, audits) into the history as
 `ledger` notes, opened by a `ledger-open` note and closed by a `ledger-final` one
 (what the network still held, whether the final audit ran). Replaying them gives
-the same ledger, so the four ledger invariants are judged again here exactly as
+the same ledger, so the five ledger invariants are judged again here exactly as
 the run judged them. What the driver observed outside the coordinator -- zombie
 writes refused, checkpoint blobs read back, harness problems -- is recorded as
 `agent-result` notes, one per invariant, and read back as recorded.
@@ -19,12 +19,14 @@ from typing import Any, Iterable
 
 from chaos.history import INFO, OK, Op
 from chaos.report import InvariantResult
-from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Ledger
+from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, RESTORES, TOKENS, Ledger
 
 NAMES = {TOKENS: "agent-tokens-conserved", ORPHANS: "agent-no-orphans",
-         LOST: "agent-lost-messages-redelivered-once", DUPLICATES: "agent-duplicates-delivered-once"}
+         LOST: "agent-lost-messages-redelivered-once", DUPLICATES: "agent-duplicates-delivered-once",
+         RESTORES: "agent-restores-return-to-savepoint"}
 COUNTS = {TOKENS: ("audits",), ORPHANS: ("recoveries", "sends_undone", "orphans_refused"),
-          LOST: ("lost_by_rollbacks", "redeliveries"), DUPLICATES: ("deliveries", "duplicates_refused")}
+          LOST: ("lost_by_rollbacks", "redeliveries"), DUPLICATES: ("deliveries", "duplicates_refused"),
+          RESTORES: ("restores", "restores_superseded", "restored_agents")}
 ZOMBIES, CHECKPOINTS, WORKLOAD = "agent-zombie-writes-refused", "agent-checkpoints-readable", "agent-workload"
 OPEN, EVENT, FINAL, RESULT = "ledger-open", "ledger", "ledger-final", "agent-result"
 

@@ -24,7 +24,12 @@ The judgements (`Ledger.verdict`):
   at the end every message whose send stands is delivered or still in the network;
 - tokens: at each audit the agents' tokens plus those of the messages the network
   holds (whose sends stand, as far as the agents' generations at the audit go) add up
-  to the total.
+  to the total;
+- restores: a group restored to a savepoint is ordered back to exactly the
+  savepoint's checkpoints; that cut is consistent by the record (no message received
+  in it that was not sent in it) and its tokens plus those in transit across it add
+  up to the total; and each agent that rolled back to it holds what the record says
+  it held at its checkpoint there.
 """
 from __future__ import annotations
 
@@ -37,11 +42,12 @@ from coordinator.core.fences import undoing
 from coordinator.core.model import Fence
 
 ORPHANS, DUPLICATES, LOST, TOKENS = "no-orphans", "duplicates-delivered-once", "lost-messages-redelivered", "tokens"
+RESTORES = "restores-return-to-savepoint"
 NEVER = float("inf")  # the generation at which a live delivery is undone
 # Sees every event as (method, keyword arguments), JSON-ready, so that a history can
 # carry the record and the judgement can be made again from it (Ledger.replay).
 Journal = Callable[[str, dict[str, Any]], None]
-EVENTS = ("sent", "accepted", "refused", "unknown", "line", "committed", "audit")
+EVENTS = ("sent", "accepted", "refused", "unknown", "line", "committed", "audit", "restore", "rolled_back")
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,25 @@ class Commit:
     uri: str
     sha256: str
     generation: int
+
+
+@dataclass(frozen=True)
+class Restore:
+    """A restore the coordinator answered: its recovery and the savepoint it goes back to."""
+
+    recovery_id: int
+    savepoint: str
+    cut: Mapping[str, int]  # the savepoint's checkpoint index per agent (0 or absent: its initial state)
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """An agent's state right after it carried out a rollback order (before any re-delivery)."""
+
+    agent: str
+    recovery_id: int
+    index: int
+    tokens: int
 
 
 @dataclass(frozen=True)
@@ -150,6 +175,8 @@ class Ledger:
         self._fences: dict[str, list[tuple[int, Fence]]] = {a: [] for a in self.agents}
         self.audits: list[Audit] = []
         self.commits: list[Commit] = []
+        self.restores: list[Restore] = []
+        self.rollbacks: list[RolledBack] = []
         self.anomalies: list[Finding] = []
         self._seq = 0
 
@@ -225,6 +252,16 @@ class Ledger:
         self._log("committed", agent=agent, index=index, uri=uri, sha256=sha256, generation=generation)
         self.commits.append(Commit(agent, index, uri, sha256, generation))
 
+    def restore(self, recovery_id: int, savepoint: str, cut: Mapping[str, int]) -> None:
+        """The coordinator answered a restore to `savepoint` (whose checkpoints are `cut`) as recovery `recovery_id`."""
+        self._log("restore", recovery_id=recovery_id, savepoint=savepoint, cut=dict(cut))
+        self.restores.append(Restore(recovery_id, savepoint, dict(cut)))
+
+    def rolled_back(self, agent: str, recovery_id: int, index: int, tokens: int) -> None:
+        """`agent` restored its checkpoint `index` for recovery `recovery_id` and then held `tokens`."""
+        self._log("rolled_back", agent=agent, recovery_id=recovery_id, index=index, tokens=tokens)
+        self.rollbacks.append(RolledBack(agent, recovery_id, index, tokens))
+
     def audit(self, label: str, tokens: Mapping[str, int], generations: Mapping[str, int],
               network: Iterable[str]) -> Tally:
         a = Audit(label, dict(tokens), dict(generations), tuple(network), self._next())
@@ -263,6 +300,41 @@ class Ledger:
             else:
                 keep.append(c)
         return keep, dict(counts)
+
+    def holds(self, at: Fence, generation: int, interval: int) -> bool:
+        """Whether what `at.agent_id` did in (generation, interval) is in its checkpoint
+        `at.index` as a rollback with fence `at` restores it: done before that rollback's
+        generation, in an interval up to the checkpoint, and not undone by an earlier line."""
+        return (generation < at.generation and interval <= at.index
+                and self._undone(at.agent_id, generation, interval, upto=at.generation - 1) is None)
+
+    def held(self, at: Fence) -> int:
+        """The tokens `at.agent_id` held at its checkpoint `at.index` restored with fence `at`, by the record."""
+        tokens = self.tokens_each
+        for m in self.messages.values():
+            if m.zombie:
+                continue
+            if m.sender == at.agent_id and self.holds(at, m.send_generation, m.send_interval):
+                tokens -= m.amount
+            if m.receiver == at.agent_id:
+                tokens += m.amount * sum(self.holds(at, d.generation, d.interval) for d in m.deliveries)
+        return tokens
+
+    def cut(self, at: Mapping[str, Fence]) -> tuple[Tally, list[Message]]:
+        """The global checkpoint of one checkpoint per agent (each as restored with its fence
+        in `at`): its tokens in agents and in transit across it (sent in it, not received
+        in it), and its orphans (received in it, not sent in it)."""
+        in_transit, orphaned = 0, []
+        for m in self.messages.values():
+            if m.zombie:
+                continue
+            sent = self.holds(at[m.sender], m.send_generation, m.send_interval)
+            received = any(self.holds(at[m.receiver], d.generation, d.interval) for d in m.deliveries)
+            if received and not sent:
+                orphaned.append(m)
+            elif sent and not received:
+                in_transit += m.amount
+        return Tally(sum(self.held(f) for f in at.values()), in_transit, self.total), orphaned
 
     def live(self, m: Message) -> list[Delivery]:
         return [d for d in m.deliveries if self.delivery_undone(d) is None]
@@ -316,6 +388,8 @@ class Ledger:
             if not t.conserved:
                 findings.append(Finding(TOKENS, f"tokens {a.label}: {t.in_agents} in agents + {t.in_transit} in "
                                                 f"transit = {t.in_agents + t.in_transit}, not {t.total}"))
+        for r in self.restores:
+            self._judge_restore(r, findings, counts)
         counts["recoveries"] = len(self.lines)
         counts["messages"] = len(self.messages)
         return Verdict(findings, dict(counts))
@@ -369,6 +443,42 @@ class Ledger:
                                                   f"{r.generation}, when it held no delivery of it", m.id))
         if final and send is None and not m.deliveries and m.id not in network:
             findings.append(Finding(LOST, f"{where} was sent (its send stands) and is delivered nowhere", m.id))
+
+
+    def _judge_restore(self, r: Restore, findings: list[Finding], counts: Counter[str]) -> None:
+        """The restore's line is the savepoint; the savepoint is a consistent cut holding every
+        token; each agent that rolled back to it holds what it held there. Judged with the
+        generations of the line the agents reported (none reported: a later recovery
+        superseded every order before one was carried out, and there is nothing to judge)."""
+        counts["restores"] += 1
+        line = self.lines.get(r.recovery_id)
+        if line is None:
+            counts["restores_superseded"] += 1
+            return
+        cut = {a: r.cut.get(a, 0) for a in self.agents}
+        ordered = {f.agent_id: f.index for f in line}
+        what = f"recovery {r.recovery_id} (restore to savepoint {r.savepoint!r})"
+        if ordered != cut:
+            findings.append(Finding(RESTORES, f"{what} ordered the line {_line_text(line)}, not the savepoint's "
+                                              f"checkpoints {cut}"))
+            return
+        at = {f.agent_id: f for f in line}
+        tally, orphaned = self.cut(at)
+        for m in orphaned:
+            findings.append(Finding(RESTORES, f"{what}: {m.id} ({m.sender} -> {m.receiver}) is received in the "
+                                              f"savepoint and not sent in it: an orphan", m.id))
+        if not tally.conserved:
+            findings.append(Finding(RESTORES, f"{what}: the savepoint holds {tally.in_agents} tokens in agents + "
+                                              f"{tally.in_transit} in transit across it = "
+                                              f"{tally.in_agents + tally.in_transit}, not {self.total}"))
+        for rb in self.rollbacks:
+            if rb.recovery_id != r.recovery_id:
+                continue
+            counts["restored_agents"] += 1
+            expected = self.held(at[rb.agent])
+            if rb.tokens != expected:
+                findings.append(Finding(RESTORES, f"{what}: {rb.agent} holds {rb.tokens} tokens after rolling back "
+                                                  f"to checkpoint {rb.index}, where it held {expected}"))
 
 
 def fences_of(line: Iterable[Iterable[object]]) -> list[Fence]:

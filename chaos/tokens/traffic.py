@@ -31,6 +31,11 @@ Thunk = Callable[[], dict[str, Any]]
 Call = Callable[[str, str, dict[str, Any], Thunk], dict[str, Any]]
 
 
+def savepoint_cut(savepoint: pb.Savepoint) -> dict[str, int]:
+    """A savepoint's checkpoint index per agent (0: its initial state), as the ledger takes a restore's."""
+    return {s.agent_id: s.index for s in savepoint.checkpoints}
+
+
 def direct(agent: str, f: str, value: dict[str, Any], thunk: Thunk) -> dict[str, Any]:
     return thunk()
 
@@ -215,6 +220,8 @@ class TokenGroup:
     def _ingest(self, agent: str, ev: Mapping[str, Any]) -> list[int]:
         kind = ev.get("ev")
         if kind == "line":
+            if "tokens" in ev:
+                self.ledger.rolled_back(agent, ev["recovery_id"], ev["index"], ev["tokens"])
             return [ev["recovery_id"]] if self.ledger.line(ev["recovery_id"], fences_of(ev["line"])) else []
         if kind == "redelivered":
             self.ledger.accepted(ev["id"], agent, ev["interval"], ev["generation"], redelivered=True)

@@ -9,7 +9,8 @@ orders) run on regardless; the journals tell the driver what they did.
 What the driver delegates: recording every request (group_calls), the crash kinds
 (agent_crashes; a crashed agent is held down until restart_crashed(), except a
 zombie, whose replacement is already running), and garbage collection with the
-final check of the checkpoints (group_checkpoints).
+final check of the checkpoints (group_checkpoints). It also plays the operator who
+takes a savepoint and later restores the group to it.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from chaos.tokens import invariants as judged
 from chaos.tokens.agent import DROP_REDELIVERIES_ENV
 from chaos.tokens.ledger import Ledger
 from chaos.tokens.process import AgentDied, AgentProcess
-from chaos.tokens.traffic import MODES, InFlight, TokenGroup, Traffic
+from chaos.tokens.traffic import MODES, InFlight, TokenGroup, Traffic, savepoint_cut
 from chaos.workloads.agent_crashes import ZOMBIE, AgentCrashes
 from chaos.workloads.group_calls import GroupCalls
 from chaos.workloads.group_checkpoints import GroupCheckpoints
@@ -97,6 +98,9 @@ class GroupDriver:
         self._restarted_at: float | None = None
         self._next_poll = 0.0
         self._revive_at: dict[str, float] = {}
+        self._savepoints = 0
+        self._savepoint: tuple[str, dict[str, int]] | None = None  # the newest: its name and checkpoints
+        self._restored: str | None = None  # the savepoint last restored to
 
     @property
     def ids(self) -> list[str]:
@@ -258,6 +262,37 @@ class GroupDriver:
                 self._restart(a)
                 names.append(f"{self.name}/{a}")
         return names
+
+    # ---- an operator's savepoints and restores -------------------------------------------
+    def take_savepoint(self) -> list[str]:
+        """A new savepoint of the group (the previous one deleted: it was restored to
+        already, and keeps checkpoints from garbage collection)."""
+        if self._savepoint is not None:
+            old = self._savepoint[0]
+            self.calls.call("delete_savepoint", "DeleteSavepoint", pb.DeleteSavepointRequest(
+                request_id=self.calls.rid("savepoint-delete"), group=self.name, name=old), {"name": old})
+        self._savepoints += 1
+        name = f"sp-{self._savepoints}"
+        taken = self.calls.call("create_savepoint", "CreateSavepoint", pb.CreateSavepointRequest(
+            request_id=self.calls.rid("savepoint"), group=self.name, name=name), {"name": name},
+            lambda r: {"checkpoints": savepoint_cut(r.savepoint)})
+        self._savepoint = (name, savepoint_cut(taken.response.savepoint)) if taken.ok else None
+        return [f"{self.name}/{name}"] if taken.ok else []
+
+    def restore_savepoint(self) -> list[str]:
+        """The group restored to the savepoint take_savepoint() took; the ledger judges the
+        restore once the agents report carrying it out."""
+        if self._savepoint is None or self._restored == self._savepoint[0]:
+            return []
+        name, cut = self._savepoint
+        self._restored = name
+        restored = self.calls.call("restore", "RestoreGroup", pb.RestoreGroupRequest(
+            request_id=self.calls.rid("restore"), group=self.name, savepoint=name), {"savepoint": name},
+            lambda r: {"recovery_id": r.recovery_id, "line": {s.agent_id: s.checkpoint_index for s in r.steps}})
+        if not restored.ok:
+            return []
+        self.ledger.restore(restored.response.recovery_id, name, cut)
+        return [f"{self.name}/{name}"]
 
     # ---- crashes ------------------------------------------------------------------------
     def crash(self, a: str, kind: str) -> list[str]:

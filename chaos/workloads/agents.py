@@ -12,7 +12,9 @@ The nemesis crashes agents through crash() and restart_crashed() (chaos.nemesis'
 AgentFaults): a plain SIGKILL, a crash between blob write and metadata commit, after
 the commit before the answer, in the middle of a rollback, or a zombie whose
 replacement registers while it keeps writing. The kinds are used in turn, so every
-kind occurs in a run with enough crashes. An agent operation that fails because the
+kind occurs in a run with enough crashes. The nemesis also plays an operator through
+take_savepoints() and restore_savepoints(): a savepoint of each group, and later
+the whole group restored to it. An agent operation that fails because the
 coordinator is unreachable is recorded as `info` and left for later: the message
 stays in flight, the checkpoint is taken at another time.
 
@@ -27,7 +29,8 @@ finish() returns the workload's invariants as InvariantResults for chaos.checker
 at every audit (after each recovery, once the group is RUNNING, and at the end), no
 orphan, every lost message re-delivered exactly once, no duplicate delivered twice,
 zombie writes refused, every acknowledged checkpoint still listed and readable with
-its digest unless a recovery rolled its agent below it or garbage collection took it;
+its digest unless a recovery rolled its agent below it or garbage collection took it,
+each restore back at exactly its savepoint, a consistent cut holding every token;
 and "agent-workload", whose counts say what happened (and which fails if a group
 made no progress or could not be settled and audited at the end).
 """
@@ -42,7 +45,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from chaos.tokens import invariants as judged
 from chaos.tokens.invariants import CHECKPOINTS, WORKLOAD, ZOMBIES
@@ -212,6 +215,24 @@ class AgentWorkload:
                     g.lock.release()
         return restarted
 
+    def take_savepoints(self) -> list[str]:
+        """An operator's savepoint of every group (the fault of a group-restore); "group/savepoint"."""
+        return self._each_group(GroupDriver.take_savepoint)
+
+    def restore_savepoints(self) -> list[str]:
+        """Every group restored to the savepoint take_savepoints() took (its heal)."""
+        return self._each_group(GroupDriver.restore_savepoint)
+
+    def _each_group(self, action: Callable[[GroupDriver], list[str]]) -> list[str]:
+        done: list[str] = []
+        for g in self.groups:
+            if g.lock.acquire(timeout=self.config.fault_timeout_s):
+                try:
+                    done += action(g)
+                finally:
+                    g.lock.release()
+        return done
+
     def progress(self, timeout: float = 10.0) -> dict[str, int]:
         """While it runs: the ledgers' counts so far (what the run has exercised: lost
         messages, undone sends, recoveries...) and the drivers' statistics."""
@@ -244,6 +265,7 @@ class AgentWorkload:
                 "forced_checkpoints": stats["forced"], "basic_checkpoints": stats["basic"],
                 "acknowledged_checkpoints": stats["commits"], "planted_faults": stats["planted"],
                 "recoveries": sum(len(g.ledger.lines) for g in self.groups),
+                "restores": sum(len(g.ledger.restores) for g in self.groups),
                 "crashes": dict(crashes), "crash_fallbacks": dict(fallbacks),
                 "restart_to_running_s_max": max(recovery, default=0.0)}
 

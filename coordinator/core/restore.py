@@ -46,7 +46,8 @@ def plan(state: State, group: Group, savepoint: str, containing: Sequence[SavedC
     checkpoints. Raises the refusal otherwise: SAVEPOINT_NOT_FOUND, AGENT_NOT_FOUND,
     NO_RESTORE_LINE, or RESTORE_UNDOES_SAVEPOINT when it would delete a checkpoint
     another savepoint holds (delete that savepoint first: it names a moment the
-    restore erases)."""
+    restore erases). Chaos seam: `restore-ignores-savepoint` (chaos/planted.py)
+    replaces it with one that restores to the newest consistent line instead."""
     name = group.spec.name
     inputs = queries.recovery_inputs(state, name, ())
     if savepoint:

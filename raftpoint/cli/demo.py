@@ -12,8 +12,13 @@ demo checks all of it against its own record of every message (the driver and th
 record are chaos.tokens.traffic and chaos.tokens.ledger, shared with the chaos agent
 workload): the line matches the what-if answer, exactly the right messages are
 re-delivered and refused, and the total number of tokens (in agents' states + in
-transit) is conserved. Between phases the Raft leader is killed -9. At the end the
-demo writes each group's space-time diagram (raftpoint.cli.group_picture) to one page.
+transit) is conserved. Between phases the Raft leader is killed -9. The last phase's
+group then travels back in time: a savepoint mid-run, a few more rounds, and a restore
+of the whole group to it; each agent must then hold what the ledger says it held at
+its savepoint checkpoint (plus what it re-delivers: messages sent before the savepoint
+and received after it), the savepoint must be a consistent cut holding every token,
+and what was sent after it must be refused. At the end the demo writes each group's
+space-time diagram (raftpoint.cli.group_picture) to one page.
 """
 from __future__ import annotations
 
@@ -24,13 +29,15 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from agent_client.blobs.location import local_root, open_blob_store
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
 from chaos.tokens.process import AgentDied, AgentProcess
-from chaos.tokens.traffic import MODES, TokenGroup
+from chaos.tokens.traffic import MODES, TokenGroup, savepoint_cut
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator import channels
 from coordinator.harness.local_cluster import LocalCluster, wait_for
@@ -39,6 +46,7 @@ from raftpoint.cli import group_picture, spacetime
 PHASES = {"all": ("coordinated", "bcs"), **{m: (m,) for m in ("coordinated", "bcs", "hmnr")}}
 LEASE_TTL_S = 5.0
 RECOVERY_TIMEOUT_S = 30.0
+TRAVEL_ROUNDS = 8  # rounds run between the savepoint and the restore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,6 +95,7 @@ class Phase:
         self.world = TokenGroup(self.group, self.mode, procs, args.tokens, self.rng)
         self.ids, self.procs, self.total = ids, procs, self.world.ledger.total
         self.epochs = 0
+        self.rounds = 0
         self.picture: spacetime.Picture | None = None  # drawn at the end, before garbage collection
 
     # ---- coordinator --------------------------------------------------------------
@@ -143,19 +152,7 @@ class Phase:
         t0 = time.monotonic()
         ready = self.procs[victim].spawn().reply()
         say(f"  {victim} is back as incarnation {ready['incarnation']}: {ready['restore']}")
-        try:
-            wait_for(lambda: self.group_info().group.state == pb.RUNNING, "every rollback order to be obeyed",
-                     RECOVERY_TIMEOUT_S, 0.1)
-        except TimeoutError:
-            for proc in self.procs.values():
-                proc.dump_stacks()
-            time.sleep(0.5)  # let them write the stacks before the demo stops them
-            raise
-        after = self.world.statuses()  # waits for re-deliveries still running in the order threads
-        recoveries = self.world.ingest()
-        if len(recoveries) != 1:
-            raise DemoFailed(f"one crash, but the agents carried out recoveries {recoveries}")
-        rid = recoveries[0]
+        rid, after = self.recovered("one crash")
         line = {f.agent_id: f.index for f in self.world.ledger.lines[rid]}
         lost = {a: before[a]["work"] - after[a]["work"] for a in line}
         if line != predicted:
@@ -172,6 +169,84 @@ class Phase:
             f"(exactly those the line took from them and kept at their senders); in flight from undone sends: "
             f"{undone} (their receivers must refuse them)")
         self.audit("after recovery")
+
+    def recovered(self, what: str) -> tuple[int, dict[str, dict[str, Any]]]:
+        """Once every rollback order is obeyed: the one recovery the agents carried out, and
+        their statuses (read after the re-deliveries the order threads make)."""
+        try:
+            wait_for(lambda: self.group_info().group.state == pb.RUNNING, "every rollback order to be obeyed",
+                     RECOVERY_TIMEOUT_S, 0.1)
+        except TimeoutError:
+            for proc in self.procs.values():
+                proc.dump_stacks()
+            time.sleep(0.5)  # let them write the stacks before the demo stops them
+            raise
+        after = self.world.statuses()  # waits for re-deliveries still running in the order threads
+        recoveries = self.world.ingest()
+        if len(recoveries) != 1:
+            raise DemoFailed(f"{what}, but the agents carried out recoveries {recoveries}")
+        return recoveries[0], after
+
+    # ---- group time travel ----------------------------------------------------------
+    def time_travel(self, r: int) -> None:
+        """Savepoint, run on, restore the whole group to it: each agent must hold what the
+        ledger says it held at its savepoint checkpoint (plus what it re-delivers from its
+        log), the cut must conserve the tokens, and what was sent after it is refused."""
+        name = f"{self.group}-before"
+        saved = self.conn.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(
+            request_id=f"create-{name}", group=self.group, name=name)).savepoint
+        cut = savepoint_cut(saved)
+        say(f"  round {r:3}: savepoint {name} taken: checkpoints {dict(sorted(cut.items()))}")
+        sent = self.world.stats["sent"]
+        for extra in range(1, TRAVEL_ROUNDS + 1):
+            self.step(r + extra)
+        say(f"  ran on {TRAVEL_ROUNDS} rounds ({self.world.stats['sent'] - sent} messages); tokens now "
+            f"{self.tokens(self.world.statuses())}")
+        t0 = time.monotonic()
+        answer = self.conn.call("AdminService", "RestoreGroup", pb.RestoreGroupRequest(
+            request_id=f"restore-{name}", group=self.group, savepoint=name))
+        self.world.ledger.restore(answer.recovery_id, name, cut)
+        rid, after = self.recovered("one restore")
+        if rid != answer.recovery_id:
+            raise DemoFailed(f"restore {answer.recovery_id}, but the agents carried out recovery {rid}")
+        # The ledger's verdict: the line is the savepoint, a consistent cut holding every
+        # token, and each agent restored what it held there (as its journal says).
+        self.check("after the restore")
+        say(f"  restored the group to {name} in {time.monotonic() - t0:.2f}s (recovery {rid}): every agent "
+            "rolled back to its savepoint checkpoint")
+        self.restored_tokens(rid, after)
+        undone = [e.message for e in self.world.network.entries if not e.copy
+                  and (u := self.world.ledger.send_undone(e.message)) is not None and u.recovery_id == rid]
+        say(f"  in flight from sends the restore undid: {len(undone)} (their receivers must refuse them)")
+        self.audit("after the restore")
+        self.world.drain(time.monotonic())
+        delivered = [m.id for m in undone if m.deliveries or not any(f.orphan for f in m.refusals)]
+        if delivered:
+            raise DemoFailed(f"messages from sends the restore undid were not refused: {delivered}")
+        say(f"  refused as orphans: {len(undone)} of {len(undone)}")
+
+    def restored_tokens(self, rid: int, after: dict[str, dict[str, Any]]) -> None:
+        """What the agents hold once restore `rid` is carried out, as they report it: what
+        the ledger says each held at the savepoint, plus what each re-delivered."""
+        ledger = self.world.ledger
+        line = {f.agent_id: f for f in ledger.lines[rid]}
+        tally, _ = ledger.cut(line)
+        held = {a: ledger.held(line[a]) for a in self.ids}
+        say(f"  at the savepoint, by the demo's ledger: tokens {dict(sorted(held.items()))} + {tally.in_transit} in "
+            f"transit across it = {tally.in_agents + tally.in_transit} of {self.total}: a consistent cut")
+        back: Counter[str] = Counter()
+        for m, _ in ledger.redelivered_for(rid):
+            back[m.receiver] += m.amount
+        wrong = {a: (s["tokens"] - back[a], held[a]) for a, s in after.items() if s["tokens"] - back[a] != held[a]}
+        if wrong:
+            raise DemoFailed(f"agents' tokens less their re-deliveries differ from the savepoint's: {wrong}")
+        say("  per-agent tokens match the savepoint: every agent restored exactly what the ledger says it held there")
+        say(f"  re-delivered from the receivers' logs: {sum(back.values())} tokens (sent before the savepoint, "
+            f"received after); tokens now {self.tokens(after)}")
+
+    @staticmethod
+    def tokens(statuses: dict[str, dict[str, Any]]) -> dict[str, int]:
+        return {a: s["tokens"] for a, s in sorted(statuses.items())}
 
     # ---- the phase ----------------------------------------------------------------
     def run(self) -> None:
@@ -202,10 +277,14 @@ class Phase:
                     f"{len(self.world.network)} in flight{epochs}")
         if not crashed:
             self.crash(r, victim)
+        self.rounds = r
+
+    def finish(self) -> None:
+        """Deliver everything in flight, audit, judge it all, and summarize."""
         self.world.drain(time.monotonic())
         self.audit("at the end (all messages delivered)")
         self.check("at the end", final=True)
-        self.summary(r)
+        self.summary(self.rounds)
 
     def summary(self, rounds: int) -> None:
         self.picture = group_picture.picture(group_picture.read_history(self.conn, self.group))
@@ -268,6 +347,11 @@ def run(args: argparse.Namespace) -> int:
                     phase = Phase(conn, cluster.endpoints(), name, args, root, args.seconds / len(phases))
                     try:
                         phase.run()
+                        if n == len(phases) - 1:
+                            say(f"\n== phase {n + 2}: group time travel ({phase.group}, the same agents) ==")
+                            phase.time_travel(phase.rounds)
+                            phase.rounds += TRAVEL_ROUNDS
+                        phase.finish()
                     finally:
                         phase.close()
                     pictures += [phase.picture] if phase.picture else []

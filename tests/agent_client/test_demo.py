@@ -1,4 +1,5 @@
-"""`raftpoint demo` end to end: real cluster, agent processes, SIGKILL, recovery, token audit."""
+"""`raftpoint demo` end to end: real cluster, agent processes, SIGKILL, recovery, token audit,
+and the last group restored to a savepoint."""
 from __future__ import annotations
 
 import os
@@ -23,6 +24,9 @@ def test_demo_exits_0_and_conserves_tokens(tmp_path: Path, mode: str) -> None:
     assert proc.stdout.count("CRASH: SIGKILL") == phases
     assert proc.stdout.count("matches what-if: True") == phases
     assert "NOT CONSERVED" not in proc.stdout and "every recovery conserved the tokens" in proc.stdout
+    travel = proc.stdout[proc.stdout.index(f"== phase {phases + 1}: group time travel"):]
+    assert "every agent rolled back to its savepoint checkpoint" in travel
+    assert "per-agent tokens match the savepoint" in travel and "refused as orphans:" in travel, travel
     assert not list(tmp_path.glob("logs/*")) or all(p.stat().st_size < 1_000_000 for p in tmp_path.glob("logs/*"))
     page = tmp_path / "groups.html"
     assert f"the groups' space-time diagrams: {page} (open it in a browser)" in proc.stdout

@@ -34,6 +34,7 @@ class Coordinator:
         self.orders: dict[str, list[pb.Order]] = {}
         self.acks: list[int] = []
         self.trace: list[str] = []
+        self.stable_epoch = 0  # what commits answer (coordinated mode)
 
     def perform(self, agent: str, effect: Effect) -> Any:
         if isinstance(effect, (Blocking, Callback)):
@@ -58,7 +59,7 @@ class Coordinator:
             return pb.ReportDependenciesResponse(accepted=len(req.records))
         if effect.method == "CommitCheckpoint":
             self.checkpoints.setdefault(agent, []).append(req.checkpoint)
-            return pb.CommitCheckpointResponse(checkpoint=req.checkpoint)
+            return pb.CommitCheckpointResponse(checkpoint=req.checkpoint, stable_epoch=self.stable_epoch)
         if effect.method == "ListCheckpoints":
             return pb.ListCheckpointsResponse(checkpoints=self.checkpoints.get(agent, []))
         if effect.method == "AckOrder":
@@ -181,6 +182,24 @@ def test_rollback_restores_acks_then_redelivers_what_the_line_kept(coordinator, 
     assert [e.envelope.sender for e in b.core.deliveries.since(0)] == ["a"]  # logged anew, old records dropped
     assert not b.receive(from_a)  # the network's copy is now a duplicate
     assert b.run(b.core.obey(order)) is None and coordinator.acks == [7]  # an order is carried out once
+
+
+def test_a_restore_to_an_older_stable_epoch_redelivers_what_crossed_its_cut(tmp_path) -> None:
+    coordinator = Coordinator(pb.COORDINATED)
+    a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b")
+    crossing = a.send(b, 4)  # sent before a's cut for epoch 1 ...
+    a.run(a.core.checkpoint_now(1))
+    b.run(b.core.checkpoint_now(1))
+    coordinator.stable_epoch = 1
+    assert b.receive(crossing) and b.tokens == 14  # ... delivered after b's: in transit across epoch 1's cut
+    for epoch in (2, 3):  # later epochs become stable, as a group runs on past its savepoint
+        coordinator.stable_epoch = epoch
+        a.run(a.core.checkpoint_now(epoch))
+        b.run(b.core.checkpoint_now(epoch))
+    assert b.core.stable_epoch == 3
+    order = coordinator.rollback("b", 9, 1, {"a": (1, 2), "b": (1, 2)})  # the whole group back to epoch 1
+    b.run(b.core.obey(order))
+    assert b.redelivered == [(b"4", "a")] and b.tokens == 14, (b.redelivered, b.tokens)
 
 
 def test_duplicate_detection_is_exact_across_a_restore(coordinator, tmp_path) -> None:

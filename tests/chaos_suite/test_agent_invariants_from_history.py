@@ -61,7 +61,7 @@ def test_the_checker_cli_reports_the_agent_invariants_of_a_history(tmp_path: Pat
     assert checker.main([str(path), "--json"]) == 1
     names = {i["name"]: i["ok"] for i in json.loads(capsys.readouterr().out)["invariants"]}
     assert names["agent-no-orphans"] is False and names["agent-tokens-conserved"] is True
-    assert len(names) == 15 + 7
+    assert len(names) == 15 + 8
 
 
 def test_a_history_cut_short_fails_the_agent_invariants() -> None:

@@ -2,7 +2,9 @@
 fails on the fault it exists for and passes on the correct history next to it."""
 from __future__ import annotations
 
-from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, TOKENS, Ledger
+from typing import Any
+
+from chaos.tokens.ledger import DUPLICATES, LOST, ORPHANS, RESTORES, TOKENS, Journal, Ledger
 from coordinator.core.model import Fence
 
 
@@ -129,3 +131,58 @@ def test_a_message_from_a_replaced_incarnation_is_never_delivered() -> None:
     assert book.audit("zombie in flight", {"a": 7, "b": 10}, {"a": 1, "b": 1}, ["m1", "z1"]).conserved
     book.accepted("z1", "b", interval=5, generation=1)
     assert findings(book, network=["m1"]) == [ORPHANS]
+
+
+def restored(cut: dict[str, int], line: list[Fence], tokens: dict[str, int], journal: Journal | None = None) -> Ledger:
+    """m1 (a -> b, 3 tokens) crosses the savepoint {a: 2, b: 4}: sent in a's interval 2,
+    received in b's interval 5; m2 (b -> a, 2 tokens) is sent and received after it. The
+    group is restored to `cut` with `line`, and its agents report holding `tokens`."""
+    book = Ledger(["a", "b"], 10, journal)
+    book.sent(id="m1", sender="a", receiver="b", amount=3, interval=2, generation=1, envelope="")
+    book.accepted("m1", "b", interval=5, generation=1)
+    book.sent(id="m2", sender="b", receiver="a", amount=2, interval=6, generation=1, envelope="")
+    book.accepted("m2", "a", interval=3, generation=1)
+    book.restore(1, "sp", cut)
+    book.line(1, line)
+    for f in line:
+        book.rolled_back(f.agent_id, 1, f.index, tokens[f.agent_id])
+    b = next(f for f in line if f.agent_id == "b")
+    if b.index < 5:  # the line took m1 from b and kept its send: b re-delivers it
+        book.accepted("m1", "b", interval=b.index + 1, generation=b.generation, redelivered=True)
+    return book
+
+
+def test_a_restore_goes_back_to_the_savepoint_a_consistent_cut_holding_every_token() -> None:
+    savepoint = {"a": 2, "b": 4}
+    book = restored(savepoint, [Fence("a", 2, 2), Fence("b", 2, 4)], {"a": 7, "b": 10})
+    assert findings(book) == []
+    counts = book.verdict().counts
+    assert (counts["restores"], counts["restored_agents"]) == (1, 2)
+    tally, orphaned = book.cut({"a": Fence("a", 2, 2), "b": Fence("b", 2, 4)})
+    assert (tally.in_agents, tally.in_transit, tally.conserved, orphaned) == (17, 3, True, [])
+
+
+def test_a_restore_elsewhere_than_the_savepoint_or_to_other_tokens_is_caught() -> None:
+    savepoint = {"a": 2, "b": 4}
+    # The coordinator ordered another line (consistent, so no other judgement notices).
+    assert findings(restored(savepoint, [Fence("a", 2, 3), Fence("b", 2, 6)], {"a": 9, "b": 11})) == [RESTORES]
+    # An agent kept what it received after the savepoint.
+    assert findings(restored(savepoint, [Fence("a", 2, 2), Fence("b", 2, 4)], {"a": 7, "b": 13})) == [RESTORES]
+    # A savepoint that is not a consistent cut: b received m1 in it, a sent m1 after it.
+    inconsistent = restored({"a": 1, "b": 5}, [Fence("a", 2, 1), Fence("b", 2, 5)], {"a": 10, "b": 13})
+    assert RESTORES in findings(inconsistent)
+    assert "orphan" in next(f.why for f in inconsistent.verdict().findings if f.invariant == RESTORES)
+
+
+def test_a_restore_superseded_before_any_agent_obeyed_it_has_nothing_to_judge() -> None:
+    book = ledger()
+    book.restore(1, "sp", {"a": 0, "b": 0})
+    assert findings(book) == []
+    assert book.verdict().counts["restores_superseded"] == 1
+
+
+def test_a_restore_is_judged_again_from_its_journal() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    book = restored({"a": 2, "b": 4}, [Fence("a", 2, 2), Fence("b", 2, 4)], {"a": 7, "b": 13},
+                    lambda event, args: events.append((event, args)))
+    assert findings(Ledger.replay(["a", "b"], 10, events)) == findings(book) == [RESTORES]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from chaos.runner import REPORT_FILE
-from chaos.scenarios import SCENARIOS
+from chaos.scenarios import GROUP_RESTORE, SCENARIOS
 from raftpoint.cli.chaos import CANNOT_RUN
 from coordinator.harness.local_cluster import LocalCluster
 from tests.support.cluster import FAST
@@ -37,6 +37,11 @@ def smoke_flood(scenario: str) -> int:
     return min(SCENARIOS[scenario].flood, SMOKE_FLOOD_AGENTS)
 
 
+# Scenarios whose faults all fit in a shorter run (group-restore: a savepoint at 2 s,
+# restored 2-3 s later, an agent crash after it).
+SHORT_SMOKE_S = {"group-restore": 6.0}
+
+
 def chaos_run(out: Path, scenario: str, *extra: str, duration: float = SMOKE_S) -> tuple[int, dict]:
     flood = ["--flood-agents", str(smoke_flood(scenario))] if SCENARIOS[scenario].flood else []
     argv = [sys.executable, "-m", "raftpoint.cli.main", "chaos", "run", "--scenario", scenario,
@@ -51,10 +56,11 @@ def chaos_run(out: Path, scenario: str, *extra: str, duration: float = SMOKE_S) 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
-    code, report = chaos_run(tmp_path, scenario)
+    duration = SHORT_SMOKE_S.get(scenario, SMOKE_S)
+    code, report = chaos_run(tmp_path, scenario, duration=duration)
     failed = [i["name"] for i in report["invariants"] if not i["ok"]]
     assert code == 0 and report["ok"] and not report["notes"], (failed, report["notes"], report["summary"])
-    planned = SCENARIOS[scenario].faults(1, SMOKE_S)
+    planned = SCENARIOS[scenario].faults(1, duration)
     injected = sum(report["summary"]["faults_by_kind"].values())
     assert injected >= len(planned) - len(report["skipped_faults"]) > 0, report["summary"]
     assert report["summary"]["ok"] > 100, "the workload kept making progress"
@@ -65,6 +71,9 @@ def test_scenario_smoke(tmp_path: Path, scenario: str) -> None:
         assert {"agent-tokens-conserved", "agent-no-orphans", "agent-workload"} <= agent_checks, agent_checks
         crashes = next(i for i in report["invariants"] if i["name"] == "agent-workload")["counts"].get("crashes", {})
         assert sum(crashes.values()) == report["summary"]["faults_by_kind"].get("agent-crash", 0), crashes
+    if any(f.kind == GROUP_RESTORE for f in planned):  # restores were made, carried out and judged
+        restores = next(i for i in report["invariants"] if i["name"] == "agent-restores-return-to-savepoint")
+        assert restores["counts"]["restores"] >= 1 and restores["counts"]["restored_agents"] >= 1, restores
     flood = next(i for i in report["invariants"] if i["name"] == "no-healthy-agent-declared-failed")["counts"]
     if SCENARIOS[scenario].flood:  # the flood's agents got in, heartbeated and were judged
         assert flood["agents_registered"] >= smoke_flood(scenario) // 2 and flood["heartbeats_answered"] > 0, flood
@@ -166,6 +175,9 @@ PLANTED = [
         "gc-collects-only-unneeded",
         # a skipped recovery seen over: the next one takes its id, with orders acknowledged later
         "recovery-ends-after-every-ack"}),
+    # A restore goes to the newest consistent line instead of the savepoint: consistent, so
+    # only the restore's own check sees that it is not the moment the operator named.
+    ("group-restore", "restore-ignores-savepoint", {"agent-restores-return-to-savepoint"}, set()),
     # The node booted a year ahead stamps the dedupe clock a year ahead once it leads.
     ("boot-skew", "unbounded-clock", {"no-refusals-for-time"}, {
         # every write after that is refused as too old, so none is acknowledged after the heal
@@ -185,7 +197,8 @@ PLANTED = [
 @pytest.mark.parametrize("scenario, bug, fails, may_fail", PLANTED, ids=[f"{row[0]}-{row[1]}" for row in PLANTED])
 def test_a_planted_bug_fails_the_run(tmp_path: Path, scenario: str, bug: str, fails: set[str],
                                      may_fail: set[str]) -> None:
-    code, report = chaos_run(tmp_path, scenario, "--bug", bug, duration=PLANTED_S.get(bug, SMOKE_S))
+    code, report = chaos_run(tmp_path, scenario, "--bug", bug,
+                             duration=PLANTED_S.get(bug, SHORT_SMOKE_S.get(scenario, SMOKE_S)))
     failed = {i["name"] for i in report["invariants"] if not i["ok"]}
     perhaps = f" and perhaps {sorted(may_fail)}" if may_fail else ""
     assert code == 1 and not report["ok"] and fails <= failed <= fails | may_fail, (

@@ -109,6 +109,16 @@ def group_after_one_of_two_rollbacks(tmp: Path) -> GroupState:
     return m.state.group("g").state
 
 
+def line_of_a_restore_to_a_savepoint(tmp: Path) -> list[tuple[str, int]]:
+    m = Machine()
+    _cic(m, "a")
+    m.commit("g", "a", 1)
+    m.ok(c.CreateSavepoint("g", "before"))
+    m.commit("g", "a", 2)
+    result = m.ok(c.RestoreGroup("g", savepoint="before"))
+    return [(step.agent_id, step.checkpoint_index) for step in result.steps]
+
+
 def observer_registers(tmp: Path) -> str:
     m = Machine()
     _cic(m)
@@ -287,6 +297,7 @@ PROBES: dict[str, Probe] = {
     "coordinator.transport.auth.WatchedFile.unusable": grants_while_the_file_is_broken,
     "coordinator.main.open_store": node_store_applied_index,
     "coordinator.replication.voter_clocks.VoterClocks.agreed": leader_time_with_one_voter,
+    "coordinator.core.restore.plan": line_of_a_restore_to_a_savepoint,
 }
 
 PATCHES = [(bug, patch) for bug, make in planted.BUGS.items() for patch in make()]

@@ -8,7 +8,7 @@ import pytest
 from chaos.linkfaults import LinkFaults, delay
 from chaos.repair import roles
 from chaos.scenarios import (BOOT_SKEW, BOOT_SKEW_HEAL_S, BOOT_SKEW_HOLD, DISK_FAULTS, FOLLOWER, LEADER,
-                             NODE_FAULTS, AGENT_CRASH, REPAIR, REPAIR_HEAL_S, REPAIR_HOLD, SCENARIOS, RESTART)
+                             NODE_FAULTS, AGENT_FAULTS, REPAIR, REPAIR_HEAL_S, REPAIR_HOLD, SCENARIOS, RESTART)
 
 REQUIRED = {"leader-kill-loop", "follower-pause", "partition-leader", "asymmetric-partition", "flapping-links",
             "disk-full", "rolling-restart", "agent-crash-storm", "random-mix", "repair", "boot-skew"}
@@ -25,7 +25,7 @@ def test_plan_is_reproducible_bounded_and_sequential(name: str) -> None:
     assert plan, "a minute is long enough for at least one fault"
     assert plan == scenario.faults(seed=3, duration=60.0)
     assert all(0 < f.at and f.heal_at <= 60.0 for f in plan)
-    assert all(f.kind in NODE_FAULTS + (AGENT_CRASH,) for f in plan)
+    assert all(f.kind in NODE_FAULTS + AGENT_FAULTS for f in plan)
     for f in plan:  # parameters the link layer accepts
         LinkFaults(flaky_p=float(f.params.get("probability", 0.0)),
                    up=delay(float(f.params.get("delay_ms", 0.0))))
