@@ -22,7 +22,9 @@ from coordinator.transport.order_wakeups import Subscription
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import Refused
 
-Op = Callable[[Any, "str | None"], Awaitable[Any]]
+# An agent operation: `(request, issued_at) -> response`, what both a unary RPC and a
+# session frame call.
+AgentOperation = Callable[[Any, "str | None"], Awaitable[Any]]
 
 
 def check_ids(*checks: tuple[str, str]) -> None:
