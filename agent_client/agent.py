@@ -29,7 +29,7 @@ from agent_client.background import START_UP_GRACE_S, Heartbeater, OrderWatcher,
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from agent_client.effects import Effect, Op, Rpc, drive, operation_span, perform_blocking
+from agent_client.effects import Effect, ProtocolOperation, Rpc, drive, operation_span, perform_blocking
 from agent_client.restored import Restored, RestoreKind
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -59,7 +59,7 @@ class AgentClient(ClientBase):
             return self.stream.call(effect.method, effect.request)
         return perform_blocking(self.conn, effect)
 
-    def _run(self, op: Op[T], *, registering: bool = False, span: str = "") -> T:
+    def _run(self, op: ProtocolOperation[T], *, registering: bool = False, span: str = "") -> T:
         with self._lock:
             mark = self._mark()
             try:

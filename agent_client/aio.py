@@ -22,7 +22,7 @@ from agent_client.background import RECONNECT_S, START_UP_GRACE_S, WATCH_STREAM_
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import AsyncConnection, CoordinatorUnavailable, Rejected
-from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, Watch, drive_async, operation_span
+from agent_client.effects import Blocking, Callback, Effect, ProtocolOperation, Rpc, Watch, drive_async, operation_span
 from agent_client.restored import Restored
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -86,7 +86,7 @@ class AsyncAgentClient(ClientBase):
             return (await result) if inspect.isawaitable(result) else result
         raise TypeError(f"unknown effect {effect!r}")
 
-    async def _run(self, op: Op[T], *, registering: bool = False, span: str = "") -> T:
+    async def _run(self, op: ProtocolOperation[T], *, registering: bool = False, span: str = "") -> T:
         async with self._lock:
             mark = self._mark()
             try:
