@@ -158,7 +158,7 @@ class AgentSession:
                 self.outbox.put_nowait(refusal)
                 return
             request = frame.heartbeat
-            response = self.ops.keepalive(request)
+            response = self.ops.keepalive_now(request)
             self._hold((request.group, request.agent_id, request.token.incarnation))
             self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, heartbeat=response))
         except Exception as exc:

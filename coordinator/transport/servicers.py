@@ -62,7 +62,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         return await self._unary(context, self.ops.register, request)
 
     async def Heartbeat(self, request, context):
-        return await self._unary(context, self.ops.heartbeat, request)
+        return await self._unary(context, self.ops.keepalive, request)
 
     async def CommitCheckpoint(self, request, context):
         return await self._unary(context, self.ops.commit_checkpoint, request)
