@@ -4,7 +4,7 @@ It runs the same protocol operations as AgentClient (protocol.py) and only perfo
 their effects differently: RPCs on one session stream (agent_stream.py) or as
 grpc.aio calls (AsyncConnection), blob and fsync work in worker threads
 (asyncio.to_thread), user callbacks awaited when they are coroutine functions, and
-heartbeats and the order watcher (or pushed orders) as asyncio tasks on the
+keepalives and the order watcher (or pushed orders) as asyncio tasks on the
 caller's loop. Use one client from one event loop.
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ class AsyncAgentClient(ClientBase):
             self._watch()  # a new incarnation: its orders, not the old one's
             return
         orders = self._watch_orders() if self.stream is None else self._pushed_orders()
-        self._tasks = [asyncio.create_task(self._heartbeats(self.heartbeat_every()), name="raftpoint-heartbeat"),
+        self._tasks = [asyncio.create_task(self._keepalives(self.keepalive_every()), name="raftpoint-keepalive"),
                        asyncio.create_task(orders, name="raftpoint-orders")]
         self._watch()
 
@@ -154,7 +154,7 @@ class AsyncAgentClient(ClientBase):
                 task.cancel()
         await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
 
-    async def _heartbeats(self, interval: float) -> None:
+    async def _keepalives(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
             try:
@@ -201,7 +201,7 @@ class AsyncAgentClient(ClientBase):
             await asyncio.sleep(RECONNECT_S)
 
     async def heartbeat(self) -> pb.HeartbeatResponse:
-        return await drive_async(self.core.heartbeat(), self._perform)  # no lock: it only reads the token
+        return await drive_async(self.core.keepalive(), self._perform)  # no lock: it only reads the token
 
     async def close(self, *, deregister: bool = False) -> None:
         await self._stop_background()

@@ -109,7 +109,8 @@ class ClientBase:
         else:
             log.warning("order watch ended: %s %s", code.name, reason)
 
-    def heartbeat_every(self) -> float:
+    def keepalive_every(self) -> float:
+        """Seconds between this agent's keepalives: as configured, else agent_stream's default."""
         return self.heartbeat_interval or keepalive_every(self.transport, self.core.lease_ttl_s or 3.0)
     group = _view("group", "the agent's group")
     agent_id = _view("agent_id", "this agent")

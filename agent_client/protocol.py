@@ -134,7 +134,7 @@ class AgentProtocol:
     def watch_request(self) -> pb.WatchOrdersRequest:
         return pb.WatchOrdersRequest(group=self.group, agent_id=self.agent_id, token=self.token())
 
-    def heartbeat_request(self) -> pb.HeartbeatRequest:
+    def keepalive_request(self) -> pb.HeartbeatRequest:
         return pb.HeartbeatRequest(group=self.group, agent_id=self.agent_id, token=self.token())
 
     def fence(self, reason: str) -> None:
@@ -170,10 +170,10 @@ class AgentProtocol:
         self.fenced = None
         return resp
 
-    def heartbeat(self) -> ProtocolOperation[pb.HeartbeatResponse]:
+    def keepalive(self) -> ProtocolOperation[pb.HeartbeatResponse]:
         """Keeps the lease; learns how far back a rollback can still go, and forgets the
         deliveries before that (the log's only bound outside coordinated mode)."""
-        resp = yield Rpc("AgentService", "Heartbeat", self.heartbeat_request())
+        resp = yield Rpc("AgentService", "Heartbeat", self.keepalive_request())
         if resp.rollback_floor > self._floor:
             self._floor = resp.rollback_floor
             yield Blocking(partial(self.deliveries.truncate, resp.rollback_floor))
