@@ -85,7 +85,7 @@ class AgentClient(ClientBase):
         if self._threads:
             self._watch()  # a new incarnation: its orders, not the old one's
             return
-        beats = KeepaliveSender(self.heartbeat, self.keepalive_every(), self._fence)
+        beats = KeepaliveSender(self.keepalive, self.keepalive_every(), self._fence)
         if self.stream is None:
             self._threads = [beats, OrderWatcher(self._open_watch, self.conn.redirect, self._handle_order,
                                                  self._fence)]
@@ -110,7 +110,7 @@ class AgentClient(ClientBase):
         for thread in self._threads:
             thread.stop()
 
-    def heartbeat(self) -> pb.HeartbeatResponse:
+    def keepalive(self) -> pb.HeartbeatResponse:
         return drive(self.core.keepalive(), self._perform)  # no lock: it only reads the token
 
     def close(self, *, deregister: bool = False) -> None:

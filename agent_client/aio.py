@@ -158,7 +158,7 @@ class AsyncAgentClient(ClientBase):
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.heartbeat()
+                await self.keepalive()
             except (Rejected, CoordinatorUnavailable) as exc:
                 reason = fenced_reason(exc)
                 if reason is not None:
@@ -200,7 +200,7 @@ class AsyncAgentClient(ClientBase):
                     call.cancel()
             await asyncio.sleep(RECONNECT_S)
 
-    async def heartbeat(self) -> pb.HeartbeatResponse:
+    async def keepalive(self) -> pb.HeartbeatResponse:
         return await drive_async(self.core.keepalive(), self._perform)  # no lock: it only reads the token
 
     async def close(self, *, deregister: bool = False) -> None:
