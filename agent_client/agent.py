@@ -7,7 +7,7 @@ orphans and logs the message for re-delivery after a rollback. checkpoint() writ
 the blob first and commits metadata second, so a crash in between leaves only an
 unreferenced blob. restore() says why it returns what it returns. The agent's calls,
 keepalives and orders share one session stream (agent_stream.py; `transport="unary"`
-makes them separate calls). Two daemon threads (background.py) send heartbeats and
+makes them separate calls). Two daemon threads (background.py) send keepalives and
 carry out orders: a rollback restores the named
 checkpoint, calls on_rollback(state, reason), acknowledges, then re-delivers what the
 rollback forgot through on_redeliver(payload, sender).
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 from agent_client.agent_stream import SessionStream, carries
-from agent_client.background import START_UP_GRACE_S, Heartbeater, OrderWatcher, PushedOrders
+from agent_client.background import START_UP_GRACE_S, KeepaliveSender, OrderWatcher, PushedOrders
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import Connection, CoordinatorUnavailable, Rejected
-from agent_client.effects import Effect, Op, Rpc, drive, operation_span, perform_blocking
+from agent_client.effects import Effect, ProtocolOperation, Rpc, drive, operation_span, perform_blocking
 from agent_client.restored import Restored, RestoreKind
 from agent_client.state_codec import config_hash
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -48,7 +48,7 @@ class AgentClient(ClientBase):
         self.stream = (SessionStream(self.conn, self._pushed, self._watch_ended)
                        if self.transport == "session" else None)
         self._lock = threading.RLock()
-        self._threads: list[Heartbeater | OrderWatcher | PushedOrders] = []
+        self._threads: list[KeepaliveSender | OrderWatcher | PushedOrders] = []
         self._orders: PushedOrders | None = None
         # Clear from register() until the agent's next call: see _handle_order.
         self._started = threading.Event()
@@ -59,7 +59,7 @@ class AgentClient(ClientBase):
             return self.stream.call(effect.method, effect.request)
         return perform_blocking(self.conn, effect)
 
-    def _run(self, op: Op[T], *, registering: bool = False, span: str = "") -> T:
+    def _run(self, op: ProtocolOperation[T], *, registering: bool = False, span: str = "") -> T:
         with self._lock:
             mark = self._mark()
             try:
@@ -85,7 +85,7 @@ class AgentClient(ClientBase):
         if self._threads:
             self._watch()  # a new incarnation: its orders, not the old one's
             return
-        beats = Heartbeater(self.heartbeat, self.heartbeat_every(), self._fence)
+        beats = KeepaliveSender(self.keepalive, self.keepalive_every(), self._fence)
         if self.stream is None:
             self._threads = [beats, OrderWatcher(self._open_watch, self.conn.redirect, self._handle_order,
                                                  self._fence)]
@@ -110,8 +110,8 @@ class AgentClient(ClientBase):
         for thread in self._threads:
             thread.stop()
 
-    def heartbeat(self) -> pb.HeartbeatResponse:
-        return drive(self.core.heartbeat(), self._perform)  # no lock: it only reads the token
+    def keepalive(self) -> pb.HeartbeatResponse:
+        return drive(self.core.keepalive(), self._perform)  # no lock: it only reads the token
 
     def close(self, *, deregister: bool = False) -> None:
         self._started.set()  # a watcher waiting for the start-up returns and sees it is stopped

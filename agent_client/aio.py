@@ -4,7 +4,7 @@ It runs the same protocol operations as AgentClient (protocol.py) and only perfo
 their effects differently: RPCs on one session stream (agent_stream.py) or as
 grpc.aio calls (AsyncConnection), blob and fsync work in worker threads
 (asyncio.to_thread), user callbacks awaited when they are coroutine functions, and
-heartbeats and the order watcher (or pushed orders) as asyncio tasks on the
+keepalives and the order watcher (or pushed orders) as asyncio tasks on the
 caller's loop. Use one client from one event loop.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from agent_client.background import RECONNECT_S, START_UP_GRACE_S, WATCH_STREAM_
 from agent_client.blobstore import BlobStore
 from agent_client.client_base import ClientBase
 from agent_client.connection import AsyncConnection, CoordinatorUnavailable, Rejected
-from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, Watch, drive_async, operation_span
+from agent_client.effects import Blocking, Callback, Effect, ProtocolOperation, Rpc, Watch, drive_async, operation_span
 from agent_client.restored import Restored
 from coordinator.api.v1 import coordinator_pb2 as pb
 
@@ -86,7 +86,7 @@ class AsyncAgentClient(ClientBase):
             return (await result) if inspect.isawaitable(result) else result
         raise TypeError(f"unknown effect {effect!r}")
 
-    async def _run(self, op: Op[T], *, registering: bool = False, span: str = "") -> T:
+    async def _run(self, op: ProtocolOperation[T], *, registering: bool = False, span: str = "") -> T:
         async with self._lock:
             mark = self._mark()
             try:
@@ -112,7 +112,7 @@ class AsyncAgentClient(ClientBase):
             self._watch()  # a new incarnation: its orders, not the old one's
             return
         orders = self._watch_orders() if self.stream is None else self._pushed_orders()
-        self._tasks = [asyncio.create_task(self._heartbeats(self.heartbeat_every()), name="raftpoint-heartbeat"),
+        self._tasks = [asyncio.create_task(self._keepalives(self.keepalive_every()), name="raftpoint-keepalive"),
                        asyncio.create_task(orders, name="raftpoint-orders")]
         self._watch()
 
@@ -154,11 +154,11 @@ class AsyncAgentClient(ClientBase):
                 task.cancel()
         await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
 
-    async def _heartbeats(self, interval: float) -> None:
+    async def _keepalives(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.heartbeat()
+                await self.keepalive()
             except (Rejected, CoordinatorUnavailable) as exc:
                 reason = fenced_reason(exc)
                 if reason is not None:
@@ -200,8 +200,8 @@ class AsyncAgentClient(ClientBase):
                     call.cancel()
             await asyncio.sleep(RECONNECT_S)
 
-    async def heartbeat(self) -> pb.HeartbeatResponse:
-        return await drive_async(self.core.heartbeat(), self._perform)  # no lock: it only reads the token
+    async def keepalive(self) -> pb.HeartbeatResponse:
+        return await drive_async(self.core.keepalive(), self._perform)  # no lock: it only reads the token
 
     async def close(self, *, deregister: bool = False) -> None:
         await self._stop_background()

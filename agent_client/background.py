@@ -1,9 +1,9 @@
-"""The client's two daemon threads: heartbeats and the order watcher (or, on a
+"""The client's two daemon threads: keepalives and the order watcher (or, on a
 session, the handler of pushed orders).
 
 Both are bounded (every wait has a timeout, every loop checks the stop event) and
 stop on close() or when the coordinator says this incarnation is fenced off: a
-zombie that kept heartbeating would keep a dead agent's lease alive, and one that
+zombie that kept sending keepalives would keep a dead agent's lease alive, and one that
 kept watching would carry out its replacement's rollback orders. The asyncio
 client runs the same loops as tasks (aio.py) and shares how errors are judged here.
 """
@@ -25,10 +25,10 @@ RECONNECT_S = 0.2
 
 
 def fenced_reason(exc: Rejected | CoordinatorUnavailable) -> str | None:
-    """Why a failed heartbeat means this incarnation is fenced off, or None (logged; retry)."""
+    """Why a failed keepalive means this incarnation is fenced off, or None (logged; retry)."""
     if isinstance(exc, Rejected) and exc.code in FENCED:
         return exc.reason
-    log.warning("heartbeat: %s", exc)
+    log.warning("keepalive: %s", exc)
     return None
 
 
@@ -49,11 +49,11 @@ def stream_failed(err: grpc.RpcError, redirect: Callable[[grpc.RpcError], None])
 # start-up: restore(), sync_orders()) before they are carried out anyway.
 START_UP_GRACE_S = 5.0
 
-class Heartbeater:
+class KeepaliveSender:
     def __init__(self, beat: Callable[[], Any], interval: float, on_fenced: Callable[[str], None]) -> None:
         self._beat, self.interval, self._on_fenced = beat, interval, on_fenced
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="raftpoint-heartbeat", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="raftpoint-keepalive", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

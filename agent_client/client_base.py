@@ -7,6 +7,7 @@ performed: a connection, a lock, and background threads or tasks.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -35,6 +36,17 @@ def _view(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.core, name), doc=doc)
 
 
+def _keepalive_interval(keepalive_interval: float | None, heartbeat_interval: float | None) -> float | None:
+    """The keepalive interval asked for, accepting the deprecated keyword `heartbeat_interval`."""
+    if heartbeat_interval is None:
+        return keepalive_interval
+    if keepalive_interval is not None:
+        raise TypeError("give keepalive_interval= only: heartbeat_interval= is its deprecated name")
+    # stacklevel: this function, ClientBase.__init__, the client's __init__, its caller.
+    warnings.warn("heartbeat_interval= is deprecated: use keepalive_interval=", DeprecationWarning, stacklevel=4)
+    return heartbeat_interval
+
+
 class ClientBase:
     """What the sync and asyncio clients share besides the protocol: read-only views
     of its state, and the side-effect log that follows it (held effects run once their
@@ -47,11 +59,12 @@ class ClientBase:
                  on_redeliver: Callable[[bytes, str], Any] | None = None,
                  members: Sequence[str] = (), schema_version: int = 1, config: Mapping[str, object] | None = None,
                  aead_key: bytes | None = None, state_dir: str | Path | None = None, dependency_batch: int = 1,
-                 fsync_deliveries: bool = False, background: bool = True, heartbeat_interval: float | None = None,
+                 fsync_deliveries: bool = False, background: bool = True, keepalive_interval: float | None = None,
                  deadline: float = 30.0, after_blob_write: Callable[[PutResult], Any] | None = None,
                  after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
                  before_ack: Callable[[pb.Order], Any] | None = None, token: str | None = None,
-                 transport: str = "session", tls: ClientTLS | None = None, replay: Horizon = "none") -> None:
+                 transport: str = "session", tls: ClientTLS | None = None, replay: Horizon = "none",
+                 heartbeat_interval: float | None = None) -> None:
         """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
         replaces the agent's live state after a rollback order; `on_redeliver(payload,
         sender)` then applies each message the rollback took out of the state and its
@@ -60,7 +73,7 @@ class ClientBase:
         delivery and side-effect logs (default: <blob dir>/agents/<group>/<agent>; with
         an s3:// location or another blob store and no state_dir the delivery log is in memory, and an agent
         that crashed cannot re-deliver). `fsync_deliveries` makes each delivery survive a
-        power loss, not only a crash of the process. `heartbeat_interval` defaults to
+        power loss, not only a crash of the process. `keepalive_interval` defaults to
         keepalive_every(transport, the group's lease). `after_blob_write` and `after_commit` are test hooks
         around the metadata commit; `before_ack(order)` runs once an order is carried out
         (a rollback restored and handed to on_rollback) and before it is acknowledged.
@@ -68,10 +81,12 @@ class ClientBase:
         requires one).
         `transport`: "session" (default) carries the agent's calls, keepalives and pushed
         orders on one stream (agent_stream.py); "unary" makes one call per operation,
-        heartbeats as calls and a WatchOrders stream. `tls`: the connection's TLS
+        keepalives as Heartbeat calls and a WatchOrders stream. `tls`: the connection's TLS
         settings (agent_client.connection.Connection; None: from the environment).
         `replay`: how many recorded calls (recorded()) a run replays after each restore:
-        "none" (default), "effects", "all" or a number (docs/replay.md)."""
+        "none" (default), "effects", "all" or a number (docs/replay.md).
+        `heartbeat_interval`: the deprecated name of `keepalive_interval`."""
+        keepalive_interval = _keepalive_interval(keepalive_interval, heartbeat_interval)
         self.replay = check_horizon(replay)
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
@@ -79,7 +94,7 @@ class ClientBase:
         self.endpoints = list(endpoints)
         self.token = token
         self.tls = tls
-        self.deadline, self.background, self.heartbeat_interval = deadline, background, heartbeat_interval
+        self.deadline, self.background, self.keepalive_interval = deadline, background, keepalive_interval
         if isinstance(blob_store, (str, Path)):
             self.blobs: BlobStore = open_blob_store(blob_store, key=aead_key)
             root = local_root(blob_store)
@@ -98,6 +113,16 @@ class ClientBase:
         self._effects: SideEffectLog | None = None
         self.calls: CallRecorder | None = None  # once the agent records calls: how far the run replays, where it is
 
+    def keepalive(self) -> Any:
+        """Renew this incarnation's lease now (the Heartbeat RPC); the background thread
+        or task already does so every keepalive_every() seconds."""
+        raise NotImplementedError
+
+    def heartbeat(self) -> Any:
+        """Deprecated: the old name of keepalive()."""
+        warnings.warn("heartbeat() is deprecated: use keepalive()", DeprecationWarning, stacklevel=2)
+        return self.keepalive()
+
     def _fence(self, reason: str) -> None:
         """A newer incarnation exists (or we were declared failed): stop the background work."""
         raise NotImplementedError
@@ -109,8 +134,9 @@ class ClientBase:
         else:
             log.warning("order watch ended: %s %s", code.name, reason)
 
-    def heartbeat_every(self) -> float:
-        return self.heartbeat_interval or keepalive_every(self.transport, self.core.lease_ttl_s or 3.0)
+    def keepalive_every(self) -> float:
+        """Seconds between this agent's keepalives: as configured, else agent_stream's default."""
+        return self.keepalive_interval or keepalive_every(self.transport, self.core.lease_ttl_s or 3.0)
     group = _view("group", "the agent's group")
     agent_id = _view("agent_id", "this agent")
     mode = _view("mode", "the group's checkpointing mode (pb.GroupMode)")

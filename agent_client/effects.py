@@ -58,7 +58,7 @@ class Callback:
 
 
 Effect = Rpc | Watch | Blocking | Callback
-Op = Generator[Effect, Any, T]
+ProtocolOperation = Generator[Effect, Any, T]  # yields effects, returns a T
 
 
 def operation_span(name: str, group: str, agent_id: str) -> ContextManager[None]:
@@ -68,7 +68,7 @@ def operation_span(name: str, group: str, agent_id: str) -> ContextManager[None]
     return tracing.span(name, **{"raftpoint.group": group, "raftpoint.agent": agent_id})
 
 
-def step(op: Op[T], value: Any = None, error: BaseException | None = None) -> tuple[bool, Any]:
+def step(op: ProtocolOperation[T], value: Any = None, error: BaseException | None = None) -> tuple[bool, Any]:
     """Resume an operation with an effect's result (or its exception): (True, the
     operation's result) when it finished, else (False, the next effect)."""
     try:
@@ -92,7 +92,7 @@ def perform_blocking(conn: Any, effect: Effect) -> Any:
     raise TypeError(f"unknown effect {effect!r}")
 
 
-def drive(op: Op[T], perform: Callable[[Effect], Any]) -> T:
+def drive(op: ProtocolOperation[T], perform: Callable[[Effect], Any]) -> T:
     """Run an operation, performing each effect with a blocking call."""
     done, out = step(op)
     while not done:
@@ -104,7 +104,7 @@ def drive(op: Op[T], perform: Callable[[Effect], Any]) -> T:
     return out
 
 
-async def drive_async(op: Op[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
+async def drive_async(op: ProtocolOperation[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
     """drive(), awaiting each effect."""
     done, out = step(op)
     while not done:

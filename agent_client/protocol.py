@@ -41,7 +41,7 @@ from agent_client.blobs.store import BlobStore
 from agent_client.connection import Rejected
 from agent_client.delivered import DeliveredSet
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
-from agent_client.effects import Blocking, Callback, Op, Rpc, Watch
+from agent_client.effects import Blocking, Callback, ProtocolOperation, Rpc, Watch
 from agent_client.envelope import Envelope
 from agent_client.replay import RunStart
 from agent_client.request_ids import RequestIds
@@ -134,7 +134,7 @@ class AgentProtocol:
     def watch_request(self) -> pb.WatchOrdersRequest:
         return pb.WatchOrdersRequest(group=self.group, agent_id=self.agent_id, token=self.token())
 
-    def heartbeat_request(self) -> pb.HeartbeatRequest:
+    def keepalive_request(self) -> pb.HeartbeatRequest:
         return pb.HeartbeatRequest(group=self.group, agent_id=self.agent_id, token=self.token())
 
     def fence(self, reason: str) -> None:
@@ -152,7 +152,7 @@ class AgentProtocol:
         return [e for e in self.deliveries.since(after_checkpoint) if e.envelope.epoch < self.cut_epoch]
 
     # ---- lifecycle ---------------------------------------------------------------------
-    def register(self) -> Op[pb.RegisterResponse]:
+    def register(self) -> ProtocolOperation[pb.RegisterResponse]:
         """A new incarnation and generation; if this agent was alive, the coordinator
         treats the old one as crashed and computes a recovery line. Restore next."""
         # Drawn here, per registration, and kept in memory beside the incarnation: the
@@ -170,23 +170,23 @@ class AgentProtocol:
         self.fenced = None
         return resp
 
-    def heartbeat(self) -> Op[pb.HeartbeatResponse]:
+    def keepalive(self) -> ProtocolOperation[pb.HeartbeatResponse]:
         """Keeps the lease; learns how far back a rollback can still go, and forgets the
         deliveries before that (the log's only bound, in every mode)."""
-        resp = yield Rpc("AgentService", "Heartbeat", self.heartbeat_request())
+        resp = yield Rpc("AgentService", "Heartbeat", self.keepalive_request())
         if resp.rollback_floor > self._floor:
             self._floor = resp.rollback_floor
             yield Blocking(partial(self.deliveries.truncate, resp.rollback_floor))
         return resp
 
-    def close(self, *, deregister: bool = False) -> Op[None]:
+    def close(self, *, deregister: bool = False) -> ProtocolOperation[None]:
         yield from self.flush_dependencies()
         if deregister:
             yield Rpc("AgentService", "Deregister", self._ids.stamp("dereg", pb.DeregisterRequest(
                 group=self.group, agent_id=self.agent_id, token=self.token())))
 
     # ---- restore -----------------------------------------------------------------------
-    def restore(self, meta: pb.CheckpointMeta | None = None, reason: str | None = None) -> Op[Restored]:
+    def restore(self, meta: pb.CheckpointMeta | None = None, reason: str | None = None) -> ProtocolOperation[Restored]:
         """Load `meta` (default: where Register said to resume) and reset the protocol
         state to it. A rejected checkpoint changes nothing and says why."""
         meta = meta if meta is not None else self._resume
@@ -238,13 +238,15 @@ class AgentProtocol:
             self._cut_index = {e: i for e, i in self._cut_index.items() if i <= index}
 
     # ---- checkpoints ------------------------------------------------------------------
-    def checkpoint(self, state: Any = None, *, forced_index: int | None = None, epoch: int | None = None) -> Op[int]:
+    def checkpoint(self, state: Any = None, *, forced_index: int | None = None,
+                   epoch: int | None = None) -> ProtocolOperation[int]:
         """Write the blob, then commit the metadata; returns the checkpoint index.
         Coordinated groups cut for `epoch` (default: the open epoch)."""
         yield from self.finish_redelivery()
         return (yield from self._checkpoint(state, forced_index=forced_index, epoch=epoch))
 
-    def _checkpoint(self, state: Any = None, *, forced_index: int | None = None, epoch: int | None = None) -> Op[int]:
+    def _checkpoint(self, state: Any = None, *, forced_index: int | None = None,
+                    epoch: int | None = None) -> ProtocolOperation[int]:
         value = (yield Callback(self.snapshot)) if state is None else state
         if self.mode == pb.COORDINATED:
             kind, index = pb.COORDINATED_CUT, self.last_index + 1
@@ -277,12 +279,12 @@ class AgentProtocol:
             self._cut_index[cut] = index
         # The delivery log is not trimmed at the stable epoch: a restore can take the group
         # back to an older one (a savepoint's) and must re-deliver what crossed that cut.
-        # Only the rollback floor trims it (heartbeat); garbage collection raises the floor,
+        # Only the rollback floor trims it (keepalive); garbage collection raises the floor,
         # never past a savepoint.
         self.stable_epoch = max(self.stable_epoch, resp.stable_epoch)
         return index
 
-    def checkpoint_now(self, epoch: int) -> Op[None]:
+    def checkpoint_now(self, epoch: int) -> ProtocolOperation[None]:
         if self.mode == pb.COORDINATED and self.cut_epoch >= epoch:
             return  # already cut for it (forced by a message from that epoch)
         self.epoch = max(self.epoch, epoch)
@@ -302,14 +304,14 @@ class AgentProtocol:
         return Envelope(f"{self.agent_id[:80]}.{self.generation}.{self._sent}", self.agent_id, to, self.generation,
                         seq, self.last_index + 1, self.cut_epoch, self._rule.on_send(to), payload).encode()
 
-    def unwrap(self, data: bytes) -> Op[bytes | None]:
+    def unwrap(self, data: bytes) -> ProtocolOperation[bytes | None]:
         """The payload, or None for a duplicate or an orphan. May checkpoint first."""
         env = Envelope.decode(data)
         if self._backlog is not None:
             yield from self.finish_redelivery()
         return (yield from self._deliver(env, data))
 
-    def _deliver(self, env: Envelope, raw: bytes | None) -> Op[bytes | None]:
+    def _deliver(self, env: Envelope, raw: bytes | None) -> ProtocolOperation[bytes | None]:
         for round_ in range(MAX_REDELIVERY_ROUNDS):
             if env.key in self._delivered:
                 self.duplicates += 1
@@ -354,7 +356,7 @@ class AgentProtocol:
         forced = self._rule.forced_index(env.sender, env.piggyback, self.last_index)
         return None if forced is None else (0, forced)
 
-    def _cut(self, epoch: int, forced_index: int) -> Op[None]:
+    def _cut(self, epoch: int, forced_index: int) -> ProtocolOperation[None]:
         if not epoch:
             yield from self._checkpoint(forced_index=forced_index)  # kind FORCED
             self.forced += 1
@@ -369,7 +371,7 @@ class AgentProtocol:
             log.info("no cut for epoch %d: %s", epoch, exc.reason)
             self._refused_epoch = epoch
 
-    def flush_dependencies(self, current: tuple[str, str] | None = None) -> Op[bool]:
+    def flush_dependencies(self, current: tuple[str, str] | None = None) -> ProtocolOperation[bool]:
         """Report pending dependency records. Returns whether the coordinator refused
         `current` (sender, message id), the message being delivered, as an orphan; a
         refused record of a message delivered earlier (dependency_batch > 1) is logged
@@ -411,10 +413,10 @@ class AgentProtocol:
             group=self.group, agent_id=self.agent_id, token=self.token(), records=records), nonce=self._batches))
 
     # ---- orders -----------------------------------------------------------------------
-    def pending_orders(self, window: float = 0.5) -> Op[list[pb.Order]]:
+    def pending_orders(self, window: float = 0.5) -> ProtocolOperation[list[pb.Order]]:
         return (yield Watch(self.watch_request(), window))
 
-    def sync_orders(self, window: float = 0.5) -> Op[list[pb.Order]]:
+    def sync_orders(self, window: float = 0.5) -> ProtocolOperation[list[pb.Order]]:
         """Carry out the orders pending now (e.g. right after restore(), before the first
         write, which the coordinator refuses while a rollback order is unacknowledged)."""
         orders = [o for o in (yield from self.pending_orders(window)) if o.order_id not in self.handled_orders]
@@ -426,7 +428,7 @@ class AgentProtocol:
         """Whether a watched order is still to be carried out by this process."""
         return order.order_id not in self.handled_orders and not self.fenced
 
-    def obey(self, order: pb.Order) -> Op[Restored | None]:
+    def obey(self, order: pb.Order) -> ProtocolOperation[Restored | None]:
         """Carry out an order and acknowledge it; a rollback returns what was restored
         (None if the agent was there already), then re-delivers what it forgot. A
         rollback whose checkpoint is rejected is not acknowledged: the agent cannot
@@ -457,7 +459,7 @@ class AgentProtocol:
             yield from self._redeliver(order.roll_back.checkpoint_index, line)
         return restored
 
-    def _roll_back(self, order: pb.Order) -> Op[Restored | None]:
+    def _roll_back(self, order: pb.Order) -> ProtocolOperation[Restored | None]:
         index = order.roll_back.checkpoint_index
         why = f"rollback order {order.order_id} (recovery {order.roll_back.recovery_id}) to checkpoint {index}"
         if self._already_at(index, order.roll_back.generation):
@@ -494,7 +496,7 @@ class AgentProtocol:
             return last.index <= index
         return last.index == index and self._progress == self._progress_at_restore
 
-    def _redeliver(self, index: int, line: Mapping[str, Fence]) -> Op[None]:
+    def _redeliver(self, index: int, line: Mapping[str, Fence]) -> ProtocolOperation[None]:
         """Deliver again what the rollback to `index` took out of the agent's state,
         unless the line undid its send as well."""
         entries = yield Blocking(partial(self.deliveries.since, index))
@@ -505,7 +507,7 @@ class AgentProtocol:
         self._backlog = (entries, line)
         yield from self.finish_redelivery()
 
-    def finish_redelivery(self) -> Op[None]:
+    def finish_redelivery(self) -> ProtocolOperation[None]:
         """Re-deliveries run right after the acknowledgement; if an error interrupts
         them, the next operation finishes them first (those already done are
         duplicates by then). The old records go once all are done: each re-delivery

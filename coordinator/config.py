@@ -112,7 +112,7 @@ class NodeConfig:
               "paces timers")
     raft_min_timeout: float = setting(1.0, "the shortest election timeout, seconds")
     raft_max_timeout: float = setting(2.0, "the longest election timeout, seconds")
-    append_entries_period: float = setting(0.05, "seconds between a leader's heartbeats")
+    append_entries_period: float = setting(0.05, "seconds between a leader's Raft heartbeats")
     append_entries_batch: bool = setting(
         False, "true: send AppendEntries only every append_entries_period (fewer, larger batches); false: as soon "
                "as a command arrives (low latency)")

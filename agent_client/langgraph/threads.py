@@ -34,7 +34,7 @@ from typing import Any, Iterator
 from agent_client.blobstore import BlobStore
 from agent_client.connection import Connection, Rejected
 from agent_client.delivery_log import DeliveryLog
-from agent_client.effects import Op, drive, perform_blocking
+from agent_client.effects import ProtocolOperation, drive, perform_blocking
 from agent_client.langgraph.thread_history import SEAL_AFTER, ThreadHead
 from agent_client.protocol import AgentProtocol
 from agent_client.restored import RestoreKind
@@ -97,7 +97,7 @@ class ThreadStore:
             yield
 
     # ---- effects -------------------------------------------------------------------------
-    def _drive(self, op: Op[Any]) -> Any:
+    def _drive(self, op: ProtocolOperation[Any]) -> Any:
         return drive(op, partial(perform_blocking, self.conn))
 
     def _protocol(self, agent_id: str) -> AgentProtocol:

@@ -239,8 +239,8 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
     def _unstored(self) -> tuple[Writes, ...]:
         return self._committer.layers
 
-    def _hand_over_batch(self) -> None:
-        """Hand what was applied to the store committer; readers see it from now on."""
+    def _hand_over_store_batch(self) -> None:
+        """Hand what was applied, a store batch, to the store committer; readers see it from now on."""
         if self._batch_index <= self._committer.handed_index and not self._records.pending:
             return
         # The entries applied here are committed, so a majority holds them durably;
@@ -265,7 +265,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
 
     def _store_caught_up(self) -> None:
         """Everything applied is in the store: before a snapshot is written or installed."""
-        self._hand_over_batch()
+        self._hand_over_store_batch()
         self._committer.drain()
 
     def _end_of_tick(self) -> None:
@@ -291,7 +291,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
     def _hand_over_and_answer(self) -> None:
         """Hand what was applied to the store committer and answer the proposals it
         settles: committed in Raft, and visible to this node's readers."""
-        self._hand_over_batch()
+        self._hand_over_store_batch()
         self._last_commit = time.monotonic()
         callbacks, self._to_answer = self._to_answer, []
         _answer_each(callbacks, "a proposal")

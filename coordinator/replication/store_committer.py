@@ -1,4 +1,5 @@
-"""Committing applied batches to the store on a thread of their own.
+"""Committing store batches (the writes a node applied, handed over in one go) to the
+store on a thread of their own.
 
 Raft acknowledges a write once a majority's journals hold its entry and it is
 applied; the store's durable commit (LMDB, two fdatasyncs) is the node's own
@@ -44,7 +45,7 @@ class StoreCommitter:
         self._thread.start()
 
     def hand_over(self, applied_index: int, writes: Writes) -> None:
-        """Queue a batch applied up to `applied_index`; readable at once through `layers`."""
+        """Queue a store batch applied up to `applied_index`; readable at once through `layers`."""
         with self._cond:
             self._queue.append((applied_index, writes))
             self.layers = self.layers + (writes,)

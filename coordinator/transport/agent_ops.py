@@ -22,7 +22,9 @@ from coordinator.transport.order_wakeups import Subscription
 from coordinator.transport.proposer import Proposer
 from coordinator.transport.status_map import Refused
 
-Op = Callable[[Any, "str | None"], Awaitable[Any]]
+# An agent operation: `(request, issued_at) -> response`, what both a unary RPC and a
+# session frame call.
+AgentOperation = Callable[[Any, "str | None"], Awaitable[Any]]
 
 
 def check_ids(*checks: tuple[str, str]) -> None:
@@ -59,11 +61,12 @@ class AgentOps:
                                    stable_epoch=result.group.stable_epoch, resume_from=resume,
                                    generation=result.agent.generation, recovery_id=result.group.recovery_id)
 
-    async def heartbeat(self, request: pb.HeartbeatRequest, issued_at: str | None = None) -> pb.HeartbeatResponse:
-        return self.keepalive(request)
+    async def keepalive(self, request: pb.HeartbeatRequest, issued_at: str | None = None) -> pb.HeartbeatResponse:
+        """The agent operation of the Heartbeat RPC (the proto keeps that name)."""
+        return self.keepalive_now(request)
 
-    def keepalive(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
-        """Heartbeat's work, synchronous: it reads only the leader's applied state and never
+    def keepalive_now(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        """A keepalive's work, synchronous: it reads only the leader's applied state and never
         waits, so a session answers it where it reads the frame (AgentSession._keepalive)."""
         check_ids((request.group, "group"), (request.agent_id, "agent_id"))
         self.p.require_leader()

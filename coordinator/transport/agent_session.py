@@ -32,7 +32,7 @@ from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core.errors import Rejection
 from coordinator.transport import auth
 from coordinator.transport.admission import WORK_OF_METHOD, Admission, refused_frame
-from coordinator.transport.agent_ops import AgentOps, Op
+from coordinator.transport.agent_ops import AgentOperation, AgentOps
 from coordinator.transport.order_wakeups import OrderWakeups
 from coordinator.transport.status_map import Refused
 
@@ -63,7 +63,7 @@ class AgentSession:
         self._held: tuple[str, str, int] | None = None  # the (group, agent, incarnation) whose lease this session holds
         self._ended = False
         # The frames answered in tasks of their own; a keepalive is answered by the reader (_keepalive).
-        self._handlers: dict[str, Op] = {
+        self._handlers: dict[str, AgentOperation] = {
             "register": ops.register, "commit_checkpoint": ops.commit_checkpoint,
             "report_dependencies": ops.report_dependencies, "ack_order": ops.ack_order,
             "deregister": ops.deregister}
@@ -158,7 +158,7 @@ class AgentSession:
                 self.outbox.put_nowait(refusal)
                 return
             request = frame.heartbeat
-            response = self.ops.keepalive(request)
+            response = self.ops.keepalive_now(request)
             self._hold((request.group, request.agent_id, request.token.incarnation))
             self.outbox.put_nowait(pb.CoordinatorFrame(correlation=frame.correlation, heartbeat=response))
         except Exception as exc:

@@ -18,7 +18,7 @@ from coordinator.storage.digest import CONTENT_LAYOUT
 from coordinator.transport.admission import Admission
 from coordinator.transport.heavy_reads import HeavyReads
 from coordinator.transport import membership, snapshot_export
-from coordinator.transport.agent_ops import AgentOps, Op, check_ids
+from coordinator.transport.agent_ops import AgentOperation, AgentOps, check_ids
 from coordinator.transport.agent_session import AgentSession
 from coordinator.transport.leases import Leases
 from coordinator.transport.order_wakeups import OrderWakeups
@@ -52,7 +52,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.admission = admission  # sheds a session's frames as the interceptor sheds unary calls
 
     @staticmethod
-    async def _unary(context: grpc.aio.ServicerContext, op: Op, request):
+    async def _unary(context: grpc.aio.ServicerContext, op: AgentOperation, request):
         try:
             return await op(request, issued_at_metadata(context))
         except Refused as r:
@@ -62,7 +62,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         return await self._unary(context, self.ops.register, request)
 
     async def Heartbeat(self, request, context):
-        return await self._unary(context, self.ops.heartbeat, request)
+        return await self._unary(context, self.ops.keepalive, request)
 
     async def CommitCheckpoint(self, request, context):
         return await self._unary(context, self.ops.commit_checkpoint, request)

@@ -52,8 +52,8 @@ def test_the_client_talks_over_one_session_and_gets_its_rollback_pushed(tmp_path
         state = {"n": 0}
         rolled: list[object] = []
         a = AgentClient("s", "a", [coordinator.address], tmp_path / "a", tls=coordinator.client_tls(), snapshot=lambda: dict(state),
-                        on_rollback=lambda s, why: rolled.append(s), heartbeat_interval=0.2)
-        b = AgentClient("s", "b", [coordinator.address], tmp_path / "b", tls=coordinator.client_tls(), snapshot=lambda: {}, heartbeat_interval=0.2)
+                        on_rollback=lambda s, why: rolled.append(s), keepalive_interval=0.2)
+        b = AgentClient("s", "b", [coordinator.address], tmp_path / "b", tls=coordinator.client_tls(), snapshot=lambda: {}, keepalive_interval=0.2)
         try:
             a.register()
             a.restore()
@@ -98,7 +98,7 @@ def test_the_async_client_commits_over_the_session(tmp_path: Path) -> None:
             await a.restore()
             index = await a.checkpoint()
             assert a.stream is not None
-            await a.heartbeat()
+            await a.keepalive()
             return index
 
     with InProcessCoordinator() as coordinator:
@@ -112,7 +112,7 @@ def test_a_fenced_watch_fences_the_client(tmp_path: Path) -> None:
     with InProcessCoordinator() as coordinator:
         _group(coordinator, "f")
         zombie = AgentClient("f", "a", [coordinator.address], tmp_path / "z", tls=coordinator.client_tls(), snapshot=lambda: {},
-                             heartbeat_interval=60)  # only the pushed watch end can fence it in time
+                             keepalive_interval=60)  # only the pushed watch end can fence it in time
         try:
             zombie.register()
             with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:

@@ -88,7 +88,7 @@ def test_bcs_forces_a_checkpoint_before_delivery(coordinator, admin, tmp_path: P
 
 def test_zombie_incarnation_is_fenced(coordinator, admin, tmp_path: Path) -> None:
     make_group(admin, pb.CIC_BCS)
-    old = Agent(coordinator, tmp_path, "a", heartbeat_interval=0.2)
+    old = Agent(coordinator, tmp_path, "a", keepalive_interval=0.2)
     old.client.checkpoint()
     new = Agent(coordinator, tmp_path, "a")
     assert new.client.incarnation == old.client.incarnation + 1
@@ -314,7 +314,7 @@ def test_async_client_rolls_back_redelivers_and_refuses_orphans(coordinator, adm
     c.client.checkpoint()
 
     async def main() -> tuple[int, list[str], int, int]:
-        b = Holder(coordinator, tmp_path, "b", aio=True, heartbeat_interval=0.2)
+        b = Holder(coordinator, tmp_path, "b", aio=True, keepalive_interval=0.2)
         redelivered = asyncio.Event()
 
         async def on_redeliver(payload: bytes, sender: str) -> None:  # callbacks may be coroutines
@@ -350,7 +350,7 @@ def test_deliveries_no_rollback_can_reach_are_forgotten(coordinator, admin, tmp_
     log = b.client.core.deliveries
     assert [e.after_checkpoint for e in log.since(0)] == [0, 1, 2, 3]
     admin.call("AdminService", "GarbageCollect", pb.GarbageCollectRequest(request_id="gc", group="g"))
-    floor = b.client.heartbeat().rollback_floor
+    floor = b.client.keepalive().rollback_floor
     assert floor >= 2 and [e.after_checkpoint for e in log.since(0)] == list(range(floor, 4))
     assert [e.after_checkpoint for e in DeliveryLog(log.path).since(0)] == list(range(floor, 4))  # on disk too
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from agent_client.effects import Blocking, Callback, Effect, Op, Rpc, drive, drive_async
+from agent_client.effects import Blocking, Callback, Effect, ProtocolOperation, Rpc, drive, drive_async
 
 
 class Refused(Exception):
     pass
 
 
-def operation(trace: list[str]) -> Op[int]:
+def operation(trace: list[str]) -> ProtocolOperation[int]:
     """Adds what two effects return; the refused RPC between them counts as 100."""
     first = yield Blocking(lambda: 1)
     try:
@@ -46,7 +46,7 @@ async def test_both_loops_resume_with_results_and_throw_errors_in_at_the_yield()
 
 
 async def test_an_error_the_operation_does_not_handle_reaches_the_caller() -> None:
-    def unguarded() -> Op[None]:
+    def unguarded() -> ProtocolOperation[None]:
         yield Rpc("AgentService", "Refuse", None)
 
     with pytest.raises(Refused):

@@ -264,7 +264,7 @@ class KeepaliveOps(SimpleNamespace):
                                           "deregister")))
         self.leases = LeaseTable()
 
-    def keepalive(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+    def keepalive_now(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         return pb.HeartbeatResponse(current_epoch=1)
 
 

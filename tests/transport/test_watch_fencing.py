@@ -57,7 +57,7 @@ def test_a_zombie_client_is_fenced_and_obeys_nothing(tmp_path: Path) -> None:
         def client(blobs: str) -> AgentClient:
             return AgentClient("g", "a", [coordinator.address], tmp_path / blobs, snapshot=lambda: {"n": 1},
                                tls=coordinator.client_tls(),
-                               heartbeat_interval=60)  # only the order stream can fence it in time
+                               keepalive_interval=60)  # only the order stream can fence it in time
         with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
             _group(conn, "g")
         zombie = client("zombie")
