@@ -3,6 +3,11 @@
 It is canonical JSON and stored under its own SHA-256, so the URI handed to the
 coordinator pins the exact chunk list; a manifest whose bytes no longer hash to its
 name is treated as missing (the checkpoint cannot be located), never half-trusted.
+
+Each entry also says where its chunk is stored (pack id and offset), so a reader
+finds every chunk from the manifest alone and GC marks packs from manifests alone:
+no store-wide index has to be read, kept consistent, or trusted. An entry of two
+fields (the only form before version 4) names a chunk stored as its own object.
 """
 from __future__ import annotations
 
@@ -14,25 +19,44 @@ from typing import Any
 
 from agent_client.blobs.chunking import MAX_CHUNK
 from agent_client.blobs.errors import BlobMissing
+from agent_client.blobs.layout import chunk_key, pack_key
 
-VERSION = 3  # 3: chunks cut by compiled FastCDC (see chunking.ALGORITHM); layout unchanged
-READABLE_VERSIONS = frozenset({2, VERSION})  # 2: the pure-Python chunker; reading never re-chunks
+VERSION = 4  # 4: entries locate their chunk in a pack; 3: compiled FastCDC, a chunk per object
+READABLE_VERSIONS = frozenset({2, 3, VERSION})  # 2: the pure-Python chunker; reading never re-chunks
 # The most chunks one manifest lists: a state of 4 GiB at the smallest chunks, about
 # 20 GiB at typical ones. put() refuses a state that needs more, and a reader reads at
 # most MAX_MANIFEST_BYTES + 1 of a manifest (the longest such a list can be), so a
 # planted manifest of any size costs it no more.
 MAX_CHUNKS = 2**18
-_MAX_ENTRY_BYTES = len('["%s",%d],' % ("0" * 64, MAX_CHUNK))
+PACK_ID_HEX = 32
+_MAX_OFFSET = MAX_CHUNKS * (MAX_CHUNK + 64)  # a pack holds at most one manifest's chunks, sealed
+_MAX_ENTRY_BYTES = len('["%s",%d,"%s",%d],' % ("0" * 64, MAX_CHUNK, "0" * PACK_ID_HEX, _MAX_OFFSET))
 MAX_MANIFEST_BYTES = 4096 + MAX_CHUNKS * _MAX_ENTRY_BYTES
 # Digests and the key id become parts of storage keys: only these forms are ever used.
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _KEY_ID_RE = re.compile(r"[0-9a-f]{16}")
+_PACK_RE = re.compile(r"[0-9a-f]{%d}" % PACK_ID_HEX)
 
 
 @dataclass(frozen=True)
 class ChunkRef:
-    digest: str  # SHA-256 of the plaintext chunk; also its storage name
+    digest: str  # SHA-256 of the plaintext chunk; what a read is checked against
     size: int  # plaintext length
+    pack: str | None = None  # the pack holding it; None: stored as its own object (older stores)
+    offset: int = 0  # where its stored bytes start in the pack
+
+    def key(self, key_id: str | None) -> str:
+        """The storage key of the object holding this chunk."""
+        return chunk_key(self.digest, key_id) if self.pack is None else pack_key(self.pack, key_id)
+
+    def to_json(self) -> list[Any]:
+        return [self.digest, self.size] if self.pack is None else [self.digest, self.size, self.pack, self.offset]
+
+    @classmethod
+    def from_json(cls, entry: Any) -> "ChunkRef":
+        if not isinstance(entry, list) or len(entry) not in (2, 4):
+            raise ValueError(f"chunk entry {entry!r} is neither [digest, size] nor [digest, size, pack, offset]")
+        return cls(*entry)
 
 
 @dataclass(frozen=True)
@@ -49,7 +73,7 @@ class Manifest:
     def to_json(self) -> bytes:
         doc = {
             "version": self.version, "size": self.size, "sha256": self.sha256, "chunking": self.chunking,
-            "chunks": [[c.digest, c.size] for c in self.chunks],
+            "chunks": [c.to_json() for c in self.chunks],
             "encryption": None if self.key_id is None else {"cipher": self.cipher, "key_id": self.key_id},
             "parent": self.parent,
         }
@@ -73,7 +97,7 @@ class Manifest:
             if doc["version"] not in READABLE_VERSIONS:
                 raise BlobMissing(f"manifest {where} has unsupported version {doc['version']}")
             enc = doc["encryption"] or {}
-            manifest = cls(doc["size"], doc["sha256"], tuple(ChunkRef(d, n) for d, n in doc["chunks"]),
+            manifest = cls(doc["size"], doc["sha256"], tuple(ChunkRef.from_json(e) for e in doc["chunks"]),
                            doc["chunking"], enc.get("key_id"), enc.get("cipher"), doc["parent"], doc["version"])
             manifest._check()
             return manifest
@@ -95,6 +119,9 @@ class Manifest:
         for ref in self.chunks:
             if not (_is_digest(ref.digest) and _is_int(ref.size, 1, MAX_CHUNK)):
                 raise ValueError(f"chunk {ref.digest!r} of {ref.size!r} bytes malformed")
+            if ref.pack is not None and not (isinstance(ref.pack, str) and _PACK_RE.fullmatch(ref.pack)
+                                             and _is_int(ref.offset, 0, _MAX_OFFSET)):
+                raise ValueError(f"chunk {ref.digest!r} located at {ref.pack!r}+{ref.offset!r}: malformed")
         if sum(ref.size for ref in self.chunks) != self.size:
             raise ValueError(f"the chunks' sizes do not add up to size {self.size}")
 

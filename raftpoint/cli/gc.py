@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _say_result(result: GcResult) -> None:
-    print(f"deleted {result.manifests_removed} manifests and {result.chunks_removed} chunks "
-          f"({result.bytes_freed} bytes)")
+    print(f"deleted {result.manifests_removed} manifests, {result.packs_removed} packs and "
+          f"{result.chunks_removed} single-chunk objects ({result.bytes_freed} bytes)")
 
 
 def list_uris(uris: list[str]) -> None:
