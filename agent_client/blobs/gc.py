@@ -51,7 +51,8 @@ def _referenced_objects(backend: ChunkBackend, manifest_keys: Iterable[str]) -> 
     referenced: set[str] = set()
     for key in manifest_keys:
         manifest = read_manifest(backend, key)
-        referenced.update(c.key(manifest.key_id) for c in manifest.chunks)
+        keys = (c.key(manifest.key_id) for c in manifest.chunks)
+        referenced.update(key for key in keys if key is not None)  # None: inline, in the manifest itself
     return referenced
 
 

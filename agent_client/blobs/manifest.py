@@ -7,10 +7,14 @@ name is treated as missing (the checkpoint cannot be located), never half-truste
 Each entry also says where its chunk is stored (pack id and offset), so a reader
 finds every chunk from the manifest alone and GC marks packs from manifests alone:
 no store-wide index has to be read, kept consistent, or trusted. An entry of two
-fields (the only form before version 4) names a chunk stored as its own object.
+fields (the only form before version 4) names a chunk stored as its own object. A
+checkpoint whose new chunks total at most INLINE_MAX stored bytes carries them in
+the manifest itself (pack INLINE): one file and its syncs instead of two.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
@@ -29,9 +33,11 @@ READABLE_VERSIONS = frozenset({2, 3, VERSION})  # 2: the pure-Python chunker; re
 # planted manifest of any size costs it no more.
 MAX_CHUNKS = 2**18
 PACK_ID_HEX = 32
+INLINE = "inline"  # the pack "name" of chunks stored in the manifest naming them
+INLINE_MAX = 16 * 1024  # stored bytes; a manifest is read whole, so this stays small
 _MAX_OFFSET = MAX_CHUNKS * (MAX_CHUNK + 64)  # a pack holds at most one manifest's chunks, sealed
 _MAX_ENTRY_BYTES = len('["%s",%d,"%s",%d],' % ("0" * 64, MAX_CHUNK, "0" * PACK_ID_HEX, _MAX_OFFSET))
-MAX_MANIFEST_BYTES = 4096 + MAX_CHUNKS * _MAX_ENTRY_BYTES
+MAX_MANIFEST_BYTES = 4096 + MAX_CHUNKS * _MAX_ENTRY_BYTES + 4 * INLINE_MAX // 3 + 4
 # Digests and the key id become parts of storage keys: only these forms are ever used.
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _KEY_ID_RE = re.compile(r"[0-9a-f]{16}")
@@ -42,11 +48,13 @@ _PACK_RE = re.compile(r"[0-9a-f]{%d}" % PACK_ID_HEX)
 class ChunkRef:
     digest: str  # SHA-256 of the plaintext chunk; what a read is checked against
     size: int  # plaintext length
-    pack: str | None = None  # the pack holding it; None: stored as its own object (older stores)
+    pack: str | None = None  # the pack holding it, or INLINE; None: stored as its own object (older stores)
     offset: int = 0  # where its stored bytes start in the pack
 
-    def key(self, key_id: str | None) -> str:
-        """The storage key of the object holding this chunk."""
+    def key(self, key_id: str | None) -> str | None:
+        """The storage key of the object holding this chunk; None for an inline chunk."""
+        if self.pack == INLINE:
+            return None
         return chunk_key(self.digest, key_id) if self.pack is None else pack_key(self.pack, key_id)
 
     def to_json(self) -> list[Any]:
@@ -69,6 +77,7 @@ class Manifest:
     cipher: str | None = None
     parent: str | None = None  # manifest digest of the checkpoint this one was written against
     version: int = VERSION  # kept as read, so an old manifest re-serialises to the bytes it was named by
+    inline: bytes | None = None  # stored bytes of the chunks whose pack is INLINE
 
     def to_json(self) -> bytes:
         doc = {
@@ -77,6 +86,8 @@ class Manifest:
             "encryption": None if self.key_id is None else {"cipher": self.cipher, "key_id": self.key_id},
             "parent": self.parent,
         }
+        if self.inline is not None:  # absent otherwise: older manifests keep their bytes
+            doc["inline"] = base64.b64encode(self.inline).decode()
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     @property
@@ -97,11 +108,13 @@ class Manifest:
             if doc["version"] not in READABLE_VERSIONS:
                 raise BlobMissing(f"manifest {where} has unsupported version {doc['version']}")
             enc = doc["encryption"] or {}
+            inline = None if doc.get("inline") is None else base64.b64decode(doc["inline"], validate=True)
             manifest = cls(doc["size"], doc["sha256"], tuple(ChunkRef.from_json(e) for e in doc["chunks"]),
-                           doc["chunking"], enc.get("key_id"), enc.get("cipher"), doc["parent"], doc["version"])
+                           doc["chunking"], enc.get("key_id"), enc.get("cipher"), doc["parent"], doc["version"],
+                           inline)
             manifest._check()
             return manifest
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
             raise BlobMissing(f"manifest {where} is unreadable ({exc!r})") from None
 
     def _check(self) -> None:
@@ -114,13 +127,18 @@ class Manifest:
         if self.key_id is not None and not (isinstance(self.key_id, str) and _KEY_ID_RE.fullmatch(self.key_id)
                                             and isinstance(self.cipher, str)):
             raise ValueError(f"encryption key id {self.key_id!r} malformed")
+        if self.inline is not None and not (isinstance(self.inline, bytes) and len(self.inline) <= INLINE_MAX):
+            raise ValueError(f"more than {INLINE_MAX} inline bytes")
         if len(self.chunks) > MAX_CHUNKS:
             raise ValueError(f"{len(self.chunks)} chunks, more than {MAX_CHUNKS}")
         for ref in self.chunks:
             if not (_is_digest(ref.digest) and _is_int(ref.size, 1, MAX_CHUNK)):
                 raise ValueError(f"chunk {ref.digest!r} of {ref.size!r} bytes malformed")
-            if ref.pack is not None and not (isinstance(ref.pack, str) and _PACK_RE.fullmatch(ref.pack)
-                                             and _is_int(ref.offset, 0, _MAX_OFFSET)):
+            if ref.pack == INLINE:
+                if self.inline is None or not (_is_int(ref.offset, 0) and ref.offset + ref.size <= len(self.inline)):
+                    raise ValueError(f"inline chunk {ref.digest!r} at {ref.offset!r} lies outside the inline bytes")
+            elif ref.pack is not None and not (isinstance(ref.pack, str) and _PACK_RE.fullmatch(ref.pack)
+                                               and _is_int(ref.offset, 0, _MAX_OFFSET)):
                 raise ValueError(f"chunk {ref.digest!r} located at {ref.pack!r}+{ref.offset!r}: malformed")
         if sum(ref.size for ref in self.chunks) != self.size:
             raise ValueError(f"the chunks' sizes do not add up to size {self.size}")

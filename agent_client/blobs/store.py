@@ -8,7 +8,9 @@ checkpoint nor one of the store's recent checkpoints holds.
 
 A checkpoint's new chunks go into one pack (one file or one object), so a checkpoint
 costs one data write and sync (or one PUT) plus its manifest's, not one per chunk; the
-manifest records each chunk's pack and offset (see manifest.py). Durability rule: the
+manifest records each chunk's pack and offset (see manifest.py). New chunks of at
+most INLINE_MAX bytes in all travel inside the manifest: a small checkpoint is one
+file. Durability rule: the
 pack is synced before the manifest naming it is written, and the manifest before put
 returns, so no manifest, even one a crash left uncommitted, names bytes a power loss
 could take; a crash before the manifest leaves only an unreferenced pack (garbage).
@@ -41,7 +43,7 @@ from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
-from agent_client.blobs.manifest import PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
+from agent_client.blobs.manifest import INLINE, INLINE_MAX, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
 
 __all__ = ["CHUNKS", "MANIFESTS", "PACKS", "BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key",
            "pack_key"]
@@ -120,8 +122,11 @@ class LocalBlobStore:
             whole_digest = pool.submit(lambda: hashlib.sha256(view).hexdigest())  # overlaps the chunk loop
             try:
                 digests = self._chunk_digests(view, bounds)
-                refs, fresh = self._locate(view, bounds, digests, self._reusable(parent, set(digests)))
-                written = self._store_pack(fresh) if fresh else 0
+                known = self._reusable(parent, set(digests))
+                refs, fresh = self._locate(view, bounds, digests, known)
+                stored = self._sealed(fresh)
+                inline = b"".join(stored) if fresh and fresh[0][0].pack == INLINE else None
+                written = self._store_pack(fresh[0][0].pack, stored) if fresh and inline is None else 0
                 sha256 = whole_digest.result()
             except BaseException:
                 if not whole_digest.cancel():
@@ -129,7 +134,7 @@ class LocalBlobStore:
                 raise
             manifest = Manifest(len(view), sha256, tuple(refs), chunking.ALGORITHM,
                                 self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
-                                None if parent is None else parent.digest)
+                                None if parent is None else parent.digest, inline=inline)
             body = manifest.to_json()
             key = self._store_manifest(manifest, body)
             self.backend.flush()
@@ -151,9 +156,12 @@ class LocalBlobStore:
     def _locate(self, view: memoryview, bounds: list[tuple[int, int]], digests: list[str],
                 known: dict[str, ChunkRef]) -> tuple[list[ChunkRef], list[tuple[ChunkRef, memoryview]]]:
         """Each chunk's ref (where a known one is, or its place in the new pack), and the
-        new chunks with their plaintext in pack order."""
-        pack = secrets.token_hex(PACK_ID_HEX // 2)
+        new chunks with their plaintext in pack order. The new pack is INLINE when the
+        new chunks are small enough to ride in the manifest."""
         overhead = 0 if self._cipher is None else AEAD_OVERHEAD
+        new = {digest: end - start for (start, end), digest in zip(bounds, digests) if digest not in known}
+        small = sum(new.values()) + overhead * len(new) <= INLINE_MAX
+        pack = INLINE if small else secrets.token_hex(PACK_ID_HEX // 2)
         refs: list[ChunkRef] = []
         fresh: list[tuple[ChunkRef, memoryview]] = []
         offset = 0
@@ -167,16 +175,17 @@ class LocalBlobStore:
             refs.append(ref)
         return refs, fresh
 
-    def _store_pack(self, fresh: list[tuple[ChunkRef, memoryview]]) -> int:
-        """Write the new chunks (sealed if encrypted) as one pack and make it durable
-        before any manifest names it; returns the bytes written."""
-        pack = fresh[0][0].pack
-        assert pack is not None
+    def _sealed(self, fresh: list[tuple[ChunkRef, memoryview]]) -> list[bytes | memoryview]:
+        """The new chunks as stored: sealed if the store encrypts, else as they are."""
         if self._cipher is None:
-            parts: list[bytes | memoryview] = [piece for _, piece in fresh]
-        else:
-            cipher = self._cipher
-            parts = list(self._pool.map(lambda item: cipher.seal(item[0].digest, item[1]), fresh))
+            return [piece for _, piece in fresh]
+        cipher = self._cipher
+        return list(self._pool.map(lambda item: cipher.seal(item[0].digest, item[1]), fresh))
+
+    def _store_pack(self, pack: str | None, parts: list[bytes | memoryview]) -> int:
+        """Write the stored chunks as one pack and make it durable before any manifest
+        names it; returns the bytes written."""
+        assert pack is not None and pack != INLINE
         key = pack_key(pack, self.key_id)
         if not self.backend.create(key, parts):  # a random 128-bit id: taken only by a bug
             raise BlobCorrupted(f"pack {self.backend.uri(key)} already exists; not overwritten")
@@ -198,7 +207,8 @@ class LocalBlobStore:
         """Where already stored chunks are, by digest: those of the parent and the recent
         manifests whose manifest is still present (one existence check per manifest a
         chunk of this state is found in, none when nothing matches)."""
-        sources = [m for m in (*self._recent, *([parent] if parent is not None else [])) if m.key_id == self.key_id]
+        recent = tuple(self._recent)  # one step under the GIL: get() may append meanwhile
+        sources = [m for m in (*recent, *([parent] if parent is not None else [])) if m.key_id == self.key_id]
         if not sources:
             return {}
         found: dict[str, tuple[ChunkRef, Manifest]] = {}
@@ -208,6 +218,8 @@ class LocalBlobStore:
         known: dict[str, ChunkRef] = {}
         for digest in digests & found.keys():
             ref, manifest = found[digest]
+            if ref.pack == INLINE:
+                continue  # stored inside another manifest: not something a new one can name
             if id(manifest) not in present:
                 present[id(manifest)] = self.backend.exists(manifest_key(manifest.digest))
             if present[id(manifest)]:
@@ -231,20 +243,22 @@ class LocalBlobStore:
             raise BlobCorrupted(f"chunk {ref.digest} of {where} does not match its digest")
         return piece
 
-    def _read_span(self, span: list[tuple[int, ChunkRef]], key_id: str | None, uri: str) -> list[bytes]:
+    def _read_span(self, span: list[tuple[int, ChunkRef]], manifest: Manifest, uri: str) -> list[bytes]:
         """The plaintexts of chunks stored back to back in one object, read in one request."""
         overhead = 0 if self._cipher is None else AEAD_OVERHEAD
         first = span[0][1]
-        key = first.key(key_id)
+        key = first.key(manifest.key_id)
         length = sum(ref.size + overhead for _, ref in span)
         try:
-            if first.pack is None:  # a chunk stored as its own object (older stores)
+            if key is None:
+                stored = (manifest.inline or b"")[first.offset:first.offset + length]
+            elif first.pack is None:  # a chunk stored as its own object (older stores)
                 stored = self.backend.get(key, max_bytes=length)
             else:
                 stored = self.backend.get_range(key, first.offset, length)
         except BlobMissing:
             raise BlobMissing(f"chunk {first.digest} of {uri} (chunk #{span[0][0]}) is missing: "
-                              f"{self.backend.uri(key)} is gone") from None
+                              f"{self.backend.uri(key or '')} is gone") from None
         pieces, at = [], 0
         for index, ref in span:
             end = len(stored) if first.pack is None else at + ref.size + overhead
@@ -261,14 +275,13 @@ class LocalBlobStore:
         spans = read_spans(manifest.chunks, 0 if self._cipher is None else AEAD_OVERHEAD)
 
         def fetch(span: list[tuple[int, ChunkRef]]) -> list[bytes]:
-            return self._read_span(span, manifest.key_id, uri)
+            return self._read_span(span, manifest, uri)
 
         parts = [fetch(span) for span in spans] if len(spans) <= 1 else list(self._pool.map(fetch, spans))
         data = b"".join(piece for pieces in parts for piece in pieces)
         if len(data) != manifest.size or hashlib.sha256(data).hexdigest() != manifest.sha256:
             raise BlobCorrupted(f"{uri}: the reassembled state does not match its SHA-256")
-        with self._lock:
-            self._recent.append(manifest)  # a restored state's next checkpoint reuses its chunks
+        self._recent.append(manifest)  # a restored state's next checkpoint reuses its chunks (append is atomic)
         return data
 
     def _key_mismatch(self, uri: str, manifest: Manifest) -> str:

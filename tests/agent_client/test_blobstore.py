@@ -360,7 +360,7 @@ def stored_manifest(store: LocalBlobStore, body: bytes) -> str:
     ("chunks", [["../..", 1]]), ("chunks", [["AB" * 32, 1]]), ("chunks", [["ab" * 32, -1]]),
     ("chunks", [["ab" * 32, chunking.MAX_CHUNK + 1]]), ("size", 2), ("sha256", "../x"), ("parent", "../x"),
     ("chunks", [["ab" * 32, 1, "../../x", 0]]), ("chunks", [["ab" * 32, 1, "ab" * 16, -1]]),
-    ("chunks", [["ab" * 32, 1, "ab" * 16]]),
+    ("chunks", [["ab" * 32, 1, "ab" * 16]]), ("chunks", [["ab" * 32, 1, "inline", 0]]), ("inline", "not base64!"),
     ("encryption", {"cipher": "AES-256-GCM", "key_id": "../../plain"}),
 ])
 def test_a_crafted_manifest_is_refused_as_unreadable_not_used_as_paths(tmp_path: Path, field: str,
@@ -505,3 +505,25 @@ def test_restore_reads_a_pack_in_few_requests(tmp_path: Path, monkeypatch: pytes
                         lambda key, start, length: ranges.append((start, length)) or real(key, start, length))
     assert store.get(put.uri) == data
     assert put.chunks_total > 20 and len(ranges) == 1, ranges
+
+
+def test_a_small_checkpoint_is_one_file_and_two_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New chunks of at most INLINE_MAX bytes ride inside the manifest: no pack, and only
+    the manifest's data and directory entry are synced. Sealed when encrypted."""
+    from coordinator import fsutil
+    store = LocalBlobStore(tmp_path)
+    store.put(b"warm up the directories")
+    synced: list[str] = []
+    real_sync = fsutil.fsync_file
+    monkeypatch.setattr(fsutil, "fsync_file",
+                        lambda fd, **kw: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_sync(fd, **kw))
+    small = state(1024, seed=26)
+    put = store.put(small)
+    manifest = tmp_path / "manifests" / f"{put.manifest.digest}.json"
+    assert sorted(synced) == sorted([str(manifest), str(manifest.parent)]), synced
+    assert not pack_files(tmp_path) and LocalBlobStore(tmp_path).get(put.uri) == small
+    sealed = LocalBlobStore(tmp_path / "sealed", key=os.urandom(32))
+    secret = b"secret small state " * 50
+    sealed_put = sealed.put(secret)
+    assert secret[:19] not in (tmp_path / "sealed" / "manifests" / f"{sealed_put.manifest.digest}.json").read_bytes()
+    assert sealed.get(sealed_put.uri) == secret
