@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="delete this released checkpoint's manifest, without asking the coordinator "
                              "(repeatable; for URIs an earlier gc printed but could not delete)")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="SECONDS",
-                        help="never delete a chunk younger than this: a checkpoint may be being written "
+                        help="never delete a pack or chunk younger than this: a checkpoint may be being written "
                              f"(default {DEFAULT_GRACE_S:.0f})")
     target.add_arguments(parser)
     parser.set_defaults(func=run)
