@@ -12,7 +12,7 @@ import tempfile
 import threading
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
 TMP_PREFIX = ".tmp-"
 Buffer = bytes | bytearray | memoryview
@@ -72,9 +72,10 @@ def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, durable: b
         fsync_dir(path.parent)
 
 
-def create_exclusive(path: Path, data: Buffer | Sequence[Buffer], *, durable: bool = True) -> bool:
-    """Create `path` holding `data` (one buffer, or several written back to back, so
-    parts are never joined into a copy) unless it exists (then False, nothing changed). With
+def create_exclusive(path: Path, data: Buffer | Iterable[Buffer], *, durable: bool = True) -> bool:
+    """Create `path` holding `data` (one buffer, or several written back to back as an
+    iterable yields them, never joined into a copy) unless it exists (then False,
+    nothing changed). With
     `durable`, the data is fdatasync'ed before the name appears, so the name never holds
     partial bytes even after a power loss; without, the caller syncs later (see
     sync_files), and until then only a running machine guarantees whole bytes. The name

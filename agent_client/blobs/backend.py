@@ -14,7 +14,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Iterable, Iterator, Protocol
 from urllib.parse import unquote, urlparse
 
 from agent_client.blobs.durable import TMP_PREFIX, atomic_write, create_exclusive, ensure_dir, sync_files
@@ -38,11 +38,12 @@ class ChunkBackend(Protocol):
         """Store atomically, replacing any object under `key`: after return the key reads
         back whole, never partial; durable after flush(). Called from several threads at once."""
 
-    def create(self, key: str, data: Buffer | Sequence[Buffer]) -> bool:
+    def create(self, key: str, data: Buffer | Iterable[Buffer]) -> bool:
         """Like put, but never replaces: False (and nothing written) if `key` exists.
         Content-addressed keys make an existing object *probably* the same bytes; the
-        caller verifies it rather than trusting the name. Several buffers are stored
-        back to back as one object (a pack of chunks)."""
+        caller verifies it rather than trusting the name. Several buffers (a list, or an
+        iterator consumed once, as the caller produces them) are stored back to back as
+        one object (a pack of chunks)."""
 
     def flush(self) -> None:
         """Every put/create that returned is durable once this returns (the store calls it
@@ -111,7 +112,7 @@ class DirectoryBackend:
             files, self._unsynced = self._unsynced, []
         sync_files(files, self._sync_pool)
 
-    def create(self, key: str, data: Buffer | Sequence[Buffer]) -> bool:
+    def create(self, key: str, data: Buffer | Iterable[Buffer]) -> bool:
         path = self._path(key)
         try:
             created = create_exclusive(path, data, durable=False)

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import parse_qs, urlparse
 
 import obstore
@@ -167,7 +167,7 @@ class S3Backend:
         except Exception as exc:
             raise self._unavailable("put", key, exc) from None
 
-    def create(self, key: str, data: Buffer | Sequence[Buffer]) -> bool:
+    def create(self, key: str, data: Buffer | Iterable[Buffer]) -> bool:
         body = data if isinstance(data, (bytes, bytearray, memoryview)) else b"".join(data)
         try:
             obstore.put(self._store, key, body, mode="create", use_multipart=False)

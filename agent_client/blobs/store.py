@@ -26,14 +26,15 @@ period and second listing instead (see gc.py).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import secrets
 import threading
 import weakref
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Iterator, Mapping, Protocol
 
 from agent_client.blobs import chunking, gc
 from agent_client.blobs.aead import ALGORITHM as AEAD_ALGORITHM
@@ -43,7 +44,8 @@ from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
-from agent_client.blobs.manifest import INLINE, INLINE_MAX, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
+from agent_client.blobs.manifest import INLINE, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
+from agent_client.blobs.packing import Chunk, PackPlan, split_small
 
 __all__ = ["CHUNKS", "MANIFESTS", "PACKS", "BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key",
            "pack_key"]
@@ -118,79 +120,60 @@ class LocalBlobStore:
         with self._lock, memoryview(data) as whole, whole.cast("B") as view:
             bounds = chunking.chunk_bounds(view)
             check_chunk_count(len(bounds), len(view))
-            pool = self._pool
-            whole_digest = pool.submit(lambda: hashlib.sha256(view).hexdigest())  # overlaps the chunk loop
+            whole_digest = self._pool.submit(lambda: hashlib.sha256(view).hexdigest())  # beside the chunks' hashing
+            overhead = 0 if self._cipher is None else AEAD_OVERHEAD
+            plan = PackPlan(overhead, self._seal)
+            chunks = self._chunks(view, bounds, self._reuse_lookup(parent))
             try:
-                digests = self._chunk_digests(view, bounds)
-                known = self._reusable(parent, set(digests))
-                refs, fresh = self._locate(view, bounds, digests, known)
-                stored = self._sealed(fresh)
-                inline = b"".join(stored) if fresh and fresh[0][0].pack == INLINE else None
-                written = self._store_pack(fresh[0][0].pack, stored) if fresh and inline is None else 0
+                head, small = split_small(chunks, overhead)
+                if small:
+                    stored = list(plan.stream(head))
+                    inline = b"".join(stored) if stored else None
+                else:
+                    inline, plan.pack = None, secrets.token_hex(PACK_ID_HEX // 2)
+                    self._store_pack(plan.pack, plan.stream(itertools.chain(head, chunks)))
                 sha256 = whole_digest.result()
             except BaseException:
+                chunks.close()  # cancels the hashing not yet started
                 if not whole_digest.cancel():
                     wait([whole_digest])  # no task may outlive the view it reads
                 raise
-            manifest = Manifest(len(view), sha256, tuple(refs), chunking.ALGORITHM,
+            manifest = Manifest(len(view), sha256, tuple(plan.refs), chunking.ALGORITHM,
                                 self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
                                 None if parent is None else parent.digest, inline=inline)
             body = manifest.to_json()
             key = self._store_manifest(manifest, body)
             self.backend.flush()
             self._recent.append(manifest)
-            return PutResult(self.backend.uri(key), manifest.sha256, manifest.size, written + len(body),
-                             len(refs), len(fresh), manifest)
+            return PutResult(self.backend.uri(key), manifest.sha256, manifest.size,
+                             (0 if inline is not None else plan.written) + len(body), len(plan.refs),
+                             len(plan.placed), manifest)
 
-    def _chunk_digests(self, view: memoryview, bounds: list[tuple[int, int]]) -> list[str]:
-        """Each chunk's SHA-256, in batches on the pool (hashing releases the GIL): with
-        the whole-state digest beside it, hashing was most of a large checkpoint's time."""
+    def _chunks(self, view: memoryview, bounds: list[tuple[int, int]],
+                stored_at: Callable[[str], ChunkRef | None]) -> Iterator[Chunk]:
+        """The state's chunks in order with their SHA-256 and where each is already
+        stored. Hashed in batches on the pool (hashing releases the GIL), ahead of the
+        caller, which writes the pack meanwhile."""
         def digests(batch: list[tuple[int, int]]) -> list[str]:
             return [hashlib.sha256(view[start:end]).hexdigest() for start, end in batch]
-        step = max(16, -(-len(bounds) // self._write_threads))
+        step = max(16, -(-len(bounds) // (4 * self._write_threads)))
         batches = [bounds[i:i + step] for i in range(0, len(bounds), step)]
-        if len(batches) == 1:
-            return digests(bounds)
-        return [d for batch in self._pool.map(digests, batches) for d in batch]
+        hashed = map(digests, batches) if len(batches) <= 1 else self._pool.map(digests, batches)
+        for batch, batch_digests in zip(batches, hashed):
+            for (start, end), digest in zip(batch, batch_digests):
+                yield digest, view[start:end], stored_at(digest)
 
-    def _locate(self, view: memoryview, bounds: list[tuple[int, int]], digests: list[str],
-                known: dict[str, ChunkRef]) -> tuple[list[ChunkRef], list[tuple[ChunkRef, memoryview]]]:
-        """Each chunk's ref (where a known one is, or its place in the new pack), and the
-        new chunks with their plaintext in pack order. The new pack is INLINE when the
-        new chunks are small enough to ride in the manifest."""
-        overhead = 0 if self._cipher is None else AEAD_OVERHEAD
-        new = {digest: end - start for (start, end), digest in zip(bounds, digests) if digest not in known}
-        small = sum(new.values()) + overhead * len(new) <= INLINE_MAX
-        pack = INLINE if small else secrets.token_hex(PACK_ID_HEX // 2)
-        refs: list[ChunkRef] = []
-        fresh: list[tuple[ChunkRef, memoryview]] = []
-        offset = 0
-        for (start, end), digest in zip(bounds, digests):
-            piece = view[start:end]
-            ref = known.get(digest)
-            if ref is None:
-                ref = known[digest] = ChunkRef(digest, len(piece), pack, offset)
-                offset += len(piece) + overhead
-                fresh.append((ref, piece))
-            refs.append(ref)
-        return refs, fresh
+    def _seal(self, digest: str, piece: memoryview) -> bytes | memoryview:
+        """A new chunk as stored: sealed if the store encrypts, else as it is."""
+        return piece if self._cipher is None else self._cipher.seal(digest, piece)
 
-    def _sealed(self, fresh: list[tuple[ChunkRef, memoryview]]) -> list[bytes | memoryview]:
-        """The new chunks as stored: sealed if the store encrypts, else as they are."""
-        if self._cipher is None:
-            return [piece for _, piece in fresh]
-        cipher = self._cipher
-        return list(self._pool.map(lambda item: cipher.seal(item[0].digest, item[1]), fresh))
-
-    def _store_pack(self, pack: str | None, parts: list[bytes | memoryview]) -> int:
+    def _store_pack(self, pack: str, parts: Iterable[bytes | memoryview]) -> None:
         """Write the stored chunks as one pack and make it durable before any manifest
-        names it; returns the bytes written."""
-        assert pack is not None and pack != INLINE
+        names it."""
         key = pack_key(pack, self.key_id)
         if not self.backend.create(key, parts):  # a random 128-bit id: taken only by a bug
             raise BlobCorrupted(f"pack {self.backend.uri(key)} already exists; not overwritten")
         self.backend.flush()
-        return sum(len(p) for p in parts)
 
     def _store_manifest(self, manifest: Manifest, body: bytes) -> str:
         key = manifest_key(manifest.digest)
@@ -203,28 +186,26 @@ class LocalBlobStore:
                 self.backend.put(key, body)
         return key
 
-    def _reusable(self, parent: Manifest | None, digests: set[str]) -> dict[str, ChunkRef]:
-        """Where already stored chunks are, by digest: those of the parent and the recent
-        manifests whose manifest is still present (one existence check per manifest a
-        chunk of this state is found in, none when nothing matches)."""
+    def _reuse_lookup(self, parent: Manifest | None) -> Callable[[str], ChunkRef | None]:
+        """Where a chunk is already stored, by digest: in the parent or a recent manifest
+        that is still present (checked once per manifest, when a chunk is first found
+        in it; the newest manifest naming a chunk is the one asked)."""
         recent = tuple(self._recent)  # one step under the GIL: get() may append meanwhile
-        sources = [m for m in (*recent, *([parent] if parent is not None else [])) if m.key_id == self.key_id]
-        if not sources:
-            return {}
         found: dict[str, tuple[ChunkRef, Manifest]] = {}
-        for manifest in sources:  # later ones win: the newest manifest naming a chunk
-            found.update((c.digest, (c, manifest)) for c in manifest.chunks)
+        for manifest in (*recent, *([parent] if parent is not None else [])):
+            if manifest.key_id == self.key_id:  # inline chunks live in another manifest: not nameable
+                found.update((c.digest, (c, manifest)) for c in manifest.chunks if c.pack != INLINE)
         present: dict[int, bool] = {}
-        known: dict[str, ChunkRef] = {}
-        for digest in digests & found.keys():
-            ref, manifest = found[digest]
-            if ref.pack == INLINE:
-                continue  # stored inside another manifest: not something a new one can name
+
+        def stored_at(digest: str) -> ChunkRef | None:
+            hit = found.get(digest)
+            if hit is None:
+                return None
+            ref, manifest = hit
             if id(manifest) not in present:
                 present[id(manifest)] = self.backend.exists(manifest_key(manifest.digest))
-            if present[id(manifest)]:
-                known[digest] = ref
-        return known
+            return ref if present[id(manifest)] else None
+        return stored_at
 
     # ---- read -----------------------------------------------------------------------
     def _manifest_key(self, uri: str) -> str:
