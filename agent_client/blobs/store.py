@@ -10,10 +10,10 @@ A checkpoint's new chunks go into one pack (one file or one object), so a checkp
 costs one data write and sync (or one PUT) plus its manifest's, not one per chunk; the
 manifest records each chunk's pack and offset (see manifest.py). New chunks of at
 most INLINE_MAX bytes in all travel inside the manifest: a small checkpoint is one
-file. Durability rule: the
-pack is synced before the manifest naming it is written, and the manifest before put
-returns, so no manifest, even one a crash left uncommitted, names bytes a power loss
-could take; a crash before the manifest leaves only an unreferenced pack (garbage).
+file. Durability rule: the pack is synced before the manifest naming it is written,
+and the manifest before put returns, so no manifest, even one a crash left
+uncommitted, names bytes a power loss could take; a crash before the manifest leaves
+only an unreferenced pack (garbage).
 
 Reads trust nothing on disk: every chunk is checked against its digest and length and
 the reassembled state against the whole-state SHA-256, and errors name the URI and
