@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 TMP_PREFIX = ".tmp-"
+Buffer = bytes | bytearray | memoryview
 
 
 def fsync_file(fd: int, *, data_only: bool = False) -> None:
@@ -71,8 +72,10 @@ def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, durable: b
         fsync_dir(path.parent)
 
 
-def create_exclusive(path: Path, data: bytes | bytearray | memoryview, *, durable: bool = True) -> bool:
-    """Create `path` holding `data` unless it exists (then False, nothing changed). With
+def create_exclusive(path: Path, data: Buffer | Iterable[Buffer], *, durable: bool = True) -> bool:
+    """Create `path` holding `data` (one buffer, or several written back to back as an
+    iterable yields them, never joined into a copy) unless it exists (then False,
+    nothing changed). With
     `durable`, the data is fdatasync'ed before the name appears, so the name never holds
     partial bytes even after a power loss; without, the caller syncs later (see
     sync_files), and until then only a running machine guarantees whole bytes. The name
@@ -83,9 +86,10 @@ def create_exclusive(path: Path, data: bytes | bytearray | memoryview, *, durabl
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:
-            view = memoryview(data).cast("B")
-            while view:
-                view = view[os.write(fd, view):]
+            for part in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+                view = memoryview(part).cast("B")
+                while view:
+                    view = view[os.write(fd, view):]
             if durable:
                 fsync_file(fd, data_only=True)
         finally:

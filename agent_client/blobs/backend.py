@@ -3,7 +3,7 @@
 The store above only needs create/get/delete/list on opaque keys plus a way to name a
 key as a URI, so an object store (S3, see s3.py) replaces the directory without
 touching chunking, encryption or verification. Keys look like
-"chunks/plain/ab/abcd..." and "manifests/<sha>.json".
+"packs/plain/<id>.pack", "manifests/<sha>.json" and, in older stores, "chunks/plain/ab/abcd...".
 """
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Iterable, Iterator, Protocol
 from urllib.parse import unquote, urlparse
 
 from agent_client.blobs.durable import TMP_PREFIX, atomic_write, create_exclusive, ensure_dir, sync_files
 from agent_client.blobs.errors import BlobMissing
+from coordinator.fsutil import Buffer
 
-
-Buffer = bytes | bytearray | memoryview
+__all__ = ["Buffer", "ChunkBackend", "DirectoryBackend", "StoredObject", "file_url_path"]
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,12 @@ class ChunkBackend(Protocol):
         """Store atomically, replacing any object under `key`: after return the key reads
         back whole, never partial; durable after flush(). Called from several threads at once."""
 
-    def create(self, key: str, data: Buffer) -> bool:
+    def create(self, key: str, data: Buffer | Iterable[Buffer]) -> bool:
         """Like put, but never replaces: False (and nothing written) if `key` exists.
         Content-addressed keys make an existing object *probably* the same bytes; the
-        caller verifies it rather than trusting the name."""
+        caller verifies it rather than trusting the name. Several buffers (a list, or an
+        iterator consumed once, as the caller produces them) are stored back to back as
+        one object (a pack of chunks)."""
 
     def flush(self) -> None:
         """Every put/create that returned is durable once this returns (the store calls it
@@ -52,6 +54,10 @@ class ChunkBackend(Protocol):
         """The bytes; raises BlobMissing naming the key if absent. With `max_bytes`, at
         most max_bytes + 1 of them: a longer object is cut there, so the caller sees it
         is too long without reading it whole."""
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """At most `length` bytes from `start` (fewer if the object is shorter); raises
+        BlobMissing naming the key if absent."""
 
     def exists(self, key: str) -> bool: ...
 
@@ -78,13 +84,9 @@ class DirectoryBackend:
     """A local (or mounted) directory; file:// URIs.
 
     New files are linked into place without a sync, and flush() syncs them all at once
-    (fsutil.sync_files: the fdatasyncs in flight together, then one fsync per
-    directory). Measured for 64 MiB in 835 chunks: 1.5 s with a file and a directory
-    fsync per chunk, ~0.3 s this way. Syncing the whole file system (syncfs) was
-    faster alone but waits for every other process's dirty data too: seconds at p99 on
-    a busy machine. Until flush() returns no manifest naming the new chunks is
-    committed, and a chunk a power loss left empty or partial under its name is
-    verified and replaced by the next put that needs it."""
+    (fsutil.sync_files: the fdatasyncs in flight together, and one fsync per
+    directory). Syncing the whole file system (syncfs) instead waits for every other
+    process's dirty data too: seconds at p99 on a busy machine."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
@@ -110,7 +112,7 @@ class DirectoryBackend:
             files, self._unsynced = self._unsynced, []
         sync_files(files, self._sync_pool)
 
-    def create(self, key: str, data: Buffer) -> bool:
+    def create(self, key: str, data: Buffer | Iterable[Buffer]) -> bool:
         path = self._path(key)
         try:
             created = create_exclusive(path, data, durable=False)
@@ -128,6 +130,16 @@ class DirectoryBackend:
                 return f.read() if max_bytes is None else f.read(max_bytes + 1)
         except FileNotFoundError:
             raise BlobMissing(f"{self.uri(key)} is missing") from None
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            raise BlobMissing(f"{self.uri(key)} is missing") from None
+        try:
+            return os.pread(fd, length, start)
+        finally:
+            os.close(fd)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()

@@ -3,9 +3,18 @@
 It is canonical JSON and stored under its own SHA-256, so the URI handed to the
 coordinator pins the exact chunk list; a manifest whose bytes no longer hash to its
 name is treated as missing (the checkpoint cannot be located), never half-trusted.
+
+Each entry also says where its chunk is stored (pack id and offset), so a reader
+finds every chunk from the manifest alone and GC marks packs from manifests alone:
+no store-wide index has to be read, kept consistent, or trusted. An entry of two
+fields (the only form before version 4) names a chunk stored as its own object. A
+checkpoint whose new chunks total at most INLINE_MAX stored bytes carries them in
+the manifest itself (pack INLINE): one file and its syncs instead of two.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
@@ -14,26 +23,49 @@ from typing import Any
 
 from agent_client.blobs.chunking import MAX_CHUNK
 from agent_client.blobs.errors import BlobMissing
+from agent_client.blobs.layout import chunk_key, pack_key
 
-VERSION = 3  # 3: chunks cut by compiled FastCDC (see chunking.ALGORITHM); layout unchanged
-READABLE_VERSIONS = frozenset({2, VERSION})  # 2: the pure-Python chunker; reading never re-chunks
+VERSION = 4  # 4: entries locate their chunk in a pack; 3: compiled FastCDC, a chunk per object
+READABLE_VERSIONS = frozenset({2, 3, VERSION})  # 2: the pure-Python chunker; reading never re-chunks
 # The most chunks one manifest lists: a state of 4 GiB at the smallest chunks, about
 # 20 GiB at typical ones. put() refuses a state that needs more, and a reader reads at
 # most MAX_MANIFEST_BYTES + 1 of a manifest (the longest such a list can be), so a
 # planted manifest of any size costs it no more.
 MAX_CHUNKS = 2**18
-_MAX_ENTRY_BYTES = len('["%s",%d],' % ("0" * 64, MAX_CHUNK))
-MAX_MANIFEST_BYTES = 4096 + MAX_CHUNKS * _MAX_ENTRY_BYTES
+PACK_ID_HEX = 32
+INLINE = "inline"  # the pack "name" of chunks stored in the manifest naming them
+INLINE_MAX = 16 * 1024  # stored bytes; a manifest is read whole, so this stays small
+_MAX_OFFSET = MAX_CHUNKS * (MAX_CHUNK + 64)  # a pack holds at most one manifest's chunks, sealed
+_MAX_ENTRY_BYTES = len('["%s",%d,"%s",%d],' % ("0" * 64, MAX_CHUNK, "0" * PACK_ID_HEX, _MAX_OFFSET))
+MAX_MANIFEST_BYTES = 4096 + MAX_CHUNKS * _MAX_ENTRY_BYTES + 4 * INLINE_MAX // 3 + 4
 MAX_COPY_CHARS = 256  # escaped, it still fits the room MAX_MANIFEST_BYTES leaves beside the chunk list
 # Digests and the key id become parts of storage keys: only these forms are ever used.
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _KEY_ID_RE = re.compile(r"[0-9a-f]{16}")
+_PACK_RE = re.compile(r"[0-9a-f]{%d}" % PACK_ID_HEX)
 
 
 @dataclass(frozen=True)
 class ChunkRef:
-    digest: str  # SHA-256 of the plaintext chunk; also its storage name
+    digest: str  # SHA-256 of the plaintext chunk; what a read is checked against
     size: int  # plaintext length
+    pack: str | None = None  # the pack holding it, or INLINE; None: stored as its own object (older stores)
+    offset: int = 0  # where its stored bytes start in the pack
+
+    def key(self, key_id: str | None) -> str | None:
+        """The storage key of the object holding this chunk; None for an inline chunk."""
+        if self.pack == INLINE:
+            return None
+        return chunk_key(self.digest, key_id) if self.pack is None else pack_key(self.pack, key_id)
+
+    def to_json(self) -> list[Any]:
+        return [self.digest, self.size] if self.pack is None else [self.digest, self.size, self.pack, self.offset]
+
+    @classmethod
+    def from_json(cls, entry: Any) -> "ChunkRef":
+        if not isinstance(entry, list) or len(entry) not in (2, 4):
+            raise ValueError(f"chunk entry {entry!r} is neither [digest, size] nor [digest, size, pack, offset]")
+        return cls(*entry)
 
 
 @dataclass(frozen=True)
@@ -46,6 +78,7 @@ class Manifest:
     cipher: str | None = None
     parent: str | None = None  # manifest digest of the checkpoint this one was written against
     version: int = VERSION  # kept as read, so an old manifest re-serialises to the bytes it was named by
+    inline: bytes | None = None  # stored bytes of the chunks whose pack is INLINE
     # Set on a copy (copy_manifest): what it is a copy for. It gives the copy a name of
     # its own, so deleting either manifest leaves the other; omitted when unset, so
     # other manifests keep their bytes and readers that predate it read copies too.
@@ -54,10 +87,12 @@ class Manifest:
     def to_json(self) -> bytes:
         doc = {
             "version": self.version, "size": self.size, "sha256": self.sha256, "chunking": self.chunking,
-            "chunks": [[c.digest, c.size] for c in self.chunks],
+            "chunks": [c.to_json() for c in self.chunks],
             "encryption": None if self.key_id is None else {"cipher": self.cipher, "key_id": self.key_id},
             "parent": self.parent,
         }
+        if self.inline is not None:  # absent otherwise: older manifests keep their bytes
+            doc["inline"] = base64.b64encode(self.inline).decode()
         if self.copy is not None:
             doc["copy"] = self.copy
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
@@ -80,11 +115,13 @@ class Manifest:
             if doc["version"] not in READABLE_VERSIONS:
                 raise BlobMissing(f"manifest {where} has unsupported version {doc['version']}")
             enc = doc["encryption"] or {}
-            manifest = cls(doc["size"], doc["sha256"], tuple(ChunkRef(d, n) for d, n in doc["chunks"]),
-                           doc["chunking"], enc.get("key_id"), enc.get("cipher"), doc["parent"], doc["version"], doc.get("copy"))
+            inline = None if doc.get("inline") is None else base64.b64decode(doc["inline"], validate=True)
+            manifest = cls(doc["size"], doc["sha256"], tuple(ChunkRef.from_json(e) for e in doc["chunks"]),
+                           doc["chunking"], enc.get("key_id"), enc.get("cipher"), doc["parent"], doc["version"],
+                           inline=inline, copy=doc.get("copy"))
             manifest._check()
             return manifest
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
             raise BlobMissing(f"manifest {where} is unreadable ({exc!r})") from None
 
     def _check(self) -> None:
@@ -99,11 +136,19 @@ class Manifest:
         if self.key_id is not None and not (isinstance(self.key_id, str) and _KEY_ID_RE.fullmatch(self.key_id)
                                             and isinstance(self.cipher, str)):
             raise ValueError(f"encryption key id {self.key_id!r} malformed")
+        if self.inline is not None and not (isinstance(self.inline, bytes) and len(self.inline) <= INLINE_MAX):
+            raise ValueError(f"more than {INLINE_MAX} inline bytes")
         if len(self.chunks) > MAX_CHUNKS:
             raise ValueError(f"{len(self.chunks)} chunks, more than {MAX_CHUNKS}")
         for ref in self.chunks:
             if not (_is_digest(ref.digest) and _is_int(ref.size, 1, MAX_CHUNK)):
                 raise ValueError(f"chunk {ref.digest!r} of {ref.size!r} bytes malformed")
+            if ref.pack == INLINE:
+                if self.inline is None or not (_is_int(ref.offset, 0) and ref.offset + ref.size <= len(self.inline)):
+                    raise ValueError(f"inline chunk {ref.digest!r} at {ref.offset!r} lies outside the inline bytes")
+            elif ref.pack is not None and not (isinstance(ref.pack, str) and _PACK_RE.fullmatch(ref.pack)
+                                               and _is_int(ref.offset, 0, _MAX_OFFSET)):
+                raise ValueError(f"chunk {ref.digest!r} located at {ref.pack!r}+{ref.offset!r}: malformed")
         if sum(ref.size for ref in self.chunks) != self.size:
             raise ValueError(f"the chunks' sizes do not add up to size {self.size}")
 

@@ -174,9 +174,10 @@ class S3Backend:
         except Exception as exc:
             raise self._unavailable("put", key, exc) from None
 
-    def create(self, key: str, data: Buffer) -> bool:
+    def create(self, key: str, data: Buffer | Iterable[Buffer]) -> bool:
+        body = data if isinstance(data, (bytes, bytearray, memoryview)) else b"".join(data)
         try:
-            obstore.put(self._store, key, data, mode="create", use_multipart=False)
+            obstore.put(self._store, key, body, mode="create", use_multipart=False)
             return True
         except AlreadyExistsError:
             return False
@@ -192,6 +193,20 @@ class S3Backend:
             if max_bytes is None or result.meta["size"] <= max_bytes:
                 return bytes(result.bytes())
             return _prefix(result.stream(), max_bytes + 1)  # the rest is never downloaded
+        except FileNotFoundError:
+            raise BlobMissing(f"{self.uri(key)} is missing") from None
+        except Exception as exc:
+            raise self._unavailable("get", key, exc) from None
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        meta = self._head(key)
+        if meta is None:
+            raise BlobMissing(f"{self.uri(key)} is missing")
+        length = min(length, int(meta["size"]) - start)  # a range past the end is an error on S3
+        if length <= 0:
+            return b""
+        try:
+            return bytes(obstore.get_range(self._store, key, start=start, length=length))
         except FileNotFoundError:
             raise BlobMissing(f"{self.uri(key)} is missing") from None
         except Exception as exc:

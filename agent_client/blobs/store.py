@@ -2,18 +2,22 @@
 
 Blobs never go through Raft: the agent writes its state here and registers only the
 manifest URI and the state's SHA-256 with the coordinator. A state is cut into
-content-defined chunks (see chunking.py) named by the SHA-256 of their plaintext, so
-an incremental checkpoint writes only chunks no earlier checkpoint wrote. Chunks are
-written before the manifest that names them, so a crash mid-checkpoint leaves only
-unreferenced chunks (garbage), never a manifest pointing at nothing.
+content-defined chunks (see chunking.py) identified by the SHA-256 of their
+plaintext, so an incremental checkpoint writes only chunks that neither its parent
+checkpoint nor one of the store's recent checkpoints holds.
+
+A checkpoint's new chunks go into one pack (one file or one object), so a checkpoint
+costs one data write and sync (or one PUT) plus its manifest's, not one per chunk; the
+manifest records each chunk's pack and offset (see manifest.py). New chunks of at
+most INLINE_MAX bytes in all travel inside the manifest: a small checkpoint is one
+file. Durability rule: the pack is synced before the manifest naming it is written,
+and the manifest before put returns, so no manifest, even one a crash left
+uncommitted, names bytes a power loss could take; a crash before the manifest leaves
+only an unreferenced pack (garbage).
 
 Reads trust nothing on disk: every chunk is checked against its digest and length and
 the reassembled state against the whole-state SHA-256, and errors name the URI and
 chunk so an operator knows what to look at.
-
-Writes are create-only: an object already stored under a chunk's name is read back
-and verified, not trusted (a damaged one is replaced), so a bad object left by a
-crash or a faulty disk never lets a new checkpoint reference garbage.
 
 Concurrency: in-process, put() and collect_garbage() exclude each other; across
 processes and machines (agents sharing one bucket prefix), GC relies on its grace
@@ -23,12 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
+import secrets
 import threading
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Callable, Generator, Iterable, Mapping, Protocol
 
 from agent_client.blobs import chunking, gc
 from agent_client.blobs.aead import ALGORITHM as AEAD_ALGORITHM
@@ -37,10 +44,19 @@ from agent_client.blobs.aead import ChunkCipher, aead_key_from_env
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
-from agent_client.blobs.layout import CHUNKS, MANIFESTS, chunk_key, manifest_digest, manifest_key
-from agent_client.blobs.manifest import ChunkRef, Manifest, check_chunk_count
+from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
+from agent_client.blobs.manifest import INLINE, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
+from agent_client.blobs.packing import Chunk, PackPlan, split_small
 
-__all__ = ["CHUNKS", "MANIFESTS", "BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key"]
+__all__ = ["CHUNKS", "MANIFESTS", "PACKS", "BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key",
+           "pack_key"]
+
+# Restore reads neighbouring chunks of one pack in one request of up to this many
+# bytes: few enough requests, and enough of them to keep the read threads busy.
+READ_SPAN = 4 * 1024 * 1024
+# Manifests this store wrote or read lately: their chunks are reused without a parent
+# (a bound, so a long-lived store's memory does not grow with every checkpoint).
+RECENT_MANIFESTS = 16
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,7 @@ class LocalBlobStore:
         # One pool for the store's life: starting 16 threads per put cost ~15 ms.
         self._pool = ThreadPoolExecutor(max_workers=self._write_threads, thread_name_prefix="blob-io")
         weakref.finalize(self, self._pool.shutdown, wait=False)  # idle threads go with the store
+        self._recent: deque[Manifest] = deque(maxlen=RECENT_MANIFESTS)
 
     @classmethod
     def from_env(cls, root: str | Path, env: Mapping[str, str] | None = None) -> "LocalBlobStore":
@@ -92,69 +109,72 @@ class LocalBlobStore:
 
     # ---- write ----------------------------------------------------------------------
     def put(self, data: bytes | bytearray | memoryview, *, parent: Manifest | None = None) -> PutResult:
-        """Store `data`; chunks already present are not rewritten.
+        """Store `data`; chunks the parent or a recent checkpoint of this store holds are
+        not written again.
 
-        `parent` (the previous checkpoint's manifest) spares an existence check per
-        chunk it already holds -- one round trip each on an object store -- once its
-        own manifest is confirmed present (so GC cannot have taken its chunks).
-        Chunks are hashed and written as slices of one memoryview: a 64 MiB state is
-        never copied (the caller must not mutate a bytearray until put returns)."""
+        `parent` (the previous checkpoint's manifest) and the recent manifests are
+        trusted for where their chunks are once the manifest a reused chunk comes from is
+        confirmed present (GC keeps every pack a present manifest names); every other
+        chunk goes into this checkpoint's pack. Chunks are hashed and written as slices
+        of one memoryview: a 64 MiB state is never copied (the caller must not mutate a
+        bytearray until put returns)."""
         with self._lock, memoryview(data) as whole, whole.cast("B") as view:
             bounds = chunking.chunk_bounds(view)
             check_chunk_count(len(bounds), len(view))
-            known = self._known_chunks(parent)
-            refs: list[ChunkRef] = []
-            pending: list[Future[int]] = []
-            pool = self._pool
-            whole_digest = pool.submit(lambda: hashlib.sha256(view).hexdigest())  # overlaps the chunk loop
+            whole_digest = self._pool.submit(lambda: hashlib.sha256(view).hexdigest())  # beside the chunks' hashing
+            overhead = 0 if self._cipher is None else AEAD_OVERHEAD
+            plan = PackPlan(overhead, self._seal)
+            chunks = self._chunks(view, bounds, self._reuse_lookup(parent))
             try:
-                for start, end in bounds:
-                    piece = view[start:end]
-                    digest = hashlib.sha256(piece).hexdigest()
-                    refs.append(ChunkRef(digest, len(piece)))
-                    if digest not in known:
-                        known.add(digest)
-                        pending.append(pool.submit(self._store_chunk, digest, piece))
-                written_per_chunk = [f.result() for f in pending]  # re-raises a failed write
+                head, small = split_small(chunks, overhead)
+                if small:
+                    stored = list(plan.stream(head))
+                    inline = b"".join(stored) if stored else None
+                else:
+                    inline, plan.pack = None, secrets.token_hex(PACK_ID_HEX // 2)
+                    self._store_pack(plan.pack, plan.stream(itertools.chain(head, chunks)))
                 sha256 = whole_digest.result()
             except BaseException:
-                tasks: list[Future[Any]] = [whole_digest, *pending]
-                wait([f for f in tasks if not f.cancel()])  # no task may outlive the view it reads
+                chunks.close()  # cancels the hashing not yet started
+                if not whole_digest.cancel():
+                    wait([whole_digest])  # no task may outlive the view it reads
                 raise
-            written = sum(written_per_chunk)
-            new = sum(1 for n in written_per_chunk if n)
-            manifest = Manifest(len(view), sha256, tuple(refs), chunking.ALGORITHM,
+            manifest = Manifest(len(view), sha256, tuple(plan.refs), chunking.ALGORITHM,
                                 self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
-                                None if parent is None else parent.digest)
+                                None if parent is None else parent.digest, inline=inline)
             body = manifest.to_json()
             key = self._store_manifest(manifest, body)
-            # One flush for chunks and manifest: until it returns the checkpoint is not
-            # committed anywhere, so a name a power loss took only makes the next put
-            # that needs the chunk write it again.
             self.backend.flush()
-            return PutResult(self.backend.uri(key), manifest.sha256, manifest.size, written + len(body),
-                             len(refs), new, manifest)
+            self._recent.append(manifest)
+            return PutResult(self.backend.uri(key), manifest.sha256, manifest.size,
+                             (0 if inline is not None else plan.written) + len(body), len(plan.refs),
+                             len(plan.placed), manifest)
 
-    def _store_chunk(self, digest: str, piece: memoryview) -> int:
-        """Write one chunk unless an intact copy is stored; returns bytes written. Runs in
-        the write pool: fsync, uploads and SHA-256/AES-GCM on large buffers release the
-        GIL, so a few threads overlap the per-chunk latency of a large new checkpoint."""
-        key = chunk_key(digest, self.key_id)
-        stored = piece if self._cipher is None else self._cipher.seal(digest, piece)
-        for _ in range(2):
-            if self.backend.create(key, stored):
-                return len(stored)
-            if self._intact(key, digest, len(piece)):
-                return 0
-            self.backend.delete(key)  # damaged: the one case a chunk name is written twice
-        raise BlobCorrupted(f"chunk {digest} at {self.backend.uri(key)} is damaged and could not be replaced")
+    def _chunks(self, view: memoryview, bounds: list[tuple[int, int]],
+                stored_at: Callable[[str], ChunkRef | None]) -> Generator[Chunk, None, None]:
+        """The state's chunks in order with their SHA-256 and where each is already
+        stored. Hashed in batches on the pool (hashing releases the GIL), ahead of the
+        caller, which writes the pack meanwhile."""
+        def digests(batch: list[tuple[int, int]]) -> list[str]:
+            return [hashlib.sha256(view[start:end]).hexdigest() for start, end in batch]
+        step = max(16, -(-len(bounds) // (4 * self._write_threads)))
+        batches = [bounds[i:i + step] for i in range(0, len(bounds), step)]
+        hashed = map(digests, batches) if len(batches) <= 1 else self._pool.map(digests, batches)
+        for batch, batch_digests in zip(batches, hashed):
+            for (start, end), digest in zip(batch, batch_digests):
+                yield digest, view[start:end], stored_at(digest)
 
-    def _intact(self, key: str, digest: str, size: int) -> bool:
-        try:
-            self._open_chunk(key, digest, size, where=self.backend.uri(key))
-        except (BlobMissing, BlobCorrupted):
-            return False
-        return True
+    def _seal(self, digest: str, piece: memoryview) -> bytes | memoryview:
+        """A new chunk as stored: sealed if the store encrypts, else as it is."""
+        return piece if self._cipher is None else self._cipher.seal(digest, piece)
+
+    def _store_pack(self, pack: str, parts: Iterable[chunking.Buffer]) -> None:
+        """Write the stored chunks as one pack and make it durable before any manifest
+        names it."""
+        key = pack_key(pack, self.key_id)
+        if not self.backend.create(key, parts):  # a random 128-bit id: taken only by a bug
+            raise BlobCorrupted(f"pack {self.backend.uri(key)} already exists; not overwritten")
+        self.backend.flush()
 
     def _store_manifest(self, manifest: Manifest, body: bytes) -> str:
         key = manifest_key(manifest.digest)
@@ -167,12 +187,26 @@ class LocalBlobStore:
                 self.backend.put(key, body)
         return key
 
-    def _known_chunks(self, parent: Manifest | None) -> set[str]:
-        if parent is None or parent.key_id != self.key_id:
-            return set()
-        if not self.backend.exists(manifest_key(parent.digest)):
-            return set()
-        return {c.digest for c in parent.chunks}
+    def _reuse_lookup(self, parent: Manifest | None) -> Callable[[str], ChunkRef | None]:
+        """Where a chunk is already stored, by digest: in the parent or a recent manifest
+        that is still present (checked once per manifest, when a chunk is first found
+        in it; the newest manifest naming a chunk is the one asked)."""
+        recent = tuple(self._recent)  # one step under the GIL: get() may append meanwhile
+        found: dict[str, tuple[ChunkRef, Manifest]] = {}
+        for manifest in (*recent, *([parent] if parent is not None else [])):
+            if manifest.key_id == self.key_id:  # inline chunks live in another manifest: not nameable
+                found.update((c.digest, (c, manifest)) for c in manifest.chunks if c.pack != INLINE)
+        present: dict[int, bool] = {}
+
+        def stored_at(digest: str) -> ChunkRef | None:
+            hit = found.get(digest)
+            if hit is None:
+                return None
+            ref, manifest = hit
+            if id(manifest) not in present:
+                present[id(manifest)] = self.backend.exists(manifest_key(manifest.digest))
+            return ref if present[id(manifest)] else None
+        return stored_at
 
     # ---- read -----------------------------------------------------------------------
     def _manifest_key(self, uri: str) -> str:
@@ -184,17 +218,35 @@ class LocalBlobStore:
     def manifest(self, uri: str) -> Manifest:
         return gc.read_manifest(self.backend, self._manifest_key(uri))
 
-    def _open_chunk(self, key: str, digest: str, size: int, where: str) -> bytes:
-        """The chunk's plaintext, checked against its digest and length."""
-        overhead = 0 if self._cipher is None else AEAD_OVERHEAD
-        try:
-            stored = self.backend.get(key, max_bytes=size + overhead)
-        except BlobMissing:
-            raise BlobMissing(f"chunk {digest} of {where} is missing") from None
-        piece = stored if self._cipher is None else self._cipher.open(digest, stored, where)
-        if len(piece) != size or hashlib.sha256(piece).hexdigest() != digest:
-            raise BlobCorrupted(f"chunk {digest} of {where} does not match its digest")
+    def _open_chunk(self, ref: ChunkRef, stored: bytes, where: str) -> bytes:
+        """The chunk's plaintext from its stored bytes, checked against its digest and length."""
+        piece = stored if self._cipher is None else self._cipher.open(ref.digest, stored, where)
+        if len(piece) != ref.size or hashlib.sha256(piece).hexdigest() != ref.digest:
+            raise BlobCorrupted(f"chunk {ref.digest} of {where} does not match its digest")
         return piece
+
+    def _read_span(self, span: list[tuple[int, ChunkRef]], manifest: Manifest, uri: str) -> list[bytes]:
+        """The plaintexts of chunks stored back to back in one object, read in one request."""
+        overhead = 0 if self._cipher is None else AEAD_OVERHEAD
+        first = span[0][1]
+        key = first.key(manifest.key_id)
+        length = sum(ref.size + overhead for _, ref in span)
+        try:
+            if key is None:
+                stored = (manifest.inline or b"")[first.offset:first.offset + length]
+            elif first.pack is None:  # a chunk stored as its own object (older stores)
+                stored = self.backend.get(key, max_bytes=length)
+            else:
+                stored = self.backend.get_range(key, first.offset, length)
+        except BlobMissing:
+            raise BlobMissing(f"chunk {first.digest} of {uri} (chunk #{span[0][0]}) is missing: "
+                              f"{self.backend.uri(key or '')} is gone") from None
+        pieces, at = [], 0
+        for index, ref in span:
+            end = len(stored) if first.pack is None else at + ref.size + overhead
+            pieces.append(self._open_chunk(ref, stored[at:end], f"{uri} (chunk #{index})"))
+            at = end
+        return pieces
 
     def get(self, uri: str) -> bytes:
         """The exact state put() stored, or BlobMissing / BlobCorrupted saying what failed
@@ -202,17 +254,16 @@ class LocalBlobStore:
         manifest = self.manifest(uri)
         if manifest.key_id != self.key_id:
             raise BlobCorrupted(self._key_mismatch(uri, manifest))
+        spans = read_spans(manifest.chunks, 0 if self._cipher is None else AEAD_OVERHEAD)
 
-        def fetch(item: tuple[int, ChunkRef]) -> bytes:
-            index, ref = item
-            return self._open_chunk(chunk_key(ref.digest, manifest.key_id), ref.digest, ref.size,
-                                    f"{uri} (chunk #{index})")
+        def fetch(span: list[tuple[int, ChunkRef]]) -> list[bytes]:
+            return self._read_span(span, manifest, uri)
 
-        items = list(enumerate(manifest.chunks))
-        parts = [fetch(item) for item in items] if len(items) <= 1 else list(self._pool.map(fetch, items))
-        data = b"".join(parts)
+        parts = [fetch(span) for span in spans] if len(spans) <= 1 else list(self._pool.map(fetch, spans))
+        data = b"".join(piece for pieces in parts for piece in pieces)
         if len(data) != manifest.size or hashlib.sha256(data).hexdigest() != manifest.sha256:
             raise BlobCorrupted(f"{uri}: the reassembled state does not match its SHA-256")
+        self._recent.append(manifest)  # a restored state's next checkpoint reuses its chunks (append is atomic)
         return data
 
     def _key_mismatch(self, uri: str, manifest: Manifest) -> str:
@@ -246,6 +297,7 @@ class LocalBlobStore:
         waits for GC); see gc.py."""
         with self._lock:
             live = None if live_uris is None else {self._manifest_key(u) for u in live_uris}
+            self._recent.clear()
             return gc.collect(self.backend, live=live, grace_s=grace_s)
 
     def delete_checkpoints(self, uris: Iterable[str], *, grace_s: float = gc.DEFAULT_GRACE_S) -> GcResult:
@@ -254,4 +306,25 @@ class LocalBlobStore:
         Every URI is checked before anything is deleted; already-deleted ones are fine."""
         with self._lock:
             deletable = {self._manifest_key(u) for u in uris}
+            self._recent.clear()
             return gc.collect(self.backend, deletable=deletable, grace_s=grace_s)
+
+
+def read_spans(refs: Iterable[ChunkRef], overhead: int) -> list[list[tuple[int, ChunkRef]]]:
+    """The chunks grouped into reads: neighbours in one pack (each starting where the
+    previous one's stored bytes end) share a read of at most READ_SPAN bytes; a chunk
+    stored as its own object is a read alone."""
+    spans: list[list[tuple[int, ChunkRef]]] = []
+    span_bytes = 0
+    for index, ref in enumerate(refs):
+        stored = ref.size + overhead
+        if spans and ref.pack is not None:
+            _, last = spans[-1][-1]
+            if (last.pack == ref.pack and ref.offset == last.offset + last.size + overhead
+                    and span_bytes + stored <= READ_SPAN):
+                spans[-1].append((index, ref))
+                span_bytes += stored
+                continue
+        spans.append([(index, ref)])
+        span_bytes = stored
+    return spans

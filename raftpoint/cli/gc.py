@@ -32,15 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="delete this released checkpoint's manifest, without asking the coordinator "
                              "(repeatable; for URIs an earlier gc printed but could not delete)")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="SECONDS",
-                        help="never delete a chunk younger than this: a checkpoint may be being written "
+                        help="never delete a pack or chunk younger than this: a checkpoint may be being written "
                              f"(default {DEFAULT_GRACE_S:.0f})")
     target.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def _say_result(result: GcResult) -> None:
-    print(f"deleted {result.manifests_removed} manifests and {result.chunks_removed} chunks "
-          f"({result.bytes_freed} bytes)")
+    print(f"deleted {result.manifests_removed} manifests, {result.packs_removed} packs and "
+          f"{result.chunks_removed} single-chunk objects ({result.bytes_freed} bytes)")
 
 
 def list_uris(uris: list[str]) -> None:

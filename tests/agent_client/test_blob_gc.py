@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_client.agent import AgentClient
-from agent_client.blobs.layout import CHUNKS, MANIFESTS, chunk_key
+from agent_client.blobs.layout import MANIFESTS, PACKS
 from agent_client.blobstore import BlobStoreUnavailable, open_blob_store
 from agent_client.connection import Connection
 from agent_client.testing import InProcessCoordinator
@@ -39,7 +39,7 @@ def run_agent(coordinator: InProcessCoordinator, location: str, tmp_path: Path, 
 
 def objects(location: str) -> tuple[set[str], set[str]]:
     backend = open_blob_store(location).backend
-    return set(backend.keys(MANIFESTS)), set(backend.keys(CHUNKS))
+    return set(backend.keys(MANIFESTS)), set(backend.keys(PACKS))
 
 
 def test_gc_command_deletes_released_checkpoints_on_s3(s3_url: str, tmp_path: Path,
@@ -52,14 +52,14 @@ def test_gc_command_deletes_released_checkpoints_on_s3(s3_url: str, tmp_path: Pa
         assert raftpoint(["gc", "--blob-store", s3_url, "--group", "g", "--endpoints", coordinator.address, *cli_tls(coordinator)]) == 0
         out = capsys.readouterr().out
         assert "group g: the coordinator released 2 checkpoints" in out
-        assert "deleted 2 manifests and 0 chunks" in out
+        assert "deleted 2 manifests, 0 packs and 0 single-chunk objects" in out
         manifests_after, chunks_after = objects(s3_url)
         assert len(manifests_after) == 2 and chunks_after == chunks_before
         # Grace 0: now the unreferenced chunks go, exactly those.
         assert raftpoint(["gc", "--blob-store", s3_url, "--grace", "0"]) == 0
         assert "deleted 0 manifests" in capsys.readouterr().out
         store = open_blob_store(s3_url)
-        live_chunks = {chunk_key(c.digest, None) for key in manifests_after
+        live_chunks = {c.key(None) for key in manifests_after
                        for c in store.manifest(store.backend.uri(key)).chunks}
         assert live_chunks < chunks_before
         assert objects(s3_url) == (manifests_after, live_chunks)
@@ -76,7 +76,7 @@ def test_gc_library_call_on_a_directory(tmp_path: Path) -> None:
         run_agent(coordinator, location, tmp_path, "d")
         report = blob_gc.collect(conn, open_blob_store(location), ["d"], grace_s=0)
         assert len(report.released["d"]) == 2 and report.result.manifests_removed == 2
-        assert report.result.chunks_removed > 0 and report.foreign == []
+        assert report.result.packs_removed > 0 and report.foreign == []
         assert len(objects(location)[0]) == 2
 
 

@@ -6,12 +6,13 @@ import random
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from agent_client.agent import AgentClient
-from agent_client.blobs.layout import CHUNKS, MANIFESTS, chunk_key
+from agent_client.blobs.layout import MANIFESTS, PACKS, pack_key
 from agent_client.blobs.location import sub_location
 from agent_client.blobs.s3 import S3Backend, shared_file_credentials
 from agent_client.blobstore import BlobCorrupted, BlobMissing, BlobStoreUnavailable, LocalBlobStore, open_blob_store
@@ -33,7 +34,7 @@ def with_endpoint(url: str, endpoint: str) -> str:
 
 
 def stored_keys(store: LocalBlobStore) -> set[str]:
-    return set(store.backend.keys(MANIFESTS)) | set(store.backend.keys(CHUNKS))
+    return set(store.backend.keys(MANIFESTS)) | set(store.backend.keys(PACKS))
 
 
 def test_round_trip_through_a_second_client(s3_url: str) -> None:
@@ -51,28 +52,41 @@ def test_round_trip_through_a_second_client(s3_url: str) -> None:
         reader.get(put.uri.replace("s3://checkpoints/", "s3://other-bucket/"))
 
 
-def test_create_only_an_existing_chunk_is_verified_not_trusted(s3_url: str) -> None:
+def test_a_checkpoint_is_two_puts_and_restores_in_range_reads(s3_url: str) -> None:
+    """The pack, then the manifest: two PUTs however many chunks are new, where there
+    was one per chunk; restore reads the pack in ranges, each chunk verified."""
+    store = open_blob_store(s3_url)
+    created: list[str] = []
+    real_create = store.backend.create
+
+    def counting_create(key: str, data: object) -> bool:
+        created.append(key)
+        return real_create(key, data)  # type: ignore[arg-type]
+    store.backend.create = counting_create  # type: ignore[method-assign]
+    data = state(2_000_000, seed=12)
+    put = store.put(data)
+    assert put.chunks_new > 10 and [k.split("/")[0] for k in created] == [PACKS, MANIFESTS], created
+    assert open_blob_store(s3_url).get(put.uri) == data
+
+
+def test_create_only_never_replaces_a_stored_pack(s3_url: str) -> None:
     store = open_blob_store(s3_url)
     data = state(200_000, seed=2)
     first = store.put(data)
-    assert store.backend.create(chunk_key(first.manifest.chunks[0].digest, None), b"other bytes") is False
-    # Same name, wrong bytes (a damaged or planted object): the next put replaces it.
-    victim = chunk_key(first.manifest.chunks[0].digest, None)
-    store.backend.put(victim, b"planted")
-    again = open_blob_store(s3_url).put(data)
-    assert again.uri == first.uri and again.chunks_new == 1
+    assert store.backend.create(pack_key(first.manifest.chunks[0].pack, None), b"other bytes") is False
     assert store.get(first.uri) == data
-    # Intact objects are kept: nothing is rewritten.
-    assert open_blob_store(s3_url).put(data).chunks_new == 0
+    again = open_blob_store(s3_url).put(data)  # a restarted writer knows no recent checkpoint: its own pack
+    assert again.chunks_new == again.chunks_total and store.get(again.uri) == data
 
 
 def test_tampered_object_is_rejected_on_read(s3_url: str) -> None:
     store = open_blob_store(s3_url)
     put = store.put(state(300_000, seed=3))
-    digest = put.manifest.chunks[1].digest
-    stored = bytearray(store.backend.get(chunk_key(digest, None)))
-    stored[10] ^= 1
-    store.backend.put(chunk_key(digest, None), bytes(stored))
+    ref = put.manifest.chunks[1]
+    digest = ref.digest
+    stored = bytearray(store.backend.get(ref.key(None)))
+    stored[ref.offset + 10] ^= 1
+    store.backend.put(ref.key(None), bytes(stored))
     with pytest.raises(BlobCorrupted, match=f"chunk {digest} of s3://.*#1.*does not match"):
         store.get(put.uri)
 
@@ -81,9 +95,9 @@ def test_encrypted_chunks_on_s3(s3_url: str) -> None:
     key = bytes(range(32))
     data = state(150_000, seed=4)
     put = open_blob_store(s3_url, key=key).put(data)
-    raw = b"".join(open_blob_store(s3_url).backend.get(chunk_key(c.digest, put.manifest.key_id))
-                   for c in put.manifest.chunks)
-    assert data[5000:5064] not in raw
+    raw = b"".join(open_blob_store(s3_url).backend.get(key) for key in {c.key(put.manifest.key_id)
+                                                                        for c in put.manifest.chunks})
+    assert len(raw) > len(data) and data[5000:5064] not in raw
     assert open_blob_store(s3_url, key=key).get(put.uri) == data
 
 
@@ -140,7 +154,7 @@ def test_server_killed_mid_upload_and_down_at_restore(own_s3_server: S3Server, t
 
         def create_then_crash(key: str, data: object) -> bool:
             calls.append(key)
-            if len(calls) == 3:
+            if len(calls) == 1:  # the pack's upload
                 own_s3_server.kill()
             return real_create(key, data)
 
@@ -167,50 +181,57 @@ def test_gc_deletes_exactly_the_unreferenced_objects(s3_url: str) -> None:
     base[:20] = b"y" * 20
     second = store.put(bytes(base), parent=first.manifest)
     third = store.put(state(300_000, seed=9))
-    keep_chunks = {chunk_key(c.digest, None) for m in (second.manifest, third.manifest) for c in m.chunks}
-    only_first = {chunk_key(c.digest, None) for c in first.manifest.chunks} - keep_chunks
-    assert len(only_first) == 1
+    first_pack, second_pack = first.manifest.chunks[0].key(None), second.manifest.chunks[0].key(None)
+    assert first_pack != second_pack and first_pack in {c.key(None) for c in second.manifest.chunks}
     before = stored_keys(store)
     kept = store.delete_checkpoints([first.uri], grace_s=3600)  # everything is younger than the grace period
-    assert (kept.manifests_removed, kept.chunks_removed) == (1, 0)
-    result = store.delete_checkpoints([first.uri], grace_s=0)
-    assert (result.manifests_removed, result.chunks_removed) == (0, 1) and result.bytes_freed > 0
-    first_manifest = store.backend.key_for_uri(first.uri)
-    assert stored_keys(store) == before - only_first - {first_manifest}
-    assert store.get(second.uri) == bytes(base) and store.get(third.uri) == state(300_000, seed=9)
+    assert (kept.manifests_removed, kept.packs_removed) == (1, 0)
+    still_read = store.delete_checkpoints([first.uri], grace_s=0)  # the second checkpoint reads the first pack
+    assert (still_read.manifests_removed, still_read.packs_removed) == (0, 0)
+    result = store.delete_checkpoints([second.uri], grace_s=0)
+    assert (result.manifests_removed, result.packs_removed, result.chunks_removed) == (1, 2, 0)
+    assert result.bytes_freed >= 1_000_000
+    gone = {store.backend.key_for_uri(first.uri), store.backend.key_for_uri(second.uri), first_pack, second_pack}
+    assert stored_keys(store) == before - gone
+    assert store.get(third.uri) == state(300_000, seed=9)
 
 
-def test_gc_spares_chunks_of_a_manifest_written_during_it(s3_url: str) -> None:
-    """A writer on another machine reuses an unreferenced chunk and writes its manifest
-    after GC listed the manifests: GC sees the new manifest and keeps the chunk."""
+def test_gc_spares_a_pack_named_by_a_manifest_written_during_it(s3_url: str) -> None:
+    """A writer on another machine, which confirmed its parent present before GC
+    deleted it, writes a manifest naming the parent's pack after GC listed the
+    manifests: GC sees the new manifest and keeps the pack."""
     store = open_blob_store(s3_url)
     data = state(300_000, seed=10)
     orphan = store.put(data)
-    store.delete(orphan.uri)  # its chunks are now unreferenced garbage
-    other_machine = open_blob_store(s3_url)
+    store.delete(orphan.uri)  # its pack is now unreferenced garbage
     real_entries = store.backend.entries
     wrote: list[str] = []
 
     def entries_with_concurrent_writer(prefix: str):  # type: ignore[no-untyped-def]
         listed = list(real_entries(prefix))
-        if prefix == CHUNKS and not wrote:
-            wrote.append(other_machine.put(data).uri)  # dedups against the orphan chunks
+        if prefix == PACKS and not wrote:
+            child = replace(orphan.manifest, parent=orphan.manifest.digest)  # reuses every chunk of its parent
+            key = f"{MANIFESTS}/{child.digest}.json"
+            store.backend.put(key, child.to_json())
+            wrote.append(store.backend.uri(key))
         return iter(listed)
 
     store.backend.entries = entries_with_concurrent_writer  # type: ignore[method-assign]
     result = store.collect_garbage(grace_s=0)
-    assert result.chunks_removed == 0
+    assert wrote and result.packs_removed == 0
     assert open_blob_store(s3_url).get(wrote[0]) == data
 
 
 def test_two_agents_share_one_bucket_prefix(s3_url: str) -> None:
+    """Each writer packs what its own recent checkpoints do not hold (no store-wide
+    index is read), so one agent's GC never takes another's data."""
     a, b = open_blob_store(s3_url), open_blob_store(s3_url)
     common = state(400_000, seed=11)
     put_a = a.put(common + b"agent a")
     put_b = b.put(common + b"agent b")
-    assert put_b.chunks_new < put_b.chunks_total  # the shared prefix deduplicated across agents
+    assert put_b.chunks_new == put_b.chunks_total
     assert b.get(put_a.uri).endswith(b"agent a") and a.get(put_b.uri).endswith(b"agent b")
-    a.delete_checkpoints([put_a.uri], grace_s=0)  # agent a's GC must not take b's shared chunks
+    a.delete_checkpoints([put_a.uri], grace_s=0)  # agent a's GC must not take b's data
     assert b.get(put_b.uri) == common + b"agent b"
     with pytest.raises(BlobMissing):
         b.get(put_a.uri)

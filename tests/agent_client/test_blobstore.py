@@ -15,7 +15,8 @@ import pytest
 
 from agent_client.blobs import chunking
 from agent_client.blobs import manifest as manifest_module
-from agent_client.blobs.manifest import Manifest
+from agent_client.blobs.layout import chunk_key
+from agent_client.blobs.manifest import ChunkRef, Manifest
 from agent_client.blobstore import (BlobCorrupted, BlobMissing, DirectoryBackend, LocalBlobStore, aead_key_from_env)
 
 
@@ -24,7 +25,31 @@ def state(size: int, seed: int = 1) -> bytes:
 
 
 def chunk_files(root: Path) -> list[Path]:
+    """Objects holding one chunk each: what stores wrote before packs."""
     return sorted(p for p in (root / "chunks").rglob("*") if p.is_file())
+
+
+def pack_files(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "packs").rglob("*") if p.is_file() and not p.name.startswith(".tmp-"))
+
+
+def flip_byte(path: Path, at: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def put_old_layout(store: LocalBlobStore, data: bytes) -> str:
+    """`data` stored as the store did before packs (one object per chunk, a version 3
+    manifest of [digest, size] entries), through the backend only; its URI."""
+    bounds = chunking.chunk_bounds(data)
+    refs = tuple(ChunkRef(hashlib.sha256(data[a:b]).hexdigest(), b - a) for a, b in bounds)
+    for ref, (a, b) in zip(refs, bounds):
+        store.backend.put(chunk_key(ref.digest, None), data[a:b])
+    manifest = Manifest(len(data), hashlib.sha256(data).hexdigest(), refs, chunking.ALGORITHM, version=3)
+    key = f"manifests/{manifest.digest}.json"
+    store.backend.put(key, manifest.to_json())
+    return store.backend.uri(key)
 
 
 def test_round_trip_and_dedup_of_identical_state(tmp_path: Path) -> None:
@@ -32,7 +57,8 @@ def test_round_trip_and_dedup_of_identical_state(tmp_path: Path) -> None:
     data = state(1_000_000)
     put = store.put(data)
     assert put.size == len(data) and put.sha256 == hashlib.sha256(data).hexdigest()
-    assert put.chunks_total == put.chunks_new == len(chunk_files(tmp_path)) > 1
+    assert put.chunks_total == put.chunks_new > 1
+    assert len(pack_files(tmp_path)) == 1 and not chunk_files(tmp_path)  # one pack, not a file per chunk
     assert put.uri == (tmp_path / "manifests" / f"{put.manifest.digest}.json").resolve().as_uri()
     assert store.get(put.uri) == data
     again = store.put(data)
@@ -84,14 +110,16 @@ def test_version_2_manifest_is_still_readable_and_usable_as_parent(tmp_path: Pat
     store = LocalBlobStore(tmp_path)
     data = state(300_000, seed=8)
     current = store.put(data).manifest
-    old = Manifest(current.size, current.sha256, current.chunks, "bitplane-16/t1000/16k-64k-256k", version=2)
+    old_uri = put_old_layout(store, data)
+    old = Manifest(current.size, current.sha256, store.manifest(old_uri).chunks, "bitplane-16/t1000/16k-64k-256k",
+                   version=2)
     old_key = f"manifests/{old.digest}.json"
     store.backend.put(old_key, old.to_json())
     old_uri = store.backend.uri(old_key)
     read = store.manifest(old_uri)
     assert read.version == 2 and read.digest == old.digest and store.get(old_uri) == data
     child = store.put(data + b"more", parent=read)
-    assert child.manifest.parent == old.digest and child.manifest.version == manifest_module.VERSION == 3
+    assert child.manifest.parent == old.digest and child.manifest.version == manifest_module.VERSION == 4
     assert child.chunks_new == 1  # only the changed tail: the old manifest's chunks were trusted
     unknown = Manifest(1, "0" * 64, (), "x", version=99)
     store.backend.put(f"manifests/{unknown.digest}.json", unknown.to_json())
@@ -126,20 +154,18 @@ def test_insertion_resynchronises(tmp_path: Path) -> None:
 def test_corrupted_chunk_is_named(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     put = store.put(state(200_000))
-    victim = chunk_files(tmp_path)[0]
-    raw = bytearray(victim.read_bytes())
-    raw[100] ^= 0xFF
-    victim.write_bytes(bytes(raw))
-    with pytest.raises(BlobCorrupted, match=f"chunk {victim.name} of .*does not match"):
+    second = put.manifest.chunks[1]
+    flip_byte(pack_files(tmp_path)[0], second.offset + 100)
+    with pytest.raises(BlobCorrupted, match=f"^chunk {second.digest} of .*chunk #1.* does not match its digest$"):
         store.get(put.uri)
 
 
 def test_missing_chunk_is_named(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     put = store.put(state(200_000))
-    victim = chunk_files(tmp_path)[-1]
-    victim.unlink()
-    with pytest.raises(BlobMissing, match=f"chunk {victim.name} .*is missing"):
+    pack = pack_files(tmp_path)[0]
+    pack.unlink()
+    with pytest.raises(BlobMissing, match=f"chunk {put.manifest.chunks[0].digest} .*is missing: .*{pack.name} is gone"):
         store.get(put.uri)
 
 
@@ -164,18 +190,15 @@ def test_aead_round_trip_wrong_key_and_tamper(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path, key=key)
     data = state(150_000)
     put = store.put(data)
-    stored = b"".join(p.read_bytes() for p in chunk_files(tmp_path))
-    assert data[1000:1064] not in stored  # no plaintext at rest
+    stored = b"".join(p.read_bytes() for p in pack_files(tmp_path))
+    assert len(stored) > len(data) and data[1000:1064] not in stored  # no plaintext at rest
     assert store.get(put.uri) == data
     with pytest.raises(BlobCorrupted, match="decryption failed.*wrong key"):
         LocalBlobStore(tmp_path, key=os.urandom(32)).get(put.uri)
     with pytest.raises(BlobCorrupted, match="decryption failed.*no AEAD key"):
         LocalBlobStore(tmp_path).get(put.uri)
-    victim = chunk_files(tmp_path)[0]
-    raw = bytearray(victim.read_bytes())
-    raw[-1] ^= 1
-    victim.write_bytes(bytes(raw))
-    with pytest.raises(BlobCorrupted, match=f"decryption failed for chunk {victim.name}"):
+    flip_byte(pack_files(tmp_path)[0], -1)
+    with pytest.raises(BlobCorrupted, match=f"decryption failed for chunk {put.manifest.chunks[-1].digest}"):
         store.get(put.uri)
 
 
@@ -183,8 +206,11 @@ def test_aead_chunk_swap_is_detected(tmp_path: Path) -> None:
     """Associated data binds each ciphertext to its chunk name."""
     store = LocalBlobStore(tmp_path, key=os.urandom(32))
     put = store.put(state(300_000))
-    a, b = chunk_files(tmp_path)[:2]
-    a.write_bytes(b.read_bytes())
+    pack = pack_files(tmp_path)[0]
+    a, b = put.manifest.chunks[:2]
+    raw = bytearray(pack.read_bytes())
+    raw[a.offset:a.offset + 64] = raw[b.offset:b.offset + 64]  # b's nonce and first bytes where a's were
+    pack.write_bytes(bytes(raw))
     with pytest.raises(BlobCorrupted, match="decryption failed"):
         store.get(put.uri)
 
@@ -213,20 +239,24 @@ def test_aead_key_from_environment(tmp_path: Path) -> None:
     assert put.manifest.key_id is not None and store.get(put.uri) == b"secret state" * 1000
 
 
-def test_garbage_collection_keeps_chunks_shared_with_live_manifests(tmp_path: Path) -> None:
+def test_garbage_collection_keeps_packs_shared_with_live_manifests(tmp_path: Path) -> None:
+    """A pack goes once no kept manifest names a chunk in it; one a kept manifest still
+    reads from stays whole."""
     store = LocalBlobStore(tmp_path)
     a = bytearray(state(1024 * 1024))
     first = store.put(bytes(a))
     a[:10] = b"x" * 10
-    second = store.put(bytes(a))
-    only_first = set(c.digest for c in first.manifest.chunks) - set(c.digest for c in second.manifest.chunks)
-    assert len(only_first) == 1
+    second = store.put(bytes(a))  # one new chunk; the rest read from the first pack
+    third = store.put(state(300_000, seed=9))
+    assert second.chunks_new == 1 and len(pack_files(tmp_path)) == 3
     result = store.collect_garbage([second.uri])
-    assert (result.manifests_removed, result.chunks_removed) == (1, 1) and result.bytes_freed > 0
+    assert (result.manifests_removed, result.packs_removed, result.chunks_removed) == (2, 1, 0)
+    assert result.bytes_freed >= 300_000
     assert store.get(second.uri) == bytes(a)
-    assert {p.name for p in chunk_files(tmp_path)} == {c.digest for c in second.manifest.chunks}
-    with pytest.raises(BlobMissing):
-        store.get(first.uri)
+    assert {p.stem for p in pack_files(tmp_path)} == {c.pack for c in second.manifest.chunks}
+    for gone in (first.uri, third.uri):
+        with pytest.raises(BlobMissing):
+            store.get(gone)
 
 
 def test_delete_then_gc_without_live_list(tmp_path: Path) -> None:
@@ -234,7 +264,7 @@ def test_delete_then_gc_without_live_list(tmp_path: Path) -> None:
     first, second = store.put(state(300_000, 1)), store.put(state(300_000, 2))
     store.delete(first.uri)
     result = store.collect_garbage()
-    assert result.manifests_removed == 0 and result.chunks_removed == first.chunks_total
+    assert (result.manifests_removed, result.packs_removed, result.chunks_removed) == (0, 1, 0)
     assert store.get(second.uri) == state(300_000, 2)
 
 
@@ -244,15 +274,15 @@ def test_gc_refuses_when_a_live_manifest_is_missing(tmp_path: Path) -> None:
     store.delete(put.uri)
     with pytest.raises(BlobMissing, match="GC not run"):
         store.collect_garbage([put.uri])
-    assert chunk_files(tmp_path)  # nothing was deleted
+    assert pack_files(tmp_path)  # nothing was deleted
 
 
 def test_crash_leftovers_are_invisible_and_collected(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     put = store.put(state(100_000))
-    leftover = tmp_path / "chunks" / "plain" / ".tmp-crashed"
+    leftover = tmp_path / "packs" / "plain" / ".tmp-crashed"
     leftover.write_bytes(b"partial")
-    assert all(not k.endswith("crashed") for k in DirectoryBackend(tmp_path).keys("chunks"))
+    assert all(not k.endswith("crashed") for k in DirectoryBackend(tmp_path).keys("packs"))
     store.collect_garbage([put.uri])
     assert not leftover.exists()
 
@@ -278,30 +308,45 @@ def test_agent_client_never_imports_pysyncobj_or_lmdb() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_chunk_damaged_under_its_name_is_replaced_not_reused(tmp_path: Path) -> None:
-    """After a power loss a chunk linked in before its data was synced may be empty;
-    no committed manifest names it, and the next put that needs it writes it again."""
+def test_a_damaged_pack_is_not_reused_by_a_restarted_writer(tmp_path: Path) -> None:
+    """After a power loss a pack's bytes may be damaged while its name survived; no
+    committed manifest names it, and a restarted writer (which knows no recent
+    checkpoint) writes the chunks it needs into a new pack."""
     store = LocalBlobStore(tmp_path)
     data = state(300_000, seed=12)
-    first = store.put(data)
-    victim = chunk_files(tmp_path)[0]
-    victim.write_bytes(b"")
+    store.put(data)
+    pack_files(tmp_path)[0].write_bytes(b"")
     again = LocalBlobStore(tmp_path).put(data)
-    assert again.uri == first.uri and again.chunks_new == 1
-    assert victim.stat().st_size > 0 and store.get(first.uri) == data
+    assert again.chunks_new == again.chunks_total and LocalBlobStore(tmp_path).get(again.uri) == data
 
 
-def test_every_new_file_is_synced_before_put_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_manifest_is_linked_only_after_its_pack_is_synced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Durability: the pack's bytes and its name are synced before any manifest naming
+    it exists, the manifest before put returns, and nothing else: four syncs for a
+    1 MB checkpoint, not two per chunk."""
     from coordinator import fsutil
     store = LocalBlobStore(tmp_path)
-    store.put(b"warm up the fan-out directories" * 10_000)
-    synced: list[int] = []
-    monkeypatch.setattr(fsutil, "fsync_file", lambda fd, **kw: synced.append(fd))
+    store.put(b"warm up the directories" * 10_000)
+    events: list[tuple[str, str]] = []
+    real_sync, real_link = fsutil.fsync_file, os.link
+
+    def sync(fd: int, **kw: bool) -> None:
+        events.append(("sync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_sync(fd, **kw)
+
+    def link(src: str, dst: str, *args: object, **kw: object) -> None:
+        events.append(("link", str(dst)))
+        real_link(src, dst, *args, **kw)
+    monkeypatch.setattr(fsutil, "fsync_file", sync)
+    monkeypatch.setattr(os, "link", link)
     put = store.put(state(1_000_000, seed=13))
     assert put.chunks_new > 5
-    # a data sync per new chunk and for the manifest, plus at least one directory; at most
-    # also one per directory that got a name and one per fan-out directory created
-    assert put.chunks_new + 2 <= len(synced) <= 3 * (put.chunks_new + 1)
+    pack = next(p for p in pack_files(tmp_path) if p.stem == put.manifest.chunks[0].pack)
+    manifest = tmp_path / "manifests" / f"{put.manifest.digest}.json"
+    before_manifest = events[:events.index(("link", str(manifest)))]
+    assert {("sync", str(pack)), ("sync", str(pack.parent))} <= set(before_manifest), events
+    assert sorted(e for e in events if e[0] == "sync") == sorted(
+        [("sync", str(pack)), ("sync", str(pack.parent)), ("sync", str(manifest)), ("sync", str(manifest.parent))]), events
 
 
 def stored_manifest(store: LocalBlobStore, body: bytes) -> str:
@@ -314,6 +359,8 @@ def stored_manifest(store: LocalBlobStore, body: bytes) -> str:
 @pytest.mark.parametrize("field, value", [
     ("chunks", [["../..", 1]]), ("chunks", [["AB" * 32, 1]]), ("chunks", [["ab" * 32, -1]]),
     ("chunks", [["ab" * 32, chunking.MAX_CHUNK + 1]]), ("size", 2), ("sha256", "../x"), ("parent", "../x"),
+    ("chunks", [["ab" * 32, 1, "../../x", 0]]), ("chunks", [["ab" * 32, 1, "ab" * 16, -1]]),
+    ("chunks", [["ab" * 32, 1, "ab" * 16]]), ("chunks", [["ab" * 32, 1, "inline", 0]]), ("inline", "not base64!"),
     ("encryption", {"cipher": "AES-256-GCM", "key_id": "../../plain"}),
 ])
 def test_a_crafted_manifest_is_refused_as_unreadable_not_used_as_paths(tmp_path: Path, field: str,
@@ -385,3 +432,98 @@ def test_file_urls_of_this_host_name_a_local_directory(tmp_path: Path) -> None:
     foreign = put.uri.replace("file://", "file://otherhost", 1)
     with pytest.raises(BlobMissing, match="not a manifest"):
         store.get(foreign)
+
+
+def test_old_layout_store_is_read_reused_and_collected(tmp_path: Path) -> None:
+    """A store written before packs (an object per chunk) restores; a checkpoint with
+    such a parent names the old chunk objects instead of copying them; GC keeps them
+    while a manifest names them and removes them after."""
+    store = LocalBlobStore(tmp_path)
+    data = state(500_000, seed=20)
+    old_uri = put_old_layout(store, data)
+    assert store.get(old_uri) == data
+    child = store.put(data + b"appended", parent=store.manifest(old_uri))
+    assert child.chunks_new == 1 and len(pack_files(tmp_path)) == 1
+    assert store.get(child.uri) == data + b"appended"
+    reused = child.chunks_total - child.chunks_new
+    kept = store.collect_garbage([child.uri])  # the old last chunk goes, the rest is still named
+    assert (kept.manifests_removed, kept.chunks_removed) == (1, 1)
+    assert len(chunk_files(tmp_path)) == reused
+    store.delete(child.uri)
+    gone = store.collect_garbage()
+    assert (gone.packs_removed, gone.chunks_removed) == (1, reused)
+    assert not chunk_files(tmp_path) and not pack_files(tmp_path)
+
+
+def test_dedupe_across_checkpoints_one_pack_each(tmp_path: Path) -> None:
+    """Each checkpoint writes one pack holding only chunks no earlier checkpoint it
+    knows (its parent, the store's recent ones) holds, wherever those are stored."""
+    store = LocalBlobStore(tmp_path)
+    a, b = state(1_000_000, seed=21), state(1_000_000, seed=22)
+    first = store.put(a)
+    second = store.put(b)
+    mixed = store.put(a[:500_000] + b[500_000:])  # every chunk but the two at the seam is in a pack already
+    assert mixed.chunks_new <= 2 and mixed.bytes_written < 0.3 * 1_000_000
+    packs_read = {c.pack for c in mixed.manifest.chunks}
+    assert {first.manifest.chunks[0].pack, second.manifest.chunks[-1].pack} <= packs_read
+    assert len(pack_files(tmp_path)) == 3 and store.get(mixed.uri) == a[:500_000] + b[500_000:]
+    restarted = LocalBlobStore(tmp_path)  # knows only the parent it is given
+    child = restarted.put(a + b"!", parent=first.manifest)
+    assert child.chunks_new == 1 and restarted.get(child.uri) == a + b"!"
+
+
+def test_a_pack_whose_manifest_was_never_written_is_collected_after_the_grace(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash between the pack and the manifest leaves an unreferenced pack: GC spares
+    it while a writer could still be finishing, then removes it; committed data stays."""
+    store = LocalBlobStore(tmp_path)
+    kept = store.put(state(200_000, seed=23))
+
+    def crash(*args: object) -> str:
+        raise OSError("power lost before the manifest")
+    monkeypatch.setattr(store, "_store_manifest", crash)
+    with pytest.raises(OSError, match="power lost"):
+        store.put(state(200_000, seed=24))
+    monkeypatch.undo()
+    assert len(pack_files(tmp_path)) == 2
+    young = store.collect_garbage(grace_s=3600)
+    assert (young.manifests_removed, young.packs_removed) == (0, 0) and len(pack_files(tmp_path)) == 2
+    result = store.collect_garbage(grace_s=0)
+    assert (result.manifests_removed, result.packs_removed) == (0, 1)
+    assert [p.stem for p in pack_files(tmp_path)] == [kept.manifest.chunks[0].pack]
+    assert store.get(kept.uri) == state(200_000, seed=23)
+
+
+def test_restore_reads_a_pack_in_few_requests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neighbouring chunks of one pack are read together, each still verified."""
+    store = LocalBlobStore(tmp_path)
+    data = state(3_000_000, seed=25)
+    put = store.put(data)
+    ranges: list[tuple[int, int]] = []
+    real = store.backend.get_range
+    monkeypatch.setattr(store.backend, "get_range",
+                        lambda key, start, length: ranges.append((start, length)) or real(key, start, length))
+    assert store.get(put.uri) == data
+    assert put.chunks_total > 20 and len(ranges) == 1, ranges
+
+
+def test_a_small_checkpoint_is_one_file_and_two_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New chunks of at most INLINE_MAX bytes ride inside the manifest: no pack, and only
+    the manifest's data and directory entry are synced. Sealed when encrypted."""
+    from coordinator import fsutil
+    store = LocalBlobStore(tmp_path)
+    store.put(b"warm up the directories")
+    synced: list[str] = []
+    real_sync = fsutil.fsync_file
+    monkeypatch.setattr(fsutil, "fsync_file",
+                        lambda fd, **kw: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_sync(fd, **kw))
+    small = state(1024, seed=26)
+    put = store.put(small)
+    manifest = tmp_path / "manifests" / f"{put.manifest.digest}.json"
+    assert sorted(synced) == sorted([str(manifest), str(manifest.parent)]), synced
+    assert not pack_files(tmp_path) and LocalBlobStore(tmp_path).get(put.uri) == small
+    sealed = LocalBlobStore(tmp_path / "sealed", key=os.urandom(32))
+    secret = b"secret small state " * 50
+    sealed_put = sealed.put(secret)
+    assert secret[:19] not in (tmp_path / "sealed" / "manifests" / f"{sealed_put.manifest.digest}.json").read_bytes()
+    assert sealed.get(sealed_put.uri) == secret

@@ -111,7 +111,7 @@ def test_rejected_restores_say_why(coordinator, admin, tmp_path: Path) -> None:
                                config={"model": "other"}, background=False)
     assert other_schema.restore(meta).rejected is RejectReason.SCHEMA_MISMATCH
     assert other_config.restore(meta).rejected is RejectReason.CONFIG_MISMATCH
-    for chunk in (tmp_path / "blobs" / "chunks").rglob("*"):
+    for chunk in (tmp_path / "blobs" / "packs").rglob("*"):
         if chunk.is_file():
             chunk.write_bytes(b"bit rot")
     restored = a.client.restore(meta)

@@ -67,7 +67,7 @@ def test_corrupted_blob_is_rejected_with_a_reason(cluster: LocalCluster, client:
     client.create_group(mode=pb.UNCOORDINATED)
     a = agent(cluster, tmp_path, "a", {"x": 1})
     a.checkpoint(b"precious state" * 1000)
-    for chunk in (tmp_path / "blobs" / "chunks").rglob("*"):
+    for chunk in (tmp_path / "blobs" / "packs").rglob("*"):
         if chunk.is_file():
             chunk.write_bytes(b"garbage")
     restarted = agent(cluster, tmp_path, "a", {})

@@ -197,7 +197,7 @@ def test_a_corrupted_blob_is_rejected_with_a_clear_reason(agents) -> None:
     group = agents(pb.CIC_FDAS, ["a"])
     group.start("a")
     group.checkpoint("a")
-    for chunk in (group.tmp / "blobs" / "chunks").rglob("*"):
+    for chunk in (group.tmp / "blobs" / "packs").rglob("*"):
         if chunk.is_file():
             chunk.write_bytes(b"bit rot")
     group.crash("a")

@@ -58,11 +58,11 @@ def test_load_verified_maps_blob_store_failures(tmp_path: Path) -> None:
     with pytest.raises(CheckpointRejected) as info:
         load_verified(store, wrong, expected_schema=2, expected_config_hash=CONFIG)
     assert info.value.reason is RejectReason.DIGEST_MISMATCH
-    chunk = next(p for p in (tmp_path / "chunks").rglob("*") if p.is_file())
-    chunk.write_bytes(b"rot" + chunk.read_bytes()[3:])
+    pack = next(p for p in (tmp_path / "packs").rglob("*") if p.is_file())
+    pack.write_bytes(b"rot" + pack.read_bytes()[3:])
     with pytest.raises(CheckpointRejected) as info:
         load_verified(store, meta, expected_schema=2, expected_config_hash=CONFIG)
-    assert info.value.reason is RejectReason.DIGEST_MISMATCH and chunk.name in str(info.value)
+    assert info.value.reason is RejectReason.DIGEST_MISMATCH and put.manifest.chunks[0].digest in str(info.value)
     store.delete(put.uri)
     with pytest.raises(CheckpointRejected) as info:
         load_verified(store, meta, expected_schema=2, expected_config_hash=CONFIG)
