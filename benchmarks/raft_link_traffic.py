@@ -24,10 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
 from _proc import total_cpu_seconds  # noqa: E402
 from api_vs_etcd import commit_request, run_load  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402

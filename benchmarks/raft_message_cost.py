@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pysyncobj import pickle as pysyncobj_pickle  # noqa: E402
 from pysyncobj.encryptor import getEncryptor  # noqa: E402
 
-from coordinator.replication import raft_link  # noqa: E402
+from coordinator.replication import pysyncobj_adapter, raft_link  # noqa: E402
 
 ENTRY = (b"\x00" + os.urandom(300), 12345, 7)
 MESSAGES = {
@@ -88,7 +88,7 @@ def main() -> int:
     print("| message | bytes | pickle + AES-GCM seal | AES-GCM open + unpickle | total |")
     print("|---|---:|---:|---:|---:|")
     link_totals = {}
-    secret = raft_link.make_cipher("a-raft-password-of-enough-length").link_secret
+    secret = pysyncobj_adapter.make_cipher("a-raft-password-of-enough-length").link_secret
     for name, message in MESSAGES.items():
         own, peer = os.urandom(32) + raft_link.LINK_OFFER, os.urandom(32) + raft_link.LINK_OFFER
         sender, receiver = raft_link.Link(secret, own, peer), raft_link.Link(secret, peer, own)

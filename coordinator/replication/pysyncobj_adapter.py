@@ -31,6 +31,7 @@ from importlib import metadata
 from typing import Any, Callable, Iterator
 
 from pysyncobj import SyncObj
+from pysyncobj import encryptor as pysyncobj_encryptor
 from pysyncobj import journal as pysyncobj_journal
 from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj import syncobj as pysyncobj_syncobj
@@ -268,13 +269,14 @@ class LinkConnection(TcpConnection):
 
     _own_key: Any = None
     _link: raft_link.Link | None = None
+    _TcpConnection__readBuffer: bytes  # pysyncobj's, set in its constructor
 
     @property
-    def recvRandKey(self) -> Any:  # noqa: N802 (pysyncobj's name)
+    def recvRandKey(self) -> Any:
         return self._own_key
 
     @recvRandKey.setter
-    def recvRandKey(self, key: Any) -> None:  # noqa: N802
+    def recvRandKey(self, key: Any) -> None:
         if isinstance(key, bytes) and isinstance(self.encryptor, raft_link.RaftCipher):
             key += raft_link.LINK_OFFER
         self._own_key = key
@@ -877,6 +879,12 @@ def create_journal(journal_file: str | None = None) -> pysyncobj_journal.Journal
     return journal
 
 
+def make_cipher(password: str | bytes) -> raft_link.RaftCipher:
+    """pysyncobj's encryptor factory (getEncryptor), replaced: the same Fernet key, and
+    the secret raft_link's frames are sealed with."""
+    return raft_link.RaftCipher(password, pysyncobj_encryptor.SALT)
+
+
 def install() -> None:
     """Check the version, then make pysyncobj create ConflictAwareJournal, accept
     GuardedConnections, open LinkConnections with a RaftCipher (raft_link's framing
@@ -886,5 +894,5 @@ def install() -> None:
     pysyncobj_syncobj.createJournal = create_journal
     pysyncobj_tcp_server.TcpConnection = GuardedConnection
     pysyncobj_transport.TcpConnection = LinkConnection
-    pysyncobj_syncobj.getEncryptor = raft_link.make_cipher
+    pysyncobj_syncobj.getEncryptor = make_cipher
     logging.getLogger(_PYSYNCOBJ_LOGGER).addFilter(_DROP_FALSE_ALARM)  # a no-op when already added

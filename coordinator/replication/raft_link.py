@@ -42,7 +42,6 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
-from pysyncobj import encryptor as pysyncobj_encryptor
 from pysyncobj import pickle as pysyncobj_pickle
 
 # The first byte of a link frame. A Fernet token is base64 and starts with "g"
@@ -65,25 +64,20 @@ class LinkRefused(ValueError):
 
 class RaftCipher(Fernet):
     """pysyncobj's encryptor (Fernet, which the key exchange and old peers use), with the
-    link secret derived from the same stretched password."""
+    link secret derived from the same stretched password. `salt` is pysyncobj's: an old
+    node must derive the same Fernet key."""
 
-    def __init__(self, password: str | bytes) -> None:
-        stretched = _stretch(password)
+    def __init__(self, password: str | bytes, salt: bytes) -> None:
+        stretched = _stretch(password, salt)
         super().__init__(base64.urlsafe_b64encode(stretched))
         self.link_secret = _hkdf(stretched, b"secret", _HKDF_LABEL)
 
 
-def make_cipher(password: str | bytes) -> RaftCipher:
-    """pysyncobj's getEncryptor, replaced (same signature): a Fernet that can also seal links."""
-    return RaftCipher(password)
-
-
-def _stretch(password: str | bytes) -> bytes:
+def _stretch(password: str | bytes, salt: bytes) -> bytes:
     """The password stretched exactly as pysyncobj stretches it (PBKDF2-SHA256, 100,000
-    rounds, its salt): the Fernet key an old node derives is this one."""
+    rounds): the Fernet key an old node derives is this one."""
     raw = password if isinstance(password, bytes) else password.encode()
-    kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=pysyncobj_encryptor.SALT, iterations=100000)
-    return kdf.derive(raw)
+    return PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=salt, iterations=100000).derive(raw)
 
 
 def _hkdf(secret: bytes, salt: bytes, info: bytes) -> bytes:

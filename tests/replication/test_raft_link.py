@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
@@ -29,7 +30,7 @@ APPEND = {"type": "append_entries", "term": 7, "commit_index": 12344, "entries":
 
 @pytest.fixture(scope="module")
 def cipher() -> raft_link.RaftCipher:
-    return raft_link.make_cipher(PASSWORD)  # PBKDF2 takes a while: once per module
+    return pysyncobj_adapter.make_cipher(PASSWORD)  # PBKDF2 takes a while: once per module
 
 
 def pair(secret: bytes) -> tuple[raft_link.Link, raft_link.Link]:
@@ -87,7 +88,7 @@ def test_a_frame_opens_only_on_its_own_connection_and_direction(cipher: raft_lin
 
 def test_a_frame_sealed_without_the_password_is_refused(cipher: raft_link.RaftCipher) -> None:
     own, peer = os.urandom(32) + raft_link.LINK_OFFER, os.urandom(32) + raft_link.LINK_OFFER
-    stranger = raft_link.Link(raft_link.make_cipher("another-password-long-enough").link_secret, peer, own)
+    stranger = raft_link.Link(pysyncobj_adapter.make_cipher("another-password-long-enough").link_secret, peer, own)
     receiver = raft_link.Link(cipher.link_secret, own, peer)
     with pytest.raises(raft_link.LinkRefused):
         receiver.open(stranger.seal(APPEND))
