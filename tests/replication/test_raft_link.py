@@ -154,6 +154,15 @@ def test_a_node_of_the_previous_version_is_spoken_to_in_fernet(cipher: raft_link
         assert wire.deliver(sender, receiver) == [APPEND]
 
 
+def test_a_node_without_the_password_is_refused_at_its_first_message(cipher: raft_link.RaftCipher) -> None:
+    wire = Wire(pysyncobj_adapter.make_cipher("another-password-long-enough"), cipher)
+    wire.client.recvRandKey = os.urandom(32)
+    wire.client.send(wire.client.recvRandKey)
+    assert wire.deliver(wire.client, wire.server) == []
+    assert wire.server.sendRandKey is None and wire.server._TcpConnection__readBuffer == b"", \
+        "the server took the stranger's key or kept its bytes"
+
+
 def test_a_tampered_link_frame_or_a_fernet_frame_after_it_closes_the_connection(
         cipher: raft_link.RaftCipher) -> None:
     wire = Wire(cipher, cipher)
