@@ -20,7 +20,7 @@ __all__ = [
     "REGISTRY", "RAFT_ROLE", "RAFT_TERM", "COMMIT_INDEX", "APPLIED_INDEX", "LOG_ENTRIES", "SNAPSHOT_AGE",
     "SNAPSHOT_BYTES", "APPLY_SECONDS", "JOURNAL_FSYNC_SECONDS", "RPC_SECONDS", "EPOCHS", "CHECKPOINTS", "FORCED_CHECKPOINTS",
     "USELESS_CHECKPOINTS", "ROLLBACK_DEPTH", "RECOVERIES", "GC_BYTES", "RAFT_EVENTS", "MEMBERSHIP_REQUESTS", "RAFT_VOTERS", "RAFT_LIVE_VOTERS",
-    "RAFT_CONNECTIONS_REFUSED", "GRPC_CONNECTIONS", "GRPC_CONNECTIONS_REFUSED", "LOOP_LAG", "TICK_LAG", "SHED",
+    "RAFT_CONNECTIONS_REFUSED", "RAFT_MESSAGES_SENT", "RAFT_TICKS", "GRPC_CONNECTIONS", "GRPC_CONNECTIONS_REFUSED", "LOOP_LAG", "TICK_LAG", "SHED",
     "LEASE_CREDIT_SECONDS", "TLS_CERT_EXPIRY", "DIGEST_DIVERGED_PEERS", "PROPOSAL_SECONDS", "LIVE_AGENTS",
     "AGENTS_DECLARED_FAILED", "ROLLBACK_DELIVERY_SECONDS", "record_checkpoint", "update_node_gauges",
 ]
@@ -63,6 +63,11 @@ MEMBERSHIP_REQUESTS = Counter("raftpoint_membership_requests_total", "AddNode/Re
 RAFT_CONNECTIONS_REFUSED = Counter("raftpoint_raft_connections_refused_total", "Incoming Raft connections "
                                    "closed before authenticating, by reason (oversized, idle, unnamed, "
                                    "per_source)", ["reason"])
+RAFT_MESSAGES_SENT = Counter("raftpoint_raft_messages_sent_total", "Raft messages this node sent, by message type "
+                             "(append_entries, next_node_idx, request_vote, ...; key_exchange) and framing (link_v1: "
+                             "AES-GCM; fernet: pysyncobj's, used with peers of an older version and for the key "
+                             "exchange)", ["type", "framing"])
+RAFT_TICKS = Counter("raftpoint_raft_ticks_total", "Times the Raft thread woke up and ran its tick")
 CONNECTION_STATES = ("authenticated", "unauthenticated")
 CONNECTION_REFUSALS = (PER_SOURCE, FULL)
 GRPC_CONNECTIONS = Gauge("raftpoint_grpc_connections", "Client connections open on the gRPC port, by whether they "

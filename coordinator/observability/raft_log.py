@@ -8,6 +8,8 @@ a reader of the log and an alert on rate() see it.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from coordinator.core.membership import RaftEvent
@@ -42,6 +44,23 @@ def connection_refused(reason: str, detail: str) -> None:
     (rate-limited); `detail` says what it did."""
     metrics.RAFT_CONNECTIONS_REFUSED.labels(reason).inc()
     _REFUSALS.note(reason, f"closed an incoming Raft connection that {detail}")
+
+
+_SENT: dict[tuple[str, str], Any] = {}
+
+
+def message_sent(kind: str, framing: str) -> None:
+    """Count one Raft message sent (on the Raft thread, for every message: the
+    counter's child is looked up once per label pair)."""
+    child = _SENT.get((kind, framing))
+    if child is None:
+        child = _SENT[(kind, framing)] = metrics.RAFT_MESSAGES_SENT.labels(kind, framing)
+    child.inc()
+
+
+def tick() -> None:
+    """Count one run of the Raft thread's tick."""
+    metrics.RAFT_TICKS.inc()
 
 
 def flush() -> None:

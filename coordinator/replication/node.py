@@ -270,6 +270,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
 
     def _end_of_tick(self) -> None:
         self.tick_lag.tick()
+        raft_log.tick()
         # What this tick appended and sent to followers unflushed becomes durable while
         # they store it too (before the poll that waits for their answers).
         self._journal.flush()

@@ -5,9 +5,10 @@ it calls, the name-mangled `SyncObj.__*` attributes holding the log, the applied
 index, the commit index, the Raft role, the entry applier (whose entry encoding
 raft_entries reads) and the AppendEntries sender and the shape
 of an AppendEntries message, the transport's back-reference to its node and its
-not-yet-identified connections, the TCP connection's read buffer and the
-connection class its server builds, the wire framing and key exchange of its TCP
-transport (for the probe of a new member), and the text of one log message. Each
+not-yet-identified connections, the TCP connection's read and write buffers, its
+parser and key-exchange attributes (for raft_link's frames) and the connection
+classes its server and transport build, its encryptor factory, the wire framing and
+key exchange of its TCP transport (for the probe of a new member), and the text of one log message. Each
 use is a small function here, so an
 upgrade is checked in this module alone, and `install()` refuses any other
 version instead of letting a changed internal corrupt a replica quietly.
@@ -30,17 +31,20 @@ from importlib import metadata
 from typing import Any, Callable, Iterator
 
 from pysyncobj import SyncObj
+from pysyncobj import encryptor as pysyncobj_encryptor
 from pysyncobj import journal as pysyncobj_journal
 from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj import syncobj as pysyncobj_syncobj
 from pysyncobj import tcp_server as pysyncobj_tcp_server
+from pysyncobj import transport as pysyncobj_transport
 from pysyncobj.monotonic import monotonic as pysyncobj_monotonic
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from coordinator.core.connection_caps import beyond_share, source_of
+from coordinator.observability import raft_log as raft_events_log
 from coordinator.observability.log_tally import LogTally
-from coordinator.replication import raft_entries
+from coordinator.replication import raft_entries, raft_link
 from coordinator.replication.journal import ConflictAwareJournal
 from coordinator.replication.replica import RaftProbeFailed
 
@@ -254,7 +258,86 @@ class RaftPortLimits:
 _PREFIX = struct.Struct("i")  # pysyncobj's length prefix: native-endian signed int
 
 
-class GuardedConnection(TcpConnection):
+class LinkConnection(TcpConnection):
+    """pysyncobj's TCP connection, speaking raft_link's frames to a peer that offered
+    them and pysyncobj's own to any other (raft_link says why and how).
+
+    pysyncobj keeps the key exchange in two attributes: `recvRandKey`, the random
+    key this end sent (a property here, which appends raft_link.LINK_OFFER when the
+    node's encryptor can seal links), and `sendRandKey`, the peer's. Every message
+    sent is counted by type and framing."""
+
+    _own_key: Any = None
+    _link: raft_link.Link | None = None
+    _TcpConnection__readBuffer: bytes  # pysyncobj's, set in its constructor
+
+    @property
+    def recvRandKey(self) -> Any:
+        return self._own_key
+
+    @recvRandKey.setter
+    def recvRandKey(self, key: Any) -> None:
+        if isinstance(key, bytes) and isinstance(self.encryptor, raft_link.RaftCipher):
+            key += raft_link.LINK_OFFER
+        self._own_key = key
+
+    def _current_link(self) -> raft_link.Link | None:
+        """The link of this connection once both ends offered it, None before."""
+        own, peer = self._own_key, self.sendRandKey
+        cipher = self.encryptor
+        if not (isinstance(cipher, raft_link.RaftCipher) and raft_link.offers_link(own)
+                and raft_link.offers_link(peer)):
+            return None
+        if self._link is None or self._link.keys != (own, peer):  # a new key exchange: a new link
+            self._link = raft_link.Link(cipher.link_secret, own, peer)
+        return self._link
+
+    def send(self, message: Any) -> None:
+        kind = message.get("type", "other") if isinstance(message, dict) else "other"
+        # The key exchange itself stays in pysyncobj's framing: the peer needs this key
+        # to derive the link.
+        link = None if message is self._own_key else self._current_link()
+        if link is None:
+            raft_events_log.message_sent("key_exchange" if message is self._own_key else kind, "fernet")
+            super().send(message)
+            return
+        raft_events_log.message_sent(kind, "link_v1")
+        data = link.seal(message)
+        self._TcpConnection__writeBuffer += _PREFIX.pack(len(data)) + data
+        self._TcpConnection__trySendBuffer()
+
+    def _TcpConnection__processParseMessage(self) -> Any:
+        """pysyncobj's parser for its frames; link frames opened here. A frame that does
+        not open, or a Fernet frame after a link frame, closes the connection (as
+        pysyncobj closes it on a frame that does not decrypt)."""
+        buffer = self._TcpConnection__readBuffer
+        if len(buffer) < _PREFIX.size:
+            return None
+        (length,) = _PREFIX.unpack_from(buffer)
+        if length < 0:
+            self.disconnect()
+            return None
+        if len(buffer) - _PREFIX.size < length:
+            return None
+        end = _PREFIX.size + length
+        link = self._current_link()
+        if not raft_link.is_link_frame(buffer[_PREFIX.size:_PREFIX.size + 1]):
+            if link is not None and link.opened:
+                self.disconnect()
+                return None
+            return super()._TcpConnection__processParseMessage()
+        try:
+            if link is None:
+                raise raft_link.LinkRefused("a link frame on a connection whose key exchange did not offer links")
+            message = link.open(buffer[_PREFIX.size:end])
+        except Exception:  # forged, tampered, replayed, or not a pickle: like pysyncobj, close
+            self.disconnect()
+            return None
+        self._TcpConnection__readBuffer = buffer[end:]
+        return message
+
+
+class GuardedConnection(LinkConnection):
     """An accepted connection of pysyncobj's TCP server, closed at once when, before
     authenticating, it announces a message longer than the limit; the transport
     closes it when it has not authenticated in time (FlushingTransport._onTick).
@@ -796,11 +879,20 @@ def create_journal(journal_file: str | None = None) -> pysyncobj_journal.Journal
     return journal
 
 
+def make_cipher(password: str | bytes) -> raft_link.RaftCipher:
+    """pysyncobj's encryptor factory (getEncryptor), replaced: the same Fernet key, and
+    the secret raft_link's frames are sealed with."""
+    return raft_link.RaftCipher(password, pysyncobj_encryptor.SALT)
+
+
 def install() -> None:
     """Check the version, then make pysyncobj create ConflictAwareJournal, accept
-    GuardedConnections and drop its false truncation alarm. Must run before a SyncObj
+    GuardedConnections, open LinkConnections with a RaftCipher (raft_link's framing
+    where the peer offers it) and drop its false truncation alarm. Must run before a SyncObj
     is constructed; idempotent."""
     check_version()
     pysyncobj_syncobj.createJournal = create_journal
     pysyncobj_tcp_server.TcpConnection = GuardedConnection
+    pysyncobj_transport.TcpConnection = LinkConnection
+    pysyncobj_syncobj.getEncryptor = make_cipher
     logging.getLogger(_PYSYNCOBJ_LOGGER).addFilter(_DROP_FALSE_ALARM)  # a no-op when already added
