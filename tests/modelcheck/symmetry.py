@@ -212,7 +212,7 @@ _BLOBS: dict[str, Saved] = {}
 _WRITES: dict[str, tuple[str, Pending]] = {}
 _FINGERPRINTS: dict[tuple[str, Pending], str] = {}
 _RENAMINGS: dict[tuple[Bounds, Perm], Renaming] = {}
-_RECORDS: dict[tuple[Records, Perm], tuple[int, dict[int, int]]] = {}
+_RECORDS: dict[tuple[Records, Perm, frozenset[int]], tuple[int, dict[int, int]]] = {}
 _PROCS: dict[tuple[Proc, Perm], tuple[Any, ...]] = {}
 
 
@@ -230,10 +230,11 @@ def _remember(table: dict[Any, Any], key: Any, value: Any) -> Any:
     return value
 
 
-def _records(r: Renaming, records: Records) -> tuple[int, dict[int, int]]:
+def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> tuple[int, dict[int, int]]:
     """The hash of the records renamed (in renamed-key order), and the renumbering of
-    order ids (remembered: records recur across worlds)."""
-    found = _RECORDS.get((records, r.perm))
+    the order ids they and the writes still to be retried (`pending_orders`) name
+    (remembered: records recur across worlds)."""
+    found = _RECORDS.get((records, r.perm, pending_orders))
     if found is not None:
         return found
     decoded = []
@@ -245,17 +246,19 @@ def _records(r: Renaming, records: Records) -> tuple[int, dict[int, int]]:
             decoded.append((table, parts, (remembered, kind.decode()), json.loads(body)))
         else:
             decoded.append((table, parts, None, json.loads(raw_value)))
-    referenced: set[int] = set()
-    for _, _, _, value in decoded:
+    referenced = set(pending_orders)
+    for _, parts, _, value in decoded:
         _referenced(value, referenced)
+        acked = [_ACK.fullmatch(p) for p in parts if isinstance(p, str)]
+        referenced.update(int(m[2]) for m in acked if m is not None)
     ids = _order_ids(r, [value["d"] for table, _, _, value in decoded if table == ORDER], referenced)
     out = []
     for table, parts, answer, value in decoded:
-        key = (table,) + tuple(r.text(p) if isinstance(p, str) else ids.get(p, p) if table == ORDER else p
-                               for p in parts)
+        key = (table,) + tuple(r.text(_acking(p, ids)) if isinstance(p, str) else ids.get(p, p) if table == ORDER
+                               else p for p in parts)
         head = () if answer is None else (_answered(r, answer[0], ids), answer[1])
         out.append((repr(key), head + (r.plain(value, ids),)))
-    return _remember(_RECORDS, (records, r.perm), (hash(tuple(sorted(out))), ids))  # type: ignore[no-any-return]
+    return _remember(_RECORDS, (records, r.perm, pending_orders), (hash(tuple(sorted(out))), ids))  # type: ignore[no-any-return]
 
 
 def _answered(r: Renaming, fingerprint: str, ids: dict[int, int]) -> Any:
@@ -295,7 +298,8 @@ def encode(world: World, bounds: Bounds, perm: Perm) -> tuple[Any, ...]:
     """E(perm, world): the renamed world, everything the model reads kept (the
     records by the hash of their rendering)."""
     r = _renaming(bounds, perm)
-    records, ids = _records(r, world.records)
+    writes = _writes(world, bounds)
+    records, ids = _records(r, world.records, frozenset(w.order_id for _, w in writes))
     procs: list[Any] = [None] * r.n
     for i, p in enumerate(world.procs):
         procs[r.index(i)] = _proc(r, p, ids)
@@ -314,10 +318,15 @@ def encode(world: World, bounds: Bounds, perm: Perm) -> tuple[Any, ...]:
     )
 
 
+def _writes(world: World, bounds: Bounds) -> list[tuple[str, Pending]]:
+    """Every write the model may still send again, with its agent."""
+    own = [(bounds.names[i], p.pending) for i, p in enumerate(world.procs) if p.pending is not None]
+    return own + list(world.late)
+
+
 def _learn(world: World, bounds: Bounds) -> None:
     """Remember what the hashes in `world` stand for (its blobs, its writes' fingerprints)."""
-    own = [(bounds.names[i], p.pending) for i, p in enumerate(world.procs) if p.pending is not None]
-    for agent, write in own + list(world.late):
+    for agent, write in _writes(world, bounds):
         found = _FINGERPRINTS.get((agent, write))
         if found is None:
             found = _remember(_FINGERPRINTS, (agent, write), dedupe.fingerprint(write.command(agent)))
@@ -332,7 +341,16 @@ def _learn(world: World, bounds: Bounds) -> None:
 def _pending(r: Renaming, w: Pending | None, ids: dict[int, int]) -> Any:
     if w is None:
         return None
-    return r.obj(dataclasses.replace(w, order_id=ids.get(w.order_id, w.order_id)))
+    return r.obj(dataclasses.replace(w, request_id=_acking(w.request_id, ids), order_id=ids.get(w.order_id, w.order_id)))
+
+
+_ACK = re.compile(r"(.*-ack-)(\d+)")
+
+
+def _acking(request_id: str, ids: dict[int, int]) -> str:
+    """An acknowledgement's request id names its order: renumbered with the order."""
+    m = _ACK.fullmatch(request_id)
+    return request_id if m is None else f"{m[1]}{ids.get(int(m[2]), int(m[2]))}"
 
 
 def _proc(r: Renaming, p: Proc, ids: dict[int, int]) -> tuple[Any, ...]:
