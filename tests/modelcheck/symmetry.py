@@ -26,21 +26,26 @@ reads the records through the core's own key and JSON codecs and renders:
 - every string that names an agent (agent ids, message ids `a1`, request ids, blob
   URIs, `missing` entries) renamed; a string that looks like an agent id in a shape
   this module does not know raises instead of passing unrenamed;
-- lists of strings and of objects in records (members, fences, lines) sorted after
-  renaming: the core keeps them sorted by agent id and reads them as sets;
+- a list the core keeps in agent-id order (a group's and an epoch's members, the
+  agents that committed an epoch, a recovery's line: agent ids, or objects of
+  distinct agents) put back in agent-id order after renaming, the order the core
+  gives the renamed list; every other list (an agent's own fences) keeps its order;
 - a blob URI as its renamed agent, index and the renamed content of the blob it
   names (the hash is a function of that content); a URI whose blob no process holds
   keeps its hash (it matches nothing either way);
-- a kept answer as whether its command fingerprint is that of the write the model
-  will retry under its request id (the only thing the applier compares it with);
+- a kept answer's command fingerprint as the renamed write it is the fingerprint
+  of (a table filled as worlds are encoded: the fingerprint is a function of the
+  write's command, which the model retries under the answer's request id);
 - no `reason` field: the prose of a refusal or of an aborted epoch, which neither
   the core nor the model reads (the model reads result types and reason codes);
 - the vector CIC rules' state and piggybacks (FDAS, HMNR index agents by position)
   permuted, `me` renamed;
-- order ids renumbered within the set of ids in use, as the core would have
-  numbered the renamed orders (it numbers one decision's orders in agent-id order,
-  so a renamed world's orders carry each other's ids): the core and the model
-  compare order ids for equality only, so renumbering them is a symmetry too.
+- order ids, and the acknowledgement request ids that name them, renumbered 1, 2,
+  ... as the core would have numbered the renamed orders (it numbers one decision's
+  orders in agent-id order, so a renamed world's orders carry each other's ids),
+  then ids still named whose order is gone: the core and the model compare order
+  ids for equality only, and every new id stays below the group's next_order_id
+  (the core's next), so renumbering them is a symmetry too.
 tests/modelcheck/test_symmetry.py checks the claim where it can be checked: on two
 agents the reduced search reaches exactly the orbits the full search does, and finds
 what the full search finds for every planted bug.
@@ -52,8 +57,9 @@ import itertools
 import json
 import re
 import struct
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from coordinator.core import dedupe
 from coordinator.core.model import Mode
@@ -121,8 +127,8 @@ class Renaming:
         return s
 
     def plain(self, value: Any, ids: dict[int, int]) -> Any:
-        """A decoded JSON value renamed (order ids by `ids`), prose fields left out;
-        lists of strings or objects sorted (sets to the core)."""
+        """A decoded JSON value renamed (order ids by `ids`), prose fields left out,
+        and a list the core keeps in agent-id order put back in that order."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
@@ -130,8 +136,11 @@ class Renaming:
                                 for k, v in value.items() if k not in _UNREAD))
         if isinstance(value, list):
             items = [self.plain(v, ids) for v in value]
-            if value and all(isinstance(v, (str, dict)) for v in value):
-                return ("set", tuple(sorted(items, key=repr)))
+            if value and all(isinstance(v, str) and v in self.names for v in value):
+                return tuple(sorted(items))  # members, an epoch's committed agents
+            owners = [v.get("agent_id") for v in value if isinstance(v, dict)]
+            if len(owners) == len(value) > 1 and len(set(owners)) == len(owners) and set(owners) <= set(self.names):
+                return tuple(item for _, item in sorted(zip(map(self.name, owners), items)))  # a recovery's line
             return tuple(items)
         return value
 
@@ -237,12 +246,12 @@ def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> t
     found = _RECORDS.get((records, r.perm, pending_orders))
     if found is not None:
         return found
-    decoded = []
+    decoded: list[tuple[str, tuple[Any, ...], tuple[str, str] | None, Any]] = []
     for raw_key, raw_value in records:
         table, parts = keys.parse(raw_key)
         if table == RESULT:
-            remembered, answer = read_kept_answer(raw_value)
-            kind, _, body = answer.partition(b"\n")
+            remembered, kept = read_kept_answer(raw_value)
+            kind, _, body = kept.partition(b"\n")
             decoded.append((table, parts, (remembered, kind.decode()), json.loads(body)))
         else:
             decoded.append((table, parts, None, json.loads(raw_value)))
@@ -253,10 +262,10 @@ def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> t
         referenced.update(int(m[2]) for m in acked if m is not None)
     ids = _order_ids(r, [value["d"] for table, _, _, value in decoded if table == ORDER], referenced)
     out = []
-    for table, parts, answer, value in decoded:
+    for table, parts, answered, value in decoded:
         key = (table,) + tuple(r.text(_acking(p, ids)) if isinstance(p, str) else ids.get(p, p) if table == ORDER
                                else p for p in parts)
-        head = () if answer is None else (_answered(r, answer[0], ids), answer[1])
+        head = () if answered is None else (_answered(r, answered[0], ids), answered[1])
         out.append((repr(key), head + (r.plain(value, ids),)))
     return _remember(_RECORDS, (records, r.perm, pending_orders), (hash(tuple(sorted(out))), ids))  # type: ignore[no-any-return]
 
