@@ -4,14 +4,15 @@ The workload is symmetric (every agent gets the same budgets, sends to every oth
 runs the same rule), so renaming agents maps a reachable world to a world that
 behaves alike: its transitions are the renamed transitions, and every invariant
 gives the same verdict (none names an agent). The search therefore keys a world by
-`key(world)`: the smallest, over every permutation of agent ids, of an encoding of
-the renamed world, and explores one world per key.
+`key(world)`: the smallest, over every permutation of agent ids, of the hash of an
+encoding of the renamed world (every world of an orbit has the same set of
+encodings, so the same key), and explores one world per key.
 
 Why no violation is missed. Write R(w) for the renaming of w by permutation R. The
 encoding below, E(R, w), is injective up to what nothing observes: E(R1, w1) ==
 E(R2, w2) only if R1(w1) and R2(w2) agree on everything a transition or an invariant
-reads. So two worlds with one key are renamings of each other up to unobserved
-detail, and (Ip and Dill's theorem, "Better verification through symmetry", 1996)
+reads. So two worlds with one key (barring a 64-bit hash collision, as for plain
+world hashes) are renamings of each other up to unobserved detail, and (Ip and Dill's theorem, "Better verification through symmetry", 1996)
 exploring one world per key reaches, for every reachable world, one of its
 renamings; since transitions commute with renaming and invariants are invariant
 under it, a violation reachable in the full search is reachable, renamed, in the
