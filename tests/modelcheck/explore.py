@@ -2,7 +2,9 @@
 every state and every transition.
 
 Worlds are immutable values, so a visited world is remembered by its hash (64 bits:
-a collision, which would skip a state, is astronomically unlikely at these sizes).
+a collision, which would skip a state, is astronomically unlikely at these sizes),
+or, with `symmetric`, by the hash of its smallest renaming (symmetry.py): one world
+per orbit of agent renamings is then explored.
 A transition that breaks an invariant is reported with the shortest trace to it
 (breadth first) and not explored further.
 """
@@ -13,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tests.modelcheck import invariants, replica
+from tests.modelcheck import invariants, replica, symmetry
 from tests.modelcheck.replica import view_of
 from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
 
@@ -43,15 +45,19 @@ class Report:
     violations: dict[str, Violation] = field(default_factory=dict)
 
 
-def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None) -> Report:
+def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None,
+          symmetric: bool = False, visit: Callable[[World], None] | None = None) -> Report:
     """Explore every interleaving of at most `depth` transitions from the initial world
-    (or as many as `max_seconds` allows: the report then says it is not complete)."""
+    (or as many as `max_seconds` allows: the report then says it is not complete);
+    `symmetric`: one world per orbit of agent renamings. `visit` sees each new world."""
     started = time.perf_counter()
     replica.forget()
+    symmetry.forget()
+    key_of: Callable[[World], int] = symmetry.key(bounds) if symmetric else hash
     report = Report(bounds, depth)
     first = initial(bounds)
-    parents: Parents = {hash(first): None}
-    frontier: deque[tuple[World, int]] = deque([(first, 0)])
+    parents: Parents = {key_of(first): None}
+    frontier: deque[tuple[World, int, int]] = deque([(first, key_of(first), 0)])
     report.complete = True
 
     def trace(key: int, last: str) -> tuple[str, ...]:
@@ -67,15 +73,16 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
         if name not in report.violations:
             report.violations[name] = Violation(name, detail, trace(key, label))
 
-    _check_state(first, hash(first), "initial", parents, report, found)
+    _check_state(first, key_of(first), "initial", parents, report, found)
+    if visit is not None:
+        visit(first)
     deadline = None if max_seconds is None else started + max_seconds
     while frontier and not (stop_at_first and report.violations):
         if deadline is not None and time.perf_counter() > deadline:
             report.complete = False
             break
-        world, level = frontier.popleft()
+        world, key, level = frontier.popleft()
         report.depth_reached = max(report.depth_reached, level)
-        key = hash(world)
         if level == depth:
             report.complete = report.complete and not any(True for _ in moves(world, bounds))
             continue
@@ -90,14 +97,16 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
             for name, detail in broken:
                 found(name, detail, key, step.label)
             after = step.after
-            after_key = hash(after)
+            after_key = key_of(after)
             if after_key in parents:
                 continue
             parents[after_key] = (key, step.label)
             report.states += 1
+            if visit is not None:
+                visit(after)
             if broken or not _check_state(after, after_key, step.label, parents, report, found):
                 continue
-            frontier.append((after, level + 1))
+            frontier.append((after, after_key, level + 1))
     report.states += 1  # the initial world
     report.seconds = time.perf_counter() - started
     return report

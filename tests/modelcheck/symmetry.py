@@ -1,0 +1,390 @@
+"""Symmetry reduction: one world explored per orbit of agent renamings.
+
+The workload is symmetric (every agent gets the same budgets, sends to every other,
+runs the same rule), so renaming agents maps a reachable world to a world that
+behaves alike: its transitions are the renamed transitions, and every invariant
+gives the same verdict (none names an agent). The search therefore keys a world by
+`key(world)`: the smallest, over every permutation of agent ids, of the hash of an
+encoding of the renamed world (every world of an orbit has the same set of
+encodings, so the same key), and explores one world per key.
+
+Why no violation is missed. Write R(w) for the renaming of w by permutation R. The
+encoding below, E(R, w), is injective up to what nothing observes: E(R1, w1) ==
+E(R2, w2) only if R1(w1) and R2(w2) agree on everything a transition or an invariant
+reads. So two worlds with one key (barring a 64-bit hash collision, as for plain
+world hashes) are renamings of each other up to unobserved detail, and (Ip and Dill's theorem, "Better verification through symmetry", 1996)
+exploring one world per key reaches, for every reachable world, one of its
+renamings; since transitions commute with renaming and invariants are invariant
+under it, a violation reachable in the full search is reachable, renamed, in the
+reduced one, at the same depth (so counterexamples stay shortest). The key need not
+pick one representative per orbit: a missed merge costs states, never soundness.
+
+Why an abstraction of the core's state and not the renamed state itself. The core's
+records cannot be renamed byte for byte: the dedupe table keeps a SHA-256 of each
+answered command (agent ids inside), blob URIs end in a hash of the blob's content
+(message ids inside), and order ids are handed out in agent-id order. E therefore
+reads the records through the core's own key and JSON codecs and renders:
+- every string that names an agent (agent ids, message ids `a1`, request ids, blob
+  URIs, `missing` entries) renamed; a string that looks like an agent id in a shape
+  this module does not know raises instead of passing unrenamed;
+- a list the core keeps in agent-id order (a group's and an epoch's members, the
+  agents that committed an epoch, a recovery's line: agent ids, or objects of
+  distinct agents) put back in agent-id order after renaming, the order the core
+  gives the renamed list; every other list (an agent's own fences) keeps its order;
+- a blob URI as its renamed agent, index and the renamed content of the blob it
+  names (the hash is a function of that content); a URI whose blob no process holds
+  keeps its hash (it matches nothing either way);
+- a kept answer's command fingerprint as the renamed write it is the fingerprint
+  of (a table filled as worlds are encoded: the fingerprint is a function of the
+  write's command, which the model retries under the answer's request id);
+- no `reason` field: the prose of a refusal or of an aborted epoch, which neither
+  the core nor the model reads (the model reads result types and reason codes);
+- the vector CIC rules' state and piggybacks (FDAS, HMNR index agents by position)
+  permuted, `me` renamed;
+- order ids, and the acknowledgement request ids that name them, renumbered 1, 2,
+  ... as the core would have numbered the renamed orders (it numbers one decision's
+  orders in agent-id order, so a renamed world's orders carry each other's ids),
+  then ids still named whose order is gone: the core and the model compare order
+  ids for equality only, and every new id stays below the group's next_order_id
+  (the core's next), so renumbering them is a symmetry too.
+tests/modelcheck/test_symmetry.py checks the claim where it can be checked: on two
+agents the reduced search reaches exactly the orbits the full search does, and finds
+what the full search finds for every planted bug.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+import struct
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from coordinator.core import dedupe
+from coordinator.core.model import Mode
+from coordinator.storage import keys
+from coordinator.storage.state import ORDER, RESULT, read_kept_answer
+from tests.modelcheck.replica import Records
+from tests.modelcheck.world import GROUP, Bounds, Msg, Pending, Proc, Saved, World
+
+Perm = tuple[int, ...]  # agent i is renamed to agent perm[i]
+CACHE_LIMIT = 1 << 16
+
+
+class Renaming:
+    """One permutation of one bounds' agents, applied to every shape of value that
+    names an agent."""
+
+    def __init__(self, bounds: Bounds, perm: Perm) -> None:
+        names = bounds.names
+        assert GROUP not in names, "the group's name must not be an agent's"
+        self.perm = perm
+        self.n = len(names)
+        self.mode = bounds.mode
+        self.names = dict(zip(names, (names[j] for j in perm)))
+        agent = f"[{''.join(names)}]"
+        self._mid = re.compile(f"({agent})(\\d+)")
+        self._own = re.compile(f"({agent})-(.*?)(?:-deps-({agent})(\\d+))?")
+        self._leader = re.compile(f"leader-fail-({agent})-(\\d+)")
+        self._uri = re.compile(f"file:///blobs/({agent})/(\\d+)\\.([0-9a-f]+)")
+        self._blob = re.compile(f"({agent})/(\\d+)")
+        self._token = re.compile(f"(?<![A-Za-z0-9]){agent}(?![A-Za-z])")
+        self._rules: dict[str, Any] = {}
+        self._blobs: dict[Saved, tuple[Any, ...]] = {}
+        self._values: dict[Any, Any] = {}
+
+    def name(self, agent: str) -> str:
+        return self.names[agent]
+
+    def index(self, i: int) -> int:
+        return self.perm[i]
+
+    def vector(self, values: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
+        out: list[Any] = [None] * self.n
+        for i, v in enumerate(values):
+            out[self.perm[i]] = v
+        return tuple(out)
+
+    def text(self, s: str) -> Any:
+        """A string, renamed if it names an agent in a shape the model produces."""
+        if s in self.names:
+            return self.names[s]
+        if m := self._mid.fullmatch(s):
+            return self.names[m[1]] + m[2]
+        if m := self._uri.fullmatch(s):
+            blob = _BLOBS.get(s)
+            return ("blob", self.names[m[1]], int(m[2]), m[3] if blob is None else self.saved(blob))
+        if m := self._blob.fullmatch(s):
+            return f"{self.names[m[1]]}/{m[2]}"
+        if m := self._leader.fullmatch(s):
+            return f"leader-fail-{self.names[m[1]]}-{m[2]}"
+        if m := self._own.fullmatch(s):
+            tail = f"-deps-{self.names[m[3]]}{m[4]}" if m[3] else ""
+            return f"{self.names[m[1]]}-{m[2]}{tail}"
+        if self._token.search(s):
+            raise ValueError(f"{s!r} may name an agent in a shape the symmetry reduction cannot rename")
+        return s
+
+    def plain(self, value: Any, ids: dict[int, int]) -> Any:
+        """A decoded JSON value renamed (order ids by `ids`), prose fields left out,
+        and a list the core keeps in agent-id order put back in that order."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return tuple(sorted((k, ids.get(v, v) if k in _ORDER_IDS else self.plain(v, ids))
+                                for k, v in value.items() if k not in _UNREAD))
+        if isinstance(value, list):
+            items = [self.plain(v, ids) for v in value]
+            if value and all(isinstance(v, str) and v in self.names for v in value):
+                return tuple(sorted(items))  # members, an epoch's committed agents
+            owners = [v.get("agent_id") for v in value if isinstance(v, dict)]
+            if len(owners) == len(value) > 1 and len(set(owners)) == len(owners) and set(owners) <= set(self.names):
+                return tuple(item for _, item in sorted(zip(map(self.name, owners), items)))  # a recovery's line
+            return tuple(items)
+        return value
+
+    def value(self, value: Any) -> Any:
+        """obj(value), remembered: messages and commands recur across worlds."""
+        found = self._values.get(value)
+        if found is None:
+            if len(self._values) >= CACHE_LIMIT:
+                self._values.clear()
+            found = self._values[value] = self.obj(value)
+        return found
+
+    def obj(self, value: Any) -> Any:
+        """A model value (dataclass, tuple, enum, str, bytes, number) renamed."""
+        if isinstance(value, Saved):
+            return self.saved(value)
+        if isinstance(value, Msg):
+            return (self.text(value.mid), self.name(value.sender), self.name(value.receiver), value.generation,
+                    value.interval, value.epoch, self.piggyback(value.piggyback))
+        if dataclasses.is_dataclass(value):
+            return (type(value).__name__,) + tuple(self.obj(getattr(value, f.name))
+                                                   for f in dataclasses.fields(value))
+        if isinstance(value, Enum):
+            return value.value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, (tuple, list, frozenset, set)):
+            return tuple(self.obj(v) for v in value)
+        return value
+
+    def saved(self, s: Saved) -> tuple[Any, ...]:
+        """A blob by its content (the part of its URI that is not a hash of that content)."""
+        found = self._blobs.get(s)
+        if found is None:
+            found = self._blobs[s] = self._saved(s)
+        return found
+
+    def _saved(self, s: Saved) -> tuple[Any, ...]:
+        held = tuple((self.text(h.mid), self.name(h.sender), h.received) for h in s.held)
+        return (s.index, held, self.rule(s.rule), s.cut_epoch)
+
+    def rule(self, doc: str) -> Any:
+        """A rule's state (JSON text): per-agent vectors permuted, `me` renamed."""
+        found = self._rules.get(doc)
+        if found is None:
+            found = self._rules[doc] = self._rule(doc)
+        return found
+
+    def _rule(self, doc: str) -> Any:
+        state = json.loads(doc) if doc else None
+        if not isinstance(state, dict):
+            return state
+        return tuple(sorted((k, self.index(v) if k == "me" else
+                             self.vector(v) if isinstance(v, list) and len(v) == self.n else v)
+                            for k, v in state.items()))
+
+    def piggyback(self, data: bytes) -> Any:
+        """FDAS piggybacks a vector, HMNR three (clock, checkpoint, taken); BCS a scalar."""
+        n = self.n
+        if self.mode is Mode.CIC_FDAS:
+            return self.vector(struct.unpack(f">{n}Q", data))
+        if self.mode is Mode.CIC_HMNR:
+            values = struct.unpack(f">{2 * n}Q{n}?", data)
+            return tuple(self.vector(values[k * n:(k + 1) * n]) for k in range(3))
+        return data
+
+
+def permutations(bounds: Bounds) -> list[Perm]:
+    return list(itertools.permutations(range(bounds.agents)))
+
+
+_UNREAD = frozenset({"reason"})  # prose of a refusal or an aborted epoch: nothing reads it
+_ORDER_IDS = frozenset({"order_id", "rollback_order"})
+# What a hash in the state stands for, filled as worlds are encoded: a blob URI's
+# blob, a kept answer's command fingerprint's write. Both are functions of what they
+# hash, so the tables hold for every world and a rendering through them is one too.
+_BLOBS: dict[str, Saved] = {}
+_WRITES: dict[str, tuple[str, Pending]] = {}
+_FINGERPRINTS: dict[tuple[str, Pending], str] = {}
+_RENAMINGS: dict[tuple[Bounds, Perm], Renaming] = {}
+_RECORDS: dict[tuple[Records, Perm, frozenset[int]], tuple[int, dict[int, int]]] = {}
+_PROCS: dict[tuple[Proc, Perm], tuple[Any, ...]] = {}
+
+
+def _renaming(bounds: Bounds, perm: Perm) -> Renaming:
+    found = _RENAMINGS.get((bounds, perm))
+    if found is None:
+        found = _RENAMINGS[(bounds, perm)] = Renaming(bounds, perm)
+    return found
+
+
+def _remember(table: dict[Any, Any], key: Any, value: Any) -> Any:
+    if len(table) >= CACHE_LIMIT:
+        table.clear()
+    table[key] = value
+    return value
+
+
+def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> tuple[int, dict[int, int]]:
+    """The hash of the records renamed (in renamed-key order), and the renumbering of
+    the order ids they and the writes still to be retried (`pending_orders`) name
+    (remembered: records recur across worlds)."""
+    found = _RECORDS.get((records, r.perm, pending_orders))
+    if found is not None:
+        return found
+    decoded: list[tuple[str, tuple[Any, ...], tuple[str, str] | None, Any]] = []
+    for raw_key, raw_value in records:
+        table, parts = keys.parse(raw_key)
+        if table == RESULT:
+            remembered, kept = read_kept_answer(raw_value)
+            kind, _, body = kept.partition(b"\n")
+            decoded.append((table, parts, (remembered, kind.decode()), json.loads(body)))
+        else:
+            decoded.append((table, parts, None, json.loads(raw_value)))
+    referenced = set(pending_orders)
+    for _, parts, _, value in decoded:
+        _referenced(value, referenced)
+        acked = [_ACK.fullmatch(p) for p in parts if isinstance(p, str)]
+        referenced.update(int(m[2]) for m in acked if m is not None)
+    ids = _order_ids(r, [value["d"] for table, _, _, value in decoded if table == ORDER], referenced)
+    out = []
+    for table, parts, answered, value in decoded:
+        key = (table,) + tuple(r.text(_acking(p, ids)) if isinstance(p, str) else ids.get(p, p) if table == ORDER
+                               else p for p in parts)
+        head = () if answered is None else (_answered(r, answered[0], ids), answered[1])
+        out.append((repr(key), head + (r.plain(value, ids),)))
+    return _remember(_RECORDS, (records, r.perm, pending_orders), (hash(tuple(sorted(out))), ids))  # type: ignore[no-any-return]
+
+
+def _answered(r: Renaming, fingerprint: str, ids: dict[int, int]) -> Any:
+    """A kept answer's command fingerprint as the renamed write it is the fingerprint of."""
+    write = _WRITES.get(fingerprint)
+    return fingerprint if write is None else (r.name(write[0]), _pending(r, write[1], ids))
+
+
+def _order_ids(r: Renaming, orders: list[dict[str, Any]], referenced: set[int]) -> dict[int, int]:
+    """Order ids renumbered 1, 2, ... as the core would have numbered the renamed
+    orders: by recovery, kind, epoch and then agent id (the core numbers the orders
+    of one decision in agent-id order), then the ids still referenced whose order is
+    gone. Ids are compared for equality only and every new id stays below
+    next_order_id (the core's next), so any such renumbering is a symmetry."""
+    ranked = sorted(orders, key=lambda o: (o["recovery_id"], o["kind"], o["epoch"], r.name(o["agent_id"]),
+                                           o["order_id"]))
+    live = [o["order_id"] for o in ranked]
+    gone = sorted(referenced - set(live) - {0})
+    return {old: new for new, old in enumerate(live + gone, start=1)}
+
+
+def _referenced(value: Any, found: set[int]) -> set[int]:
+    """Every order id a decoded record names."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in _ORDER_IDS and isinstance(v, int):
+                found.add(v)
+            else:
+                _referenced(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            _referenced(v, found)
+    return found
+
+
+def encode(world: World, bounds: Bounds, perm: Perm) -> tuple[Any, ...]:
+    """E(perm, world): the renamed world, everything the model reads kept (the
+    records by the hash of their rendering)."""
+    r = _renaming(bounds, perm)
+    writes = _writes(world, bounds)
+    records, ids = _records(r, world.records, frozenset(w.order_id for _, w in writes))
+    procs: list[Any] = [None] * r.n
+    for i, p in enumerate(world.procs):
+        procs[r.index(i)] = _proc(r, p, ids)
+    return (
+        records,
+        tuple(procs),
+        tuple(sorted(r.value(m) for m in world.net)),
+        tuple(r.value(entry) for entry in world.in_flight),
+        world.failures, world.leader_changes, world.losses, world.epochs,
+        tuple(sorted((r.name(a), n) for a, n in world.proposed)),
+        tuple(sorted((r.name(a), n) for a, n in world.suspected)),
+        tuple(sorted(r.value(s) for s in world.sends)),
+        tuple(sorted(r.text(m) for m in world.undone)),
+        tuple(sorted(r.text(m) for m in world.missing)),
+        tuple((r.name(a), _pending(r, w, ids)) for a, w in world.late),
+    )
+
+
+def _writes(world: World, bounds: Bounds) -> list[tuple[str, Pending]]:
+    """Every write the model may still send again, with its agent."""
+    own = [(bounds.names[i], p.pending) for i, p in enumerate(world.procs) if p.pending is not None]
+    return own + list(world.late)
+
+
+def _learn(world: World, bounds: Bounds) -> None:
+    """Remember what the hashes in `world` stand for (its blobs, its writes' fingerprints)."""
+    for agent, write in _writes(world, bounds):
+        found = _FINGERPRINTS.get((agent, write))
+        if found is None:
+            found = _remember(_FINGERPRINTS, (agent, write), dedupe.fingerprint(write.command(agent)))
+        _WRITES[found] = (agent, write)
+        if write.saved is not None:
+            _BLOBS[write.saved.uri] = write.saved
+    for p in world.procs:
+        for saved in p.saved:
+            _BLOBS[saved.uri] = saved
+
+
+def _pending(r: Renaming, w: Pending | None, ids: dict[int, int]) -> Any:
+    if w is None:
+        return None
+    return r.obj(dataclasses.replace(w, request_id=_acking(w.request_id, ids), order_id=ids.get(w.order_id, w.order_id)))
+
+
+_ACK = re.compile(r"(.*-ack-)(\d+)")
+
+
+def _acking(request_id: str, ids: dict[int, int]) -> str:
+    """An acknowledgement's request id names its order: renumbered with the order."""
+    m = _ACK.fullmatch(request_id)
+    return request_id if m is None else f"{m[1]}{ids.get(int(m[2]), int(m[2]))}"
+
+
+def _proc(r: Renaming, p: Proc, ids: dict[int, int]) -> tuple[Any, ...]:
+    found = _PROCS.get((p, r.perm))
+    if found is None:
+        held = tuple((r.text(h.mid), r.name(h.sender), h.received) for h in p.held)
+        found = _remember(_PROCS, (p, r.perm), (
+            p.up, p.incarnation, p.generation, p.last, p.cut_epoch, r.rule(p.rule), held,
+            tuple(sorted((r.saved(s) for s in p.saved), key=repr)), p.lives, p.starting))
+    return found if p.pending is None else found + (_pending(r, p.pending, ids),)
+
+
+def key(bounds: Bounds) -> Callable[[World], int]:
+    """The search's key of a world: the smallest hash of its encodings over every
+    renaming (the same set of encodings for every world of an orbit; 64 bits, so a
+    collision is as unlikely as one of plain world hashes)."""
+    perms = permutations(bounds)
+
+    def of(world: World) -> int:
+        _learn(world, bounds)
+        return min(hash(encode(world, bounds, perm)) for perm in perms)
+    return of
+
+
+def forget() -> None:
+    for table in (_RECORDS, _PROCS, _BLOBS, _WRITES, _FINGERPRINTS, _RENAMINGS):
+        table.clear()
