@@ -34,10 +34,11 @@ def close_agents() -> Iterator[None]:
         OPEN.pop().close()
 
 
-def agent(cluster: LocalCluster, blobs: Path, group: str, name: str) -> AgentClient:
-    """An agent that carries out its orders only when the test says (obey)."""
+def agent(cluster: LocalCluster, blobs: Path, group: str, name: str, members: tuple[str, ...] = ()) -> AgentClient:
+    """An agent that carries out its orders only when the test says (obey); `members`:
+    the fixed member list HMNR and FDAS need."""
     client = AgentClient(group, name, cluster.endpoints(), blobs, token=cluster.token, tls=cluster.client_tls(),
-                         snapshot=lambda: b"", background=False)
+                         snapshot=lambda: b"", background=False, members=members)
     OPEN.append(client)
     client.register()
     return client
@@ -221,3 +222,41 @@ def test_restore_and_whatif_commands(shared_cluster: LocalCluster, shared_client
             request_id="restore-cli-bad", group="cli", containing=[pb.SavedCheckpoint(agent_id="a", index=3)]))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert dict(refused.value.trailing_metadata() or ()).get(REASON_METADATA_KEY) == "REASON_NO_RESTORE_LINE"
+
+
+@pytest.mark.parametrize("mode", [pb.CIC_BCS, pb.CIC_HMNR, pb.CIC_FDAS, pb.UNCOORDINATED],
+                         ids=["bcs", "hmnr", "fdas", "uncoordinated"])
+def test_each_mode_goes_back_to_the_savepoint_with_no_orphan(
+        shared_cluster: LocalCluster, shared_client: Client, tmp_path: Path, mode: int) -> None:
+    """Three agents pass messages around a ring and checkpoint in turn; after a savepoint
+    they go on; the restore brings every agent back to exactly what it wrote at the
+    savepoint's checkpoint (forced checkpoints, which the library takes itself in CIC
+    modes, hold the snapshot: empty here), and a message sent after it is refused."""
+    group = f"each-{pb.GroupMode.Name(mode).lower().replace('_', '-')}"
+    shared_client.create_group(group, mode=mode)
+    names = ("a", "b", "c")
+    agents = {n: agent(shared_cluster, tmp_path / "blobs", group, n, members=names) for n in names}
+    written: dict[str, dict[int, bytes]] = {n: {} for n in names}
+
+    def round_of_work(label: str) -> None:
+        for sender, receiver in zip(names, names[1:] + names[:1]):
+            payload = f"{label} {sender}->{receiver}".encode()
+            assert agents[receiver].unwrap(agents[sender].wrap(payload, to=receiver)) == payload
+            state = f"{sender} after {label}".encode()
+            written[sender][agents[sender].checkpoint(state)] = state
+
+    round_of_work("one")
+    round_of_work("two")
+    saved = shared_client.call("AdminService", "CreateSavepoint", pb.CreateSavepointRequest(
+        request_id=f"sp-{group}", group=group, name="s")).savepoint
+    line = {c.agent_id: c.index for c in saved.checkpoints}
+    round_of_work("three")
+    in_flight = agents["a"].wrap(b"sent after the savepoint", to="b")
+    shared_client.call("AdminService", "RestoreGroup", pb.RestoreGroupRequest(
+        request_id=f"restore-{group}", group=group, savepoint="s"))
+    for name in names:
+        [restored] = obey_all(agents[name])
+        expected = written[name].get(line[name], b"")  # not written by the test: a forced checkpoint
+        assert (restored.index, restored.state) == (line[name], expected), (name, line, restored)
+    assert agents["b"].unwrap(in_flight) is None and agents["b"].orphans == 1, "a send after the savepoint arrived"
+    assert group_state(shared_client, group) == pb.RUNNING
