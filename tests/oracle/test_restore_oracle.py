@@ -12,10 +12,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from coordinator.core import commands as c
-from coordinator.core.history import EventLog, History
+from coordinator.core.history import History
 from coordinator.core.model import GroupSpec, Mode, OrderKind, SavedCheckpoint
 from tests.core.test_state_machine import Machine
 from tests.oracle import brute_force as bf
+from tests.oracle.traffic import Traffic
 
 SETTINGS = settings(max_examples=150, deadline=None)
 EVENTS = st.lists(st.tuples(st.sampled_from(("send", "receive", "checkpoint", "checkpoint", "gc")),
@@ -29,28 +30,18 @@ class Run:
     def __init__(self, n: int, mode: Mode) -> None:
         self.m = Machine()
         self.agents = [f"p{i}" for i in range(n)]
-        self.log = EventLog(self.agents)
-        self.in_flight: list[tuple[str, str]] = []
+        self.traffic = Traffic(self.agents, self.m.ok)
+        self.log = self.traffic.log
         self.m.ok(c.CreateGroup(GroupSpec("g", mode, retention=0)))
         for agent in self.agents:
             self.m.register("g", agent)
 
     def play(self, events: list, tag: str) -> None:
-        n = len(self.agents)
         for step, (op, who, to, jump) in enumerate(events):
-            agent = self.agents[who % n]
-            if op == "checkpoint":
-                index = self.log.checkpoint(agent, self.log.interval(agent) - 1 + jump)
-                assert not isinstance(self.m.commit("g", agent, index), c.Failure)
-            elif op == "send" and self.agents[to % n] != agent:
-                self.log.send(agent, f"{tag}{step}")
-                self.in_flight.append((f"{tag}{step}", self.agents[to % n]))
-            elif op == "receive" and self.in_flight:
-                mid, receiver = self.in_flight.pop(to % len(self.in_flight))
-                self.log.receive(receiver, mid)
-                self.m.ok(c.ReportDependencies("g", receiver, c.Token(1, 0), (self.log.history().messages[-1],)))
-            elif op == "gc":
+            if op == "gc":
                 self.m.ok(c.GarbageCollect("g"))
+            else:
+                self.traffic.step(step, op, who, to, jump, tag)
 
     def existing(self) -> History:
         """The history with only the checkpoints the machine still holds."""

@@ -19,17 +19,19 @@ class Traffic:
         self.log = EventLog(agents)
         self.in_flight: list[tuple[str, str]] = []
 
-    def step(self, step: int, op: str, who: int, to: int, jump: int) -> None:
+    def step(self, step: int, op: str, who: int, to: int, jump: int, tag: str = "m") -> None:
         """One event: a checkpoint whose index jumps by `jump`, a send to agent `to`, or
-        the receive of the `to`th message in flight; any other `op` is left to the caller."""
+        the receive of the `to`th message in flight; any other `op` is left to the caller.
+        A send's message id is `tag` and the step: runs played one after the other on the
+        same log take different tags."""
         n = len(self.agents)
         agent = self.agents[who % n]
         if op == "checkpoint":
             index = self.log.checkpoint(agent, self.log.interval(agent) - 1 + jump)
             self.apply(c.CommitCheckpoint(c.Token(1, 0), checkpoint(agent, index)))
         elif op == "send" and self.agents[to % n] != agent:
-            self.log.send(agent, f"m{step}")
-            self.in_flight.append((f"m{step}", self.agents[to % n]))
+            self.log.send(agent, f"{tag}{step}")
+            self.in_flight.append((f"{tag}{step}", self.agents[to % n]))
         elif op == "receive" and self.in_flight:
             mid, receiver = self.in_flight.pop(to % len(self.in_flight))
             self.log.receive(receiver, mid)
