@@ -63,6 +63,9 @@ MEMBERSHIP_REQUESTS = Counter("raftpoint_membership_requests_total", "AddNode/Re
 RAFT_CONNECTIONS_REFUSED = Counter("raftpoint_raft_connections_refused_total", "Incoming Raft connections "
                                    "closed before authenticating, by reason (oversized, idle, unnamed, "
                                    "per_source)", ["reason"])
+RAFT_FRAMES_REFUSED = Counter("raftpoint_raft_frames_refused_total", "Raft connections closed because a peer "
+                              "that had authenticated sent a frame that must not be read, by reason (link_frame: "
+                              "forged, tampered, replayed or reordered; fernet_after_link; not_offered)", ["reason"])
 RAFT_MESSAGES_SENT = Counter("raftpoint_raft_messages_sent_total", "Raft messages this node sent, by message type "
                              "(append_entries, next_node_idx, request_vote, ...; key_exchange) and framing (link_v1: "
                              "AES-GCM; fernet: pysyncobj's, used with peers of an older version and for the key "

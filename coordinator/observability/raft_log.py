@@ -20,6 +20,9 @@ log = structlog.get_logger("raftpoint.raft")
 # A stranger can open thousands of Raft connections a second: their refusals are
 # counted each, and logged as one line per interval.
 _REFUSALS = LogTally(log.warning, "raft.connections_refused")
+# A frame refused on an authenticated connection is forged, tampered or a bug: as rare
+# as it should be, a flood of them must not flood the log either.
+_FRAMES_REFUSED = LogTally(log.warning, "raft.frames_refused")
 
 # Routine events are info; the ones an operator should look at are warnings. A lost
 # election is info: a node waiting to be added loses one every election timeout.
@@ -46,6 +49,13 @@ def connection_refused(reason: str, detail: str) -> None:
     _REFUSALS.note(reason, f"closed an incoming Raft connection that {detail}")
 
 
+def frame_refused(reason: str, detail: str) -> None:
+    """Count one connection closed for a frame that must not be read, and log it
+    (rate-limited): `reason` is the counter's label, `detail` says what the frame was."""
+    metrics.RAFT_FRAMES_REFUSED.labels(reason).inc()
+    _FRAMES_REFUSED.note(reason, detail)
+
+
 _SENT: dict[tuple[str, str], Any] = {}
 
 
@@ -64,5 +74,6 @@ def tick() -> None:
 
 
 def flush() -> None:
-    """Write the refusals counted since the last line once its interval is over (every Raft tick)."""
+    """Write the refusals (of connections and of frames) counted since the last line once its interval is over (every Raft tick)."""
     _REFUSALS.flush()
+    _FRAMES_REFUSED.flush()

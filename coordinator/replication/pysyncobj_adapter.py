@@ -323,18 +323,25 @@ class LinkConnection(TcpConnection):
         link = self._current_link()
         if not raft_link.is_link_frame(buffer[_PREFIX.size:_PREFIX.size + 1]):
             if link is not None and link.opened:
-                self.disconnect()
+                self._refuse_frame("fernet_after_link", "a pysyncobj frame after link frames")
                 return None
             return super()._TcpConnection__processParseMessage()
+        if link is None:
+            self._refuse_frame("not_offered", "a link frame on a connection whose key exchange did not offer links")
+            return None
         try:
-            if link is None:
-                raise raft_link.LinkRefused("a link frame on a connection whose key exchange did not offer links")
             message = link.open(buffer[_PREFIX.size:end])
-        except Exception:  # forged, tampered, replayed, or not a pickle: like pysyncobj, close
-            self.disconnect()
+        except Exception as error:  # forged, tampered, replayed, or not a pickle: like pysyncobj, close
+            self._refuse_frame("link_frame", str(error) or type(error).__name__)
             return None
         self._TcpConnection__readBuffer = buffer[end:]
         return message
+
+    def _refuse_frame(self, reason: str, detail: str) -> None:
+        """Close the connection, and say so: pysyncobj closes silently, and a silent
+        close looks to an operator like a flaky network."""
+        raft_events_log.frame_refused(reason, f"closed a Raft connection that sent {detail}")
+        self.disconnect()
 
 
 class GuardedConnection(LinkConnection):

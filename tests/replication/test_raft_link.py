@@ -18,6 +18,8 @@ from pysyncobj import syncobj as pysyncobj_syncobj
 from pysyncobj.encryptor import getEncryptor as stock_cipher
 from pysyncobj.tcp_connection import TcpConnection
 
+from prometheus_client import REGISTRY
+
 from coordinator.harness.local_cluster import free_ports
 from coordinator.observability import metrics
 from coordinator.replication import pysyncobj_adapter, raft_link
@@ -163,7 +165,11 @@ def test_a_node_without_the_password_is_refused_at_its_first_message(cipher: raf
         "the server took the stranger's key or kept its bytes"
 
 
-def test_a_tampered_link_frame_or_a_fernet_frame_after_it_closes_the_connection(
+def frames_refused(reason: str) -> float:
+    return REGISTRY.get_sample_value("raftpoint_raft_frames_refused_total", {"reason": reason}) or 0.0
+
+
+def test_a_tampered_link_frame_or_a_fernet_frame_after_it_closes_the_connection_and_says_so(
         cipher: raft_link.RaftCipher) -> None:
     wire = Wire(cipher, cipher)
     wire.exchange_keys()
@@ -171,17 +177,34 @@ def test_a_tampered_link_frame_or_a_fernet_frame_after_it_closes_the_connection(
     assert wire.deliver(wire.server, wire.client) == [APPEND]
     # A Fernet frame sealed for this connection (as the peer sent them before the link),
     # replayed after it: pysyncobj alone would take it.
+    before = frames_refused("fernet_after_link")
     TcpConnection.send(wire.server, {"type": "request_vote", "term": 99})
     assert wire.deliver(wire.server, wire.client) == []
     assert wire.client.sendRandKey is None, "a Fernet frame after a link frame did not close the connection"
+    assert frames_refused("fernet_after_link") == before + 1
 
     wire = Wire(cipher, cipher)
     wire.exchange_keys()
     frame = bytearray(wire.frames(wire.server, APPEND))
     frame[-1] ^= 1
     wire.client._TcpConnection__readBuffer = len(frame).to_bytes(4, "little") + bytes(frame)
+    before = frames_refused("link_frame")
     assert wire.client._TcpConnection__processParseMessage() is None
     assert wire.client.sendRandKey is None, "a tampered link frame did not close the connection"
+    assert frames_refused("link_frame") == before + 1, "the close was not counted"
+
+
+def test_a_link_frame_where_no_link_was_offered_closes_the_connection_and_is_counted(
+        cipher: raft_link.RaftCipher) -> None:
+    wire = Wire(cipher, cipher)
+    wire.exchange_keys()
+    frame = wire.frames(wire.server, APPEND)
+    old = Wire.end(stock_cipher(PASSWORD))  # it offered no link: a link frame is not for it
+    old.recvRandKey, old.sendRandKey = os.urandom(32), os.urandom(32)
+    old._TcpConnection__readBuffer = len(frame).to_bytes(4, "little") + frame
+    before = frames_refused("not_offered")
+    assert old._TcpConnection__processParseMessage() is None
+    assert old.sendRandKey is None and frames_refused("not_offered") == before + 1
 
 
 # ---- two live nodes in this process -----------------------------------------------
