@@ -19,18 +19,17 @@ import tarfile
 import venv
 import zipfile
 from email.parser import Parser
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[2]
-AGENT_PROJECT = ROOT / "distributions" / "raftpoint-agent"
+from tests.support.distributions import (AGENT_PROJECT, ROOT, SERVER_ONLY_MODULES, build_sdist, dependency_closure,
+                                         show_only, site_packages)
+
 TREES = ("coordinator", "agent_client", "raftpoint", "chaos")
 SHIPPED_SUFFIXES = (".py", ".pyi", ".typed")
 SERVER_ONLY = {"pysyncobj", "lmdb", "prometheus-client", "structlog"}
-SERVER_ONLY_MODULES = ("pysyncobj", "lmdb", "prometheus_client", "structlog")
 # Modules that import an extra's distribution when loaded (the blob store loads the S3 one on use).
 EXTRA_ONLY_PACKAGES = ("agent_client.langgraph", "agent_client.blobs.s3")
 
@@ -45,15 +44,6 @@ print(json.dumps({{
     "imported": len(modules),
 }}))
 """
-
-
-def build_sdist(project: Path, out: Path) -> Path:
-    """With the project's own build backend, from this environment (the dev extra has it)."""
-    result = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(out),
-                             str(project)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    [sdist] = out.glob("*.tar.gz")
-    return sdist
 
 
 def wheel_from_sdist(sdist: Path, work: Path) -> Path:
@@ -83,33 +73,6 @@ def wheel_metadata(wheel: Path):
 def repository_modules() -> set[str]:
     return {p.relative_to(ROOT).as_posix() for tree in TREES for p in (ROOT / tree).rglob("*")
             if p.is_file() and p.suffix in SHIPPED_SUFFIXES and "__pycache__" not in p.parts}
-
-
-def dependency_closure(requirements: list[str], extras: set[str]) -> list[metadata.Distribution]:
-    """The installed distributions `requirements` (with `extras`) need, transitively."""
-    found: dict[str, metadata.Distribution] = {}
-    pending = [(Requirement(r), extras) for r in requirements]
-    while pending:
-        requirement, wanted = pending.pop()
-        if requirement.marker and not any(requirement.marker.evaluate({"extra": e}) for e in wanted | {""}):
-            continue
-        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
-        if name in found:
-            continue
-        found[name] = metadata.distribution(name)
-        pending += [(Requirement(r), set(requirement.extras)) for r in found[name].requires or []]
-    return list(found.values())
-
-
-def link_only(distributions: list[metadata.Distribution], target: Path) -> None:
-    """A folder holding (as symlinks) exactly these distributions' top-level files and metadata."""
-    target.mkdir()
-    for dist in distributions:
-        tops = {Path(str(f)).parts[0] for f in dist.files or []} - {"..", "__pycache__"}
-        for top in tops:
-            source = Path(str(dist.locate_file(top)))
-            if source.exists() and not (target / top).exists():
-                (target / top).symlink_to(source)
 
 
 @pytest.mark.slow
@@ -144,15 +107,13 @@ def test_each_sdist_builds_its_wheel_alone_and_the_wheels_split_the_tree(tmp_pat
     result = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
                              "--no-index", str(agent_wheel)], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
-    [site] = (env_dir / "lib").glob("python3*/site-packages")
+    site = site_packages(env_dir)
     modules = sorted(f.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
                      for f in agent if f.endswith(".py"))
     base = [m for m in modules if not m.startswith(EXTRA_ONLY_PACKAGES)]
     extras = set(agent_meta.get_all("Provides-Extra") or [])
     for label, wanted, importing in [("base", set(), base), ("extras", extras, modules)]:
-        deps = tmp_path / f"deps-{label}"
-        link_only(dependency_closure(requires, wanted), deps)
-        (site / "agent_deps.pth").write_text(f"{deps}\n")
+        show_only(env_dir, dependency_closure(requires, wanted), tmp_path / f"deps-{label}")
         code = IMPORT_ALL.format(modules=importing, server_only=SERVER_ONLY_MODULES)
         run = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=180,
                              cwd=tmp_path)

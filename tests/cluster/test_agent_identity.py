@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -19,15 +19,10 @@ from coordinator.harness.local_cluster import LocalCluster
 from coordinator.transport.auth import parse_bindings
 from raftpoint.cli.main import main as raftpoint
 from tests.support.cluster import FAST
+from tests.support.readme import CONNECT_AN_AGENT, README_DATA_DIR, fenced, readme_section, shell_commands
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
-README_DATA_DIR = "raftpoint-data"
-
-
-def readme_section() -> str:
-    return (ROOT / "README.md").read_text().split("### Connect an agent to a `raftpoint cluster up` cluster", 1)[1] \
-        .split("\n### ", 1)[0].split("\n## ", 1)[0]
 
 
 def reporter_tls(root: Path) -> ClientTLS:
@@ -44,13 +39,11 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 
 def test_the_readme_section_runs_as_written_and_the_agent_may_do_no_more(cluster: LocalCluster,
                                                                         tmp_path: Path) -> None:
-    section = readme_section()
-    commands = [line.split("#", 1)[0] for line in re.search(r"```bash\n(.+?)\n```", section, re.S).group(1)
-                .splitlines()]
-    for command in filter(str.strip, commands):
-        argv = shlex.split(command.replace(README_DATA_DIR, str(cluster.root)))
-        assert argv[0] == "raftpoint" and raftpoint(argv[1:]) == 0, command
-    code = re.search(r"```python\n(.+?)\n```", section, re.S).group(1)
+    section = readme_section(CONNECT_AN_AGENT)
+    for argv in shell_commands(section):
+        argv = [str(cluster.root) if word == README_DATA_DIR else word for word in argv]
+        assert argv[0] == "raftpoint" and raftpoint(argv[1:]) == 0, argv
+    code = fenced(section, "python")
     assert f'data = "{README_DATA_DIR}"' in code
     done = subprocess.run([sys.executable, "-c", code.replace(f'data = "{README_DATA_DIR}"', f"data = {str(cluster.root)!r}")],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
@@ -105,3 +98,22 @@ def test_the_quickstart_runs_again_and_again_on_the_cluster(cluster: LocalCluste
         assert done.stdout.strip() == "{'notes': ['outline the report']}", f"run {run}: {done.stdout}{done.stderr}"
         groups += re.findall(r"raftpoint group delete (quickstart-[0-9a-f]{8})", done.stderr)
     assert len(set(groups)) == 3, groups
+
+
+def test_the_quickstart_as_an_agent_identity_names_the_command_that_makes_what_it_lacks(
+        cluster: LocalCluster) -> None:
+    """First its certificate is missing, then its group: one line each, naming the
+    `raftpoint` command that makes it, and nothing is created."""
+    quickstart = runpy.run_path(str(ROOT / "examples" / "quickstart.py"))
+    data = str(cluster.root)
+    argv = [data, "--identity", "reporter", "--group", "team"]
+    with pytest.raises(SystemExit) as no_certificate:
+        quickstart["main"](argv)
+    assert raftpoint(["auth", "add-agent", "reporter", "--group", "team", "--data-dir", data]) == 0
+    with pytest.raises(SystemExit) as no_group:
+        quickstart["main"](argv)
+    said = [str(no_certificate.value.code), str(no_group.value.code)]
+    assert f"`raftpoint auth add-agent reporter --group team --data-dir {data}` issues them" in said[0], said
+    assert f"`raftpoint group create team --mode bcs --data-dir {data}` creates it" in said[1], said
+    assert all(line.startswith("quickstart: ") and "\n" not in line for line in said), said
+    assert not (cluster.root / "agents").exists()

@@ -16,9 +16,9 @@ import pytest
 
 from coordinator.endpoints_file import read_endpoints
 from coordinator.harness.local_cluster import wait_for
+from tests.support.cluster_up import RAFTPOINT, stop
 
 pytestmark = pytest.mark.cluster
-RAFTPOINT = [sys.executable, "-m", "raftpoint.cli.main"]
 
 
 def _lines(stream) -> queue.Queue:
@@ -110,16 +110,6 @@ def _pids(lines: list[str]) -> list[int]:
     return [int(line.rsplit("pid ", 1)[1]) for line in lines]
 
 
-def _stop(up: subprocess.Popen) -> None:
-    if up.poll() is None:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(30)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait(10)
-
-
 @pytest.mark.slow
 def test_cluster_up_again_on_its_data_dir_starts_the_same_cluster(tmp_path: Path) -> None:
     """Raft keeps its members' addresses: the same data dir on new ports never elected."""
@@ -128,14 +118,14 @@ def test_cluster_up_again_on_its_data_dir_starts_the_same_cluster(tmp_path: Path
     try:
         nodes = _node_lines(first)
     finally:
-        _stop(first)
+        stop(first)
     assert not _wait_gone(_pids(nodes), 30), "the first cluster's nodes live on"
     recorded = (data_dir / "endpoints.json").read_text()
     again = _up(data_dir)
     try:
         assert _addresses(_node_lines(again)) == _addresses(nodes)
     finally:
-        _stop(again)
+        stop(again)
     assert read_endpoints(data_dir) == [line.split(" grpc ")[1].split()[0] for line in _addresses(nodes)]
     assert recorded.count("127.0.0.1") == (data_dir / "endpoints.json").read_text().count("127.0.0.1")
 
@@ -150,7 +140,7 @@ def test_a_killed_cluster_up_takes_its_nodes_with_it(tmp_path: Path) -> None:
         up.wait(10)
         assert not _wait_gone(pids, 30), "nodes outlived the cluster up that started them"
     finally:
-        _stop(up)
+        stop(up)
         for pid in _wait_gone(pids, 0):
             os.kill(pid, signal.SIGKILL)
 
@@ -170,7 +160,7 @@ def test_cluster_up_on_a_running_clusters_data_dir_is_refused_and_touches_nothin
         assert (data_dir / "endpoints.json").read_text() == recorded
         assert status(data_dir).returncode == 0
     finally:
-        _stop(first)
+        stop(first)
 
 
 @pytest.mark.slow
@@ -192,7 +182,7 @@ def test_two_cluster_ups_started_together_on_one_data_dir_leave_one_cluster(tmp_
         assert status(data_dir).returncode == 0
     finally:
         for up in ups:
-            _stop(up)
+            stop(up)
 
 
 def test_cluster_up_refuses_another_size_than_its_data_dir_holds(tmp_path: Path) -> None:
