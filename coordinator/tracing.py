@@ -4,8 +4,12 @@ W3C trace context travels in gRPC metadata (sent by the agent library's connecti
 read by opentelemetry-instrumentation-grpc's server interceptor), so an agent's trace
 (LangSmith, its own OpenTelemetry spans) continues into the coordinator's server
 span. Under a commit's server span the leader adds the stages it times itself
-(`stage_spans`): queued in the batcher, replicated to a majority and applied, and
-the answer's way back to the event loop. Calls an agent's session stream carries
+(`stage_spans`): admission (from the call's `arrived` mark through shedding,
+authorization and validation), queued in the batcher, replicated until a majority
+holds the entry, applied, and the answer's way back to the event loop. The store's
+durable commit comes after the answer, in the background, for many commits at once:
+each such commit is a span of its own (`linked`) with a link to every traced commit
+it made durable. Calls an agent's session stream carries
 send their context in the frame (`context_to_send`, `continued`), so they join the
 agent's trace as unary calls do. The agent library adds spans for its
 operations (checkpoint, restore, an order obeyed) and for the blob store's reads
@@ -15,13 +19,16 @@ Which exporter, if any, is the process's choice: `opentelemetry-instrument`
 (opentelemetry-distro) sets one up from the standard OTEL_* variables, and
 RAFTPOINT_TRACE_FILE=PATH (`configure_from_env`) writes finished spans to PATH as
 JSON lines, for debugging and tests. Without a configured provider no interceptor is
-installed, the API's spans are no-ops and `stage_spans` records nothing.
+installed, the API's spans are no-ops and `stage_spans` records nothing; nothing is
+timed or kept for a call whose span does not record (`recording_span`).
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
-from typing import Any, Iterator, Mapping, Sequence
+import time
+from typing import Any, ContextManager, Iterator, Mapping, Sequence
 
 try:
     from opentelemetry import propagate, trace
@@ -35,6 +42,9 @@ except ImportError:
 TRACE_FILE_ENV = "RAFTPOINT_TRACE_FILE"
 TRACER = "raftpoint"
 Stage = tuple[str, int, int]  # (span name, start, end) in time.time_ns()
+SpanRef = Any  # an OpenTelemetry SpanContext, kept to link to its span later
+# time.time_ns() when the call being served reached admission; 0: not marked (`arrived`).
+_ARRIVED_NS: contextvars.ContextVar[int] = contextvars.ContextVar("raftpoint_arrived_ns", default=0)
 
 
 def configured() -> bool:
@@ -77,6 +87,37 @@ def configure_from_env() -> None:
 def recording() -> bool:
     """Whether the current span records: timing stages is worth it only then."""
     return trace is not None and trace.get_current_span().is_recording()
+
+
+def recording_span() -> SpanRef | None:
+    """The current span's context when it records (what a later span links to); None
+    otherwise, and then the caller times and keeps nothing for it."""
+    if not recording():
+        return None
+    return trace.get_current_span().get_span_context()
+
+
+def arrived() -> None:
+    """Mark the call's arrival at admission (when its span records): its admission stage
+    runs from here until its command is queued for a Raft entry. Each call and each
+    session frame is served in a task of its own, so the mark is that call's alone."""
+    if recording():
+        _ARRIVED_NS.set(time.time_ns())
+
+
+def arrived_ns() -> int:
+    """The current call's `arrived` mark; 0 when there is none."""
+    return _ARRIVED_NS.get()
+
+
+def linked(name: str, spans: Sequence[SpanRef], **attributes: Any) -> ContextManager[Any]:
+    """A span of its own (a new trace) around the block, linked to `spans`: work done
+    later for calls that were traced, such as their store commit. Nothing when there are none."""
+    if not spans or trace is None:
+        return contextlib.nullcontext()
+    return trace.get_tracer(TRACER).start_as_current_span(
+        name, context=trace.set_span_in_context(trace.INVALID_SPAN), links=[trace.Link(s) for s in spans],
+        attributes=attributes)
 
 
 @contextlib.contextmanager

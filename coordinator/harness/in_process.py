@@ -26,6 +26,7 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +38,7 @@ from coordinator.harness.local_cluster import free_ports, node_status, wait_for
 from coordinator.core.commands import Proposal
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.leader_clock import LeaderClock
-from coordinator.replication.replica import Callback, ChangeListener, NodeStatus
+from coordinator.replication.replica import BatchTrace, Callback, ChangeListener, NodeStatus
 from coordinator.storage.memory import MemoryStore
 from coordinator.storage.state import RESULT, KvState, RecordCache, agent_changes
 from coordinator.storage import keys
@@ -83,8 +84,11 @@ class LocalReplica:
         self._index = 0
         self._listener: ChangeListener | None = None
 
-    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
+    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None,
+                trace: BatchTrace | None = None) -> None:
         with self._lock:
+            if trace is not None:
+                trace.committed_ns = time.time_ns()  # one replica: its own copy is the majority
             self._index += 1
             result = apply_entry_bytes(self._records, data, decoded)
             changes = agent_changes(self._records.pending)

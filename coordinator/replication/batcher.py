@@ -26,7 +26,7 @@ from coordinator.core.validation import validate
 from coordinator.observability import metrics
 from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.read_index import NOT_LEADER
-from coordinator.replication.replica import ClockAgreement, NotLeader, Overloaded, Replica
+from coordinator.replication.replica import BatchTrace, ClockAgreement, NotLeader, Overloaded, Replica
 
 DEFAULT_DEDUPE_WINDOW_S = NodeConfig.dedupe_window_s  # one default, the config's
 # A batch without an answer this long is given up: its outcome is unknown.
@@ -37,11 +37,19 @@ MAX_BATCHES_IN_FLIGHT = 2
 
 
 def _trace(queued: _Queued) -> None:
-    """The stages of an answered proposal, as spans under the call's span."""
-    if queued.applied_ns:
-        tracing.stage_spans((("raftpoint.batch", queued.queued_ns, queued.sent_ns),
-                             ("raftpoint.replicate_and_apply", queued.sent_ns, queued.applied_ns),
-                             ("raftpoint.answer", queued.applied_ns, time.time_ns())))
+    """The stages of an answered, traced proposal, as spans under the call's span. A
+    replica that does not say when it began to apply (committed_ns 0) shows its apply
+    inside the replication stage."""
+    if queued.span is None or not queued.applied_ns:
+        return
+    committed_ns = queued.batch.committed_ns if queued.batch is not None else 0
+    committed_ns = committed_ns or queued.applied_ns
+    admission = (("raftpoint.admission", queued.arrived_ns, queued.queued_ns),) if queued.arrived_ns else ()
+    tracing.stage_spans((*admission,
+                         ("raftpoint.batch", queued.queued_ns, queued.sent_ns),
+                         ("raftpoint.replicate", queued.sent_ns, committed_ns),
+                         ("raftpoint.apply", committed_ns, queued.applied_ns),
+                         ("raftpoint.answer", queued.applied_ns, time.time_ns())))
 
 
 class OutcomeUnknown(Exception):
@@ -58,6 +66,10 @@ class _Queued:
     queued_ns: int = 0
     sent_ns: int = 0
     applied_ns: int = 0  # on the Raft thread: committed on a majority and applied here
+    # Only for a call whose span records: that span, when the call reached admission, its batch's trace.
+    span: tracing.SpanRef | None = None
+    arrived_ns: int = 0
+    batch: BatchTrace | None = None
 
 
 class Batcher:
@@ -85,7 +97,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         proposed = time.perf_counter()
-        queued = _Queued(message, entry, future, queued_ns=time.time_ns())
+        span = tracing.recording_span()
+        queued = _Queued(message, entry, future, queued_ns=time.time_ns(), span=span,
+                         arrived_ns=tracing.arrived_ns() if span is not None else 0)
         self._queue.append(queued)
         if not self._flush_scheduled and self._in_flight < MAX_BATCHES_IN_FLIGHT:
             self._flush_scheduled = True
@@ -166,6 +180,11 @@ class Batcher:
         sent_ns = time.time_ns()
         for q in batch:
             q.sent_ns = sent_ns
+        spans = [q.span for q in batch if q.span is not None]
+        trace = BatchTrace(tuple(spans)) if spans else None
+        if trace is not None:
+            for q in batch:
+                q.batch = trace
 
         def settle(result: bytes | list[bytes] | None, error: str | None, applied_ns: int = 0) -> None:
             """On the answer (`applied_ns`: when the Raft thread had it), or after
@@ -183,7 +202,7 @@ class Batcher:
             loop.call_soon_threadsafe(settle, result, error, time.time_ns())
 
         try:
-            self.replica.propose(message.SerializeToString(), on_done, decoded)
+            self.replica.propose(message.SerializeToString(), on_done, decoded, trace)
         except Exception as exc:  # NotLeader, Overloaded, or a bug: never leave a caller waiting
             failure = exc if isinstance(exc, (NotLeader, Overloaded)) else OutcomeUnknown(f"not proposed: {exc!r}")
             for future in futures:

@@ -25,7 +25,7 @@ from typing import Callable
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
-from coordinator import fsutil
+from coordinator import fsutil, tracing
 from coordinator.config import NodeConfig
 from coordinator.core.commands import Proposal, decode_result
 from coordinator.core.membership import RaftView, raft_events
@@ -38,8 +38,8 @@ from coordinator.replication.applier import apply_entry_bytes
 from coordinator.replication.migration import refuse_old_formats
 from coordinator.replication.pending_proposals import PendingProposals
 from coordinator.replication.read_index import LEADER_CHANGED, NOT_LEADER, ReadDone, ReadRounds
-from coordinator.replication.replica import (Callback, ChangeListener, ExportedSnapshot, MembershipOutcome,
-                                             NodeStatus, NotLeader, Overloaded)
+from coordinator.replication.replica import (BatchTrace, Callback, ChangeListener, ExportedSnapshot,
+                                             MembershipOutcome, NodeStatus, NotLeader, Overloaded)
 from coordinator.replication.snapshots import SnapshotInfo
 from coordinator.replication.store_committer import StoreCommitter
 from coordinator.replication.tick_lag import TickLag
@@ -99,6 +99,8 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         self._read_memo = DecodeMemo()  # for readers on other threads (the event loop's heartbeats)
         self._batch_index = store.applied_index
         self._to_answer: list[Callable[[], None]] = []
+        self._apply_started = 0.0  # time.perf_counter() when the last entry began to be applied
+        self._spans_to_store: list[tracing.SpanRef] = []  # of traced proposals applied since the last hand-over
         self._change_listener: ChangeListener | None = None
         self._snapshot_to_sync = False
         self._on_apply = on_apply
@@ -179,7 +181,7 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         """Called for entries past `_applied_through` only (GuardedApply skips the rest)."""
         index = pysyncobj_adapter.applying_index(self)
         decoded = self._pending.take_decoded(data)
-        started = time.perf_counter()
+        started = self._apply_started = time.perf_counter()
         result = apply_entry_bytes(self._records, data, decoded)
         self._batch_index = index
         if self._on_apply is not None:
@@ -250,7 +252,10 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         self._journal.flush()
         listener = self._change_listener
         changes = agent_changes(self._records.pending) if listener is not None else None
-        self._committer.hand_over(self._batch_index, self._records.hand_off())
+        spans: tuple[tracing.SpanRef, ...] = ()
+        if self._spans_to_store:
+            spans, self._spans_to_store = tuple(self._spans_to_store), []
+        self._committer.hand_over(self._batch_index, self._records.hand_off(), spans)
         if listener is not None and changes:
             listener(changes)  # after the hand-over: a woken stream reads what changed
 
@@ -367,7 +372,8 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
     def tick_lag_since(self, since: float) -> float:
         return self.tick_lag.worst_since(since)
 
-    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
+    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None,
+                trace: BatchTrace | None = None) -> None:
         """Propose an encoded LogEntry; callback(result, None) once it is committed (on a
         majority's journal) and applied, or (None, reason)."""
         if not self._isLeader():
@@ -376,9 +382,13 @@ class CoordinatorNode(pysyncobj_adapter.GuardedApply, pysyncobj_adapter.LeaderWr
         number = self._pending.add(data, decoded, lambda reason: callback(None, reason))
 
         def on_result(result: bytes | list[bytes] | None, error: int) -> None:
+            """Called by pysyncobj right after it applied the entry, in the same tick."""
             if not self._pending.settle(number):
                 return  # already answered "outcome unknown" when this node lost the lead
             if error == FAIL_REASON.SUCCESS:
+                if trace is not None:  # the apply began this long ago, as apply_entry timed it
+                    trace.committed_ns = time.time_ns() - int((time.perf_counter() - self._apply_started) * 1e9)
+                    self._spans_to_store.extend(trace.spans)
                 self._to_answer.append(lambda: callback(result, None))
             else:
                 self._pending.forget_decoded(data)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import BinaryIO, Callable, Protocol, runtime_checkable
 
+from coordinator import tracing
 from coordinator.core.commands import Proposal
 from coordinator.storage.state import AgentChange, KvState
 
@@ -49,6 +50,17 @@ class NodeStatus:
     tick_lag_s: float = 0.0  # the Raft tick's worst lateness over the last second (replication.tick_lag)
 
 
+@dataclass
+class BatchTrace:
+    """What the trace of a batch's traced proposals needs from the replica that commits
+    it: their spans, which the store's commit of the entry links to,
+    and, filled in by the replica, when it began to apply the entry (time.time_ns()):
+    by then a majority held it. Given only when one of the proposals is traced."""
+
+    spans: tuple[tracing.SpanRef, ...]
+    committed_ns: int = 0
+
+
 class AddressBook(Protocol):
     def grpc_of(self, raft_address: str | None) -> str | None: ...
 
@@ -56,7 +68,8 @@ class AddressBook(Protocol):
 class Replica(Protocol):
     config: AddressBook
 
-    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None) -> None:
+    def propose(self, data: bytes, callback: Callback, decoded: Proposal | None = None,
+                trace: BatchTrace | None = None) -> None:
         """callback(result, None) after durable apply -- a list of results for a batch --
         or (None, reason). `decoded`: the proposer's decoding of `data`, if it has one."""
     def read_index(self, done: Callable[[str | None], None]) -> None:

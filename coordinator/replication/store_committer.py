@@ -14,6 +14,10 @@ A reader takes the tuple, then reads the store: a batch leaves the tuple only af
 its commit is visible to new store reads, so every applied write is seen in one or
 the other (storage.state.RecordCache).
 
+A commit that carries entries of traced proposals is a span of its own,
+`raftpoint.store`, linked to their server spans (tracing.linked): the answer went
+out before it, so it cannot be their child.
+
 A commit that fails (disk full, I/O error) calls `on_failure`, which stops the node:
 the batches it held are committed in Raft and replayed from the journal at the next
 start. Everything that needs the store whole (a snapshot written or installed, the
@@ -25,6 +29,7 @@ import logging
 import threading
 from typing import Callable
 
+from coordinator import tracing
 from coordinator.storage.protocol import Store
 from coordinator.storage.state import Writes, encode_writes
 
@@ -37,17 +42,18 @@ class StoreCommitter:
         self._on_failure = on_failure
         self.layers: tuple[Writes, ...] = ()  # handed over, not yet in the store; oldest first
         self.handed_index = store.applied_index  # the applied index of the last batch handed over
-        self._queue: list[tuple[int, Writes]] = []
+        self._queue: list[tuple[int, Writes, tuple[tracing.SpanRef, ...]]] = []
         self._busy = False
         self._stopped = False
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="raftpoint-store-commit", daemon=True)
         self._thread.start()
 
-    def hand_over(self, applied_index: int, writes: Writes) -> None:
-        """Queue a store batch applied up to `applied_index`; readable at once through `layers`."""
+    def hand_over(self, applied_index: int, writes: Writes, spans: tuple[tracing.SpanRef, ...] = ()) -> None:
+        """Queue a store batch applied up to `applied_index`; readable at once through `layers`.
+        `spans`: of the traced proposals whose entries it holds."""
         with self._cond:
-            self._queue.append((applied_index, writes))
+            self._queue.append((applied_index, writes, spans))
             self.layers = self.layers + (writes,)
             self.handed_index = applied_index
             self._cond.notify_all()
@@ -80,10 +86,15 @@ class StoreCommitter:
                 batches, self._queue = self._queue, []
                 self._busy = True
             merged: Writes = {}
-            for _, writes in batches:
+            spans: list[tracing.SpanRef] = []
+            for _, writes, batch_spans in batches:
                 merged.update(writes)
+                spans.extend(batch_spans)
+            applied_index = batches[-1][0]
             try:
-                self._store.commit(encode_writes(merged), batches[-1][0])
+                with tracing.linked("raftpoint.store", spans, **{"raftpoint.applied_index": applied_index,
+                                                               "raftpoint.store_batches": len(batches)}):
+                    self._store.commit(encode_writes(merged), applied_index)
             except Exception as exc:  # the store can no longer be trusted to follow the log
                 with self._cond:
                     self._stopped, self._busy = True, False

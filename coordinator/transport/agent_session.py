@@ -181,13 +181,16 @@ class AgentSession:
             handler = self._handlers.get(kind or "")
             if handler is None:
                 raise Refused.of(Rejection.invalid("frame", "carries no operation"))
-            refusal = self._refusal(frame, kind)
-            if refusal is not None:
-                self.outbox.put_nowait(refusal)
-                return
             request = getattr(frame, kind)
-            with self._in_flight(), tracing.continued(f"{RPC_OF_FRAME[kind]} (session)", frame.trace_context):
-                response = await handler(request, frame.issued_at or None)
+            # The frame's span covers its admission, as a unary call's does.
+            with tracing.continued(f"{RPC_OF_FRAME[kind]} (session)", frame.trace_context):
+                tracing.arrived()
+                refusal = self._refusal(frame, kind)
+                if refusal is not None:
+                    self.outbox.put_nowait(refusal)
+                    return
+                with self._in_flight():
+                    response = await handler(request, frame.issued_at or None)
             if kind == "register":
                 self._hold((request.group, request.agent_id, response.incarnation))
             elif kind == "deregister":

@@ -16,6 +16,7 @@ import grpc
 import structlog
 from google.protobuf.message import DecodeError
 
+from coordinator import tracing
 from coordinator.api.metadata import REASON_METADATA_KEY
 from coordinator.core.errors import Rejection
 from coordinator.core.ids import MAX_REQUEST_ID_CHARS
@@ -203,6 +204,7 @@ def _admitted(admission: Admission, work, inner):
     otherwise. Refusals skip the log line and latency sample (SHED counts them): under
     overload there are thousands, and logging each would add to the overload."""
     async def admitted(request, context):
+        tracing.arrived()
         shed = admission.check(work)
         if shed is not None:
             await refuse(context, shed)

@@ -1,6 +1,7 @@
 """A checkpoint's trace runs from the agent into the leader: the agent's spans, the
 gRPC call (or its session frame), and the leader's stages of the commit, one trace
-with each span's parent where it belongs. Nodes write their spans as JSON lines
+with each span's parent where it belongs; the store commit that made it durable
+afterwards links to the call's span. Nodes write their spans as JSON lines
 (RAFTPOINT_TRACE_FILE); the agent process keeps its own in memory."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from coordinator.tracing import TRACE_FILE_ENV  # noqa: E402
 from tests.cluster.test_agent_identity import FAST  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ("raftpoint.batch", "raftpoint.replicate_and_apply", "raftpoint.answer")
+STAGES = ("raftpoint.admission", "raftpoint.batch", "raftpoint.replicate", "raftpoint.apply", "raftpoint.answer")
 
 AGENT = """
 import json, sys
@@ -54,7 +55,10 @@ def node_spans(path: Path) -> list[dict]:
         span = json.loads(line)
         spans.append({"name": span["name"], "trace": span["context"]["trace_id"].removeprefix("0x"),
                       "id": span["context"]["span_id"].removeprefix("0x"),
-                      "parent": (span.get("parent_id") or "").removeprefix("0x") or None})
+                      "parent": (span.get("parent_id") or "").removeprefix("0x") or None,
+                      "start": span["start_time"], "end": span["end_time"],
+                      "links": [(link["context"]["trace_id"].removeprefix("0x"),
+                                 link["context"]["span_id"].removeprefix("0x")) for link in span.get("links") or ()]})
     return spans
 
 
@@ -94,3 +98,9 @@ def test_a_checkpoint_is_one_trace_from_the_agent_to_the_leaders_commit_stages(
         assert "raftpoint.checkpoint" in ancestors(commit), (transport, ancestors(commit))
         stages = {s["name"]: s for s in in_trace if s["name"] in STAGES and s["parent"] == commit["id"]}
         assert sorted(stages) == sorted(STAGES), f"{transport}: under {server_span}: {sorted(stages)}; trace: {names}"
+        order = [(stages[name]["start"], stages[name]["end"]) for name in STAGES]
+        assert all(earlier[1] <= later[0] for earlier, later in zip(order, order[1:])), (
+            f"{transport}: the stages do not follow one another: {list(zip(STAGES, order))}")
+        stored = [s for s in theirs if s["name"] == "raftpoint.store" and (commit["trace"], commit["id"]) in s["links"]]
+        assert len(stored) == 1, (f"{transport}: {len(stored)} store spans link to {server_span}; the store spans' "
+                                  f"links: {[s['links'] for s in theirs if s['name'] == 'raftpoint.store']}")

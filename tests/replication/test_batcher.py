@@ -27,7 +27,7 @@ class HeldReplica:
         self.proposed: list[tuple[bytes, object, object]] = []
         self.leader = True
 
-    def propose(self, data: bytes, callback, decoded=None) -> None:
+    def propose(self, data: bytes, callback, decoded=None, trace=None) -> None:
         if not self.leader:
             raise NotLeader("127.0.0.1:1")
         self.proposed.append((data, callback, decoded))
