@@ -5,7 +5,11 @@ and after, so the table shows what the servers spent, not the load generator:
 idle CPU % of the leader and of each follower, and, under load, commits/s, p50
 latency and server CPU-seconds per commit (all three nodes together). Linux only.
 The machine's other work shows in every number: compare rows of one run.
-Run: python benchmarks/cpu_per_op.py [--idle 10] [--seconds 8] [--set auto_tick_period=0.02]
+`--profile` also samples every node with py-spy during each load phase and prints,
+per node, the share of its samples and of its CPU per commit that each part of a
+write's path took (benchmarks/_profile.py says how samples are sorted).
+Run: python benchmarks/cpu_per_op.py [--idle 10] [--seconds 8] [--in-flight 1,128] [--profile]
+     [--set auto_tick_period=0.02]
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from agent_client.connection import overload_hint  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
 from coordinator.channels import ClientTLS  # noqa: E402
+import _profile  # noqa: E402
 from _proc import cpu_seconds  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
@@ -91,9 +96,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of the idle phase")
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds of each load phase")
+    parser.add_argument("--in-flight", default="1,128", help="commits in flight of each load phase")
+    parser.add_argument("--profile", action="store_true", help="sample each node with py-spy under load")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a node setting (e.g. auto_tick_period=0.02); repeatable")
     args = parser.parse_args()
+    if args.profile and _profile.py_spy() is None:
+        parser.error("--profile needs py-spy (pip install py-spy)")
     settings = dict(s.split("=", 1) for s in args.set)
     with tempfile.TemporaryDirectory(prefix="cpu-per-op-") as tmp, \
             LocalCluster(Path(tmp) / "cluster", 3, settings=settings).start_all() as cluster:
@@ -107,14 +116,27 @@ def main() -> int:
               + ", ".join(f"{100 * used[i] / args.idle:.1f}" for i in followers))
         print("| in flight | commits/s | p50 ms | server CPU-s per commit | server CPU % (3 nodes) |")
         print("|---|---|---|---|---|")
-        for concurrency in (1, 128):
+        profiles = {}
+        for concurrency in (int(c) for c in args.in_flight.split(",")):
+            samplers = {n.index: (_profile.start(n.process.pid, args.seconds, Path(tmp) / f"n{n.index}-{concurrency}"),
+                                  Path(tmp) / f"n{n.index}-{concurrency}") for n in cluster.nodes} \
+                if args.profile else {}
             before, started = cpu_of(cluster), time.monotonic()
             n, latencies = asyncio.run(commits(leader.grpc, concurrency, args.seconds, cluster.credentials,
                                                  cluster.client_tls()))
             elapsed = time.monotonic() - started
-            spent = sum(cpu_of(cluster).values()) - sum(before.values())
+            after = cpu_of(cluster)
+            spent = sum(after.values()) - sum(before.values())
             print(f"| {concurrency} | {n / args.seconds:.0f} | {1000 * statistics.median(latencies):.1f} | "
                   f"{spent / max(n, 1) * 1000:.2f} ms | {100 * spent / elapsed:.0f} |")
+            if samplers:
+                profiles[concurrency] = {
+                    ("leader" if i == leader.index else f"follower {i}"):
+                        (_profile.finish(sampler, out), 1000 * (after[i] - before[i]) / max(n, 1))
+                    for i, (sampler, out) in samplers.items() if sampler is not None}
+        for concurrency, rows in profiles.items():
+            print(f"\nWhere each node's CPU per commit went at {concurrency} in flight (py-spy samples):\n")
+            print(_profile.table(rows))
     return 0
 
 
