@@ -10,8 +10,11 @@ latest checkpoint. Graph: three nodes in a chain (each one super-step, one
 checkpoint and one put_writes), invoked repeatedly on one thread; "steps/s" counts
 checkpoints written per second. One run; p99 of few samples is near their maximum.
 
---steps N: one long thread instead. Each step puts a checkpoint of a one-int state
-and one put_writes (what a graph step writes); the table gives each step's latency
+--steps N: one long thread instead, twice: the chain graph invoked until the thread
+holds about N checkpoints (a step's time being its invocation's over the checkpoints it
+wrote: LangGraph makes a step's put_writes and put from worker threads), then N steps
+each putting a checkpoint of a one-int state and one put_writes, one after the other
+(what a graph step writes, without the overlap); each table gives a step's latency
 at the thread's start and at its end, and what the saver stores once the N steps are
 written (the SQLite file; for raftpoint the blob store, and after `raftpoint gc`,
 which drops the heads later ones superseded; the coordinator's own files not counted).
@@ -48,6 +51,7 @@ from agent_client.langgraph import RaftpointSaver  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
 TEXT = "x" * 1024
+GRAPH_STEPS = 5  # checkpoints an invocation of chain_graph writes: its input's, and one per super-step
 
 
 def bench_put_get(saver: BaseCheckpointSaver, n: int) -> tuple[list[float], list[float]]:
@@ -87,15 +91,18 @@ def chain_graph(saver: BaseCheckpointSaver) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> float:
+def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> tuple[float, list[float]]:
+    """Graph steps per second of `invocations` invocations on one new thread, and each
+    invocation's seconds per step (its time over the checkpoints it wrote)."""
     graph = chain_graph(saver)
     config = {"configurable": {"thread_id": f"graph-{uuid.uuid4().hex[:8]}"}}
-    start = time.perf_counter()
+    took = []
     for _ in range(invocations):
+        start = time.perf_counter()
         graph.invoke({"total": 0, "notes": []}, config)
-    elapsed = time.perf_counter() - start
+        took.append(time.perf_counter() - start)
     steps = len(list(saver.list(config)))
-    return steps / elapsed
+    return steps / sum(took), [t * invocations / steps for t in took]
 
 
 def bench_long_thread(saver: BaseCheckpointSaver, steps: int, text_bytes: int = 0) -> list[float]:
@@ -154,13 +161,23 @@ def store_sizes(saver: BaseCheckpointSaver, tmp: Path) -> tuple[str, str]:
 
 def long_thread(tmp: Path, steps: int) -> None:
     window = max(1, min(50, steps // 10))
-    rows = []
+    rows, graph_rows = [], []
+    invocations = max(2, steps // GRAPH_STEPS)
+    graph_window = max(1, min(10, invocations // 10))
     with savers(tmp) as make:
         for name, factory in make.items():
             saver = factory()
             took = bench_long_thread(saver, steps)
             rows.append((name, took[:window], took[-window:], *store_sizes(saver, tmp)))
+            bench_graph(saver, 1)  # LangGraph's first compile and run, on a thread of its own
+            _, per_step = bench_graph(saver, invocations)  # after the sizes: they are the steps' alone
+            graph_rows.append((name, per_step[:graph_window], per_step[-graph_window:]))
             print(f"  {name}: done", file=sys.stderr)
+    print(f"{invocations} invocations of a 3-node chain on one thread ({GRAPH_STEPS} checkpoints each); a step's "
+          f"time is its invocation's over its checkpoints; start: invocations 1-{graph_window}, end: the last "
+          f"{graph_window}\n")
+    print(ratio_table(graph_rows, "SqliteSaver"))
+    print()
     sqlite_late = next(percentile(r[2], 0.5) for r in rows if r[0] == "SqliteSaver")
     print(f"{steps} steps on one thread (a put of a one-int state and a put_writes each); "
           f"start: steps 1-{window}, end: the last {window}\n")
@@ -172,6 +189,19 @@ def long_thread(tmp: Path, steps: int) -> None:
               f"{percentile(late, 0.5) * 1e3:.2f} | {percentile(late, 0.99) * 1e3:.2f} | "
               f"{percentile(late, 0.5) / percentile(early, 0.5):.2f}x | {percentile(late, 0.5) / sqlite_late:.2f}x | "
               f"{size} | {collected} |")
+
+
+def ratio_table(rows: list[tuple[str, list[float], list[float]]], baseline: str) -> str:
+    """Per-step p50 and p99 at a thread's start and end, and each against the baseline saver's."""
+    base_early, base_late = next((percentile(r[1], 0.5), percentile(r[2], 0.5)) for r in rows if r[0] == baseline)
+    lines = ["| saver | start p50 ms | start p99 ms | end p50 ms | end p99 ms | end vs start | start vs SQLite | "
+             "end vs SQLite |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, early, late in rows:
+        lines.append(f"| {name} | {percentile(early, 0.5) * 1e3:.2f} | {percentile(early, 0.99) * 1e3:.2f} | "
+                     f"{percentile(late, 0.5) * 1e3:.2f} | {percentile(late, 0.99) * 1e3:.2f} | "
+                     f"{percentile(late, 0.5) / percentile(early, 0.5):.2f}x | "
+                     f"{percentile(early, 0.5) / base_early:.2f}x | {percentile(late, 0.5) / base_late:.2f}x |")
+    return "\n".join(lines)
 
 
 def bench_threads(saver: BaseCheckpointSaver, threads: int) -> tuple[float, float]:
@@ -250,16 +280,19 @@ def main() -> None:
         for name, factory in make.items():
             saver = factory()
             puts, gets = bench_put_get(saver, n)
-            steps = bench_graph(saver, invocations)
-            rows.append((name, puts, gets, steps))
+            steps, per_step = bench_graph(saver, invocations)
+            rows.append((name, puts, gets, steps, per_step))
             print(f"  {name}: done", file=sys.stderr)
     sqlite_steps = next(r[3] for r in rows if r[0] == "SqliteSaver")
-    print(f"puts and gets: {n} each on one thread; graph: {invocations} invocations of a 3-node chain\n")
-    print("| saver | put p50 ms | put p99 ms | get_tuple p50 ms | get_tuple p99 ms | graph steps/s | step cost vs SQLite |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, puts, gets, steps in rows:
+    print(f"puts and gets: {n} each on one thread; graph: {invocations} invocations of a 3-node chain on a new "
+          "thread (a step's time is its invocation's over its checkpoints)\n")
+    print("| saver | put p50 ms | put p99 ms | get_tuple p50 ms | get_tuple p99 ms | graph steps/s | "
+          "graph step p50 ms | graph step p99 ms | step cost vs SQLite |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, puts, gets, steps, per_step in rows:
         print(f"| {name} | {percentile(puts, 0.5) * 1e3:.2f} | {percentile(puts, 0.99) * 1e3:.2f} | "
               f"{percentile(gets, 0.5) * 1e3:.2f} | {percentile(gets, 0.99) * 1e3:.2f} | {steps:.0f} | "
+              f"{percentile(per_step, 0.5) * 1e3:.2f} | {percentile(per_step, 0.99) * 1e3:.2f} | "
               f"{sqlite_steps / steps:.2f}x |")
 
 
