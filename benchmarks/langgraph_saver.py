@@ -10,14 +10,14 @@ latest checkpoint. Graph: three nodes in a chain (each one super-step, one
 checkpoint and one put_writes), invoked repeatedly on one thread; "steps/s" counts
 checkpoints written per second. One run; p99 of few samples is near their maximum.
 
---steps N: one long thread instead, twice: the chain graph invoked until the thread
-holds about N checkpoints (a step's time being its invocation's over the checkpoints it
-wrote: LangGraph makes a step's put_writes and put from worker threads), then N steps
-each putting a checkpoint of a one-int state and one put_writes, one after the other
-(what a graph step writes, without the overlap); each table gives a step's latency
-at the thread's start and at its end, and what the saver stores once the N steps are
-written (the SQLite file; for raftpoint the blob store, and after `raftpoint gc`,
-which drops the heads later ones superseded; the coordinator's own files not counted).
+--steps N: long threads instead. First, per saver, N steps on one thread, each a put
+of a one-int state and a put_writes one after the other; the table gives each step's
+latency at the thread's start and at its end, and what the saver stores once the N
+steps are written (the SQLite file; for raftpoint the blob store, and after `raftpoint
+gc`, which drops the heads later ones superseded; the coordinator's own files not
+counted). Then the graph in N/5 rounds, the savers taking turns each round so that the
+machine's other load falls on all alike: one invocation on a new thread and one on the
+saver's long thread, whose put_writes and put overlap as LangGraph makes them.
 --inline-sweep: the cost of a step whose one value of S bytes changes every step,
 stored inline in the head or as a blob, for the inline_max default.
 --threads N: one ainvoke on each of N threads, one after another and all at once.
@@ -91,18 +91,39 @@ def chain_graph(saver: BaseCheckpointSaver) -> Any:
     return builder.compile(checkpointer=saver)
 
 
+def invoke_per_step(graph: Any, config: dict[str, Any]) -> float:
+    """Seconds per step of one invocation of chain_graph: its time over the checkpoints it writes."""
+    start = time.perf_counter()
+    graph.invoke({"total": 0, "notes": []}, config)
+    return (time.perf_counter() - start) / GRAPH_STEPS
+
+
+def new_thread(prefix: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"{prefix}-{uuid.uuid4().hex[:8]}"}}
+
+
 def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> tuple[float, list[float]]:
     """Graph steps per second of `invocations` invocations on one new thread, and each
-    invocation's seconds per step (its time over the checkpoints it wrote)."""
-    graph = chain_graph(saver)
-    config = {"configurable": {"thread_id": f"graph-{uuid.uuid4().hex[:8]}"}}
-    took = []
-    for _ in range(invocations):
-        start = time.perf_counter()
-        graph.invoke({"total": 0, "notes": []}, config)
-        took.append(time.perf_counter() - start)
-    steps = len(list(saver.list(config)))
-    return steps / sum(took), [t * invocations / steps for t in took]
+    invocation's seconds per step."""
+    graph, config = chain_graph(saver), new_thread("graph")
+    per_step = [invoke_per_step(graph, config) for _ in range(invocations)]
+    return len(list(saver.list(config))) / (sum(per_step) * GRAPH_STEPS), per_step
+
+
+def graph_turns(savers: dict[str, BaseCheckpointSaver], rounds: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Per saver, seconds per step of the chain graph's first invocation on a new thread
+    (one a round) and of each invocation on one long thread. The savers take turns every
+    round, so a burst of the machine's other load falls on all of them alike."""
+    graphs = {name: chain_graph(saver) for name, saver in savers.items()}
+    for graph in graphs.values():
+        invoke_per_step(graph, new_thread("warm-up"))  # LangGraph's first run, the saver's group
+    long = {name: new_thread("long") for name in graphs}
+    timings: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in graphs}
+    for _ in range(rounds):
+        for name, graph in graphs.items():
+            timings[name][0].append(invoke_per_step(graph, new_thread("fresh")))
+            timings[name][1].append(invoke_per_step(graph, long[name]))
+    return timings
 
 
 def bench_long_thread(saver: BaseCheckpointSaver, steps: int, text_bytes: int = 0) -> list[float]:
@@ -161,25 +182,17 @@ def store_sizes(saver: BaseCheckpointSaver, tmp: Path) -> tuple[str, str]:
 
 def long_thread(tmp: Path, steps: int) -> None:
     window = max(1, min(50, steps // 10))
-    rows, graph_rows = [], []
-    invocations = max(2, steps // GRAPH_STEPS)
-    graph_window = max(1, min(10, invocations // 10))
+    rows, made = [], {}
     with savers(tmp) as make:
         for name, factory in make.items():
-            saver = factory()
+            saver = made[name] = factory()
             took = bench_long_thread(saver, steps)
             rows.append((name, took[:window], took[-window:], *store_sizes(saver, tmp)))
-            bench_graph(saver, 1)  # LangGraph's first compile and run, on a thread of its own
-            _, per_step = bench_graph(saver, invocations)  # after the sizes: they are the steps' alone
-            graph_rows.append((name, per_step[:graph_window], per_step[-graph_window:]))
             print(f"  {name}: done", file=sys.stderr)
-    print(f"{invocations} invocations of a 3-node chain on one thread ({GRAPH_STEPS} checkpoints each); a step's "
-          f"time is its invocation's over its checkpoints; start: invocations 1-{graph_window}, end: the last "
-          f"{graph_window}\n")
-    print(ratio_table(graph_rows, "SqliteSaver"))
-    print()
+        rounds = max(2, steps // GRAPH_STEPS)
+        print(graph_table(graph_turns(made, rounds), rounds))  # after the sizes: they are the steps' alone
     sqlite_late = next(percentile(r[2], 0.5) for r in rows if r[0] == "SqliteSaver")
-    print(f"{steps} steps on one thread (a put of a one-int state and a put_writes each); "
+    print(f"{steps} steps on one thread (a put of a one-int state and a put_writes each, one after the other); "
           f"start: steps 1-{window}, end: the last {window}\n")
     print("| saver | start p50 ms | start p99 ms | end p50 ms | end p99 ms | end vs start | end vs SQLite | "
           "stored | after raftpoint gc |")
@@ -191,17 +204,24 @@ def long_thread(tmp: Path, steps: int) -> None:
               f"{size} | {collected} |")
 
 
-def ratio_table(rows: list[tuple[str, list[float], list[float]]], baseline: str) -> str:
-    """Per-step p50 and p99 at a thread's start and end, and each against the baseline saver's."""
-    base_early, base_late = next((percentile(r[1], 0.5), percentile(r[2], 0.5)) for r in rows if r[0] == baseline)
-    lines = ["| saver | start p50 ms | start p99 ms | end p50 ms | end p99 ms | end vs start | start vs SQLite | "
-             "end vs SQLite |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, early, late in rows:
-        lines.append(f"| {name} | {percentile(early, 0.5) * 1e3:.2f} | {percentile(early, 0.99) * 1e3:.2f} | "
-                     f"{percentile(late, 0.5) * 1e3:.2f} | {percentile(late, 0.99) * 1e3:.2f} | "
-                     f"{percentile(late, 0.5) / percentile(early, 0.5):.2f}x | "
-                     f"{percentile(early, 0.5) / base_early:.2f}x | {percentile(late, 0.5) / base_late:.2f}x |")
-    return "\n".join(lines)
+def graph_table(timings: dict[str, tuple[list[float], list[float]]], rounds: int) -> str:
+    """Per-step p50 and p99 on new threads and at a long thread's start and end, against SQLite's."""
+    window = max(1, min(20, rounds // 10))
+    ms = {name: (percentile(fresh, 0.5), percentile(fresh, 0.99), percentile(long[:window], 0.5),
+                 percentile(long[:window], 0.99), percentile(long[-window:], 0.5), percentile(long[-window:], 0.99))
+          for name, (fresh, long) in timings.items()}
+    sqlite = ms["SqliteSaver"]
+    lines = [f"{rounds} rounds, the savers taking turns; each round one invocation of a 3-node chain on a new thread "
+             f"and one on the saver's long thread ({GRAPH_STEPS} checkpoints each; a step's time is its invocation's "
+             f"over them); long start: invocations 1-{window}, end: the last {window}\n",
+             "| saver | new thread p50 ms | p99 ms | long start p50 ms | p99 ms | long end p50 ms | p99 ms | "
+             "end vs start | new thread vs SQLite p50 / p99 | long end vs SQLite p50 / p99 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, (f50, f99, s50, s99, e50, e99) in ms.items():
+        lines.append(f"| {name} | {f50 * 1e3:.2f} | {f99 * 1e3:.2f} | {s50 * 1e3:.2f} | {s99 * 1e3:.2f} | "
+                     f"{e50 * 1e3:.2f} | {e99 * 1e3:.2f} | {e50 / s50:.2f}x | {f50 / sqlite[0]:.2f}x / "
+                     f"{f99 / sqlite[1]:.2f}x | {e50 / sqlite[4]:.2f}x / {e99 / sqlite[5]:.2f}x |")
+    return "\n".join(lines) + "\n"
 
 
 def bench_threads(saver: BaseCheckpointSaver, threads: int) -> tuple[float, float]:
