@@ -234,6 +234,39 @@ def test_writes_queued_behind_a_commit_of_their_thread_go_out_in_one_commit(addr
         assert reader.get_tuple(head).pending_writes == [(task, "a", n) for n, task in enumerate(tasks)]
 
 
+def test_every_write_of_a_refused_commit_raises_and_none_of_them_is_stored(address, tmp_path: Path,
+                                                                          group: str) -> None:
+    store = GatedStore(tmp_path, gate=b"blocked")
+    with RaftpointSaver(address, store, group=group) as first, RaftpointSaver(address, tmp_path, group=group) as second:
+        c0, v0 = step(None, {"a": 0}, 0)
+        store.waiting.set()  # the thread's first head passes the gate
+        head = first.put(thread("blocked"), c0, {}, v0)
+        store.waiting.clear()
+        second.put_writes(head, [("a", "taken")], "task-second")  # takes the thread over
+        refused: list[BaseException] = []
+
+        def write(n: int) -> None:
+            try:
+                first.put_writes(head, [("a", n)], f"task-{n}")
+            except ThreadFenced as exc:
+                refused.append(exc)
+
+        writers = [threading.Thread(target=write, args=(n,)) for n in range(3)]
+        writers[0].start()
+        assert store.waiting.wait(30), "the first write's head was never written"
+        for writer in writers[1:]:
+            writer.start()
+        wait_until(lambda: first.threads.unacknowledged("blocked") == len(writers),
+                   lambda: f"{first.threads.unacknowledged('blocked')} writes waiting, not {len(writers)}")
+        store.release.set()
+        for writer in writers:
+            writer.join(30)
+        assert len(refused) == len(writers), f"{len(refused)} of {len(writers)} writes refused: {refused}"
+        assert second.get_tuple(head).pending_writes == [("task-second", "a", "taken")]
+        with pytest.raises(ThreadFenced):
+            first.put_writes(head, [("a", "later")], "task-later")
+
+
 class FirstFormat:
     """A thread as the first format stored it: one record holding the whole thread."""
 
