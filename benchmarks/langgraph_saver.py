@@ -15,9 +15,10 @@ of a one-int state and a put_writes one after the other; the table gives each st
 latency at the thread's start and at its end, and what the saver stores once the N
 steps are written (the SQLite file; for raftpoint the blob store, and after `raftpoint
 gc`, which drops the heads later ones superseded; the coordinator's own files not
-counted). Then the graph in N/5 rounds, the savers taking turns each round so that the
-machine's other load falls on all alike: one invocation on a new thread and one on the
-saver's long thread, whose put_writes and put overlap as LangGraph makes them.
+counted). Then the graph (whose put_writes and put overlap as LangGraph makes them) on
+an old thread grown to N checkpoints, and in rounds, the savers and threads taking turns
+so that the machine's other load falls on all alike: one invocation on a new thread,
+one on a young thread (about step 10) and one on the old thread (past step N).
 --inline-sweep: the cost of a step whose one value of S bytes changes every step,
 stored inline in the head or as a blob, for the inline_max default.
 --threads N: one ainvoke on each of N threads, one after another and all at once.
@@ -52,6 +53,7 @@ from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
 TEXT = "x" * 1024
 GRAPH_STEPS = 5  # checkpoints an invocation of chain_graph writes: its input's, and one per super-step
+YOUNG_INVOCATIONS = 3  # timed invocations of a young thread before another takes its place
 
 
 def bench_put_get(saver: BaseCheckpointSaver, n: int) -> tuple[list[float], list[float]]:
@@ -110,20 +112,47 @@ def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> tuple[float, li
     return len(list(saver.list(config))) / (sum(per_step) * GRAPH_STEPS), per_step
 
 
-def graph_turns(savers: dict[str, BaseCheckpointSaver], rounds: int) -> dict[str, tuple[list[float], list[float]]]:
-    """Per saver, seconds per step of the chain graph's first invocation on a new thread
-    (one a round) and of each invocation on one long thread. The savers take turns every
-    round, so a burst of the machine's other load falls on all of them alike."""
+def graph_turns(savers: dict[str, BaseCheckpointSaver], steps: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Per saver, seconds per step of the chain graph on a new thread (its first
+    invocation), on a young thread (checkpoints 5-20) and on an old one (past `steps`
+    checkpoints, grown first, untimed). The savers and the three threads take turns
+    every round, so a burst of the machine's other load falls on all of them alike and
+    old against young compares a step at `steps` with one at about 10."""
     graphs = {name: chain_graph(saver) for name, saver in savers.items()}
-    for graph in graphs.values():
-        invoke_per_step(graph, new_thread("warm-up"))  # LangGraph's first run, the saver's group
-    long = {name: new_thread("long") for name in graphs}
-    timings: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in graphs}
-    for _ in range(rounds):
+    old = {name: new_thread("old") for name in graphs}
+    for name, graph in graphs.items():
+        for _ in range(steps // GRAPH_STEPS):
+            graph.invoke({"total": 0, "notes": []}, old[name])
+    young: dict[str, dict[str, Any]] = {}
+    timings: dict[str, dict[str, list[float]]] = {name: {"new": [], "young": [], "old": []} for name in graphs}
+    for turn in range(rounds):
         for name, graph in graphs.items():
-            timings[name][0].append(invoke_per_step(graph, new_thread("fresh")))
-            timings[name][1].append(invoke_per_step(graph, long[name]))
+            if turn % YOUNG_INVOCATIONS == 0:  # a young thread's first invocation is a new thread's
+                young[name] = new_thread("young")
+                invoke_per_step(graph, young[name])
+            timings[name]["new"].append(invoke_per_step(graph, new_thread("new")))
+            timings[name]["young"].append(invoke_per_step(graph, young[name]))
+            timings[name]["old"].append(invoke_per_step(graph, old[name]))
     return timings
+
+
+def graph_table(timings: dict[str, dict[str, list[float]]], steps: int, rounds: int) -> str:
+    """Per-step p50 and p99 on new, young and old threads, old against young, and against SQLite's."""
+    ms = {name: {kind: (percentile(t, 0.5), percentile(t, 0.99)) for kind, t in kinds.items()}
+          for name, kinds in timings.items()}
+    sqlite = ms["SqliteSaver"]
+    lines = [f"{rounds} rounds of a 3-node chain, the savers taking turns; each round one invocation on a new "
+             f"thread, one on a young thread (checkpoints 5-{5 * (YOUNG_INVOCATIONS + 1)}) and one on an old one "
+             f"(past {steps} checkpoints); a step's time is its invocation's over its {GRAPH_STEPS} checkpoints\n",
+             "| saver | new thread p50 ms | p99 ms | young p50 ms | p99 ms | old p50 ms | p99 ms | old vs young "
+             "p50 / p99 | new thread vs SQLite p50 / p99 | old vs SQLite p50 / p99 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, m in ms.items():
+        cells = [f"{m[kind][q] * 1e3:.2f}" for kind in ("new", "young", "old") for q in (0, 1)]
+        ratios = [(m["old"], m["young"]), (m["new"], sqlite["new"]), (m["old"], sqlite["old"])]
+        lines.append(f"| {name} | {' | '.join(cells)} | "
+                     + " | ".join(f"{a[0] / b[0]:.2f}x / {a[1] / b[1]:.2f}x" for a, b in ratios) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def bench_long_thread(saver: BaseCheckpointSaver, steps: int, text_bytes: int = 0) -> list[float]:
@@ -189,8 +218,8 @@ def long_thread(tmp: Path, steps: int) -> None:
             took = bench_long_thread(saver, steps)
             rows.append((name, took[:window], took[-window:], *store_sizes(saver, tmp)))
             print(f"  {name}: done", file=sys.stderr)
-        rounds = max(2, steps // GRAPH_STEPS)
-        print(graph_table(graph_turns(made, rounds), rounds))  # after the sizes: they are the steps' alone
+        rounds = max(YOUNG_INVOCATIONS, min(100, steps // 10))
+        print(graph_table(graph_turns(made, steps, rounds), steps, rounds))  # after the sizes: the steps' alone
     sqlite_late = next(percentile(r[2], 0.5) for r in rows if r[0] == "SqliteSaver")
     print(f"{steps} steps on one thread (a put of a one-int state and a put_writes each, one after the other); "
           f"start: steps 1-{window}, end: the last {window}\n")
@@ -202,26 +231,6 @@ def long_thread(tmp: Path, steps: int) -> None:
               f"{percentile(late, 0.5) * 1e3:.2f} | {percentile(late, 0.99) * 1e3:.2f} | "
               f"{percentile(late, 0.5) / percentile(early, 0.5):.2f}x | {percentile(late, 0.5) / sqlite_late:.2f}x | "
               f"{size} | {collected} |")
-
-
-def graph_table(timings: dict[str, tuple[list[float], list[float]]], rounds: int) -> str:
-    """Per-step p50 and p99 on new threads and at a long thread's start and end, against SQLite's."""
-    window = max(1, min(20, rounds // 10))
-    ms = {name: (percentile(fresh, 0.5), percentile(fresh, 0.99), percentile(long[:window], 0.5),
-                 percentile(long[:window], 0.99), percentile(long[-window:], 0.5), percentile(long[-window:], 0.99))
-          for name, (fresh, long) in timings.items()}
-    sqlite = ms["SqliteSaver"]
-    lines = [f"{rounds} rounds, the savers taking turns; each round one invocation of a 3-node chain on a new thread "
-             f"and one on the saver's long thread ({GRAPH_STEPS} checkpoints each; a step's time is its invocation's "
-             f"over them); long start: invocations 1-{window}, end: the last {window}\n",
-             "| saver | new thread p50 ms | p99 ms | long start p50 ms | p99 ms | long end p50 ms | p99 ms | "
-             "end vs start | new thread vs SQLite p50 / p99 | long end vs SQLite p50 / p99 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, (f50, f99, s50, s99, e50, e99) in ms.items():
-        lines.append(f"| {name} | {f50 * 1e3:.2f} | {f99 * 1e3:.2f} | {s50 * 1e3:.2f} | {s99 * 1e3:.2f} | "
-                     f"{e50 * 1e3:.2f} | {e99 * 1e3:.2f} | {e50 / s50:.2f}x | {f50 / sqlite[0]:.2f}x / "
-                     f"{f99 / sqlite[1]:.2f}x | {e50 / sqlite[4]:.2f}x / {e99 / sqlite[5]:.2f}x |")
-    return "\n".join(lines) + "\n"
 
 
 def bench_threads(saver: BaseCheckpointSaver, threads: int) -> tuple[float, float]:
