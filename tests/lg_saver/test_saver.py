@@ -5,8 +5,9 @@ import asyncio
 import operator
 import threading
 import uuid
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Callable, TypedDict
 
 import pytest
 
@@ -205,6 +206,21 @@ def test_two_writes_to_one_thread_take_turns_and_neither_is_lost(address, tmp_pa
         assert {t.checkpoint["id"] for t in saver.list(thread("blocked"))} == {c0["id"], ca["id"], cb["id"]}
 
 
+def queue_behind_the_gate(saver: RaftpointSaver, store: GatedStore, writes: list[Callable[[], Any]]) -> None:
+    """Run `writes` to thread "blocked" each in its own thread: the first one's head
+    waits at the gate until the others wait behind it, then all go on."""
+    writers = [threading.Thread(target=write) for write in writes]
+    writers[0].start()
+    assert store.waiting.wait(30), "the first write's head was never written"
+    for writer in writers[1:]:
+        writer.start()
+    wait_until(lambda: saver.threads.unacknowledged("blocked") == len(writes),
+               lambda: f"{saver.threads.unacknowledged('blocked')} writes waiting, not {len(writes)}")
+    store.release.set()
+    for writer in writers:
+        writer.join(30)
+
+
 def test_writes_queued_behind_a_commit_of_their_thread_go_out_in_one_commit(address, tmp_path: Path,
                                                                             group: str) -> None:
     """What LangGraph does in a step (each task's put_writes from its own worker): while
@@ -218,17 +234,8 @@ def test_writes_queued_behind_a_commit_of_their_thread_go_out_in_one_commit(addr
         head = saver.put(thread("blocked"), c0, {}, v0)
         store.waiting.clear()
         heads_before = store.puts
-        writers = [threading.Thread(target=saver.put_writes, args=(head, [("a", n)], task))
-                   for n, task in enumerate(tasks)]
-        writers[0].start()
-        assert store.waiting.wait(30), "the first write's head was never written"
-        for writer in writers[1:]:
-            writer.start()
-        wait_until(lambda: saver.threads.unacknowledged("blocked") == len(tasks),
-                   lambda: f"{saver.threads.unacknowledged('blocked')} writes waiting, not {len(tasks)}")
-        store.release.set()
-        for writer in writers:
-            writer.join(30)
+        queue_behind_the_gate(saver, store, [partial(saver.put_writes, head, [("a", n)], task)
+                                             for n, task in enumerate(tasks)])
         assert store.puts - heads_before == 2, f"{store.puts - heads_before} heads written for {len(tasks)} writes"
     with RaftpointSaver(address, tmp_path, group=group) as reader:  # a new process, say
         assert reader.get_tuple(head).pending_writes == [(task, "a", n) for n, task in enumerate(tasks)]
@@ -251,17 +258,8 @@ def test_every_write_of_a_refused_commit_raises_and_none_of_them_is_stored(addre
             except ThreadFenced as exc:
                 refused.append(exc)
 
-        writers = [threading.Thread(target=write, args=(n,)) for n in range(3)]
-        writers[0].start()
-        assert store.waiting.wait(30), "the first write's head was never written"
-        for writer in writers[1:]:
-            writer.start()
-        wait_until(lambda: first.threads.unacknowledged("blocked") == len(writers),
-                   lambda: f"{first.threads.unacknowledged('blocked')} writes waiting, not {len(writers)}")
-        store.release.set()
-        for writer in writers:
-            writer.join(30)
-        assert len(refused) == len(writers), f"{len(refused)} of {len(writers)} writes refused: {refused}"
+        queue_behind_the_gate(first, store, [partial(write, n) for n in range(3)])
+        assert len(refused) == 3, f"{len(refused)} of 3 writes refused: {refused}"
         assert second.get_tuple(head).pending_writes == [("task-second", "a", "taken")]
         with pytest.raises(ThreadFenced):
             first.put_writes(head, [("a", "later")], "task-later")
