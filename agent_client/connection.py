@@ -288,6 +288,9 @@ class Connection(_Targets):
         self.deadline = deadline
         self.rpc_timeout = rpc_timeout
         self._channels: dict[str, grpc.Channel] = {}
+        # A stub builds a callable per method of its service: built once per channel,
+        # not per call (a tenth of a millisecond each).
+        self._stubs: dict[tuple[str, str], Any] = {}
 
     @property
     def _target(self) -> str:  # kept for callers that read the current node
@@ -295,10 +298,13 @@ class Connection(_Targets):
 
     def _stub(self, service: str, target: str) -> Any:
         with self._lock:
-            channel = self._channels.get(target)
-            if channel is None:
-                channel = self._channels[target] = self.tls.channel(target, CHANNEL_OPTIONS)
-        return getattr(pb_grpc, f"{service}Stub")(channel)
+            stub = self._stubs.get((service, target))
+            if stub is None:
+                channel = self._channels.get(target)
+                if channel is None:
+                    channel = self._channels[target] = self.tls.channel(target, CHANNEL_OPTIONS)
+                stub = self._stubs[(service, target)] = getattr(pb_grpc, f"{service}Stub")(channel)
+        return stub
 
     def call(self, service: str, method: str, request: Any, *, deadline: float | None = None) -> Any:
         metadata = issued_now() + self.credentials + tuple(tracing.context_to_send().items())
@@ -371,6 +377,7 @@ class Connection(_Targets):
             for channel in self._channels.values():
                 channel.close()
             self._channels.clear()
+            self._stubs.clear()
 
     def __enter__(self) -> "Connection":
         return self

@@ -10,11 +10,15 @@ latest checkpoint. Graph: three nodes in a chain (each one super-step, one
 checkpoint and one put_writes), invoked repeatedly on one thread; "steps/s" counts
 checkpoints written per second. One run; p99 of few samples is near their maximum.
 
---steps N: one long thread instead. Each step puts a checkpoint of a one-int state
-and one put_writes (what a graph step writes); the table gives each step's latency
-at the thread's start and at its end, and what the saver stores once the N steps are
-written (the SQLite file; for raftpoint the blob store, and after `raftpoint gc`,
-which drops the heads later ones superseded; the coordinator's own files not counted).
+--steps N: long threads instead. First, per saver, N steps on one thread, each a put
+of a one-int state and a put_writes one after the other; the table gives each step's
+latency at the thread's start and at its end, and what the saver stores once the N
+steps are written (the SQLite file; for raftpoint the blob store, and after `raftpoint
+gc`, which drops the heads later ones superseded; the coordinator's own files not
+counted). Then the graph (whose put_writes and put overlap as LangGraph makes them) on
+an old thread grown to N checkpoints, and in rounds, the savers and threads taking turns
+so that the machine's other load falls on all alike: one invocation on a new thread,
+one on a young thread (about step 10) and one on the old thread (past step N).
 --inline-sweep: the cost of a step whose one value of S bytes changes every step,
 stored inline in the head or as a blob, for the inline_max default.
 --threads N: one ainvoke on each of N threads, one after another and all at once.
@@ -48,6 +52,8 @@ from agent_client.langgraph import RaftpointSaver  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
 TEXT = "x" * 1024
+GRAPH_STEPS = 5  # checkpoints an invocation of chain_graph writes: its input's, and one per super-step
+YOUNG_INVOCATIONS = 3  # timed invocations of a young thread before another takes its place
 
 
 def bench_put_get(saver: BaseCheckpointSaver, n: int) -> tuple[list[float], list[float]]:
@@ -87,15 +93,66 @@ def chain_graph(saver: BaseCheckpointSaver) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> float:
-    graph = chain_graph(saver)
-    config = {"configurable": {"thread_id": f"graph-{uuid.uuid4().hex[:8]}"}}
+def invoke_per_step(graph: Any, config: dict[str, Any]) -> float:
+    """Seconds per step of one invocation of chain_graph: its time over the checkpoints it writes."""
     start = time.perf_counter()
-    for _ in range(invocations):
-        graph.invoke({"total": 0, "notes": []}, config)
-    elapsed = time.perf_counter() - start
-    steps = len(list(saver.list(config)))
-    return steps / elapsed
+    graph.invoke({"total": 0, "notes": []}, config)
+    return (time.perf_counter() - start) / GRAPH_STEPS
+
+
+def new_thread(prefix: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"{prefix}-{uuid.uuid4().hex[:8]}"}}
+
+
+def bench_graph(saver: BaseCheckpointSaver, invocations: int) -> tuple[float, list[float]]:
+    """Graph steps per second of `invocations` invocations on one new thread, and each
+    invocation's seconds per step."""
+    graph, config = chain_graph(saver), new_thread("graph")
+    per_step = [invoke_per_step(graph, config) for _ in range(invocations)]
+    return len(list(saver.list(config))) / (sum(per_step) * GRAPH_STEPS), per_step
+
+
+def graph_turns(savers: dict[str, BaseCheckpointSaver], steps: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Per saver, seconds per step of the chain graph on a new thread (its first
+    invocation), on a young thread (checkpoints 5-20) and on an old one (past `steps`
+    checkpoints, grown first, untimed). The savers and the three threads take turns
+    every round, so a burst of the machine's other load falls on all of them alike and
+    old against young compares a step at `steps` with one at about 10."""
+    graphs = {name: chain_graph(saver) for name, saver in savers.items()}
+    old = {name: new_thread("old") for name in graphs}
+    for name, graph in graphs.items():
+        for _ in range(steps // GRAPH_STEPS):
+            graph.invoke({"total": 0, "notes": []}, old[name])
+    young: dict[str, dict[str, Any]] = {}
+    timings: dict[str, dict[str, list[float]]] = {name: {"new": [], "young": [], "old": []} for name in graphs}
+    for turn in range(rounds):
+        for name, graph in graphs.items():
+            if turn % YOUNG_INVOCATIONS == 0:  # a young thread's first invocation is a new thread's
+                young[name] = new_thread("young")
+                invoke_per_step(graph, young[name])
+            timings[name]["new"].append(invoke_per_step(graph, new_thread("new")))
+            timings[name]["young"].append(invoke_per_step(graph, young[name]))
+            timings[name]["old"].append(invoke_per_step(graph, old[name]))
+    return timings
+
+
+def graph_table(timings: dict[str, dict[str, list[float]]], steps: int, rounds: int) -> str:
+    """Per-step p50 and p99 on new, young and old threads, old against young, and against SQLite's."""
+    ms = {name: {kind: (percentile(t, 0.5), percentile(t, 0.99)) for kind, t in kinds.items()}
+          for name, kinds in timings.items()}
+    sqlite = ms["SqliteSaver"]
+    lines = [f"{rounds} rounds of a 3-node chain, the savers taking turns; each round one invocation on a new "
+             f"thread, one on a young thread (checkpoints 5-{5 * (YOUNG_INVOCATIONS + 1)}) and one on an old one "
+             f"(past {steps} checkpoints); a step's time is its invocation's over its {GRAPH_STEPS} checkpoints\n",
+             "| saver | new thread p50 ms | p99 ms | young p50 ms | p99 ms | old p50 ms | p99 ms | old vs young "
+             "p50 / p99 | new thread vs SQLite p50 / p99 | old vs SQLite p50 / p99 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, m in ms.items():
+        cells = [f"{m[kind][q] * 1e3:.2f}" for kind in ("new", "young", "old") for q in (0, 1)]
+        ratios = [(m["old"], m["young"]), (m["new"], sqlite["new"]), (m["old"], sqlite["old"])]
+        lines.append(f"| {name} | {' | '.join(cells)} | "
+                     + " | ".join(f"{a[0] / b[0]:.2f}x / {a[1] / b[1]:.2f}x" for a, b in ratios) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def bench_long_thread(saver: BaseCheckpointSaver, steps: int, text_bytes: int = 0) -> list[float]:
@@ -154,15 +211,17 @@ def store_sizes(saver: BaseCheckpointSaver, tmp: Path) -> tuple[str, str]:
 
 def long_thread(tmp: Path, steps: int) -> None:
     window = max(1, min(50, steps // 10))
-    rows = []
+    rows, made = [], {}
     with savers(tmp) as make:
         for name, factory in make.items():
-            saver = factory()
+            saver = made[name] = factory()
             took = bench_long_thread(saver, steps)
             rows.append((name, took[:window], took[-window:], *store_sizes(saver, tmp)))
             print(f"  {name}: done", file=sys.stderr)
+        rounds = max(YOUNG_INVOCATIONS, min(100, steps // 10))
+        print(graph_table(graph_turns(made, steps, rounds), steps, rounds))  # after the sizes: the steps' alone
     sqlite_late = next(percentile(r[2], 0.5) for r in rows if r[0] == "SqliteSaver")
-    print(f"{steps} steps on one thread (a put of a one-int state and a put_writes each); "
+    print(f"{steps} steps on one thread (a put of a one-int state and a put_writes each, one after the other); "
           f"start: steps 1-{window}, end: the last {window}\n")
     print("| saver | start p50 ms | start p99 ms | end p50 ms | end p99 ms | end vs start | end vs SQLite | "
           "stored | after raftpoint gc |")
@@ -250,16 +309,19 @@ def main() -> None:
         for name, factory in make.items():
             saver = factory()
             puts, gets = bench_put_get(saver, n)
-            steps = bench_graph(saver, invocations)
-            rows.append((name, puts, gets, steps))
+            steps, per_step = bench_graph(saver, invocations)
+            rows.append((name, puts, gets, steps, per_step))
             print(f"  {name}: done", file=sys.stderr)
     sqlite_steps = next(r[3] for r in rows if r[0] == "SqliteSaver")
-    print(f"puts and gets: {n} each on one thread; graph: {invocations} invocations of a 3-node chain\n")
-    print("| saver | put p50 ms | put p99 ms | get_tuple p50 ms | get_tuple p99 ms | graph steps/s | step cost vs SQLite |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, puts, gets, steps in rows:
+    print(f"puts and gets: {n} each on one thread; graph: {invocations} invocations of a 3-node chain on a new "
+          "thread (a step's time is its invocation's over its checkpoints)\n")
+    print("| saver | put p50 ms | put p99 ms | get_tuple p50 ms | get_tuple p99 ms | graph steps/s | "
+          "graph step p50 ms | graph step p99 ms | step cost vs SQLite |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, puts, gets, steps, per_step in rows:
         print(f"| {name} | {percentile(puts, 0.5) * 1e3:.2f} | {percentile(puts, 0.99) * 1e3:.2f} | "
               f"{percentile(gets, 0.5) * 1e3:.2f} | {percentile(gets, 0.99) * 1e3:.2f} | {steps:.0f} | "
+              f"{percentile(per_step, 0.5) * 1e3:.2f} | {percentile(per_step, 0.99) * 1e3:.2f} | "
               f"{sqlite_steps / steps:.2f}x |")
 
 

@@ -6,9 +6,12 @@ thread's agent's checkpoint, and seals the older ones into segments now and then
 (threads.py, thread_history.py), so a step writes what it changed, not the thread's
 history. Channel values of at most `inline_max` serialized bytes travel inside the
 head; larger ones go to the blob store, content-addressed, and only the channels a
-step changed (its `new_versions`) are stored. The async methods run the blocking ones
-in worker threads: the work is a few RPCs and blob writes, one implementation keeps
-the sync and async faces from drifting apart, and different threads run side by side.
+step changed (its `new_versions`) are stored. Calls on one thread that overlap (LangGraph
+makes a step's put_writes and put from worker threads) are committed together, each
+returning once a commit holding it is acknowledged (group_commit.py). The async methods
+run the blocking ones in worker threads: the work is a few RPCs and blob writes, one
+implementation keeps the sync and async faces from drifting apart, and different
+threads run side by side.
 
 A thread whose blobs this saver cannot read (missing, damaged, or in another saver's
 store: savers of one group may each have their own) raises ThreadUnreadable when it is
@@ -199,15 +202,20 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         new_refs = {ch: (version_key(v), self._ref(values[ch]) if ch in values else None)
                     for ch, v in new_versions.items()}
-        with self.threads.writing(thread_id), _reading(thread_id):
-            head = self.threads.own(thread_id).copy_as(thread_id)
+        typed, typed_metadata = self.serde.dumps_typed(bare), self.serde.dumps_typed(
+            get_checkpoint_metadata(config, metadata))
+        versions = {ch: version_key(v) for ch, v in checkpoint["channel_versions"].items()}
+
+        def edit(newest: ThreadHead) -> ThreadHead:
+            head = newest.copy_as(thread_id)
             if head.seal_due:
                 head.sealed_into(self._seal(head.segment()))
-            head.put(ns, checkpoint["id"], self.serde.dumps_typed(bare),
-                     self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)), conf.get("checkpoint_id"),
-                     {ch: version_key(v) for ch, v in checkpoint["channel_versions"].items()}, new_refs,
+            head.put(ns, checkpoint["id"], typed, typed_metadata, conf.get("checkpoint_id"), versions, new_refs,
                      self._segment)
-            self.threads.commit(thread_id, head)
+            return head
+
+        with _reading(thread_id):
+            self.threads.change(thread_id, edit)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -216,15 +224,18 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         thread_id = conf["thread_id"]
         entries = [(WRITES_IDX_MAP.get(channel, idx), channel, self.serde.dumps_typed(value))
                    for idx, (channel, value) in enumerate(writes)]
-        with self.threads.writing(thread_id), _reading(thread_id):
-            head = self.threads.own(thread_id).copy_as(thread_id)
-            if head.put_writes(conf.get("checkpoint_ns", ""), conf["checkpoint_id"], task_id, task_path, entries,
-                               self._segment):
-                self.threads.commit(thread_id, head)
+
+        def edit(newest: ThreadHead) -> ThreadHead | None:
+            head = newest.copy_as(thread_id)
+            changed = head.put_writes(conf.get("checkpoint_ns", ""), conf["checkpoint_id"], task_id, task_path,
+                                      entries, self._segment)
+            return head if changed else None
+
+        with _reading(thread_id):
+            self.threads.change(thread_id, edit)
 
     def delete_thread(self, thread_id: str) -> None:
-        with self.threads.writing(thread_id):
-            self.threads.clear(thread_id)
+        self.threads.clear(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Threads that cannot be read are left out (with a warning): their runs stay."""
@@ -243,9 +254,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
             source = self.threads.read(source_thread_id)
         if source is None or source.empty:
             return
-        with self.threads.writing(target_thread_id):
-            self.threads.own(target_thread_id)
-            self.threads.commit(target_thread_id, source.copy_as(target_thread_id))
+        self.threads.change(target_thread_id, lambda _: source.copy_as(target_thread_id))
 
     def fork_threads(self, thread_ids: Sequence[str], into: str) -> None:
         """Copy these threads, together and as they are now, into `into`, a new group; a
@@ -273,18 +282,22 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
     # builtins.list: in this class `list` is the saver's method.
     def _keep(self, thread_id: str,
               keep: Callable[[builtins.list[StoredCheckpoint]], builtins.list[StoredCheckpoint]]) -> None:
-        """Rewrite the thread with the checkpoints `keep(all, newest first)` returns, if it drops any."""
-        with self.threads.writing(thread_id), _reading(thread_id):
-            head = self.threads.read(thread_id)
-            if head is None:
-                return
+        """Rewrite the thread with the checkpoints `keep(all, newest first)` returns, if it
+        drops any (checked before taking the thread over, and again on its newest head)."""
+        def dropping(head: ThreadHead) -> builtins.list[StoredCheckpoint] | None:
             everything = list(head.newest_first(self._segment))
             kept = keep(everything)
-            if len(kept) == len(everything):
-                return
-            self.threads.own(thread_id)
-            self.threads.commit(thread_id, rebuild(thread_id, reversed(kept), self._seal,
-                                                   seal_after=self.threads.seal_after))
+            return None if len(kept) == len(everything) else kept
+
+        def edit(newest: ThreadHead) -> ThreadHead | None:
+            kept = dropping(newest)
+            return None if kept is None else rebuild(thread_id, reversed(kept), self._seal,
+                                                     seal_after=self.threads.seal_after)
+
+        with _reading(thread_id):
+            head = self.threads.read(thread_id)
+            if head is not None and dropping(head) is not None:
+                self.threads.change(thread_id, edit)
 
     # ---- async: the same work in a worker thread ---------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

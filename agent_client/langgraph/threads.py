@@ -11,7 +11,8 @@ Every change to a thread commits its head (thread_history.py: the newest checkpo
 and a pointer to the sealed rest) as a new checkpoint of its agent; the coordinator's
 record of the agent's latest checkpoint is the thread's head. Reading a thread this
 saver does not write fetches that head; reading one it writes uses its own copy, which
-is the head as long as it is not fenced. Changes to one thread are serialized (`writing`);
+is the head as long as it is not fenced. Changes to one thread take turns, and those
+that queue up while its head is being committed are committed together (`change`);
 different threads proceed side by side.
 
 A thread's blobs are in the blob store of the saver that wrote it. A thread whose head
@@ -26,15 +27,15 @@ import hashlib
 import logging
 import threading
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from agent_client.blobstore import BlobStore
 from agent_client.connection import Connection, Rejected
 from agent_client.delivery_log import DeliveryLog
 from agent_client.effects import ProtocolOperation, drive, perform_blocking
+from agent_client.langgraph.group_commit import GroupCommit
 from agent_client.langgraph.thread_history import SEAL_AFTER, ThreadHead
 from agent_client.protocol import AgentProtocol
 from agent_client.restored import RestoreKind
@@ -83,18 +84,28 @@ class ThreadStore:
         self._owned: dict[str, Owned] = {}
         self._fenced: dict[str, str] = {}  # thread -> why: a fenced saver never takes a thread back by itself
         self._lock = threading.Lock()  # guards the dicts above, never held across a call
-        self._writers: dict[str, threading.Lock] = {}  # thread -> its writers' turn
+        self._pending: dict[str, GroupCommit[ThreadHead]] = {}  # thread -> its changes not yet committed
         self._group_lock = threading.Lock()
         self._group_ready = False
         self._skipped: set[str] = set()  # agents of the threads warned about, guarded by _lock
 
-    @contextmanager
-    def writing(self, thread_id: str) -> Iterator[None]:
-        """One change to `thread_id` at a time (read, change, commit); other threads are not held up."""
+    def change(self, thread_id: str, edit: Callable[[ThreadHead], ThreadHead | None], *,
+               read_head: bool = True) -> None:
+        """Apply `edit` to the thread's newest head and return once a commit holding the
+        result is acknowledged; changes that queue up while a commit is in flight go out
+        together (group_commit.py). Becomes the thread's writer first (`own`; without
+        `read_head`, from an empty head, not reading the old one). `edit` returns a new
+        head (never changing its argument) or None for no change. Other threads are not
+        held up."""
         with self._lock:
-            turn = self._writers.setdefault(thread_id, threading.Lock())
-        with turn:
-            yield
+            pending = self._pending.setdefault(thread_id, GroupCommit())
+        pending.change(lambda: self._owner(thread_id, read_head=read_head).head, edit, partial(self.commit, thread_id))
+
+    def unacknowledged(self, thread_id: str) -> int:
+        """Changes to the thread that no commit acknowledged yet (each one's caller is waiting)."""
+        with self._lock:
+            pending = self._pending.get(thread_id)
+        return 0 if pending is None else pending.unacknowledged
 
     # ---- effects -------------------------------------------------------------------------
     def _drive(self, op: ProtocolOperation[Any]) -> Any:
@@ -193,14 +204,13 @@ class ThreadStore:
 
     # ---- writes --------------------------------------------------------------------------
     def own(self, thread_id: str) -> ThreadHead:
-        """Become the thread's writer (fencing off any earlier one) and return its head.
-        The caller holds `writing(thread_id)`."""
+        """Become the thread's writer (fencing off any earlier one) and return its
+        committed head."""
         return self._owner(thread_id).head
 
     def clear(self, thread_id: str) -> None:
         """Commit an empty head for a thread that has one, without reading the old head:
-        deleting is what a thread this saver cannot read still allows. The caller holds
-        `writing(thread_id)`."""
+        deleting is what a thread this saver cannot read still allows."""
         with self._lock:
             owned = thread_id in self._owned
         if not owned:
@@ -211,8 +221,7 @@ class ThreadStore:
                 log.warning("deleting LangGraph thread %r of group %s: its blobs are in another blob store (%s); "
                             "they go when raftpoint gc runs against that store", thread_id, self.group,
                             latest.blob_uri)
-        self._owner(thread_id, read_head=False)
-        self.commit(thread_id, ThreadHead(thread_id, seal_after=self.seal_after))
+        self.change(thread_id, lambda _: ThreadHead(thread_id, seal_after=self.seal_after), read_head=False)
 
     def _owner(self, thread_id: str, *, read_head: bool = True) -> Owned:
         with self._lock:
@@ -247,8 +256,8 @@ class ThreadStore:
         return head
 
     def commit(self, thread_id: str, head: ThreadHead) -> None:
-        """Make `head` the thread's head; ThreadFenced if another writer took the thread.
-        The caller holds `writing(thread_id)`."""
+        """Make `head` the thread's head (what `change` commits); ThreadFenced if another
+        writer took the thread."""
         owned = self._owner(thread_id)
         try:
             self._commit(owned, head)

@@ -104,6 +104,17 @@ def test_rejections_are_not_retried_and_dead_endpoints_time_out(coordinator: InP
     assert "\n" not in str(down.value) and "debug_error_string" not in str(down.value), str(down.value)
 
 
+def test_a_service_stub_is_built_once_per_node_not_per_call(coordinator: InProcessCoordinator,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[grpc.Channel] = []
+    stub = pb_grpc.AdminServiceStub
+    monkeypatch.setattr(pb_grpc, "AdminServiceStub", lambda channel: built.append(channel) or stub(channel))
+    with Connection([coordinator.address], tls=coordinator.client_tls()) as conn:
+        for _ in range(3):
+            conn.call("AdminService", "ClusterStatus", pb.ClusterStatusRequest())
+    assert len(built) == 1, f"{len(built)} AdminService stubs built for 3 calls to one node"
+
+
 def test_async_connection_follows_the_leader(coordinator: InProcessCoordinator) -> None:
     server, address, _ = follower(coordinator)
 

@@ -1,7 +1,9 @@
-"""Small helpers the saver tests share: a checkpoint on top of another, with channel values."""
+"""Small helpers the saver tests share: a checkpoint on top of another, with channel values;
+waiting for a condition."""
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
 
@@ -18,3 +20,11 @@ def step(base: Checkpoint | None, values: dict[str, Any], step_no: int) -> tuple
     checkpoint["channel_versions"] = {**versions, **new_versions}
     checkpoint["channel_values"] = {**checkpoint["channel_values"], **values}
     return checkpoint, new_versions
+
+
+def wait_until(condition: Callable[[], bool], saw: Callable[[], str], timeout: float = 30) -> None:
+    """Poll `condition` until it holds; past `timeout`, fail with what `saw` says now."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, saw()
+        time.sleep(0.005)

@@ -5,8 +5,9 @@ import asyncio
 import operator
 import threading
 import uuid
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Callable, TypedDict
 
 import pytest
 
@@ -18,7 +19,7 @@ from agent_client.blobstore import LocalBlobStore  # noqa: E402
 from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
 from agent_client.langgraph.thread_record import typed_to_json  # noqa: E402
 from coordinator import channels  # noqa: E402
-from tests.lg_saver.saver_steps import step, thread  # noqa: E402
+from tests.lg_saver.saver_steps import step, thread, wait_until  # noqa: E402
 
 
 class CountingStore(LocalBlobStore):
@@ -47,6 +48,10 @@ class GatedStore(LocalBlobStore):
             self.waiting.set()
             assert self.release.wait(30), "never released"
         return super().put(data, **kw)
+
+
+class GatedCountingStore(GatedStore, CountingStore):
+    """Gated as GatedStore, counted as CountingStore (a put counts once the gate lets it through)."""
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +204,65 @@ def test_two_writes_to_one_thread_take_turns_and_neither_is_lost(address, tmp_pa
         first.join(30)
         second.join(30)
         assert {t.checkpoint["id"] for t in saver.list(thread("blocked"))} == {c0["id"], ca["id"], cb["id"]}
+
+
+def queue_behind_the_gate(saver: RaftpointSaver, store: GatedStore, writes: list[Callable[[], Any]]) -> None:
+    """Run `writes` to thread "blocked" each in its own thread: the first one's head
+    waits at the gate until the others wait behind it, then all go on."""
+    writers = [threading.Thread(target=write) for write in writes]
+    writers[0].start()
+    assert store.waiting.wait(30), "the first write's head was never written"
+    for writer in writers[1:]:
+        writer.start()
+    wait_until(lambda: saver.threads.unacknowledged("blocked") == len(writes),
+               lambda: f"{saver.threads.unacknowledged('blocked')} writes waiting, not {len(writes)}")
+    store.release.set()
+    for writer in writers:
+        writer.join(30)
+
+
+def test_writes_queued_behind_a_commit_of_their_thread_go_out_in_one_commit(address, tmp_path: Path,
+                                                                            group: str) -> None:
+    """What LangGraph does in a step (each task's put_writes from its own worker): while
+    the thread's head is being committed, the writes that arrive wait and then go out
+    together, each call returning once a commit holding it is acknowledged."""
+    store = GatedCountingStore(tmp_path, gate=b"blocked")
+    tasks = [f"task-{n}" for n in range(4)]
+    with RaftpointSaver(address, store, group=group) as saver:
+        c0, v0 = step(None, {"a": 0}, 0)
+        store.waiting.set()  # the thread's first head passes the gate
+        head = saver.put(thread("blocked"), c0, {}, v0)
+        store.waiting.clear()
+        heads_before = store.puts
+        queue_behind_the_gate(saver, store, [partial(saver.put_writes, head, [("a", n)], task)
+                                             for n, task in enumerate(tasks)])
+        assert store.puts - heads_before == 2, f"{store.puts - heads_before} heads written for {len(tasks)} writes"
+    with RaftpointSaver(address, tmp_path, group=group) as reader:  # a new process, say
+        assert reader.get_tuple(head).pending_writes == [(task, "a", n) for n, task in enumerate(tasks)]
+
+
+def test_every_write_of_a_refused_commit_raises_and_none_of_them_is_stored(address, tmp_path: Path,
+                                                                          group: str) -> None:
+    store = GatedStore(tmp_path, gate=b"blocked")
+    with RaftpointSaver(address, store, group=group) as first, RaftpointSaver(address, tmp_path, group=group) as second:
+        c0, v0 = step(None, {"a": 0}, 0)
+        store.waiting.set()  # the thread's first head passes the gate
+        head = first.put(thread("blocked"), c0, {}, v0)
+        store.waiting.clear()
+        second.put_writes(head, [("a", "taken")], "task-second")  # takes the thread over
+        refused: list[BaseException] = []
+
+        def write(n: int) -> None:
+            try:
+                first.put_writes(head, [("a", n)], f"task-{n}")
+            except ThreadFenced as exc:
+                refused.append(exc)
+
+        queue_behind_the_gate(first, store, [partial(write, n) for n in range(3)])
+        assert len(refused) == 3, f"{len(refused)} of 3 writes refused: {refused}"
+        assert second.get_tuple(head).pending_writes == [("task-second", "a", "taken")]
+        with pytest.raises(ThreadFenced):
+            first.put_writes(head, [("a", "later")], "task-later")
 
 
 class FirstFormat:
