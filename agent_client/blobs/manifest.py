@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import re
@@ -97,8 +98,10 @@ class Manifest:
             doc["copy"] = self.copy
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
+        """The manifest's name. Kept once computed (the fields are frozen): a put asks for
+        its parent's and its own several times, each a re-encoding of every chunk entry."""
         return hashlib.sha256(self.to_json()).hexdigest()
 
     @classmethod
