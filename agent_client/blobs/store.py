@@ -42,7 +42,7 @@ from agent_client.blobs.aead import ALGORITHM as AEAD_ALGORITHM
 from agent_client.blobs.aead import OVERHEAD as AEAD_OVERHEAD
 from agent_client.blobs.aead import ChunkCipher, aead_key_from_env
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
-from agent_client.blobs.digests import KnownState
+from agent_client.blobs.digests import KnownState, StateDigest
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
@@ -127,22 +127,24 @@ class LocalBlobStore:
         bytearray until put returns). The whole state's SHA-256 is computed beside the
         chunking and the chunks' hashing (digests.py)."""
         with self._lock, memoryview(data) as whole, whole.cast("B") as view:
-            whole_digest = self._pool.submit(digests.sha256_hex, view)  # first: it runs beside the chunker
+            known = self._known
+            whole_digest = self._pool.submit(digests.state_digest, view, known)  # first: it runs beside the chunker
             try:
-                result = self._put(view, parent, whole_digest)
+                result = self._put(view, parent, whole_digest, known)
             finally:
                 whole_digest.cancel()
                 wait([whole_digest])  # no task may outlive the view it reads
             if self._keep_last_state:
-                self._known = KnownState.of(data, result.manifest)
+                self._known = KnownState.of(data, result.manifest, whole_digest.result())
             return result
 
-    def _put(self, view: memoryview, parent: Manifest | None, whole_digest: Future[str]) -> PutResult:
+    def _put(self, view: memoryview, parent: Manifest | None, whole_digest: Future[StateDigest],
+             known: KnownState | None) -> PutResult:
         bounds = chunking.chunk_bounds(view)
         check_chunk_count(len(bounds), len(view))
         overhead = 0 if self._cipher is None else AEAD_OVERHEAD
         plan = PackPlan(overhead, self._seal)
-        chunks = self._chunks(view, bounds, self._reuse_lookup(parent))
+        chunks = self._chunks(view, bounds, self._reuse_lookup(parent), known)
         try:
             head, small = split_small(chunks, overhead)
             if small:
@@ -153,7 +155,7 @@ class LocalBlobStore:
                 self._store_pack(plan.pack, plan.stream(itertools.chain(head, chunks)))
         finally:
             chunks.close()  # stops the hashing still under way
-        manifest = Manifest(len(view), whole_digest.result(), tuple(plan.refs), chunking.ALGORITHM,
+        manifest = Manifest(len(view), whole_digest.result().sha256, tuple(plan.refs), chunking.ALGORITHM,
                             self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
                             None if parent is None else parent.digest, inline=inline)
         body = manifest.to_json()
@@ -164,11 +166,11 @@ class LocalBlobStore:
                          (0 if inline is not None else plan.written) + len(body), len(plan.refs),
                          len(plan.placed), manifest)
 
-    def _chunks(self, view: memoryview, bounds: list[tuple[int, int]],
-                stored_at: Callable[[str], ChunkRef | None]) -> Generator[Chunk, None, None]:
+    def _chunks(self, view: memoryview, bounds: list[tuple[int, int]], stored_at: Callable[[str], ChunkRef | None],
+                known: KnownState | None) -> Generator[Chunk, None, None]:
         """The state's chunks in order with their SHA-256 and where each is already
         stored, hashed ahead of the caller, which writes the pack meanwhile."""
-        hashed = digests.chunk_digests(view, bounds, self._pool, self._hash_ahead, self._known)
+        hashed = digests.chunk_digests(view, bounds, self._pool, self._hash_ahead, known)
         try:
             for (start, end), digest in zip(bounds, hashed):
                 yield digest, view[start:end], stored_at(digest)
@@ -272,11 +274,12 @@ class LocalBlobStore:
 
         parts = [fetch(span) for span in spans] if len(spans) <= 1 else list(self._pool.map(fetch, spans))
         data = b"".join(piece for pieces in parts for piece in pieces)
-        if len(data) != manifest.size or digests.sha256_hex(data) != manifest.sha256:
+        whole = digests.state_digest(data)
+        if len(data) != manifest.size or whole.sha256 != manifest.sha256:
             raise BlobCorrupted(f"{uri}: the reassembled state does not match its SHA-256")
         self._recent.append(manifest)  # a restored state's next checkpoint reuses its chunks (append is atomic)
         if self._keep_last_state:
-            self._known = KnownState.of(data, manifest)  # one assignment: a put in progress keeps the one it read
+            self._known = KnownState.of(data, manifest, whole)  # one assignment: a put under way keeps the one it read
         return data
 
     def _key_mismatch(self, uri: str, manifest: Manifest) -> str:

@@ -7,7 +7,7 @@ import random
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -42,43 +42,62 @@ def assert_digests_true(store: LocalBlobStore, uri: str, data: bytes) -> None:
 
 
 class HashedBytes:
-    """hashlib.sha256 replaced by one that counts the bytes it is given."""
+    """hashlib.sha256 replaced by one that counts the bytes it is given (at creation and
+    by update) and calls `on_bytes` with the length of each piece."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, on_bytes: Callable[[int], None] = lambda n: None) -> None:
         self.total = 0
         self._lock = threading.Lock()
+        self._on_bytes = on_bytes
         real = hashlib.sha256
+        monkeypatch.setattr(hashlib, "sha256", lambda data=b"", **kw: Counting(self, real(b"", **kw), data))
 
-        def counting(data: Any = b"", **kw: Any) -> Any:
-            with self._lock:
-                self.total += memoryview(data).nbytes
-            return real(data, **kw)
-        monkeypatch.setattr(hashlib, "sha256", counting)
+    def count(self, data: Any) -> None:
+        size = memoryview(data).nbytes
+        with self._lock:
+            self.total += size
+        if size:
+            self._on_bytes(size)
+
+
+class Counting:
+    """A hash object whose input HashedBytes counts."""
+
+    def __init__(self, counter: HashedBytes, inner: Any, data: Any = b"") -> None:
+        self._counter, self._inner = counter, inner
+        self.update(data)
+
+    def update(self, data: Any) -> None:
+        self._counter.count(data)
+        self._inner.update(data)
+
+    def copy(self) -> "Counting":
+        return Counting(self._counter, self._inner.copy())
+
+    def hexdigest(self) -> str:
+        return str(self._inner.hexdigest())
 
 
 def test_the_whole_state_hash_runs_while_the_state_is_chunked(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The coordinator's record (the whole state's SHA-256) does not depend on the cut
-    points, so it is under way before the chunker finishes."""
+    points, so it is under way before the chunker finishes (the chunks' hashing cannot
+    be: it needs the cuts)."""
     store = LocalBlobStore(tmp_path)
     data = state(2 * MIB, seed=1)
-    whole_started = threading.Event()
-    real_sha, real_bounds = hashlib.sha256, chunking.chunk_bounds
-
-    def sha(buf: Any = b"", **kw: Any) -> Any:
-        if memoryview(buf).nbytes == len(data):
-            whole_started.set()
-        return real_sha(buf, **kw)
+    hashing = threading.Event()
+    real_bounds = chunking.chunk_bounds
     seen: list[bool] = []
 
     def bounds(view: Any, **kw: Any) -> list[tuple[int, int]]:
-        seen.append(whole_started.wait(timeout=5))
+        seen.append(hashing.wait(timeout=5))
         return real_bounds(view, **kw)
-    monkeypatch.setattr(hashlib, "sha256", sha)
+    HashedBytes(monkeypatch, on_bytes=lambda size: hashing.set())
     monkeypatch.setattr(chunking, "chunk_bounds", bounds)
     put = store.put(data)
-    assert seen == [True], "the whole-state hash had not started 5 s into chunking"
-    assert put.sha256 == real_sha(data).hexdigest()
+    assert seen == [True], "nothing had been hashed 5 s into chunking"
+    monkeypatch.undo()
+    assert put.sha256 == hashlib.sha256(data).hexdigest()
 
 
 def test_unchanged_chunks_of_the_last_state_are_not_hashed_again(tmp_path: Path,
@@ -168,3 +187,35 @@ def test_a_put_encodes_its_manifest_twice_and_its_parent_not_again(tmp_path: Pat
     parent_encodings = sum(m is first.manifest for m in encoded)
     assert (parent_encodings, len(encoded)) == (0, 2), f"{len(encoded)} encodings, {parent_encodings} of the parent"
     assert put.manifest.parent == first.manifest.digest
+
+
+def test_a_state_changed_near_its_end_hashes_little_more_than_its_tail(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-state hash resumes after the prefix the last state shares (SHA-256's
+    running state is kept every MiB), and unchanged chunks are compared, not hashed."""
+    store = LocalBlobStore(tmp_path)
+    data = state(8 * MIB, seed=12)
+    first = store.put(data)
+    changed = data[:-MIB // 2] + state(MIB // 2 + 1000, seed=13)  # the last half MiB replaced, and grown
+    hashed = HashedBytes(monkeypatch)
+    put = store.put(changed, parent=first.manifest)
+    size = len(changed)
+    assert hashed.total < 0.4 * size, f"hashed {hashed.total} bytes for a {size}-byte state"
+    monkeypatch.undo()
+    assert_digests_true(store, put.uri, changed)
+
+
+@pytest.mark.parametrize("edit", ["none", "first byte", "middle", "last byte", "append", "truncate to 3 MiB",
+                                  "truncate to 100 bytes", "empty"])
+def test_the_recorded_sha256_is_the_states_after_any_edit(tmp_path: Path, edit: str) -> None:
+    store = LocalBlobStore(tmp_path)
+    data = state(5 * MIB + 123, seed=14)
+    store.put(data)
+    changed = {"none": data, "first byte": b"\0" + data[1:], "middle": data[:2 * MIB] + b"\0" + data[2 * MIB + 1:],
+               "last byte": data[:-1] + b"\0", "append": data + b"tail", "truncate to 3 MiB": data[:3 * MIB],
+               "truncate to 100 bytes": data[:100], "empty": b""}[edit]
+    put = store.put(changed)
+    assert put.sha256 == hashlib.sha256(changed).hexdigest()
+    assert LocalBlobStore(tmp_path).get(put.uri) == changed
+    again = store.put(data)  # and back: resumed from the edited state's prefixes
+    assert again.sha256 == hashlib.sha256(data).hexdigest()
