@@ -26,6 +26,7 @@ period and second listing instead (see gc.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
 import secrets
@@ -42,9 +43,10 @@ from agent_client.blobs.aead import ALGORITHM as AEAD_ALGORITHM
 from agent_client.blobs.aead import OVERHEAD as AEAD_OVERHEAD
 from agent_client.blobs.aead import ChunkCipher, aead_key_from_env
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
-from agent_client.blobs.digests import KnownState, StateDigest
+from agent_client.blobs.digests import StateDigest
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
+from agent_client.blobs.last_state import KnownState
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
 from agent_client.blobs.manifest import INLINE, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
 from agent_client.blobs.packing import Chunk, PackPlan, split_small
@@ -83,7 +85,7 @@ class LocalBlobStore:
     location.open_blob_store for s3://). `write_threads` bounds the chunks uploaded or
     downloaded at once. With `keep_last_state`, the store holds on to the last state
     it wrote or read when that is a `bytes` (a reference: memory for one state), so
-    the next put compares unchanged chunks instead of hashing them again (digests.py)."""
+    the next put compares unchanged chunks instead of hashing them again (last_state.py)."""
 
     def __init__(self, root: str | Path | None = None, *, key: bytes | None = None,
                  backend: ChunkBackend | None = None, write_threads: int = 4, keep_last_state: bool = True) -> None:
@@ -128,9 +130,12 @@ class LocalBlobStore:
         chunking and the chunks' hashing (digests.py)."""
         with self._lock, memoryview(data) as whole, whole.cast("B") as view:
             known = self._known
-            whole_digest = self._pool.submit(digests.state_digest, view, known)  # first: it runs beside the chunker
+            shared = 0 if known is None else known.shared_prefix(view)
+            # First, so it runs beside the chunker: it does not depend on the cuts.
+            whole_digest = self._pool.submit(digests.state_digest, view,
+                                             () if known is None else known.hashed_prefix(shared))
             try:
-                result = self._put(view, parent, whole_digest, known)
+                result = self._put(view, parent, whole_digest, known, shared)
             finally:
                 whole_digest.cancel()
                 wait([whole_digest])  # no task may outlive the view it reads
@@ -139,12 +144,13 @@ class LocalBlobStore:
             return result
 
     def _put(self, view: memoryview, parent: Manifest | None, whole_digest: Future[StateDigest],
-             known: KnownState | None) -> PutResult:
-        bounds = chunking.chunk_bounds(view)
+             known: KnownState | None, shared: int) -> PutResult:
+        bounds = chunking.chunk_bounds(view) if known is None else known.cut(view, shared)
         check_chunk_count(len(bounds), len(view))
         overhead = 0 if self._cipher is None else AEAD_OVERHEAD
         plan = PackPlan(overhead, self._seal)
-        chunks = self._chunks(view, bounds, self._reuse_lookup(parent), known)
+        seen = None if known is None else functools.partial(known.digest, view, shared=shared)
+        chunks = self._chunks(view, bounds, self._reuse_lookup(parent), seen)
         try:
             head, small = split_small(chunks, overhead)
             if small:
@@ -167,10 +173,11 @@ class LocalBlobStore:
                          len(plan.placed), manifest)
 
     def _chunks(self, view: memoryview, bounds: list[tuple[int, int]], stored_at: Callable[[str], ChunkRef | None],
-                known: KnownState | None) -> Generator[Chunk, None, None]:
+                seen: Callable[[int, int], str | None] | None) -> Generator[Chunk, None, None]:
         """The state's chunks in order with their SHA-256 and where each is already
-        stored, hashed ahead of the caller, which writes the pack meanwhile."""
-        hashed = digests.chunk_digests(view, bounds, self._pool, self._hash_ahead, known)
+        stored, hashed ahead of the caller, which writes the pack meanwhile (`seen`:
+        the digest of a chunk the last state held at the same place)."""
+        hashed = digests.chunk_digests(view, bounds, self._pool, self._hash_ahead, seen)
         try:
             for (start, end), digest in zip(bounds, hashed):
                 yield digest, view[start:end], stored_at(digest)

@@ -219,3 +219,21 @@ def test_the_recorded_sha256_is_the_states_after_any_edit(tmp_path: Path, edit: 
     assert LocalBlobStore(tmp_path).get(put.uri) == changed
     again = store.put(data)  # and back: resumed from the edited state's prefixes
     assert again.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_the_cuts_of_a_shared_prefix_are_reused_and_the_same_as_a_fresh_chunking(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FastCDC starts afresh at each cut: the chunker resumes at the last old cut inside
+    the prefix two states share, and the cut points come out as a full chunking's."""
+    store = LocalBlobStore(tmp_path)
+    data = state(8 * MIB, seed=15)
+    store.put(data)
+    changed = data[:7 * MIB + 300_000] + b"edited" + data[7 * MIB + 300_006:] + b"appended"
+    chunked: list[int] = []
+    real_bounds = chunking.chunk_bounds
+    monkeypatch.setattr(chunking, "chunk_bounds", lambda view, **kw: chunked.append(len(view)) or real_bounds(view, **kw))
+    put = store.put(changed)
+    assert chunked and max(chunked) < MIB + chunking.MAX_CHUNK, f"chunked {chunked} bytes of {len(changed)}"
+    monkeypatch.undo()
+    assert [ref.size for ref in put.manifest.chunks] == [end - start for start, end in real_bounds(changed)]
+    assert_digests_true(store, put.uri, changed)
