@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
 import json
 import re
@@ -98,11 +97,15 @@ class Manifest:
             doc["copy"] = self.copy
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
-    @functools.cached_property
+    @property
     def digest(self) -> str:
         """The manifest's name. Kept once computed (the fields are frozen): a put asks for
-        its parent's and its own several times, each a re-encoding of every chunk entry."""
-        return hashlib.sha256(self.to_json()).hexdigest()
+        its parent's and its own several times, each a re-encoding of every chunk entry.
+        (Not functools.cached_property: on Python 3.11 it takes a lock on every read.)"""
+        digest = self.__dict__.get("_digest")
+        if digest is None:
+            digest = self.__dict__["_digest"] = hashlib.sha256(self.to_json()).hexdigest()
+        return str(digest)
 
     @classmethod
     def from_json(cls, data: bytes, expected_digest: str, where: str) -> "Manifest":
