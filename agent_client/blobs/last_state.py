@@ -60,8 +60,9 @@ class KnownState:
 
     def cut(self, view: memoryview, shared: int) -> list[Bounds]:
         """chunking.chunk_bounds(view), given that its first `shared` bytes are this state's."""
-        kept = bisect.bisect_right(self.cuts, shared, key=lambda cut: cut[1])
-        resume = self.cuts[kept - 1][1] if kept else 0
+        # The last chunk ended where the state did, not where its bytes said: cut again.
+        kept = min(bisect.bisect_right(self.cuts, shared, key=lambda cut: cut[1]), len(self.cuts) - 1)
+        resume = self.cuts[kept - 1][1] if kept > 0 else 0
         return [*self.cuts[:kept], *((start + resume, end + resume)
                                      for start, end in chunking.chunk_bounds(view[resume:]))]
 

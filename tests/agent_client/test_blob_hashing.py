@@ -221,14 +221,17 @@ def test_the_recorded_sha256_is_the_states_after_any_edit(tmp_path: Path, edit: 
     assert again.sha256 == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.parametrize("edit", ["near the end", "append"])
 def test_the_cuts_of_a_shared_prefix_are_reused_and_the_same_as_a_fresh_chunking(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str) -> None:
     """FastCDC starts afresh at each cut: the chunker resumes at the last old cut inside
-    the prefix two states share, and the cut points come out as a full chunking's."""
+    the prefix two states share, and the cut points come out as a full chunking's (the
+    old state's last chunk, which ended with the state, is cut again)."""
     store = LocalBlobStore(tmp_path)
     data = state(8 * MIB, seed=15)
     store.put(data)
-    changed = data[:7 * MIB + 300_000] + b"edited" + data[7 * MIB + 300_006:] + b"appended"
+    changed = (data[:7 * MIB + 300_000] + b"edited" + data[7 * MIB + 300_006:] if edit == "near the end"
+               else data + state(100_000, seed=16))
     chunked: list[int] = []
     real_bounds = chunking.chunk_bounds
     monkeypatch.setattr(chunking, "chunk_bounds", lambda view, **kw: chunked.append(len(view)) or real_bounds(view, **kw))
