@@ -38,8 +38,10 @@ class KnownState:
 
     @classmethod
     def of(cls, data: Buffer, manifest: Manifest, whole: StateDigest) -> "KnownState | None":
-        """The state `manifest` describes (`whole` its digest), if it can be kept without copying it."""
-        if type(data) is not bytes or len(data) != manifest.size or whole.sha256 != manifest.sha256:
+        """The state `manifest` describes (`whole` its digest), if it can be kept without
+        copying it and was cut as this version cuts (its cuts are reused)."""
+        if (type(data) is not bytes or len(data) != manifest.size or whole.sha256 != manifest.sha256
+                or manifest.chunking != chunking.ALGORITHM):
             return None
         ends = list(itertools.accumulate(ref.size for ref in manifest.chunks))
         cuts = list(zip([0, *ends[:-1]], ends))

@@ -15,6 +15,9 @@ and the manifest before put returns, so no manifest, even one a crash left
 uncommitted, names bytes a power loss could take; a crash before the manifest leaves
 only an unreferenced pack (garbage).
 
+A put cuts and hashes only what changed since the last state the store wrote or
+read (last_state.py), and hashes the whole state beside the chunker (digests.py).
+
 Reads trust nothing on disk: every chunk is checked against its digest and length and
 the reassembled state against the whole-state SHA-256, and errors name the URI and
 chunk so an operator knows what to look at.

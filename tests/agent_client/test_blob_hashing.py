@@ -240,3 +240,23 @@ def test_the_cuts_of_a_shared_prefix_are_reused_and_the_same_as_a_fresh_chunking
     monkeypatch.undo()
     assert [ref.size for ref in put.manifest.chunks] == [end - start for start, end in real_bounds(changed)]
     assert_digests_true(store, put.uri, changed)
+
+
+def test_a_state_read_from_a_manifest_cut_another_way_lends_no_cuts(tmp_path: Path) -> None:
+    """Only cut points of this version's chunker are reused: a state restored from a
+    manifest of another chunker is cut afresh."""
+    from agent_client.blobs.layout import chunk_key
+    from agent_client.blobs.manifest import ChunkRef, Manifest
+    store = LocalBlobStore(tmp_path)
+    data = state(3 * MIB, seed=17)
+    cuts = [(start, min(start + 100_000, len(data))) for start in range(0, len(data), 100_000)]
+    refs = tuple(ChunkRef(hashlib.sha256(data[a:b]).hexdigest(), b - a) for a, b in cuts)
+    for ref, (a, b) in zip(refs, cuts):
+        store.backend.put(chunk_key(ref.digest, None), data[a:b])
+    manifest = Manifest(len(data), hashlib.sha256(data).hexdigest(), refs, "fixed-100000", version=3)
+    store.backend.put(f"manifests/{manifest.digest}.json", manifest.to_json())
+    restored = store.get(store.backend.uri(f"manifests/{manifest.digest}.json"))
+    changed = restored[:-10] + b"0123456789"
+    put = store.put(changed, parent=manifest)
+    assert [ref.size for ref in put.manifest.chunks] == [b - a for a, b in chunking.chunk_bounds(changed)]
+    assert_digests_true(store, put.uri, changed)
