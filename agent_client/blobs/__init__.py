@@ -1,8 +1,8 @@
 """Checkpoint blobs: chunked, content-addressed, verified, optionally encrypted.
 
-Split into small modules (chunking, manifest, aead, layout, backend, s3, store, gc,
-location) so an object-store backend or a different chunker can be swapped without
-touching verification.
+Split into small modules (chunking, digests, last_state, packing, manifest, aead,
+layout, backend, s3, store, gc, location) so an object-store backend or a different
+chunker can be swapped without touching verification.
 """
 from agent_client.blobs.aead import aead_key_from_env, key_id
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend, StoredObject

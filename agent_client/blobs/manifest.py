@@ -99,7 +99,13 @@ class Manifest:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.to_json()).hexdigest()
+        """The manifest's name. Kept once computed (the fields are frozen): a put asks for
+        its parent's and its own several times, each a re-encoding of every chunk entry.
+        (Not functools.cached_property: on Python 3.11 it takes a lock on every read.)"""
+        digest = self.__dict__.get("_digest")
+        if digest is None:
+            digest = self.__dict__["_digest"] = hashlib.sha256(self.to_json()).hexdigest()
+        return str(digest)
 
     @classmethod
     def from_json(cls, data: bytes, expected_digest: str, where: str) -> "Manifest":

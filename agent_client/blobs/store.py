@@ -15,6 +15,9 @@ and the manifest before put returns, so no manifest, even one a crash left
 uncommitted, names bytes a power loss could take; a crash before the manifest leaves
 only an unreferenced pack (garbage).
 
+A put cuts and hashes only what changed since the last state the store wrote or
+read (last_state.py), and hashes the whole state beside the chunker (digests.py).
+
 Reads trust nothing on disk: every chunk is checked against its digest and length and
 the reassembled state against the whole-state SHA-256, and errors name the URI and
 chunk so an operator knows what to look at.
@@ -26,24 +29,27 @@ period and second listing instead (see gc.py).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import functools
 import itertools
+import os
 import secrets
 import threading
 import weakref
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Generator, Iterable, Mapping, Protocol
 
-from agent_client.blobs import chunking, gc
+from agent_client.blobs import chunking, digests, gc
 from agent_client.blobs.aead import ALGORITHM as AEAD_ALGORITHM
 from agent_client.blobs.aead import OVERHEAD as AEAD_OVERHEAD
 from agent_client.blobs.aead import ChunkCipher, aead_key_from_env
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
+from agent_client.blobs.digests import StateDigest
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
+from agent_client.blobs.last_state import KnownState
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
 from agent_client.blobs.manifest import INLINE, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
 from agent_client.blobs.packing import Chunk, PackPlan, split_small
@@ -80,10 +86,12 @@ class BlobStore(Protocol):
 class LocalBlobStore:
     """A BlobStore over any ChunkBackend (default: a directory, file:// URIs; see
     location.open_blob_store for s3://). `write_threads` bounds the chunks uploaded or
-    downloaded at once."""
+    downloaded at once. With `keep_last_state`, the store holds on to the last state
+    it wrote or read when that is a `bytes` (a reference: memory for one state), so
+    the next put compares unchanged chunks instead of hashing them again (last_state.py)."""
 
     def __init__(self, root: str | Path | None = None, *, key: bytes | None = None,
-                 backend: ChunkBackend | None = None, write_threads: int = 4) -> None:
+                 backend: ChunkBackend | None = None, write_threads: int = 4, keep_last_state: bool = True) -> None:
         if backend is None:
             if root is None:
                 raise ValueError("give a root directory or a backend")
@@ -96,6 +104,10 @@ class LocalBlobStore:
         self._pool = ThreadPoolExecutor(max_workers=self._write_threads, thread_name_prefix="blob-io")
         weakref.finalize(self, self._pool.shutdown, wait=False)  # idle threads go with the store
         self._recent: deque[Manifest] = deque(maxlen=RECENT_MANIFESTS)
+        self._keep_last_state = keep_last_state
+        self._known: KnownState | None = None
+        # Chunk hashing is CPU-bound: more batches in flight than cores only delays the first.
+        self._hash_ahead = max(1, min(self._write_threads, os.cpu_count() or 1))
 
     @classmethod
     def from_env(cls, root: str | Path, env: Mapping[str, str] | None = None) -> "LocalBlobStore":
@@ -117,52 +129,63 @@ class LocalBlobStore:
         confirmed present (GC keeps every pack a present manifest names); every other
         chunk goes into this checkpoint's pack. Chunks are hashed and written as slices
         of one memoryview: a 64 MiB state is never copied (the caller must not mutate a
-        bytearray until put returns)."""
+        bytearray until put returns). The whole state's SHA-256 is computed beside the
+        chunking and the chunks' hashing (digests.py)."""
         with self._lock, memoryview(data) as whole, whole.cast("B") as view:
-            bounds = chunking.chunk_bounds(view)
-            check_chunk_count(len(bounds), len(view))
-            whole_digest = self._pool.submit(lambda: hashlib.sha256(view).hexdigest())  # beside the chunks' hashing
-            overhead = 0 if self._cipher is None else AEAD_OVERHEAD
-            plan = PackPlan(overhead, self._seal)
-            chunks = self._chunks(view, bounds, self._reuse_lookup(parent))
+            known = self._known
+            shared = 0 if known is None else known.shared_prefix(view)
+            # First, so it runs beside the chunker: it does not depend on the cuts.
+            whole_digest = self._pool.submit(digests.state_digest, view,
+                                             () if known is None else known.hashed_prefix(shared))
             try:
-                head, small = split_small(chunks, overhead)
-                if small:
-                    stored = list(plan.stream(head))
-                    inline = b"".join(stored) if stored else None
-                else:
-                    inline, plan.pack = None, secrets.token_hex(PACK_ID_HEX // 2)
-                    self._store_pack(plan.pack, plan.stream(itertools.chain(head, chunks)))
-                sha256 = whole_digest.result()
-            except BaseException:
-                chunks.close()  # cancels the hashing not yet started
-                if not whole_digest.cancel():
-                    wait([whole_digest])  # no task may outlive the view it reads
-                raise
-            manifest = Manifest(len(view), sha256, tuple(plan.refs), chunking.ALGORITHM,
-                                self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
-                                None if parent is None else parent.digest, inline=inline)
-            body = manifest.to_json()
-            key = self._store_manifest(manifest, body)
-            self.backend.flush()
-            self._recent.append(manifest)
-            return PutResult(self.backend.uri(key), manifest.sha256, manifest.size,
-                             (0 if inline is not None else plan.written) + len(body), len(plan.refs),
-                             len(plan.placed), manifest)
+                result = self._put(view, parent, whole_digest, known, shared)
+            finally:
+                whole_digest.cancel()
+                wait([whole_digest])  # no task may outlive the view it reads
+            if self._keep_last_state:
+                self._known = KnownState.of(data, result.manifest, whole_digest.result())
+            return result
 
-    def _chunks(self, view: memoryview, bounds: list[tuple[int, int]],
-                stored_at: Callable[[str], ChunkRef | None]) -> Generator[Chunk, None, None]:
+    def _put(self, view: memoryview, parent: Manifest | None, whole_digest: Future[StateDigest],
+             known: KnownState | None, shared: int) -> PutResult:
+        bounds = chunking.chunk_bounds(view) if known is None else known.cut(view, shared)
+        check_chunk_count(len(bounds), len(view))
+        overhead = 0 if self._cipher is None else AEAD_OVERHEAD
+        plan = PackPlan(overhead, self._seal)
+        seen = None if known is None else functools.partial(known.digest, view, shared=shared)
+        chunks = self._chunks(view, bounds, self._reuse_lookup(parent), seen)
+        try:
+            head, small = split_small(chunks, overhead)
+            if small:
+                stored = list(plan.stream(head))
+                inline = b"".join(stored) if stored else None
+            else:
+                inline, plan.pack = None, secrets.token_hex(PACK_ID_HEX // 2)
+                self._store_pack(plan.pack, plan.stream(itertools.chain(head, chunks)))
+        finally:
+            chunks.close()  # stops the hashing still under way
+        manifest = Manifest(len(view), whole_digest.result().sha256, tuple(plan.refs), chunking.ALGORITHM,
+                            self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
+                            None if parent is None else parent.digest, inline=inline)
+        body = manifest.to_json()
+        key = self._store_manifest(manifest, body)
+        self.backend.flush()
+        self._recent.append(manifest)
+        return PutResult(self.backend.uri(key), manifest.sha256, manifest.size,
+                         (0 if inline is not None else plan.written) + len(body), len(plan.refs),
+                         len(plan.placed), manifest)
+
+    def _chunks(self, view: memoryview, bounds: list[tuple[int, int]], stored_at: Callable[[str], ChunkRef | None],
+                seen: Callable[[int, int], str | None] | None) -> Generator[Chunk, None, None]:
         """The state's chunks in order with their SHA-256 and where each is already
-        stored. Hashed in batches on the pool (hashing releases the GIL), ahead of the
-        caller, which writes the pack meanwhile."""
-        def digests(batch: list[tuple[int, int]]) -> list[str]:
-            return [hashlib.sha256(view[start:end]).hexdigest() for start, end in batch]
-        step = max(16, -(-len(bounds) // (4 * self._write_threads)))
-        batches = [bounds[i:i + step] for i in range(0, len(bounds), step)]
-        hashed = map(digests, batches) if len(batches) <= 1 else self._pool.map(digests, batches)
-        for batch, batch_digests in zip(batches, hashed):
-            for (start, end), digest in zip(batch, batch_digests):
+        stored, hashed ahead of the caller, which writes the pack meanwhile (`seen`:
+        the digest of a chunk the last state held at the same place)."""
+        hashed = digests.chunk_digests(view, bounds, self._pool, self._hash_ahead, seen)
+        try:
+            for (start, end), digest in zip(bounds, hashed):
                 yield digest, view[start:end], stored_at(digest)
+        finally:
+            hashed.close()
 
     def _seal(self, digest: str, piece: memoryview) -> bytes | memoryview:
         """A new chunk as stored: sealed if the store encrypts, else as it is."""
@@ -221,7 +244,7 @@ class LocalBlobStore:
     def _open_chunk(self, ref: ChunkRef, stored: bytes, where: str) -> bytes:
         """The chunk's plaintext from its stored bytes, checked against its digest and length."""
         piece = stored if self._cipher is None else self._cipher.open(ref.digest, stored, where)
-        if len(piece) != ref.size or hashlib.sha256(piece).hexdigest() != ref.digest:
+        if len(piece) != ref.size or digests.sha256_hex(piece) != ref.digest:
             raise BlobCorrupted(f"chunk {ref.digest} of {where} does not match its digest")
         return piece
 
@@ -261,9 +284,12 @@ class LocalBlobStore:
 
         parts = [fetch(span) for span in spans] if len(spans) <= 1 else list(self._pool.map(fetch, spans))
         data = b"".join(piece for pieces in parts for piece in pieces)
-        if len(data) != manifest.size or hashlib.sha256(data).hexdigest() != manifest.sha256:
+        whole = digests.state_digest(data)
+        if len(data) != manifest.size or whole.sha256 != manifest.sha256:
             raise BlobCorrupted(f"{uri}: the reassembled state does not match its SHA-256")
         self._recent.append(manifest)  # a restored state's next checkpoint reuses its chunks (append is atomic)
+        if self._keep_last_state:
+            self._known = KnownState.of(data, manifest, whole)  # one assignment: a put under way keeps the one it read
         return data
 
     def _key_mismatch(self, uri: str, manifest: Manifest) -> str:
