@@ -5,10 +5,12 @@ and after, so the table shows what the servers spent, not the load generator:
 idle CPU % of the leader and of each follower, and, under load, commits/s, p50
 latency and server CPU-seconds per commit (all three nodes together). Linux only.
 The machine's other work shows in every number: compare rows of one run.
+`--etcd` also measures three idle etcd members (Debian's etcd) for the same time,
+for comparison: Raft's heartbeats cost any idle cluster something.
 `--profile` also samples every node with py-spy during each load phase and prints,
 per node, the share of its samples and of its CPU per commit that each part of a
 write's path took (benchmarks/_profile.py says how samples are sorted).
-Run: python benchmarks/cpu_per_op.py [--idle 10] [--seconds 8] [--in-flight 1,128] [--profile]
+Run: python benchmarks/cpu_per_op.py [--idle 10] [--seconds 8] [--in-flight 1,128] [--profile] [--etcd]
      [--set auto_tick_period=0.02]
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ from coordinator.api.v1 import coordinator_pb2_grpc as pb_grpc  # noqa: E402
 from coordinator.channels import ClientTLS  # noqa: E402
 import _profile  # noqa: E402
 from _proc import cpu_seconds  # noqa: E402
-from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
+from coordinator.harness.local_cluster import LocalCluster, wait_for  # noqa: E402
 
 
 
@@ -92,18 +94,45 @@ async def commits(leader: str, concurrency: int, seconds: float, metadata: tuple
     return len(latencies), latencies
 
 
+def idle_etcd(seconds: float) -> None:
+    """Print the idle CPU % of each of three etcd members (TLS to clients, as api_vs_etcd runs them)."""
+    from api_vs_etcd import EtcdCluster, etcd_available
+    missing = etcd_available()
+    if missing:
+        print(f"etcd idle: skipped ({missing})")
+        return
+    with tempfile.TemporaryDirectory(prefix="cpu-per-op-etcd-") as tmp:
+        etcd = EtcdCluster(Path(tmp), insecure=False)
+        try:
+            wait_for(etcd.all_up, "etcd members up", 60.0, 0.2)
+            time.sleep(2.0)
+            pids = [p.pid for p in etcd.procs]
+            before = [cpu_seconds(pid) for pid in pids]
+            time.sleep(seconds)
+            used = [100 * (cpu_seconds(pid) - b) / seconds for pid, b in zip(pids, before)]
+            leader = etcd.leader()
+            print(f"etcd idle CPU %: leader {used[leader]:.1f}, followers "
+                  + ", ".join(f"{u:.1f}" for i, u in enumerate(used) if i != leader) if leader is not None
+                  else f"etcd idle CPU %: {used}")
+        finally:
+            etcd.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of the idle phase")
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds of each load phase")
     parser.add_argument("--in-flight", default="1,128", help="commits in flight of each load phase")
     parser.add_argument("--profile", action="store_true", help="sample each node with py-spy under load")
+    parser.add_argument("--etcd", action="store_true", help="also measure three idle etcd members")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a node setting (e.g. auto_tick_period=0.02); repeatable")
     args = parser.parse_args()
     if args.profile and _profile.py_spy() is None:
         parser.error("--profile needs py-spy (pip install py-spy)")
     settings = dict(s.split("=", 1) for s in args.set)
+    if args.etcd:
+        idle_etcd(args.idle)
     with tempfile.TemporaryDirectory(prefix="cpu-per-op-") as tmp, \
             LocalCluster(Path(tmp) / "cluster", 3, settings=settings).start_all() as cluster:
         leader = cluster.leader()
