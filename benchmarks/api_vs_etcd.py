@@ -30,6 +30,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
@@ -256,13 +257,18 @@ async def setup_raftpoint(ch: grpc.aio.Channel) -> None:
         await agent.Register(pb.RegisterRequest(secret=b"s" * 16, request_id=f"bench-r{a}", group="bench", agent_id=f"a{a}"))
 
 
-async def raftpoint_reads(admin: pb_grpc.AdminServiceStub, seconds: float, max_ops: int) -> dict:
-    """GetGroup at each concurrency, and the log entries the leader committed meanwhile."""
+async def raftpoint_reads(admin: pb_grpc.AdminServiceStub, seconds: float, max_ops: int,
+                          append_entries: Callable[[], float] | None = None) -> dict:
+    """GetGroup at each concurrency, and the log entries the leader committed meanwhile;
+    with `append_entries` (the leader's AppendEntries sent so far), those per read."""
     out: dict = {}
     appended_before = (await admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10)).node.commit_index
     read = pb.GetGroupRequest(group="bench", page_size=1)  # the group record and one agent
     for c in CONCURRENCY:
+        sent = append_entries() if append_entries else 0.0
         out[f"read{c}"] = await run_load(lambda n, i: (lambda: admin.GetGroup(read, timeout=10)), c, seconds, max_ops)
+        if append_entries:
+            out[f"read{c}"]["append_entries"] = (append_entries() - sent) / max(1, out[f"read{c}"]["ops"])
     appended_after = (await admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10)).node.commit_index
     out["read_log_entries"] = appended_after - appended_before
     return out
@@ -288,7 +294,10 @@ def append_entries_sent(metrics_address: str) -> float:
 async def alternating_reads(ours: tuple[str, ClientTLS, list[int]], theirs: tuple[str, ClientTLS, list[int]],
                             leader_metrics: str, rounds: int, seconds: float, max_ops: int) -> list[tuple[dict, dict]]:
     """`rounds` rounds of etcd's reads then raftpoint's, both clusters up throughout;
-    with the AppendEntries raftpoint's leader sent per read (heartbeats included)."""
+    with the AppendEntries raftpoint's leader sent per read (heartbeats included), and
+    two floors: Health/Check, which passes the same front, gRPC server and interceptors
+    and reads nothing, and ClusterStatus, which is authorized as GetGroup is but takes
+    no read point (its digests are cached while the state does not change)."""
     global SERVERS
     out = []
     async with ours[1].aio_channel(ours[0]) as our_ch, theirs[1].aio_channel(theirs[0]) as their_ch:
@@ -299,10 +308,14 @@ async def alternating_reads(ours: tuple[str, ClientTLS, list[int]], theirs: tupl
             SERVERS = theirs[2]
             etcd = await etcd_reads(their_ch, seconds, max_ops)
             SERVERS = ours[2]
-            sent = append_entries_sent(leader_metrics)
-            mine = await raftpoint_reads(admin, seconds, max_ops)
-            reads = sum(mine[f"read{c}"]["ops"] for c in CONCURRENCY)
-            mine["append_entries_per_read"] = (append_entries_sent(leader_metrics) - sent) / max(1, reads)
+            mine = await raftpoint_reads(admin, seconds, max_ops, lambda: append_entries_sent(leader_metrics))
+            check = our_ch.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+            status = pb.ClusterStatusRequest()
+            for c in CONCURRENCY:  # the floors: a call that reads nothing; one authorized that takes no read point
+                mine[f"floor{c}"] = await run_load(lambda n, i: (lambda: check(b"", timeout=10)), c, seconds, max_ops)
+                mine[f"status{c}"] = await run_load(lambda n, i: (lambda: admin.ClusterStatus(status, timeout=10)), c,
+                                                    seconds, max_ops)
             out.append((mine, etcd))
     return out
 
@@ -311,7 +324,8 @@ def print_read_rounds(results: list[tuple[dict, dict]]) -> None:
     print("Linearizable reads, rounds alternating etcd and raftpoint: GetGroup (the group and one agent, ReadIndex) "
           "vs etcd Range (one key, linearizable); CPU = the three servers' CPU ms per read")
     header = ("round", "in flight", "ops/s", "p50 ms", "p99 ms", "CPU ms/op", "etcd ops/s", "etcd p50 ms",
-              "etcd p99 ms", "etcd CPU ms/op", "ops/s ratio", "CPU ratio", "log entries", "AppendEntries/read")
+              "etcd p99 ms", "etcd CPU ms/op", "ops/s ratio", "CPU ratio", "log entries", "AppendEntries/read",
+              "Health/Check ops/s", "Health/Check CPU ms/op", "ClusterStatus ops/s", "ClusterStatus CPU ms/op")
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     rows: dict[int, list[list[float]]] = {}
@@ -322,10 +336,12 @@ def print_read_rounds(results: list[tuple[dict, dict]]) -> None:
                    o["ops_s"] / t["ops_s"], o["cpu_ms"] / t["cpu_ms"] if t["cpu_ms"] else float("nan")]
             rows.setdefault(c, []).append(row)
             print(" | ".join([str(r), str(c), *(f"{v:.2f}" if v < 100 else f"{v:.0f}" for v in row),
-                              str(o_all["read_log_entries"]), f"{o_all['append_entries_per_read']:.3f}"]))
+                              str(o_all["read_log_entries"]), f"{o['append_entries']:.3f}",
+                              *(f"{o_all[f'{k}{c}'][m]:{f}}" for k in ("floor", "status")
+                                for m, f in (("ops_s", ".0f"), ("cpu_ms", ".2f")))]))
     for c, cells in rows.items():
         medians = [sorted(col)[len(col) // 2] for col in zip(*cells)]
-        print(" | ".join(["median", str(c), *(f"{v:.2f}" if v < 100 else f"{v:.0f}" for v in medians), "", ""]))
+        print(" | ".join(["median", str(c), *(f"{v:.2f}" if v < 100 else f"{v:.0f}" for v in medians), *[""] * 6]))
 
 
 async def session_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int,
@@ -503,8 +519,9 @@ def reads_only(args: argparse.Namespace, settings: dict | None) -> int:
                 their_leader = wait_for(lambda: [etcd.leader()] if etcd.leader() is not None else None,
                                         "an etcd leader", 30)[0]
                 leader = cluster.leader()
-                print(f"raftpoint leader pid {leader.process.pid}, etcd leader pid {etcd.procs[their_leader].pid}",
-                      flush=True)
+                followers = ", ".join(str(n.process.pid) for n in cluster.nodes if n is not leader)
+                print(f"raftpoint leader pid {leader.process.pid} (followers {followers}), "
+                      f"etcd leader pid {etcd.procs[their_leader].pid}", flush=True)
                 results = asyncio.run(alternating_reads(
                     (leader.grpc, cluster.client_tls(), [n.process.pid for n in cluster.nodes]),
                     (etcd.clients[their_leader], etcd.tls, [p.pid for p in etcd.procs]), leader.metrics,

@@ -9,8 +9,16 @@ arrive while a request is in flight wait for it to end and then share the next
 request, made after all of them arrived (reads that arrive in one turn of the event
 loop share the first). The Raft thread sees one request, starts one round and sends
 one AppendEntries per follower for all of them, and the loop is woken once to settle
-them, instead of once per read. Under load a read waits for at most two read rounds;
-alone, for one, as before.
+them, instead of once per read. Under load a read waits for at most two read rounds
+and the window below; alone, for one round, as before.
+
+Under concurrent reads (the request before served at least BUSY_GROUP) the next
+request waits WINDOW_S for more to join. A round costs the three nodes about as much
+CPU as a read's own gRPC call (an AppendEntries and its answer per follower, each
+through Python on both sides), and without the window reads came about three to a
+round even at 32 in flight (they reach the read point only as fast as the event loop
+admits them), so rounds were about a third of a read's CPU; with it a round serves
+about eight (docs/benchmarks.md). A lone read never waits.
 
 A request without an outcome `timeout_s` after it was made fails its reads with
 NO_READ_POINT_IN_TIME and lets the next request go: an answer lost with a leadership
@@ -24,6 +32,10 @@ from typing import Callable
 
 ReadIndexRequest = Callable[[Callable[[str | None], None]], None]  # Replica.read_index
 NO_READ_POINT_IN_TIME = "no read point in time"
+# After a request that served at least BUSY_GROUP reads, the next one waits this long for more:
+# short next to a read's latency under such load (15-25 ms at 32 in flight).
+WINDOW_S = 0.003
+BUSY_GROUP = 2
 
 
 @dataclass(eq=False)
@@ -83,10 +95,19 @@ class ReadPoints:
         self._end(group)
 
     def _end(self, group: _Group) -> None:
-        """The group in flight is over: the reads that arrived meanwhile go."""
+        """The group in flight is over: the reads that arrived meanwhile go, after a
+        window if this group was a busy one."""
         group.settled = True
         if group.guard is not None:
             group.guard.cancel()
+        if self._in_flight is not group:
+            return
+        if len(group.futures) >= BUSY_GROUP:  # still "in flight": later reads keep joining _next
+            asyncio.get_running_loop().call_later(WINDOW_S, self._window_over, group)
+        else:
+            self._window_over(group)
+
+    def _window_over(self, group: _Group) -> None:
         if self._in_flight is group:
             self._in_flight = None
             self._send()
