@@ -18,7 +18,7 @@ CPU as a read's own gRPC call (an AppendEntries and its answer per follower, eac
 through Python on both sides), and without the window reads came about three to a
 round even at 32 in flight (they reach the read point only as fast as the event loop
 admits them), so rounds were about a third of a read's CPU; with it a round serves
-about eight (docs/benchmarks.md). A lone read never waits.
+four to nine (docs/benchmarks.md). A lone read never waits.
 
 A request without an outcome `timeout_s` after it was made fails its reads with
 NO_READ_POINT_IN_TIME and lets the next request go: an answer lost with a leadership

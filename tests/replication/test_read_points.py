@@ -35,6 +35,15 @@ def reads(b: Batcher, n: int) -> list[asyncio.Task]:
     return [asyncio.create_task(b.barrier()) for _ in range(n)]
 
 
+async def in_flight_then(b: Batcher, first: int, then: int) -> tuple[list[asyncio.Task], list[asyncio.Task]]:
+    """`first` reads, whose request goes out, then `then` reads while it is in flight."""
+    early = reads(b, first)
+    await settle_loop()
+    late = reads(b, then)
+    await settle_loop()
+    return early, late
+
+
 async def requested(replica: HeldReads, n: int, what: str) -> None:
     """Until `n` requests were made (a busy request's successor waits a window)."""
     deadline = asyncio.get_running_loop().time() + 10
@@ -46,10 +55,7 @@ async def requested(replica: HeldReads, n: int, what: str) -> None:
 async def test_reads_arriving_during_a_request_share_the_next_one() -> None:
     replica = HeldReads()
     b = Batcher(replica)  # type: ignore[arg-type]
-    first = reads(b, 1)
-    await settle_loop()
-    later = reads(b, 4)
-    await settle_loop()
+    first, later = await in_flight_then(b, 1, 4)
     assert len(replica.requests) == 1, f"{len(replica.requests)} requests for reads that could share one"
     replica.requests[0](None)
     await settle_loop()
@@ -66,10 +72,7 @@ async def test_a_request_without_an_answer_fails_its_reads_and_lets_the_next_go(
     monkeypatch.setattr(batcher_module, "ANSWER_TIMEOUT_S", 0.2)
     replica = HeldReads()
     b = Batcher(replica)  # type: ignore[arg-type]
-    lost = reads(b, 2)
-    await settle_loop()
-    later = reads(b, 1)
-    await settle_loop()
+    lost, later = await in_flight_then(b, 2, 1)
     assert len(replica.requests) == 1, f"{len(replica.requests)} requests, expected the second to wait"
     done, _ = await asyncio.wait(lost, timeout=5)
     assert len(done) == 2 and all(isinstance(t.exception(), OutcomeUnknown) for t in lost)
@@ -102,10 +105,7 @@ async def test_every_read_of_a_group_hears_why_there_is_no_read_point() -> None:
 async def test_reads_whose_callers_gave_up_make_no_request() -> None:
     replica = HeldReads()
     b = Batcher(replica)  # type: ignore[arg-type]
-    first = reads(b, 1)
-    await settle_loop()
-    abandoned = reads(b, 2)
-    await settle_loop()
+    first, abandoned = await in_flight_then(b, 1, 2)
     for t in abandoned:
         t.cancel()
     await settle_loop()
@@ -119,10 +119,7 @@ async def test_after_a_busy_request_the_next_waits_a_window_for_more_reads(monke
     monkeypatch.setattr(read_points, "WINDOW_S", 1.0)
     replica = HeldReads()
     b = Batcher(replica)  # type: ignore[arg-type]
-    busy = reads(b, read_points.BUSY_GROUP)
-    await settle_loop()
-    waiting = reads(b, 1)
-    await settle_loop()
+    busy, waiting = await in_flight_then(b, read_points.BUSY_GROUP, 1)
     replica.requests[0](None)
     await asyncio.wait_for(asyncio.gather(*busy), 5)
     joining = reads(b, 2)  # arrive during the window: they share its request
@@ -137,10 +134,7 @@ async def test_after_a_request_of_few_reads_the_next_goes_at_once(monkeypatch) -
     monkeypatch.setattr(read_points, "WINDOW_S", 60.0)
     replica = HeldReads()
     b = Batcher(replica)  # type: ignore[arg-type]
-    few = reads(b, read_points.BUSY_GROUP - 1)
-    await settle_loop()
-    waiting = reads(b, 1)
-    await settle_loop()
+    few, waiting = await in_flight_then(b, read_points.BUSY_GROUP - 1, 1)
     replica.requests[0](None)
     await asyncio.wait_for(asyncio.gather(*few), 5)
     await settle_loop()
