@@ -55,7 +55,6 @@ class ReadPoints:
         self._timeout_s = timeout_s
         self._in_flight: _Group | None = None
         self._next: _Group | None = None
-        self.requests = 0  # read-index requests made so far
 
     async def wait(self) -> str | None:
         """None at a read point made after this call, or the reason there is none (the
@@ -74,7 +73,6 @@ class ReadPoints:
         if group is None or all(f.done() for f in group.futures):  # every caller gave up
             return
         self._in_flight = group
-        self.requests += 1
         loop = asyncio.get_running_loop()
         group.guard = loop.call_later(self._timeout_s, self._settle, group, NO_READ_POINT_IN_TIME)
         try:
