@@ -253,7 +253,7 @@ async def setup_raftpoint(ch: grpc.aio.Channel) -> None:
     agent, admin = pb_grpc.AgentServiceStub(ch), pb_grpc.AdminServiceStub(ch)
     await admin.CreateGroup(pb.CreateGroupRequest(request_id="bench-g", spec=pb.GroupSpec(
         group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600)))
-    for a in range(max(CONCURRENCY)):
+    for a in range(max(*CONCURRENCY, *DEPS_CONCURRENCY)):  # the dependency cells report among as many
         await agent.Register(pb.RegisterRequest(secret=b"s" * 16, request_id=f"bench-r{a}", group="bench", agent_id=f"a{a}"))
 
 
