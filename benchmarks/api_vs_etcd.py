@@ -12,8 +12,11 @@ certificates required (one throw-away CA each; etcd's --client-cert-auth); `--in
 runs both in plaintext instead. Peer (Raft) traffic is plaintext on both sides.
 `--direct` runs the raftpoint nodes without their connection front (gRPC on the
 port itself, no per-address caps), to measure what the front's hop costs; `--no-etcd`
-leaves etcd out.
+leaves etcd out. `--reads-rounds N` measures only the linearizable reads, with both
+clusters up at once and N rounds that alternate etcd and raftpoint, so that a shared,
+noisy machine weighs on both sides alike; it prints each round, then the medians.
 Run: python benchmarks/api_vs_etcd.py [--seconds 3] [--kills 3] [--insecure] [--direct] [--no-etcd]
+     python benchmarks/api_vs_etcd.py --reads-rounds 3 --in-flight 32 [--seconds 5]
 """
 from __future__ import annotations
 
@@ -25,9 +28,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
+from typing import Callable
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -219,10 +225,7 @@ async def raftpoint_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: 
     out = {}
     async with tls.aio_channel(leader) as ch:
         agent, admin = pb_grpc.AgentServiceStub(ch), pb_grpc.AdminServiceStub(ch)
-        await admin.CreateGroup(pb.CreateGroupRequest(request_id="bench-g", spec=pb.GroupSpec(
-            group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600)))
-        for a in range(max(CONCURRENCY)):
-            await agent.Register(pb.RegisterRequest(secret=b"s" * 16, request_id=f"bench-r{a}", group="bench", agent_id=f"a{a}"))
+        await setup_raftpoint(ch)
         next_index: dict[int, int] = {}
         for c in CONCURRENCY:
             def make(n: int, i: int, c=c):
@@ -231,13 +234,7 @@ async def raftpoint_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: 
             out[c] = await run_load(make, c, seconds, max_ops)
         out["session"] = await session_cells(leader, tls, seconds, max_ops, next_index)
 
-        appended_before = (await admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10)).node.commit_index
-        read = pb.GetGroupRequest(group="bench", page_size=1)  # the group record and one agent
-        for c in CONCURRENCY:
-            out[f"read{c}"] = await run_load(lambda n, i: (lambda: admin.GetGroup(read, timeout=10)), c, seconds,
-                                             max_ops)
-        appended_after = (await admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10)).node.commit_index
-        out["read_log_entries"] = appended_after - appended_before
+        out.update(await raftpoint_reads(admin, seconds, max_ops))
 
         for c in DEPS_CONCURRENCY:
             def deps(n: int, i: int, c=c):  # ids unique per cell: a repeated one is answered from the dedupe table
@@ -249,6 +246,102 @@ async def raftpoint_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: 
                 return lambda: agent.ReportDependencies(request, timeout=10)
             out[f"deps{c}"] = await run_load(deps, c, seconds, max_ops)
     return out
+
+
+async def setup_raftpoint(ch: grpc.aio.Channel) -> None:
+    """The group the cells write to and read, with one registered agent per lane."""
+    agent, admin = pb_grpc.AgentServiceStub(ch), pb_grpc.AdminServiceStub(ch)
+    await admin.CreateGroup(pb.CreateGroupRequest(request_id="bench-g", spec=pb.GroupSpec(
+        group="bench", mode=pb.CIC_BCS, lease_ttl_s=3600)))
+    for a in range(max(*CONCURRENCY, *DEPS_CONCURRENCY)):  # the dependency cells report among as many
+        await agent.Register(pb.RegisterRequest(secret=b"s" * 16, request_id=f"bench-r{a}", group="bench", agent_id=f"a{a}"))
+
+
+async def raftpoint_reads(admin: pb_grpc.AdminServiceStub, seconds: float, max_ops: int,
+                          append_entries: Callable[[], float] | None = None) -> dict:
+    """GetGroup at each concurrency, and the log entries the leader committed meanwhile;
+    with `append_entries` (the leader's AppendEntries sent so far), those per read."""
+    out: dict = {}
+    appended_before = (await admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10)).node.commit_index
+    read = pb.GetGroupRequest(group="bench", page_size=1)  # the group record and one agent
+    for c in CONCURRENCY:
+        sent = append_entries() if append_entries else 0.0
+        out[f"read{c}"] = await run_load(lambda n, i: (lambda: admin.GetGroup(read, timeout=10)), c, seconds, max_ops)
+        if append_entries:
+            out[f"read{c}"]["append_entries"] = (append_entries() - sent) / max(1, out[f"read{c}"]["ops"])
+    appended_after = (await admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10)).node.commit_index
+    out["read_log_entries"] = appended_after - appended_before
+    return out
+
+
+async def etcd_reads(ch: grpc.aio.Channel, seconds: float, max_ops: int) -> dict:
+    """Range of one key at each concurrency."""
+    out: dict = {}
+    get = _raw(ch, "/etcdserverpb.KV/Range")
+    for c in CONCURRENCY:
+        out[f"read{c}"] = await run_load(lambda n, i: (lambda: get(range_request(b"read-me"), timeout=10)), c,
+                                         seconds, max_ops)
+    return out
+
+
+def append_entries_sent(metrics_address: str) -> float:
+    """The AppendEntries a node has sent so far (raftpoint_raft_messages_sent_total)."""
+    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5).read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "raftpoint_raft_messages_sent_total" and sample.labels.get("type") == "append_entries")
+
+
+async def alternating_reads(ours: tuple[str, ClientTLS, list[int]], theirs: tuple[str, ClientTLS, list[int]],
+                            leader_metrics: str, rounds: int, seconds: float, max_ops: int) -> list[tuple[dict, dict]]:
+    """`rounds` rounds of etcd's reads then raftpoint's, both clusters up throughout;
+    with the AppendEntries raftpoint's leader sent per read (heartbeats included), and
+    two floors: Health/Check, which passes the same front, gRPC server and interceptors
+    and reads nothing, and ClusterStatus, which is authorized as GetGroup is but takes
+    no read point (its digests are cached while the state does not change)."""
+    global SERVERS
+    out = []
+    async with ours[1].aio_channel(ours[0]) as our_ch, theirs[1].aio_channel(theirs[0]) as their_ch:
+        await setup_raftpoint(our_ch)
+        await _raw(their_ch, "/etcdserverpb.KV/Put")(put_request(b"read-me"), timeout=10)
+        admin = pb_grpc.AdminServiceStub(our_ch)
+        for _ in range(rounds):
+            SERVERS = theirs[2]
+            etcd = await etcd_reads(their_ch, seconds, max_ops)
+            SERVERS = ours[2]
+            mine = await raftpoint_reads(admin, seconds, max_ops, lambda: append_entries_sent(leader_metrics))
+            check = our_ch.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+            status = pb.ClusterStatusRequest()
+            for c in CONCURRENCY:  # the floors: a call that reads nothing; one authorized that takes no read point
+                mine[f"floor{c}"] = await run_load(lambda n, i: (lambda: check(b"", timeout=10)), c, seconds, max_ops)
+                mine[f"status{c}"] = await run_load(lambda n, i: (lambda: admin.ClusterStatus(status, timeout=10)), c,
+                                                    seconds, max_ops)
+            out.append((mine, etcd))
+    return out
+
+
+def print_read_rounds(results: list[tuple[dict, dict]]) -> None:
+    print("Linearizable reads, rounds alternating etcd and raftpoint: GetGroup (the group and one agent, ReadIndex) "
+          "vs etcd Range (one key, linearizable); CPU = the three servers' CPU ms per read")
+    header = ("round", "in flight", "ops/s", "p50 ms", "p99 ms", "CPU ms/op", "etcd ops/s", "etcd p50 ms",
+              "etcd p99 ms", "etcd CPU ms/op", "ops/s ratio", "CPU ratio", "log entries", "AppendEntries/read",
+              "Health/Check ops/s", "Health/Check CPU ms/op", "ClusterStatus ops/s", "ClusterStatus CPU ms/op")
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    rows: dict[int, list[list[float]]] = {}
+    for r, (o_all, t_all) in enumerate(results, 1):
+        for c in CONCURRENCY:
+            o, t = o_all[f"read{c}"], t_all[f"read{c}"]
+            row = [o["ops_s"], o["p50"], o["p99"], o["cpu_ms"], t["ops_s"], t["p50"], t["p99"], t["cpu_ms"],
+                   o["ops_s"] / t["ops_s"], o["cpu_ms"] / t["cpu_ms"] if t["cpu_ms"] else float("nan")]
+            rows.setdefault(c, []).append(row)
+            print(" | ".join([str(r), str(c), *(f"{v:.2f}" if v < 100 else f"{v:.0f}" for v in row),
+                              str(o_all["read_log_entries"]), f"{o['append_entries']:.3f}",
+                              *(f"{o_all[f'{k}{c}'][m]:{f}}" for k in ("floor", "status")
+                                for m, f in (("ops_s", ".0f"), ("cpu_ms", ".2f")))]))
+    for c, cells in rows.items():
+        medians = [sorted(col)[len(col) // 2] for col in zip(*cells)]
+        print(" | ".join(["median", str(c), *(f"{v:.2f}" if v < 100 else f"{v:.0f}" for v in medians), *[""] * 6]))
 
 
 async def session_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int,
@@ -277,11 +370,8 @@ async def etcd_cells(leader: str, tls: ClientTLS, seconds: float, max_ops: int) 
         for c in CONCURRENCY:
             out[c] = await run_load(lambda n, i, c=c: (lambda: put(put_request(f"k{c}-{n}-{i}".encode()), timeout=10)),
                                     c, seconds, max_ops)
-        get = _raw(ch, "/etcdserverpb.KV/Range")
         await put(put_request(b"read-me"), timeout=10)
-        for c in CONCURRENCY:
-            out[f"read{c}"] = await run_load(lambda n, i: (lambda: get(range_request(b"read-me"), timeout=10)), c,
-                                             seconds, max_ops)
+        out.update(await etcd_reads(ch, seconds, max_ops))
     return out
 
 
@@ -343,10 +433,17 @@ def main() -> int:
     p.add_argument("--insecure", action="store_true", help="plaintext clients on both sides instead of TLS")
     p.add_argument("--direct", action="store_true", help="raftpoint nodes without the connection front")
     p.add_argument("--no-etcd", action="store_true", help="measure raftpoint only")
+    p.add_argument("--reads-rounds", type=int, default=0,
+                   help="only the reads: this many rounds alternating etcd and raftpoint, both clusters up")
     args = p.parse_args()
     CONCURRENCY = tuple(int(c) for c in args.in_flight.split(","))
     skip = "--no-etcd" if args.no_etcd else etcd_available()
     settings = {"max_unauthenticated_per_source": 0} if args.direct else None
+    if args.reads_rounds:
+        if skip:
+            print(f"--reads-rounds compares with etcd, which is unavailable: {skip}", file=sys.stderr)
+            return 2
+        return reads_only(args, settings)
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         root = Path(tmp)
         with LocalCluster(root / "raftpoint", 3, insecure=args.insecure, settings=settings) as cluster:
@@ -409,6 +506,32 @@ def main() -> int:
               + (f"; etcd {kills(theirs_failover)}" if theirs_failover else ""))
     if skip:
         print(f"etcd skipped: {skip}")
+    return 0
+
+
+def reads_only(args: argparse.Namespace, settings: dict | None) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
+        root = Path(tmp)
+        with LocalCluster(root / "raftpoint", 3, insecure=args.insecure, settings=settings) as cluster:
+            cluster.start_all()
+            etcd = EtcdCluster(root, args.insecure)
+            try:
+                their_leader = wait_for(lambda: [etcd.leader()] if etcd.leader() is not None else None,
+                                        "an etcd leader", 30)[0]
+                leader = cluster.leader()
+                followers = ", ".join(str(n.process.pid) for n in cluster.nodes if n is not leader)
+                print(f"raftpoint leader pid {leader.process.pid} (followers {followers}), "
+                      f"etcd leader pid {etcd.procs[their_leader].pid}", flush=True)
+                results = asyncio.run(alternating_reads(
+                    (leader.grpc, cluster.client_tls(), [n.process.pid for n in cluster.nodes]),
+                    (etcd.clients[their_leader], etcd.tls, [p.pid for p in etcd.procs]), leader.metrics,
+                    args.reads_rounds, args.seconds, args.max_ops))
+            finally:
+                etcd.close()
+    security = "plaintext" if args.insecure else "TLS, client certificates required"
+    print(f"3 members each on 127.0.0.1, {os.cpu_count()} cores, {args.seconds}s per cell, one grpc.aio channel to "
+          f"each leader, clients over {security}")
+    print_read_rounds(results)
     return 0
 
 

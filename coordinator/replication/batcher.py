@@ -26,6 +26,7 @@ from coordinator.core.validation import validate
 from coordinator.observability import metrics
 from coordinator.replication.leader_clock import LeaderClock
 from coordinator.replication.read_index import NOT_LEADER
+from coordinator.replication.read_points import NO_READ_POINT_IN_TIME, ReadPoints
 from coordinator.replication.replica import BatchTrace, ClockAgreement, NotLeader, Overloaded, Replica
 
 DEFAULT_DEDUPE_WINDOW_S = NodeConfig.dedupe_window_s  # one default, the config's
@@ -83,6 +84,7 @@ class Batcher:
         self._in_flight = 0
         self.waiting = 0  # proposals not yet answered (queued or in Raft): admission bounds it
         self._clocks_awaited_in_term = -1
+        self._read_points = ReadPoints(lambda done: self.replica.read_index(done), ANSWER_TIMEOUT_S)
 
     async def propose(self, entry: Entry) -> Result:
         """Propose one command (its proposed_at is set when it is sent) and await its result.
@@ -116,27 +118,17 @@ class Batcher:
     async def barrier(self) -> None:
         """A linearizable read point (Raft's ReadIndex, replication.read_index): returns
         once this node has confirmed with a majority that it still leads and has applied
-        everything committed before the call. No log entry, no journal write.
+        everything committed before the call. No log entry, no journal write; reads that
+        arrive together share one request (replication.read_points).
 
         Raises NotLeader, or OutcomeUnknown when no read point came in time.
 
         Chaos seam: `stale-read` (chaos/planted.py) replaces it with one that returns at once."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
-
-        def settle(outcome: str | None) -> None:
-            if not future.done():
-                future.set_result(outcome)
-
-        self.replica.read_index(lambda outcome: loop.call_soon_threadsafe(settle, outcome))
-        try:
-            outcome = await asyncio.wait_for(future, ANSWER_TIMEOUT_S)
-        except TimeoutError:
-            raise OutcomeUnknown("no read point in time") from None
+        outcome = await self._read_points.wait()
         if outcome == NOT_LEADER:
             raise NotLeader(self.replica.leader_raft_address())
         if outcome is not None:
-            raise OutcomeUnknown(f"no read point: {outcome}")
+            raise OutcomeUnknown(outcome if outcome == NO_READ_POINT_IN_TIME else f"no read point: {outcome}")
 
     async def _hear_voters_clocks(self) -> None:
         """A leader that has not heard a majority's clocks lately (just elected after every

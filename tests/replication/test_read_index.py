@@ -3,12 +3,14 @@ arrived and the state holds the read index; never from a leader that cannot reac
 majority; no journal write per read."""
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
 import pytest
 
 from coordinator.replication import pysyncobj_adapter
+from coordinator.replication.batcher import Batcher, OutcomeUnknown
 from coordinator.replication.node import CoordinatorNode, NotLeader
 from coordinator.replication.read_index import ReadRounds
 from tests.replication.test_node import DEADLINE, Cluster, cluster_fixture, commit, create_group, register, wait_for  # noqa: F401
@@ -131,3 +133,51 @@ def test_a_new_leader_serves_reads_once_its_own_entry_is_committed(tmp_path: Pat
     finally:
         cluster.close()
 
+
+
+async def test_reads_sharing_read_index_requests_see_every_write_acknowledged_before_them(cluster: Cluster) -> None:
+    """On a real leader, with readers keeping a shared request in flight all along.
+    (Which request serves a read is checked in test_read_points: on a leader that
+    stays in office even a too early one shows the write, applied before its answer.)"""
+    await asyncio.to_thread(cluster.propose, create_group())
+    await asyncio.to_thread(cluster.propose, register("r-1", "a"))
+    leader = cluster.leader()
+    requests, asked = [0], leader.read_index
+
+    def counted(done) -> None:
+        requests[0] += 1
+        asked(done)
+    leader.read_index = counted  # type: ignore[method-assign]
+    batcher, reads, stop = Batcher(leader), [0], asyncio.Event()
+
+    async def reader() -> None:
+        while not stop.is_set():
+            await batcher.barrier()
+            reads[0] += 1
+    readers = [asyncio.create_task(reader()) for _ in range(8)]
+    try:
+        for i in range(1, 16):
+            await asyncio.to_thread(cluster.propose, commit(f"c-{i}", "a", i))
+            await batcher.barrier()
+            seen = [c.index for c in leader.read_state().checkpoints("g", "a")][-1]
+            assert seen == i, f"a read after the acknowledged write of checkpoint {i} saw checkpoint {seen}"
+    finally:
+        stop.set()
+        await asyncio.gather(*readers)
+    assert requests[0] < reads[0] / 2, f"{requests[0]} read-index requests for {reads[0]} reads: none shared"
+
+
+async def test_a_deposed_leader_answers_no_shared_read(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        await asyncio.to_thread(cluster.propose, create_group())
+        leader = cluster.leader()
+        batcher = Batcher(leader)
+        await batcher.barrier()
+        for i in [i for i, n in cluster.nodes.items() if n is not leader]:
+            await asyncio.to_thread(cluster.stop, i)
+        outcomes = await asyncio.gather(*(batcher.barrier() for _ in range(8)), return_exceptions=True)
+        assert all(isinstance(o, (NotLeader, OutcomeUnknown)) for o in outcomes), \
+            f"a leader cut off from its followers answered reads: {outcomes}"
+    finally:
+        cluster.close()
