@@ -20,7 +20,7 @@ ALGORITHM names them and the manifest records it.
 """
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Sequence
 
 from pyfastcdc import FastCDC
 
@@ -31,6 +31,12 @@ NORMALIZATION: Final = 1  # FastCDC's level, one of 0-3
 ALGORITHM = "fastcdc2020/nc1/seed0/16k-64k-256k"
 
 Buffer = bytes | bytearray | memoryview
+
+
+def parts_of(data: Buffer | Sequence[Buffer]) -> list[Buffer]:
+    """What a blob store's put was handed, as the parts stored back to back: one
+    buffer is one part."""
+    return [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
 
 
 def chunk_bounds(data: Buffer, *, min_size: int = MIN_CHUNK, avg_size: int = AVG_CHUNK,
