@@ -9,6 +9,10 @@ by comparing bytes (a memcmp, several times faster than SHA-256).
   resumes from its running state after that prefix, and the cut points inside it are
   the old ones: FastCDC starts afresh at each cut, so a cut depends only on the bytes
   from the previous cut on, and chunking resumes at the last old cut inside the prefix.
+* **The suffix both states share** (in whole PREFIX_STEPs, counted from the end):
+  past the change, once the chunker cuts where an old cut stood (shifted by the
+  change in length) inside that suffix, every later cut is the old one shifted, for
+  the same reason, and the rest is not cut again.
 * **A chunk equal to the one at the same place** in the last state takes its digest
   without being hashed (equal bytes have equal digests).
 
@@ -55,8 +59,28 @@ class KnownState:
         # The last chunk ended where the state did, not where its bytes said: cut again.
         kept = min(bisect.bisect_right(self.cuts, shared, key=lambda cut: cut[1]), len(self.cuts) - 1)
         resume = self.cuts[kept - 1][1] if kept > 0 else 0
-        return [*self.cuts[:kept], *((start + resume, end + resume)
-                                     for start, end in chunking.chunk_bounds(view[resume:]))]
+        # Past the change, a new cut at an old cut's place (shifted by the change in
+        # length) inside the suffix both share is followed by the old cuts, shifted.
+        shift, suffix_from = len(view) - len(self.data), len(view) - self.shared_suffix(view)
+        old_ends = {end: index for index, (_, end) in enumerate(self.cuts)}
+
+        def back_in_step(end: int) -> bool:
+            return resume + end >= suffix_from and resume + end - shift in old_ends
+
+        cut = [(start + resume, end + resume)
+               for start, end in chunking.chunk_bounds(view[resume:], stop_after=back_in_step)]
+        rest = [] if not cut or cut[-1][1] == len(view) else self.cuts[old_ends[cut[-1][1] - shift] + 1:]
+        return [*self.cuts[:kept], *cut, *((start + shift, end + shift) for start, end in rest)]
+
+    def shared_suffix(self, view: memoryview) -> int:
+        """How many trailing bytes `view` shares with this state, in whole PREFIX_STEPs."""
+        steps = 0
+        limit = min(len(self.data), len(view)) // PREFIX_STEP
+        while steps < limit and self.data.endswith(view[len(view) - (steps + 1) * PREFIX_STEP:
+                                                        len(view) - steps * PREFIX_STEP],
+                                                   0, len(self.data) - steps * PREFIX_STEP):
+            steps += 1
+        return steps * PREFIX_STEP
 
     def digest(self, view: memoryview, start: int, end: int, shared: int = 0) -> str | None:
         """The digest of view[start:end] if the same bytes stood at the same place here
