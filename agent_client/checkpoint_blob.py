@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from agent_client import state_codec
+from agent_client.blobs.chunking import Buffer
 
 MAGIC = b"RPAC1\n"
 MAX_CLIENT_SECTION = 4 * 1024 * 1024
@@ -21,10 +22,20 @@ class BlobFormatError(ValueError):
     """Not a blob AgentClient wrote, or a damaged one."""
 
 
-def pack(client: dict[str, Any], state: Any, *, schema_version: int) -> bytes:
+def pack_parts(client: dict[str, Any], state: Any, *, schema_version: int) -> list[Buffer]:
+    """pack()'s bytes as [the client section and the state's framing, the state's
+    body]: the body is the caller's buffer (or its JSON encoding), not a copy, and the
+    blob store stores the parts back to back without joining them. The body is a
+    part of its own so that it is chunked apart from the client section in front,
+    which changes with every checkpoint."""
     section = json.dumps(client, sort_keys=True, separators=(",", ":")).encode()
-    # One join: a 64 MiB state is copied once, not once per framing layer.
-    return b"".join([MAGIC, section, b"\n", *state_codec.encode_parts(state, schema_version=schema_version)])
+    *framing, body = state_codec.encode_parts(state, schema_version=schema_version)
+    return [b"".join([MAGIC, section, b"\n", *framing]), body]
+
+
+def pack(client: dict[str, Any], state: Any, *, schema_version: int) -> bytes:
+    """The blob as one buffer (a copy of the state: the store takes pack_parts instead)."""
+    return b"".join(pack_parts(client, state, schema_version=schema_version))
 
 
 def unpack(data: bytes, *, expected_schema: int) -> tuple[dict[str, Any], Any]:

@@ -259,8 +259,8 @@ class AgentProtocol:
                   "sent": self._sent, "seq": self._channel_seq}
         if self.call_coordinate is not None:  # which recorded calls follow this checkpoint
             client["calls"] = yield Blocking(self.call_coordinate)
-        data = checkpoint_blob.pack(client, value, schema_version=self.schema_version)
-        blob = yield Blocking(partial(self.blobs.put, data, parent=self._manifest), span="raftpoint.blob.put")
+        parts = checkpoint_blob.pack_parts(client, value, schema_version=self.schema_version)
+        blob = yield Blocking(partial(self.blobs.put, parts, parent=self._manifest), span="raftpoint.blob.put")
         if self.after_blob_write is not None:
             yield Callback(partial(self.after_blob_write, blob))
         yield Blocking(self.deliveries.sync)  # what the checkpoint depends on is on disk first

@@ -20,7 +20,7 @@ ALGORITHM names them and the manifest records it.
 """
 from __future__ import annotations
 
-from typing import Final
+from typing import Callable, Final, Sequence
 
 from pyfastcdc import FastCDC
 
@@ -33,13 +33,26 @@ ALGORITHM = "fastcdc2020/nc1/seed0/16k-64k-256k"
 Buffer = bytes | bytearray | memoryview
 
 
+def parts_of(data: Buffer | Sequence[Buffer]) -> list[Buffer]:
+    """What a blob store's put was handed, as the parts stored back to back: one
+    buffer is one part."""
+    return [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+
+
 def chunk_bounds(data: Buffer, *, min_size: int = MIN_CHUNK, avg_size: int = AVG_CHUNK,
-                 max_size: int = MAX_CHUNK) -> list[tuple[int, int]]:
-    """[(start, end)] covering `data`; every chunk is within [min_size, max_size] except the last."""
+                 max_size: int = MAX_CHUNK, stop_after: Callable[[int], bool] | None = None) -> list[tuple[int, int]]:
+    """[(start, end)] covering `data`; every chunk is within [min_size, max_size] except the
+    last. With `stop_after`, only up to the first cut at an `end` it accepts (the
+    chunker runs lazily: what follows is never cut)."""
     if not 0 < min_size <= avg_size <= max_size:
         raise ValueError("need 0 < min_size <= avg_size <= max_size")
     if len(data) == 0:
         return []
     # A FastCDC object is not thread-safe and cheap to build, so each call gets its own.
     cutter = FastCDC(avg_size, min_size=min_size, max_size=max_size, normalized_chunking=NORMALIZATION)
-    return [(c.offset, c.offset + c.length) for c in cutter.cut_buf(data)]
+    bounds = []
+    for chunk in cutter.cut_buf(data):
+        bounds.append((chunk.offset, chunk.offset + chunk.length))
+        if stop_after is not None and stop_after(chunk.offset + chunk.length):
+            break
+    return bounds

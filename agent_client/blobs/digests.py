@@ -6,7 +6,8 @@ reader can check it without this library). It does not depend on where the chunk
 are cut, so it starts before the chunker and runs beside it and the chunk hashing.
 SHA-256 reads its input front to back, so its running state after the first n bytes
 depends on those bytes alone: a copy is kept every PREFIX_STEP bytes (StateDigest),
-from which a later state that begins with the same bytes resumes (last_state.py).
+from which a later state that begins with the same bytes resumes (last_state.py). A
+state in parts is hashed part after part, never joined.
 
 A chunk's digest is its name and what a read checks the chunk against. Chunks are
 hashed on the store's pool a few batches ahead of the writer, in state order, so the
@@ -23,7 +24,7 @@ from typing import Callable, Generator, Sequence
 
 from agent_client.blobs.chunking import Buffer
 
-Bounds = tuple[int, int]
+Bounds = tuple[int, int]  # a chunk's [start, end) in its part
 # Chunks are hashed in batches of at least MIN_BATCH (a task per 80 KiB chunk costs
 # about as much in hand-offs as hashing it) and at most MAX_BATCHES per state (the
 # first batch, which the writer waits for, stays small).
@@ -47,34 +48,43 @@ class StateDigest:
     prefixes: Sequence["hashlib._Hash"]
 
 
-def state_digest(view: Buffer, prefixes: Sequence["hashlib._Hash"] = ()) -> StateDigest:
-    """The SHA-256 of `view`, given the running states of a prefix of it already hashed
-    (`prefixes`, as StateDigest holds them: the caller vouches that `view` begins
-    with the bytes they have read); none: from its first byte."""
-    view = memoryview(view).cast("B")
+def state_digest(parts: Sequence[Buffer], prefixes: Sequence["hashlib._Hash"] = ()) -> StateDigest:
+    """The SHA-256 of the parts back to back (one update per piece: never joined),
+    given the running states of a prefix already hashed (`prefixes`, as StateDigest
+    holds them: the caller vouches that the parts begin with the bytes they have
+    read); none: from the first byte. The running states are kept every PREFIX_STEP
+    bytes of the whole, wherever the parts begin and end."""
     saved = list(prefixes) or [hashlib.sha256()]
     hasher = saved[-1].copy()
-    for at in range((len(saved) - 1) * PREFIX_STEP, len(view), PREFIX_STEP):
-        hasher.update(view[at:at + PREFIX_STEP])
-        if at + PREFIX_STEP <= len(view):
-            saved.append(hasher.copy())
+    hashed = (len(saved) - 1) * PREFIX_STEP  # bytes of the whole the running state has read
+    offset = 0  # where the current part begins in the whole
+    for part in parts:
+        view = memoryview(part).cast("B")
+        at = max(0, hashed - offset)
+        while at < len(view):
+            end = min(len(view), at + PREFIX_STEP - (offset + at) % PREFIX_STEP)
+            hasher.update(view[at:end])
+            if (offset + end) % PREFIX_STEP == 0:
+                saved.append(hasher.copy())
+            at = end
+        offset += len(view)
     return StateDigest(hasher.hexdigest(), tuple(saved))
 
 
-def chunk_digests(view: memoryview, bounds: list[Bounds], pool: Executor, ahead: int,
-                  known: Callable[[int, int], str | None] | None = None) -> Generator[str, None, None]:
-    """The SHA-256 of every chunk, in order, hashed on `pool` at most `ahead` batches
-    ahead of the caller (more than the cores only delays the first batch); `known`
-    gives the digest of a chunk whose bytes it has seen, or None. Closing the iterator
-    early cancels the batches not started and waits for the running ones: no task
-    outlives the put whose buffer it reads."""
-    def digests(batch: list[Bounds]) -> list[str]:
-        return [(known and known(start, end)) or sha256_hex(view[start:end]) for start, end in batch]
+def chunk_digests(pieces: Sequence[Buffer], pool: Executor, ahead: int,
+                  known: Callable[[int], str | None] | None = None) -> Generator[str, None, None]:
+    """The SHA-256 of every chunk (`pieces`, in order), hashed on `pool` at most `ahead`
+    batches ahead of the caller (more than the cores only delays the first batch);
+    `known` gives the digest of the chunk at an index if its bytes were seen, or None.
+    Closing the iterator early cancels the batches not started and waits for the
+    running ones: no task outlives the put whose buffers it reads."""
+    def digests(batch: range) -> list[str]:
+        return [(known and known(index)) or sha256_hex(pieces[index]) for index in batch]
 
-    step = max(MIN_BATCH, -(-len(bounds) // MAX_BATCHES))
-    batches = iter([bounds[i:i + step] for i in range(0, len(bounds), step)])
-    if len(bounds) <= step:  # one batch: a task would only add a thread hand-off
-        yield from digests(next(batches, []))
+    step = max(MIN_BATCH, -(-len(pieces) // MAX_BATCHES))
+    batches = iter([range(i, min(i + step, len(pieces))) for i in range(0, len(pieces), step)])
+    if len(pieces) <= step:  # one batch: a task would only add a thread hand-off
+        yield from digests(next(batches, range(0)))
         return
     running: deque[Future[list[str]]] = deque(pool.submit(digests, b) for b in itertools.islice(batches, ahead))
     try:

@@ -16,7 +16,9 @@ uncommitted, names bytes a power loss could take; a crash before the manifest le
 only an unreferenced pack (garbage).
 
 A put cuts and hashes only what changed since the last state the store wrote or
-read (last_state.py), and hashes the whole state beside the chunker (digests.py).
+read (last_state.py), and hashes the whole state beside the chunker (digests.py). A
+state may come in parts, stored back to back without being joined; each part is
+chunked on its own (last_state.py says why).
 
 Reads trust nothing on disk: every chunk is checked against its digest and length and
 the reassembled state against the whole-state SHA-256, and errors name the URI and
@@ -28,6 +30,7 @@ period and second listing instead (see gc.py).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -39,17 +42,17 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Generator, Iterable, Mapping, Protocol
+from typing import Callable, Generator, Iterable, Mapping, Protocol, Sequence
 
 from agent_client.blobs import chunking, digests, gc
 from agent_client.blobs.aead import ALGORITHM as AEAD_ALGORITHM
 from agent_client.blobs.aead import OVERHEAD as AEAD_OVERHEAD
 from agent_client.blobs.aead import ChunkCipher, aead_key_from_env
-from agent_client.blobs.backend import ChunkBackend, DirectoryBackend
+from agent_client.blobs.backend import Buffer, ChunkBackend, DirectoryBackend
 from agent_client.blobs.digests import StateDigest
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.gc import GcResult
-from agent_client.blobs.last_state import KnownState
+from agent_client.blobs.last_state import LastPut
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
 from agent_client.blobs.manifest import INLINE, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
 from agent_client.blobs.packing import Chunk, PackPlan, split_small
@@ -77,7 +80,8 @@ class PutResult:
 
 
 class BlobStore(Protocol):
-    def put(self, data: bytes | bytearray | memoryview, *, parent: Manifest | None = None) -> PutResult: ...
+    def put(self, data: Buffer | Sequence[Buffer], *, parent: Manifest | None = None) -> PutResult:
+        """One buffer, or parts stored back to back as one state."""
     def get(self, uri: str) -> bytes: ...
     def delete(self, uri: str) -> None: ...
     def collect_garbage(self, live_uris: Iterable[str] | None = None) -> GcResult: ...
@@ -105,7 +109,7 @@ class LocalBlobStore:
         weakref.finalize(self, self._pool.shutdown, wait=False)  # idle threads go with the store
         self._recent: deque[Manifest] = deque(maxlen=RECENT_MANIFESTS)
         self._keep_last_state = keep_last_state
-        self._known: KnownState | None = None
+        self._last: LastPut | None = None
         # Chunk hashing is CPU-bound: more batches in flight than cores only delays the first.
         self._hash_ahead = max(1, min(self._write_threads, os.cpu_count() or 1))
 
@@ -120,40 +124,51 @@ class LocalBlobStore:
         return None if self._cipher is None else self._cipher.key_id
 
     # ---- write ----------------------------------------------------------------------
-    def put(self, data: bytes | bytearray | memoryview, *, parent: Manifest | None = None) -> PutResult:
-        """Store `data`; chunks the parent or a recent checkpoint of this store holds are
-        not written again.
+    def put(self, data: Buffer | Sequence[Buffer], *, parent: Manifest | None = None) -> PutResult:
+        """Store `data` (one buffer, or parts stored back to back as one state);
+        chunks the parent or a recent checkpoint of this store holds are not written again.
 
         `parent` (the previous checkpoint's manifest) and the recent manifests are
         trusted for where their chunks are once the manifest a reused chunk comes from is
         confirmed present (GC keeps every pack a present manifest names); every other
         chunk goes into this checkpoint's pack. Chunks are hashed and written as slices
-        of one memoryview: a 64 MiB state is never copied (the caller must not mutate a
-        bytearray until put returns). The whole state's SHA-256 is computed beside the
-        chunking and the chunks' hashing (digests.py)."""
-        with self._lock, memoryview(data) as whole, whole.cast("B") as view:
-            known = self._known
-            shared = 0 if known is None else known.shared_prefix(view)
+        of the parts: a 64 MiB state is never copied, nor are parts joined (the caller
+        must not mutate a bytearray until put returns). Each part is chunked on its
+        own, so a part's end is always a cut (last_state.py says why). The whole
+        state's SHA-256 is computed beside the chunking and the chunks' hashing (digests.py)."""
+        parts = chunking.parts_of(data)
+        with self._lock, contextlib.ExitStack() as views_open:
+            views = [views_open.enter_context(views_open.enter_context(memoryview(part)).cast("B"))
+                     for part in parts]
+            last = self._last
+            shared = [0] * len(views) if last is None else last.shared_prefixes(views)
             # First, so it runs beside the chunker: it does not depend on the cuts.
-            whole_digest = self._pool.submit(digests.state_digest, view,
-                                             () if known is None else known.hashed_prefix(shared))
+            whole_digest = self._pool.submit(digests.state_digest, views,
+                                             () if last is None else last.hashed_prefix(views, shared))
             try:
-                result = self._put(view, parent, whole_digest, known, shared)
+                result = self._put(views, parent, whole_digest, last, shared)
             finally:
                 whole_digest.cancel()
-                wait([whole_digest])  # no task may outlive the view it reads
+                wait([whole_digest])  # no task may outlive the views it reads
             if self._keep_last_state:
-                self._known = KnownState.of(data, result.manifest, whole_digest.result())
+                self._last = LastPut.of(parts, result.manifest, whole_digest.result())
             return result
 
-    def _put(self, view: memoryview, parent: Manifest | None, whole_digest: Future[StateDigest],
-             known: KnownState | None, shared: int) -> PutResult:
-        bounds = chunking.chunk_bounds(view) if known is None else known.cut(view, shared)
-        check_chunk_count(len(bounds), len(view))
+    def _put(self, views: list[memoryview], parent: Manifest | None, whole_digest: Future[StateDigest],
+             last: LastPut | None, shared: list[int]) -> PutResult:
+        pieces: list[memoryview] = []
+        seen: list[Callable[[], str | None] | None] = []  # per chunk: its digest in the last state, if there
+        for index, view in enumerate(views):
+            known = None if last is None else last.part(index)
+            bounds = chunking.chunk_bounds(view) if known is None else known.cut(view, shared[index])
+            pieces.extend(view[start:end] for start, end in bounds)
+            seen.extend(None if known is None else functools.partial(known.digest, view, start, end, shared[index])
+                        for start, end in bounds)
+        size = sum(len(view) for view in views)
+        check_chunk_count(len(pieces), size)
         overhead = 0 if self._cipher is None else AEAD_OVERHEAD
         plan = PackPlan(overhead, self._seal)
-        seen = None if known is None else functools.partial(known.digest, view, shared=shared)
-        chunks = self._chunks(view, bounds, self._reuse_lookup(parent), seen)
+        chunks = self._chunks(pieces, self._reuse_lookup(parent), seen)
         try:
             head, small = split_small(chunks, overhead)
             if small:
@@ -164,7 +179,7 @@ class LocalBlobStore:
                 self._store_pack(plan.pack, plan.stream(itertools.chain(head, chunks)))
         finally:
             chunks.close()  # stops the hashing still under way
-        manifest = Manifest(len(view), whole_digest.result().sha256, tuple(plan.refs), chunking.ALGORITHM,
+        manifest = Manifest(size, whole_digest.result().sha256, tuple(plan.refs), chunking.ALGORITHM,
                             self.key_id, None if self._cipher is None else AEAD_ALGORITHM,
                             None if parent is None else parent.digest, inline=inline)
         body = manifest.to_json()
@@ -175,15 +190,19 @@ class LocalBlobStore:
                          (0 if inline is not None else plan.written) + len(body), len(plan.refs),
                          len(plan.placed), manifest)
 
-    def _chunks(self, view: memoryview, bounds: list[tuple[int, int]], stored_at: Callable[[str], ChunkRef | None],
-                seen: Callable[[int, int], str | None] | None) -> Generator[Chunk, None, None]:
+    def _chunks(self, pieces: list[memoryview], stored_at: Callable[[str], ChunkRef | None],
+                seen: list[Callable[[], str | None] | None]) -> Generator[Chunk, None, None]:
         """The state's chunks in order with their SHA-256 and where each is already
         stored, hashed ahead of the caller, which writes the pack meanwhile (`seen`:
-        the digest of a chunk the last state held at the same place)."""
-        hashed = digests.chunk_digests(view, bounds, self._pool, self._hash_ahead, seen)
+        per chunk, the digest of the chunk the last state held at the same place)."""
+        def known(index: int) -> str | None:
+            lookup = seen[index]
+            return None if lookup is None else lookup()
+
+        hashed = digests.chunk_digests(pieces, self._pool, self._hash_ahead, known)
         try:
-            for (start, end), digest in zip(bounds, hashed):
-                yield digest, view[start:end], stored_at(digest)
+            for piece, digest in zip(pieces, hashed):
+                yield digest, piece, stored_at(digest)
         finally:
             hashed.close()
 
@@ -284,12 +303,12 @@ class LocalBlobStore:
 
         parts = [fetch(span) for span in spans] if len(spans) <= 1 else list(self._pool.map(fetch, spans))
         data = b"".join(piece for pieces in parts for piece in pieces)
-        whole = digests.state_digest(data)
+        whole = digests.state_digest([data])
         if len(data) != manifest.size or whole.sha256 != manifest.sha256:
             raise BlobCorrupted(f"{uri}: the reassembled state does not match its SHA-256")
         self._recent.append(manifest)  # a restored state's next checkpoint reuses its chunks (append is atomic)
         if self._keep_last_state:
-            self._known = KnownState.of(data, manifest, whole)  # one assignment: a put under way keeps the one it read
+            self._last = LastPut.of([data], manifest, whole)  # one assignment: a put under way keeps the one it read
         return data
 
     def _key_mismatch(self, uri: str, manifest: Manifest) -> str:

@@ -221,20 +221,30 @@ def test_the_recorded_sha256_is_the_states_after_any_edit(tmp_path: Path, edit: 
     assert again.sha256 == hashlib.sha256(data).hexdigest()
 
 
-@pytest.mark.parametrize("edit", ["near the end", "append"])
+@pytest.mark.parametrize("edit", ["near the end", "append", "middle", "insert in the middle",
+                                  "delete in the middle"])
 def test_the_cuts_of_a_shared_prefix_are_reused_and_the_same_as_a_fresh_chunking(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str) -> None:
     """FastCDC starts afresh at each cut: the chunker resumes at the last old cut inside
-    the prefix two states share, and the cut points come out as a full chunking's (the
-    old state's last chunk, which ended with the state, is cut again)."""
+    the prefix two states share, stops at the first cut at an old cut's place inside
+    the suffix they share, and the cut points come out as a full chunking's (the old
+    state's last chunk, which ended with the state, is cut again)."""
     store = LocalBlobStore(tmp_path)
     data = state(8 * MIB, seed=15)
     store.put(data)
-    changed = (data[:7 * MIB + 300_000] + b"edited" + data[7 * MIB + 300_006:] if edit == "near the end"
-               else data + state(100_000, seed=16))
+    at = 4 * MIB + 300_000
+    changed = {"near the end": data[:7 * MIB + 300_000] + b"edited" + data[7 * MIB + 300_006:],
+               "append": data + state(100_000, seed=16), "middle": data[:at] + b"edited" + data[at + 6:],
+               "insert in the middle": data[:at] + b"inserted" + data[at:],
+               "delete in the middle": data[:at] + data[at + 100:]}[edit]
     chunked: list[int] = []
     real_bounds = chunking.chunk_bounds
-    monkeypatch.setattr(chunking, "chunk_bounds", lambda view, **kw: chunked.append(len(view)) or real_bounds(view, **kw))
+
+    def bounds(view: Any, **kw: Any) -> list[tuple[int, int]]:
+        cut = real_bounds(view, **kw)
+        chunked.append(cut[-1][1] if cut else 0)  # the bytes the chunker went through
+        return cut
+    monkeypatch.setattr(chunking, "chunk_bounds", bounds)
     put = store.put(changed)
     assert chunked and max(chunked) < MIB + chunking.MAX_CHUNK, f"chunked {chunked} bytes of {len(changed)}"
     monkeypatch.undo()
@@ -260,3 +270,20 @@ def test_a_state_read_from_a_manifest_cut_another_way_lends_no_cuts(tmp_path: Pa
     put = store.put(changed, parent=manifest)
     assert [ref.size for ref in put.manifest.chunks] == [b - a for a, b in chunking.chunk_bounds(changed)]
     assert_digests_true(store, put.uri, changed)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_after_any_edit_the_cuts_are_a_fresh_chunkings(tmp_path: Path, seed: int) -> None:
+    """Reused cuts at both ends never change where a state is cut: random replacements,
+    insertions and deletions of random sizes anywhere, against a full chunking."""
+    rng = random.Random(seed)
+    store = LocalBlobStore(tmp_path)
+    data = state(rng.choice([MIB // 2, 3 * MIB, 3 * MIB + 777]), seed=100 + seed)
+    for _ in range(3):
+        store.put(data)
+        at, size = rng.randrange(len(data)), rng.choice([1, 100, 70_000, MIB])
+        data = rng.choice([data[:at] + rng.randbytes(size) + data[at + size:], data[:at] + rng.randbytes(size) + data[at:],
+                           data[:at] + data[at + size:]])
+        put = store.put(data)
+        assert [ref.size for ref in put.manifest.chunks] == [b - a for a, b in chunking.chunk_bounds(data)]
+        assert_digests_true(store, put.uri, data)

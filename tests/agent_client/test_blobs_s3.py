@@ -69,6 +69,16 @@ def test_a_checkpoint_is_two_puts_and_restores_in_range_reads(s3_url: str) -> No
     assert open_blob_store(s3_url).get(put.uri) == data
 
 
+def test_a_state_in_parts_is_one_pack_and_reads_back_joined(s3_url: str) -> None:
+    """Parts are chunked apart but stored as one state: one pack, one manifest."""
+    store = open_blob_store(s3_url)
+    parts = [b"client section\n", state(1_200_000, seed=13)]
+    put = store.put(parts)
+    assert open_blob_store(s3_url).get(put.uri) == b"".join(parts)
+    kinds = sorted(key.split("/")[0] for key in stored_keys(store))
+    assert kinds == [MANIFESTS, PACKS], f"stored {kinds}"
+
+
 def test_create_only_never_replaces_a_stored_pack(s3_url: str) -> None:
     store = open_blob_store(s3_url)
     data = state(200_000, seed=2)

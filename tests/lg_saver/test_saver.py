@@ -16,6 +16,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 
 from agent_client import blob_gc, testing  # noqa: E402
 from agent_client.blobstore import LocalBlobStore  # noqa: E402
+from agent_client.blobs.chunking import parts_of  # noqa: E402
 from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
 from agent_client.langgraph.thread_record import typed_to_json  # noqa: E402
 from coordinator import channels  # noqa: E402
@@ -30,9 +31,9 @@ class CountingStore(LocalBlobStore):
         self.puts = 0
         self.bytes = 0
 
-    def put(self, data: bytes, **kw: Any):
+    def put(self, data: Any, **kw: Any):
         self.puts += 1
-        self.bytes += len(data)
+        self.bytes += sum(len(part) for part in parts_of(data))
         return super().put(data, **kw)
 
 
@@ -43,8 +44,8 @@ class GatedStore(LocalBlobStore):
         super().__init__(root)
         self.gate, self.waiting, self.release = gate, threading.Event(), threading.Event()
 
-    def put(self, data: bytes, **kw: Any):
-        if self.gate in bytes(data) and not self.waiting.is_set():
+    def put(self, data: Any, **kw: Any):
+        if self.gate in b"".join(parts_of(data)) and not self.waiting.is_set():
             self.waiting.set()
             assert self.release.wait(30), "never released"
         return super().put(data, **kw)
