@@ -128,6 +128,29 @@ class RecordCache:
         found.update((k, v) for k, v in self.pending.items() if k.startswith(prefix))
         return found
 
+    def scan_from(self, prefix: bytes, cls: type, start: bytes, live: int,
+                  top: Writes | None = None) -> list[tuple[bytes, object]]:
+        """The first `live` records (deleted ones skipped) under `prefix` whose key is at
+        or after `start`, in key order, with `top` (a reader's own writes) over
+        everything: a page read without decoding what precedes it.
+
+        The layers, the pending batch and `top` may delete at most as many of the store's keys
+        as they hold in the range, so reading that many more from the store is enough:
+        when the store's part is cut short, at least `live` records stand at or before
+        its last key, and a layer's key past it sorts after them."""
+        if live <= 0:
+            return []
+        layers = self._layers()  # before the store, as in scan
+        above: dict[bytes, object | None] = {}
+        for layer in (*layers, self.pending, top or {}):
+            above.update((k, v) for k, v in layer.items() if k.startswith(prefix) and k >= start)
+        stored = self.store.scan(prefix, start=start, limit=live + len(above))
+        clean = self._clean
+        found: dict[bytes, object | None] = {
+            k: clean[k] if k in clean else self._decode(cls, raw) for k, raw in stored}
+        found.update(above)
+        return [(k, v) for k, v in sorted(found.items()) if v is not None][:live]
+
     def commit(self, applied_index: int) -> None:
         self.store.commit(encode_writes(self.pending), applied_index)
         self.hand_off()
@@ -201,6 +224,13 @@ class KvState:
 
     def agents(self, group: str) -> list[Agent]:
         return self._scan(Agent, keys.prefix(AGENT, group))
+
+    def agents_after(self, group: str, after: str | None, limit: int) -> list[Agent]:
+        """At most `limit` of the group's agents whose id is above `after` (all when None),
+        by id: a page of a large group costs the page, not the group."""
+        prefix = keys.prefix(AGENT, group)
+        start = prefix if after is None else keys.key(AGENT, group, after) + b"\x00"  # the least key above it
+        return [v for _, v in self._source.scan_from(prefix, Agent, start, limit, top=self.writes)]  # type: ignore[misc]
 
     def put_agent(self, agent: Agent) -> None:
         self._put(keys.key(AGENT, agent.group, agent.agent_id), agent)

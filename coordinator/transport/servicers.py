@@ -199,10 +199,12 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 
         def read() -> pb.GetGroupResponse:
             epochs = state.epochs(request.group)[-RECENT_EPOCHS:]
-            agents, token = paging.page(state.agents(request.group), lambda a: (a.agent_id,), after, size)
+            # One more than the page: whether a next page exists.
+            candidates = state.agents_after(request.group, None if after is None else str(after[0]), size + 1)
+            agents, token = paging.page(candidates, lambda a: (a.agent_id,), after, size)
             return pb.GetGroupResponse(group=wire.group_to_pb(group), agents=[wire.agent_to_pb(a) for a in agents],
                                        recent_epochs=[wire.epoch_to_pb(e) for e in epochs], next_page_token=token)
-        return await self.heavy.run(context, read, records=len(group.members) + RECENT_EPOCHS)
+        return await self.heavy.run(context, read, records=min(len(group.members), size + 1) + RECENT_EPOCHS)
 
     async def ListCheckpoints(self, request, context):
         """Chaos seam: `stale-list` (chaos/planted.py) wraps it to answer from an old copy."""
