@@ -15,34 +15,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
 import tempfile
 from collections import defaultdict
-from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cpu_per_op import commits  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
-from coordinator.tracing import TRACE_FILE_ENV  # noqa: E402
+from coordinator.tracing import TRACE_FILE_ENV, WrittenSpan, read_trace_file  # noqa: E402
 
 COMMIT_SPAN = "/raftpoint.v1.AgentService/CommitCheckpoint"
 STAGES = ("raftpoint.admission", "raftpoint.batch", "raftpoint.replicate", "raftpoint.apply", "raftpoint.answer")
 STORE_SPAN = "raftpoint.store"
-
-
-def read_spans(path: Path) -> list[dict]:
-    spans = []
-    for line in path.read_text().splitlines():
-        span = json.loads(line)
-        start, end = (datetime.fromisoformat(span[k]) for k in ("start_time", "end_time"))
-        spans.append({"name": span["name"], "id": span["context"]["span_id"], "parent": span.get("parent_id"),
-                      "ms": (end - start).total_seconds() * 1000, "links": len(span.get("links") or [])})
-    return spans
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -50,34 +38,34 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def hop_table(spans: list[dict]) -> list[str]:
+def hop_table(spans: list[WrittenSpan]) -> list[str]:
     """Rows of the Markdown table for the commits in `spans` (those with stage spans: a
     call a follower redirected has none)."""
     children: dict[str, dict[str, float]] = defaultdict(dict)
     for s in spans:
-        if s["name"] in STAGES and s["parent"]:
-            children[s["parent"]][s["name"]] = s["ms"]
-    calls = [s for s in spans if s["name"] == COMMIT_SPAN and s["id"] in children]
+        if s.name in STAGES and s.parent_id:
+            children[s.parent_id][s.name] = s.ms
+    calls = [s for s in spans if s.name == COMMIT_SPAN and s.span_id in children]
     if not calls:
         return ["(no traced commits: is opentelemetry-sdk installed?)"]
-    total = statistics.median(c["ms"] for c in calls)
-    rows = [f"| whole call ({len(calls)} commits) | {total:.3f} | {percentile([c['ms'] for c in calls], 0.99):.3f} "
+    total = statistics.median(c.ms for c in calls)
+    rows = [f"| whole call ({len(calls)} commits) | {total:.3f} | {percentile([c.ms for c in calls], 0.99):.3f} "
             f"| 100% |"]
     for stage in STAGES:
-        values = [children[c["id"]][stage] for c in calls if stage in children[c["id"]]]
+        values = [children[c.span_id][stage] for c in calls if stage in children[c.span_id]]
         if values:
             p50 = statistics.median(values)
             rows.append(f"| {stage} | {p50:.3f} | {percentile(values, 0.99):.3f} | {100 * p50 / total:.0f}% |")
-    outside = [c["ms"] - sum(children[c["id"]].values()) for c in calls]
+    outside = [c.ms - sum(children[c.span_id].values()) for c in calls]
     rows.append(f"| outside the stages (gRPC and the event loop before admission, after the answer) | "
                 f"{statistics.median(outside):.3f} | {percentile(outside, 0.99):.3f} | "
                 f"{100 * statistics.median(outside) / total:.0f}% |")
-    stores = [s for s in spans if s["name"] == STORE_SPAN]
+    stores = [s for s in spans if s.name == STORE_SPAN]
     if stores:
-        carried = sum(s["links"] for s in stores) / len(stores)
+        carried = sum(len(s.links) for s in stores) / len(stores)
         rows.append(f"| {STORE_SPAN} (after the answer; {len(stores)} commits, {carried:.1f} writes each) | "
-                    f"{statistics.median(s['ms'] for s in stores):.3f} | "
-                    f"{percentile([s['ms'] for s in stores], 0.99):.3f} | - |")
+                    f"{statistics.median(s.ms for s in stores):.3f} | "
+                    f"{percentile([s.ms for s in stores], 0.99):.3f} | - |")
     return rows
 
 
@@ -97,7 +85,7 @@ def main() -> int:
             print(f"\n{concurrency} in flight: {n / args.seconds:.0f} commits/s (traced)\n")
             print("| stage | p50 ms | p99 ms | share of the call's p50 |")
             print("|---|---:|---:|---:|")
-            print("\n".join(hop_table(read_spans(trace_file))))
+            print("\n".join(hop_table(read_trace_file(trace_file))))
     return 0
 
 

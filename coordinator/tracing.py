@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import datetime
+import json
 import os
 import time
 from typing import Any, ContextManager, Iterator, Mapping, Sequence
@@ -82,6 +85,40 @@ def configure_from_env() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+
+
+@dataclasses.dataclass(frozen=True)
+class WrittenSpan:
+    """A finished span as RAFTPOINT_TRACE_FILE holds it (ids in hex, without "0x")."""
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    start: datetime.datetime
+    end: datetime.datetime
+    links: tuple[tuple[str, str], ...]  # (trace id, span id) of each span it links to
+
+    @property
+    def ms(self) -> float:
+        return (self.end - self.start).total_seconds() * 1000
+
+
+def read_trace_file(path: str | os.PathLike[str]) -> list[WrittenSpan]:
+    """The spans `configure_from_env` wrote to `path`, in the order they ended."""
+    def hex_id(value: str | None) -> str:
+        return (value or "").removeprefix("0x")
+    spans = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            span = json.loads(line)
+            spans.append(WrittenSpan(
+                name=span["name"], trace_id=hex_id(span["context"]["trace_id"]),
+                span_id=hex_id(span["context"]["span_id"]), parent_id=hex_id(span.get("parent_id")) or None,
+                start=datetime.datetime.fromisoformat(span["start_time"]),
+                end=datetime.datetime.fromisoformat(span["end_time"]),
+                links=tuple((hex_id(link["context"]["trace_id"]), hex_id(link["context"]["span_id"]))
+                            for link in span.get("links") or ())))
+    return spans
 
 
 def recording() -> bool:

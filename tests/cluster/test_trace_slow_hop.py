@@ -7,8 +7,6 @@ follower held DELAY_MS in each direction), so an entry reaches a majority's jour
 no sooner than one round trip, 2 * DELAY_MS."""
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra (opentelem
 
 from chaos.controller import ChaosCluster  # noqa: E402
 from coordinator.harness.local_cluster import wait_for  # noqa: E402
-from coordinator.tracing import TRACE_FILE_ENV  # noqa: E402
+from coordinator.tracing import TRACE_FILE_ENV, read_trace_file  # noqa: E402
 from tests.support.cluster import STABLE, Client  # noqa: E402
 from tests.support.tls import clients_trust  # noqa: E402
 
@@ -27,25 +25,14 @@ DELAY_MS = 80.0
 COMMIT_SPAN = "/raftpoint.v1.AgentService/CommitCheckpoint"
 
 
-def spans(path: Path) -> list[dict]:
-    """The nodes' finished spans: name, ids, parent and duration in ms."""
-    out = []
-    for line in path.read_text().splitlines():
-        span = json.loads(line)
-        start, end = (datetime.fromisoformat(span[k]) for k in ("start_time", "end_time"))
-        out.append({"name": span["name"], "id": span["context"]["span_id"],
-                    "parent": span.get("parent_id"), "ms": (end - start).total_seconds() * 1000})
-    return out
-
-
 def commits(path: Path, count: int) -> list[dict[str, float]]:
     """The leader's stage spans (name: ms) under each commit call that has them (a
     call a follower redirected has none), in the order the calls ended; waits until
     `count` are written (a call's span ends just after its answer is sent)."""
     def written() -> list[dict[str, float]] | None:
-        found = spans(path) if path.exists() else []
-        stages = [{c["name"]: c["ms"] for c in found if c["parent"] == call["id"]}
-                  for call in found if call["name"] == COMMIT_SPAN]
+        found = read_trace_file(path) if path.exists() else []
+        stages = [{c.name: c.ms for c in found if c.parent_id == call.span_id}
+                  for call in found if call.name == COMMIT_SPAN]
         stages = [s for s in stages if s]
         return stages if len(stages) >= count else None
     return wait_for(written, f"{count} traced commits with stage spans in {path}", timeout=30.0)

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra (opentelemetry-sdk) is not installed")
 
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
-from coordinator.tracing import TRACE_FILE_ENV  # noqa: E402
+from coordinator.tracing import TRACE_FILE_ENV, read_trace_file  # noqa: E402
 from tests.cluster.test_agent_identity import FAST  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,16 +50,10 @@ for s in exporter.get_finished_spans():
 
 
 def node_spans(path: Path) -> list[dict]:
-    spans = []
-    for line in path.read_text().splitlines():
-        span = json.loads(line)
-        spans.append({"name": span["name"], "trace": span["context"]["trace_id"].removeprefix("0x"),
-                      "id": span["context"]["span_id"].removeprefix("0x"),
-                      "parent": (span.get("parent_id") or "").removeprefix("0x") or None,
-                      "start": span["start_time"], "end": span["end_time"],
-                      "links": [(link["context"]["trace_id"].removeprefix("0x"),
-                                 link["context"]["span_id"].removeprefix("0x")) for link in span.get("links") or ()]})
-    return spans
+    """The nodes' spans in the shape of the agent's above."""
+    return [{"name": s.name, "trace": s.trace_id, "id": s.span_id, "parent": s.parent_id,
+             "start": s.start, "end": s.end, "links": list(s.links)}
+            for s in read_trace_file(path)]
 
 
 @pytest.mark.slow
