@@ -11,8 +11,9 @@ Rules, for one record:
 - a change edits the newest version (committed or not) and never the version it read
   earlier, so the changes apply in the order they took their turn;
 - a change returns when a commit at least as new as it is acknowledged; a change that
-  edits nothing still waits for the changes before it, which it may repeat (a retried
-  put_writes);
+  edits nothing still waits for the changes pending before it, which it may repeat (a
+  retried put_writes), and returns at once when none is pending (a failure before it
+  is not its own);
 - a commit that fails fails every change not yet acknowledged, and the next change
   starts again from the last acknowledged version: a change built on a failed one is
   never committed without it.
@@ -48,10 +49,14 @@ class GroupCommit(Generic[T]):
         return once `commit` acknowledged it. An exception of `committed` or `edit`
         changes nothing; one of `commit` is raised to every change it covered."""
         with self._turn:
-            edited = edit(self._newest if self._newest is not None else committed())
+            newest = self._newest
+            pending = newest is not None
+            edited = edit(newest if newest is not None else committed())
             if edited is not None:
                 self._newest = edited
                 self._changes += 1
+            elif not pending:  # nothing to change and nothing pending: what it wants is stored
+                return
             self._await(self._changes, commit)
 
     def _await(self, change: int, commit: Callable[[T], None]) -> None:

@@ -114,3 +114,16 @@ def test_a_change_that_edits_nothing_waits_for_the_changes_before_it() -> None:
     record.gate.set()
     first.join(WAIT_S)
     assert done.wait(WAIT_S) and seen == [(1,)], f"it saw {seen}"
+
+
+def test_a_change_that_edits_nothing_after_a_failed_commit_returns_without_its_error() -> None:
+    """Nothing is pending once a commit failed: a change whose edit of the stored version
+    is none has nothing to wait for, and the old failure is not its own."""
+    record, queue = Record(), GroupCommit[tuple[int, ...]]()
+    record.add(queue, 1)
+    record.fail_next = RuntimeError("refused")
+    with pytest.raises(RuntimeError, match="refused"):
+        record.add(queue, 2)
+    commits = len(record.commits)
+    queue.change(lambda: record.stored, lambda version: None, record.commit)  # raised "refused" before
+    assert record.stored == (1,) and len(record.commits) == commits, f"commits: {record.commits}"
