@@ -93,7 +93,7 @@ class ThreadStore:
                read_head: bool = True) -> None:
         """Apply `edit` to the thread's newest head and return once a commit holding the
         result is acknowledged; changes that queue up while a commit is in flight go out
-        together (group_commit.py). Becomes the thread's writer first (`own`; without
+        together (group_commit.py). Becomes the thread's writer first (`_owner`; without
         `read_head`, from an empty head, not reading the old one). `edit` returns a new
         head (never changing its argument) or None for no change. Other threads are not
         held up."""
@@ -203,11 +203,6 @@ class ThreadStore:
             log.warning("skipping a LangGraph thread of group %s: %s", self.group, why)
 
     # ---- writes --------------------------------------------------------------------------
-    def own(self, thread_id: str) -> ThreadHead:
-        """Become the thread's writer (fencing off any earlier one) and return its
-        committed head."""
-        return self._owner(thread_id).head
-
     def clear(self, thread_id: str) -> None:
         """Commit an empty head for a thread that has one, without reading the old head:
         deleting is what a thread this saver cannot read still allows."""

@@ -291,8 +291,7 @@ def test_a_thread_of_the_first_format_is_read_and_its_next_write_moves_it_into_s
         address, tmp_path: Path, group: str) -> None:
     with RaftpointSaver(address, tmp_path, group=group) as old:
         first = FirstFormat(old, "t", {"a": "x" * 2000})
-        old.threads.own("t")
-        old.threads.commit("t", first)  # type: ignore[arg-type]
+        old.threads.change("t", lambda _: first)  # type: ignore[arg-type,return-value]
     with RaftpointSaver(address, tmp_path, group=group, seal_after=1) as saver:
         found = saver.get_tuple(thread("t"))
         assert found.checkpoint["channel_values"] == {"a": "x" * 2000}
