@@ -57,6 +57,12 @@ def start_writeback(fd: int, offset: int, length: int) -> bool:
     return call is not None and call(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0
 
 
+def buffers(data: Buffer | Iterable[Buffer]) -> Iterable[Buffer]:
+    """The buffers of `data`, which is one buffer or several to be stored back to back
+    (an iterable is passed through, not consumed here)."""
+    return (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
+
+
 def fsync_dir(path: str | Path) -> None:
     """Renames and creations in `path` are durable only once the directory is fsynced."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -117,7 +123,7 @@ def create_exclusive(path: Path, data: Buffer | Iterable[Buffer], *, durable: bo
     try:
         try:
             written = behind = 0
-            for part in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+            for part in buffers(data):
                 view = memoryview(part).cast("B")
                 while view:
                     n = os.write(fd, view)

@@ -24,19 +24,19 @@ from typing import Callable, Final, Sequence
 
 from pyfastcdc import FastCDC
 
+from coordinator.fsutil import Buffer, buffers
+
 MIN_CHUNK = 16 * 1024
 AVG_CHUNK = 64 * 1024  # FastCDC's parameter; the mean chunk is about AVG_CHUNK + MIN_CHUNK
 MAX_CHUNK = 256 * 1024
 NORMALIZATION: Final = 1  # FastCDC's level, one of 0-3
 ALGORITHM = "fastcdc2020/nc1/seed0/16k-64k-256k"
 
-Buffer = bytes | bytearray | memoryview
-
 
 def parts_of(data: Buffer | Sequence[Buffer]) -> list[Buffer]:
     """What a blob store's put was handed, as the parts stored back to back: one
     buffer is one part."""
-    return [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+    return list(buffers(data))
 
 
 def chunk_bounds(data: Buffer, *, min_size: int = MIN_CHUNK, avg_size: int = AVG_CHUNK,
