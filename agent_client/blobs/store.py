@@ -24,9 +24,13 @@ Reads trust nothing on disk: every chunk is checked against its digest and lengt
 the reassembled state against the whole-state SHA-256, and errors name the URI and
 chunk so an operator knows what to look at.
 
-Concurrency: in-process, put() and collect_garbage() exclude each other; across
-processes and machines (agents sharing one bucket prefix), GC relies on its grace
-period and second listing instead (see gc.py).
+Concurrency: in-process, puts run side by side (the writers of many LangGraph threads
+share one store) and exclude garbage collection, which runs alone; across processes
+and machines (agents sharing one bucket prefix), GC relies on its grace period and
+second listing instead (see gc.py). Concurrent puts are safe because each writes a
+pack of its own (a random id) and a manifest named by its content (equal bytes if two
+race for it), flush() returns only once every file created before it is synced, and
+the state a put compares with (`_last`) is immutable, read once and replaced whole.
 """
 from __future__ import annotations
 
@@ -36,7 +40,6 @@ import functools
 import itertools
 import os
 import secrets
-import threading
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -56,6 +59,7 @@ from agent_client.blobs.last_state import LastPut
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
 from agent_client.blobs.manifest import INLINE, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
 from agent_client.blobs.packing import Chunk, PackPlan, split_small
+from coordinator.locks import SharedExclusiveLock
 
 __all__ = ["CHUNKS", "MANIFESTS", "PACKS", "BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key",
            "pack_key"]
@@ -102,7 +106,7 @@ class LocalBlobStore:
             backend = DirectoryBackend(root)
         self.backend = backend
         self._cipher = ChunkCipher(key) if key is not None else None
-        self._lock = threading.Lock()
+        self._gc_lock = SharedExclusiveLock()  # puts shared, garbage collection exclusive
         self._write_threads = max(1, write_threads)
         # One pool for the store's life: starting 16 threads per put cost ~15 ms.
         self._pool = ThreadPoolExecutor(max_workers=self._write_threads, thread_name_prefix="blob-io")
@@ -137,7 +141,7 @@ class LocalBlobStore:
         own, so a part's end is always a cut (last_state.py says why). The whole
         state's SHA-256 is computed beside the chunking and the chunks' hashing (digests.py)."""
         parts = chunking.parts_of(data)
-        with self._lock, contextlib.ExitStack() as views_open:
+        with self._gc_lock.shared(), contextlib.ExitStack() as views_open:
             views = [views_open.enter_context(views_open.enter_context(memoryview(part)).cast("B"))
                      for part in parts]
             last = self._last
@@ -325,7 +329,7 @@ class LocalBlobStore:
         makes no second one). Deleting either manifest leaves the other readable: the
         chunk sweep keeps every chunk a remaining manifest names. Needs no AEAD key."""
         manifest = dataclasses.replace(self.manifest(uri), copy=copy)
-        with self._lock:
+        with self._gc_lock.shared():
             key = self._store_manifest(manifest, manifest.to_json())
             self.backend.flush()
         return self.backend.uri(key)
@@ -340,7 +344,7 @@ class LocalBlobStore:
         chunk no remaining manifest references, and crash leftovers. The default grace
         of 0 is safe only when no other process writes to this store (in-process, put()
         waits for GC); see gc.py."""
-        with self._lock:
+        with self._gc_lock.exclusive():
             live = None if live_uris is None else {self._manifest_key(u) for u in live_uris}
             self._recent.clear()
             return gc.collect(self.backend, live=live, grace_s=grace_s)
@@ -349,7 +353,7 @@ class LocalBlobStore:
         """Delete the checkpoints the coordinator released (its GarbageCollect answer), then
         the chunks no other manifest references, sparing any younger than `grace_s`.
         Every URI is checked before anything is deleted; already-deleted ones are fine."""
-        with self._lock:
+        with self._gc_lock.exclusive():
             deletable = {self._manifest_key(u) for u in uris}
             self._recent.clear()
             return gc.collect(self.backend, deletable=deletable, grace_s=grace_s)

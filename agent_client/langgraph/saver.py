@@ -9,9 +9,9 @@ head; larger ones go to the blob store, content-addressed, and only the channels
 step changed (its `new_versions`) are stored. Calls on one thread that overlap (LangGraph
 makes a step's put_writes and put from worker threads) are committed together, each
 returning once a commit holding it is acknowledged (group_commit.py). The async methods
-run the blocking ones in worker threads: the work is a few RPCs and blob writes, one
-implementation keeps the sync and async faces from drifting apart, and different
-threads run side by side.
+run the blocking ones in the saver's own worker threads (`_off_loop`): the work is a
+few RPCs and blob writes, one implementation keeps the sync and async faces from
+drifting apart, and different threads run side by side.
 
 A thread whose blobs this saver cannot read (missing, damaged, or in another saver's
 store: savers of one group may each have their own) raises ThreadUnreadable when it is
@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 import itertools
 import json
 import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence, TypeVar
 
 from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, ChannelVersions, Checkpoint,
                                        CheckpointMetadata, CheckpointTuple, get_checkpoint_id,
@@ -54,6 +57,13 @@ NAMESPACE_CACHE = 1024  # threads whose sealed namespaces are kept in memory
 # their own: each blob costs two files and their fsyncs, an inline value only its bytes
 # in the steps' heads (benchmarks/langgraph_saver.py --inline-sweep measures the trade).
 INLINE_MAX = 1024
+# Async calls in flight at once, each on a worker thread of the saver's own (one that
+# waits for a commit holds a thread, not a core). asyncio's default pool (cores + 4
+# threads, at most 32) let only that many calls commit at once, when the cluster
+# commits many at once in little more time than one (Raft batches them).
+ASYNC_WORKERS = 64
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -100,8 +110,11 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
             lambda uri: json.loads(self.blobs.get(uri)))
         self._namespaces: dict[str, Namespaces] = {}  # thread -> its sealed chain's namespaces
         self._namespaces_lock = threading.Lock()
+        self._workers = ThreadPoolExecutor(max_workers=ASYNC_WORKERS, thread_name_prefix="raftpoint-langgraph")
+        weakref.finalize(self, self._workers.shutdown, wait=False)  # idle threads go with the saver
 
     def close(self) -> None:
+        self._workers.shutdown(wait=False)
         self.conn.close()
 
     def __enter__(self) -> "RaftpointSaver":
@@ -300,34 +313,45 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
                 self.threads.change(thread_id, edit)
 
     # ---- async: the same work in a worker thread ---------------------------------------------
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """fn(*args, **kwargs) on one of the saver's worker threads, in the caller's context
+        (its trace span), as asyncio.to_thread would on the loop's default pool. Safe to
+        run many at once: calls on different threads share only the connection (gRPC
+        channels are thread-safe), the blob store (its puts run side by side: store.py)
+        and the saver's caches and table of threads (each behind a lock), and calls on
+        one thread take turns in its group commit, so a thread's writes keep their order,
+        overlapping ones are committed together, and a refused commit fails each of them."""
+        call = partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._workers, call)
+
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        return await self._off_loop(self.get_tuple, config)
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        found = await self._off_loop(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
         for item in found:
             yield item
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await self._off_loop(self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        await self._off_loop(self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
+        await self._off_loop(self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
+        await self._off_loop(self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await self._off_loop(self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+        await self._off_loop(self.prune, thread_ids, strategy=strategy)
 
 
 def _latest_per_namespace(newest_first: list[StoredCheckpoint]) -> list[StoredCheckpoint]:

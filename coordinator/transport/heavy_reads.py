@@ -5,8 +5,9 @@ event loop, sixteen of them delayed an honest heartbeat by tens of seconds, long
 enough for its lease to expire and force a recovery. Here such reads run on a few
 worker threads: the loop keeps answering heartbeats between them (the interpreter
 switches threads every few milliseconds), at most WORKERS of them compute at once,
-and beyond MAX_WAITING queued ones a new one is refused with RESOURCE_EXHAUSTED
-rather than queued without end.
+and beyond MAX_WAITING queued ones a new one is refused as an overload
+(RESOURCE_EXHAUSTED, REASON_OVERLOADED and a retry hint: it did nothing, so a client
+retries it after the hint) rather than queued without end.
 """
 from __future__ import annotations
 
@@ -17,11 +18,16 @@ from typing import Callable, TypeVar
 import grpc
 
 from coordinator.core.errors import Rejection
+from coordinator.core.overload import Shed
+from coordinator.transport.admission import refuse
 from coordinator.transport.status_map import abort_with
 
 T = TypeVar("T")
 WORKERS = 2
 MAX_WAITING = 32
+# A refused heavy read's retry hint: about what the queue ahead of it takes to drain
+# when its reads are a few milliseconds each (clients spread it over 1-1.5x).
+RETRY_AFTER_S = 0.05
 # A read of at most this many records (all it scans, not the page it returns) runs on the event loop:
 # it costs less than the hop to a worker thread and back, and it is neither queued
 # behind heavy reads nor refused with them.
@@ -45,8 +51,7 @@ class HeavyReads:
             except Rejection as r:
                 await abort_with(context, r)
         if self._waiting >= self._max_waiting:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"{self._waiting} heavy reads are queued on this node; retry later")
+            await refuse(context, Shed(f"{self._waiting} heavy reads queued", RETRY_AFTER_S))
         self._waiting += 1
         try:
             await self._running.acquire()

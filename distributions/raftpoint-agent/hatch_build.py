@@ -14,15 +14,16 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 # Relative to the repository root. Of the coordinator tree, only what agent_client imports:
-# the contract (core, api), fsutil, channels (a client's TLS channel; grpcio only),
-# endpoint_diagnosis (why one cannot be opened; the standard library's ssl) and
-# endpoints_file (which it reads) and tracing (trace context, when the otel extra is
-# installed). coordinator/__init__.py is here: it owns the package.
+# the contract (core, api), fsutil, locks (the blob store's shared/exclusive lock),
+# channels (a client's TLS channel; grpcio only), endpoint_diagnosis (why one cannot be
+# opened; the standard library's ssl) and endpoints_file (which it reads) and tracing
+# (trace context, when the otel extra is installed). coordinator/__init__.py is here: it owns the package.
 SHIPS = (
     "agent_client",
     "coordinator/__init__.py",
     "coordinator/py.typed",
     "coordinator/fsutil.py",
+    "coordinator/locks.py",
     "coordinator/channels.py",
     "coordinator/tracing.py",
     "coordinator/endpoint_diagnosis.py",

@@ -21,6 +21,7 @@ from agent_client.langgraph import RaftpointSaver, ThreadFenced  # noqa: E402
 from agent_client.langgraph.thread_record import typed_to_json  # noqa: E402
 from coordinator import channels  # noqa: E402
 from tests.lg_saver.saver_steps import step, thread, wait_until  # noqa: E402
+from tests.support.meeting import Meeting  # noqa: E402
 
 
 class CountingStore(LocalBlobStore):
@@ -167,6 +168,31 @@ def test_a_thread_waiting_on_its_store_does_not_hold_up_another_thread(address, 
             store.release.set()
             blocked.join(30)
         assert saver.get_tuple(thread("blocked")).checkpoint["id"] == c1["id"]
+
+
+def test_async_writes_to_many_threads_are_all_in_flight_at_once(address, tmp_path: Path, group: str) -> None:
+    """More threads than asyncio's default worker pool has threads (at most 32) each
+    await a write: every commit is in flight at once, so the cluster commits them
+    together instead of a few at a time."""
+    threads = 40
+    with RaftpointSaver(address, tmp_path, group=group) as saver:
+        c0, v0 = step(None, {"a": 0}, 0)
+        configs = [saver.put(thread(f"t{n}"), c0, {}, v0) for n in range(threads)]  # the saver writes each
+        meeting, real_call = Meeting(threads), saver.conn.call
+
+        def call(service: str, method: str, request: Any, **kw: Any) -> Any:
+            if method != "CommitCheckpoint":
+                return real_call(service, method, request, **kw)
+            with meeting.attended():
+                return real_call(service, method, request, **kw)
+        saver.conn.call = call  # type: ignore[method-assign]
+        c1, v1 = step(c0, {"a": 1}, 1)
+
+        async def write_all() -> None:
+            await asyncio.gather(*(saver.aput(config, c1, {}, v1) for config in configs))
+        asyncio.run(write_all())
+        assert meeting.most == threads, f"at most {meeting.most} of {threads} threads' commits were in flight at once"
+        assert {saver.get_tuple(thread(f"t{n}")).checkpoint["id"] for n in range(threads)} == {c1["id"]}
 
 
 def test_raftpoint_gc_keeps_every_checkpoint_of_a_long_thread(address, tmp_path: Path, group: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from agent_client.connection import Connection
 from agent_client.testing import InProcessCoordinator
+from coordinator.api.metadata import REASON_METADATA_KEY, RETRY_AFTER_METADATA_KEY, parse_reason
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.core import queries
 from coordinator.transport.heavy_reads import INLINE_RECORDS, HeavyReads
@@ -51,6 +52,10 @@ def test_a_heartbeat_is_answered_while_slow_what_ifs_compute(monkeypatch: pytest
 class _Context:
     def __init__(self) -> None:
         self.aborted: grpc.StatusCode | None = None
+        self.trailers: dict[str, str] = {}
+
+    def set_trailing_metadata(self, trailers: tuple[tuple[str, str], ...]) -> None:
+        self.trailers.update(trailers)
 
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
         self.aborted = code
@@ -58,8 +63,9 @@ class _Context:
 
 
 async def test_heavy_reads_beyond_the_queue_bound_are_refused_and_small_reads_are_never_queued() -> None:
-    """With the one worker busy and the queue full: a heavy read is refused as
-    RESOURCE_EXHAUSTED, one of at most INLINE_RECORDS records runs on the loop at once."""
+    """With the one worker busy and the queue full: a heavy read is refused as an
+    overload (RESOURCE_EXHAUSTED, REASON_OVERLOADED and a retry hint: clients retry it),
+    one of at most INLINE_RECORDS records runs on the loop at once."""
     release = threading.Event()
     heavy = HeavyReads(workers=1, max_waiting=1)
     try:
@@ -70,6 +76,8 @@ async def test_heavy_reads_beyond_the_queue_bound_are_refused_and_small_reads_ar
         with pytest.raises(RuntimeError, match="queued"):
             await heavy.run(refused, threading.get_ident, records=INLINE_RECORDS + 1)
         assert refused.aborted is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert parse_reason(refused.trailers.get(REASON_METADATA_KEY)) == pb.REASON_OVERLOADED, refused.trailers
+        assert float(refused.trailers[RETRY_AFTER_METADATA_KEY]) > 0, refused.trailers
         light = _Context()
         ran_on = await asyncio.wait_for(heavy.run(light, threading.get_ident, records=INLINE_RECORDS), 1)
         assert (ran_on, light.aborted) == (threading.get_ident(), None), \
