@@ -7,6 +7,7 @@ touching chunking, encryption or verification. Keys look like
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -92,8 +93,16 @@ class DirectoryBackend:
     (fsutil.sync_files: the fdatasyncs in flight together, and one fsync per
     directory). One flush runs at a time: a flush that finds its files taken by the one
     in progress returns only once that one has synced them, and the files created
-    meanwhile go out together in the next. Syncing the whole file system (syncfs) instead waits for every other
-    process's dirty data too: seconds at p99 on a busy machine."""
+    meanwhile go out together in the next. Syncing the whole file system (syncfs)
+    instead waits for every other process's dirty data too: seconds at p99 on a busy
+    machine.
+
+    A failed sync fails every later flush of this backend: after a failed fsync the
+    kernel may have dropped the dirty pages and marked them clean, so syncing the
+    same files again can succeed with their bytes lost, and any put that created or
+    reused one of them before the failure (its own, or another's it deduplicated
+    against) would be acknowledged on bytes that are gone. Only a new process, which
+    reads back what is on disk, can trust the store again."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
@@ -101,6 +110,7 @@ class DirectoryBackend:
         self._unsynced: list[Path] = []
         self._unsynced_lock = threading.Lock()
         self._flush_lock = threading.Lock()
+        self._sync_failed: BaseException | None = None  # the first failed sync: every later flush fails
         self._sync_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="blob-sync")
         weakref.finalize(self, self._sync_pool.shutdown, wait=False)
 
@@ -117,13 +127,16 @@ class DirectoryBackend:
 
     def flush(self) -> None:
         with self._flush_lock:
+            if self._sync_failed is not None:
+                raise OSError(errno.EIO, f"an earlier sync of the blob store at {self.location} failed "
+                              f"({self._sync_failed}); files written before it may be lost: restart the "
+                              "process once the disk is fixed") from self._sync_failed
             with self._unsynced_lock:
                 files, self._unsynced = self._unsynced, []
             try:
                 sync_files(files, self._sync_pool)
-            except BaseException:
-                with self._unsynced_lock:  # not known durable: the next flush syncs them again
-                    self._unsynced[:0] = files
+            except Exception as e:
+                self._sync_failed = e
                 raise
 
     def create(self, key: str, data: Buffer | Iterable[Buffer]) -> bool:

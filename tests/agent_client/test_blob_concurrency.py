@@ -79,3 +79,28 @@ def test_a_flush_that_finds_its_files_taken_returns_only_once_they_are_synced(
         first.result(DEADLINE_S)
         second.result(DEADLINE_S)
     assert not returned_early, "a flush returned while the file created before it was still being synced"
+
+
+def test_after_a_failed_sync_no_put_is_acknowledged_until_the_process_restarts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed fsync may leave the dirty pages dropped and marked clean, so a second
+    sync of the same files succeeds with their bytes lost. A put that deduplicated
+    against a file of the failed batch would then be acknowledged on nothing: every
+    later flush fails instead, and a new store on the same directory works."""
+    store = LocalBlobStore(tmp_path)
+    real_sync = backend_module.sync_files
+    failures = iter([OSError(5, "Input/output error")])
+
+    def failing_once(files: Any, pool: Any) -> None:
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        real_sync(files, pool)
+    monkeypatch.setattr(backend_module, "sync_files", failing_once)
+    with pytest.raises(OSError, match="Input/output error"):
+        store.put(b"a state whose sync fails")
+    with pytest.raises(OSError) as later:
+        store.put(b"a state written after the failure")
+    assert "an earlier sync of the blob store" in str(later.value) and "restart" in str(later.value), later.value
+    restarted = LocalBlobStore(tmp_path)
+    assert restarted.get(restarted.put(b"a state written by a new process").uri) == b"a state written by a new process"
