@@ -65,7 +65,7 @@ def held_in_store(conn: Connection, store: LocalBlobStore, group: str, savepoint
                   agents: Sequence[str] = ()) -> list[pb.CheckpointMeta]:
     """held_checkpoints, or NotInStore when one of them is not in `store`."""
     held = held_checkpoints(conn, group, savepoint, agents)
-    elsewhere = [m for m in held if store.backend.key_for_uri(m.blob_uri) is None]
+    elsewhere = [m for m in held if not store.holds(m.blob_uri)]
     if elsewhere:
         raise NotInStore(f"checkpoint {elsewhere[0].index} of {elsewhere[0].agent_id!r} is not in "
                          f"{store.backend.location} ({elsewhere[0].blob_uri}): a fork copies every checkpoint of the "
