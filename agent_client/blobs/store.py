@@ -285,7 +285,7 @@ class LocalBlobStore:
     def _manifest_key(self, uri: str) -> str:
         key = self.backend.key_for_uri(uri)
         if key is None or manifest_digest(key) is None:
-            raise BlobMissing(f"{uri} is not a manifest of this blob store")
+            raise BlobMissing(f"{data_uris.shown_uri(uri)} is not a manifest of this blob store")
         return key
 
     def _manifest_keys(self, uris: Iterable[str]) -> set[str]:

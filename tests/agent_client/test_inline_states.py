@@ -3,6 +3,7 @@ the store; they come back on restore, in a fork and through the restore checks, 
 garbage collection has nothing to delete for them."""
 from __future__ import annotations
 
+import base64
 import os
 import random
 from pathlib import Path
@@ -86,11 +87,12 @@ def test_a_damaged_data_uri_is_refused_on_read_and_by_the_restore_check(tmp_path
         store.get(other)
     with pytest.raises(BlobCorrupted, match="not valid base64"):
         store.get(put.uri + "!")
-    meta = pb.CheckpointMeta(blob_uri=data_uris.encode(b"another state", "0" * 64), sha256=put.sha256,
-                             schema_version=1, config_hash="c")
+    unnamed = "data:application/octet-stream;base64," + base64.b64encode(b"another state").decode()  # no sha256
+    meta = pb.CheckpointMeta(blob_uri=unnamed, sha256=put.sha256, schema_version=1, config_hash="c")
     with pytest.raises(CheckpointRejected) as rejected:
         load_verified(store, meta, expected_schema=1, expected_config_hash="c")
     assert rejected.value.reason is RejectReason.DIGEST_MISMATCH, rejected.value
+    assert "data: (13 bytes inline) has SHA-256" in str(rejected.value), rejected.value  # not its base64
 
 
 def test_an_agent_restores_and_forks_an_inline_checkpoint_and_gc_deletes_no_file(

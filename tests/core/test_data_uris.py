@@ -31,10 +31,7 @@ def inline(agent: str, index: int, data: bytes, *, uri: str | None = None, diges
 
 @pytest.fixture
 def m() -> Machine:
-    machine = Machine()
-    machine.ok(c.CreateGroup(GroupSpec("g", Mode.CIC_BCS, retention=1)))
-    machine.register("g", "a")
-    return machine
+    return Machine().with_group(GroupSpec("g", Mode.CIC_BCS, retention=1), "a")
 
 
 def test_a_state_up_to_the_cap_is_held_in_its_record(m: Machine) -> None:

@@ -3,12 +3,12 @@ carries the state, the store keeps it across a restart, and a snapshot installs 
 a replica that never saw the entry."""
 from __future__ import annotations
 
+import base64
 import hashlib
 from pathlib import Path
 
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import log_pb2
-from coordinator.core import data_uris
 from coordinator.replication import snapshots
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.storage.lmdb_store import LmdbStore
@@ -20,17 +20,22 @@ from tests.replication.test_snapshots import KEY, SELF, raft_data
 STATE = bytes(range(256)) * 16
 
 
+def data_uri(data: bytes) -> str:
+    """An RFC 2397 data URI as any client may write it (no sha256 parameter)."""
+    return "data:application/octet-stream;base64," + base64.b64encode(data).decode()
+
+
 def commit_inline(rid: str) -> log_pb2.LogEntry:
     digest = hashlib.sha256(STATE).hexdigest()
     return log_pb2.LogEntry(request_id=rid, commit_checkpoint=pb.CommitCheckpointRequest(
         token=pb.FencingToken(secret=b"s" * 16, incarnation=1), checkpoint=pb.CheckpointMeta(
-            group="g", agent_id="a", index=1, kind=pb.BASIC, blob_uri=data_uris.encode(STATE, digest),
+            group="g", agent_id="a", index=1, kind=pb.BASIC, blob_uri=data_uri(STATE),
             sha256=digest, size=len(STATE))))
 
 
 def held_state(store: object) -> bytes | None:
     checkpoint = KvState(store).checkpoint("g", "a", 1)  # type: ignore[arg-type]
-    return None if checkpoint is None else data_uris.decode(checkpoint.blob_uri).data
+    return None if checkpoint is None else base64.b64decode(checkpoint.blob_uri.partition(",")[2])
 
 
 def test_an_inline_state_survives_a_restart_and_travels_in_a_snapshot(tmp_path: Path) -> None:
