@@ -70,6 +70,19 @@ def test_a_fork_of_unknown_outcome_keeps_its_copies_and_names_them(tmp_path: Pat
     assert [store.get(uri) for uri in info.value.uris] == [b"a" * 1000, b"b" * 1000]
 
 
+def test_a_fork_of_unknown_outcome_names_no_state_held_inline(tmp_path: Path) -> None:
+    """A data: URI is its own copy: the fork shares it, and only stored copies are named."""
+    store = LocalBlobStore(tmp_path, inline_max_bytes=1000)
+    metas = [pb.CheckpointMeta(group="g", agent_id=agent, index=2, blob_uri=store.put(agent.encode() * size).uri)
+             for agent, size in (("a", 1000), ("b", 1001))]
+    conn = Scripted(metas, CoordinatorUnavailable("no leader"))
+    with pytest.raises(group_fork.OutcomeUnknown) as info:
+        group_fork.fork(conn, store, "g", "s", "f")
+    [sent] = conn.forks
+    assert sent.copies[0].blob_uri == metas[0].blob_uri and metas[0].blob_uri.startswith("data:")
+    assert info.value.uris == [sent.copies[1].blob_uri] != [metas[1].blob_uri], info.value.uris
+
+
 def test_a_checkpoint_in_another_store_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     store = _store(tmp_path / "here")
     metas = _saved(store) + _saved(_store(tmp_path / "elsewhere"))[:1]
