@@ -20,7 +20,7 @@ from dataclasses import dataclass
 SCHEME = "data:"
 MEDIA_TYPE = "application/octet-stream"
 MAX_INLINE_BYTES = 8 * 1024
-# Room for the media type and parameters (the store writes 104 characters of them).
+# Room for the media type and parameters (the store writes 103 characters of them).
 _MAX_HEADER_CHARS = 256
 MAX_DATA_URI_CHARS = len(SCHEME) + _MAX_HEADER_CHARS + 4 * -(-MAX_INLINE_BYTES // 3)
 _SHA256_PARAM = "sha256"
@@ -56,6 +56,8 @@ def decode(uri: str) -> InlineState:
     if len(uri) > MAX_DATA_URI_CHARS:
         raise MalformedDataUri(f"is {len(uri)} characters: a data URI holds at most {MAX_INLINE_BYTES} bytes "
                                f"({MAX_DATA_URI_CHARS} characters); write a larger state to a blob store")
+    if not (uri.isascii() and uri.isprintable()):
+        raise MalformedDataUri("must be printable ASCII (RFC 2397: base64 data, no control characters)")
     header, comma, payload = uri[len(SCHEME):].partition(",")
     params = header.split(";")
     if not comma or params[-1].lower() != "base64":

@@ -51,6 +51,7 @@ def test_a_state_up_to_the_cap_is_held_in_its_record(m: Machine) -> None:
     (inline("a", 1, b"the state", uri="data:;sha256=" + "0" * 64 + ";base64,dGhlIHN0YXRl"),
      "sha256 parameter"),
     (inline("a", 1, b"the state", uri="data:;oops;base64,dGhlIHN0YXRl"), "not name=value"),
+    (inline("a", 1, b"the state", uri="data:text/\x00;base64,dGhlIHN0YXRl"), "printable ASCII"),
 ])
 def test_a_data_uri_that_is_not_the_committed_state_is_refused_and_changes_nothing(
         m: Machine, commit: c.CommitCheckpoint, says: str) -> None:
