@@ -9,11 +9,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from agent_client import connect, group_fork
 from agent_client.blobs.store import DEFAULT_INLINE_MAX_BYTES
 from agent_client.blobstore import BlobCorrupted, LocalBlobStore
+from agent_client.connection import Rejected
 from agent_client.restore_check import CheckpointRejected, RejectReason, load_verified
 from agent_client.testing import InProcessCoordinator
 from coordinator.api.v1 import coordinator_pb2 as pb
@@ -93,6 +95,24 @@ def test_a_damaged_data_uri_is_refused_on_read_and_by_the_restore_check(tmp_path
         load_verified(store, meta, expected_schema=1, expected_config_hash="c")
     assert rejected.value.reason is RejectReason.DIGEST_MISMATCH, rejected.value
     assert "data: (13 bytes inline) has SHA-256" in str(rejected.value), rejected.value  # not its base64
+
+
+def test_a_commit_whose_data_uri_is_not_its_state_is_refused_over_grpc(tmp_path: Path) -> None:
+    with InProcessCoordinator() as coordinator, connect(coordinator.address, data_dir=tmp_path,
+                                                        tls=coordinator.client_tls()) as rp:
+        rp.group("g", mode="bcs", create=True)
+        with rp.group("g").agent("a", state={}, background=False) as me:
+            put = LocalBlobStore(tmp_path / "blobs").put(b"the state")
+            lie = data_uris.encode(b"another state", put.sha256)
+            with pytest.raises(Rejected) as refused:
+                rp.conn.call("AgentService", "CommitCheckpoint", pb.CommitCheckpointRequest(
+                    request_id="cp-lie", token=me.client.core.token(),
+                    checkpoint=pb.CheckpointMeta(group="g", agent_id="a", index=1, kind=pb.BASIC, blob_uri=lie,
+                                                 sha256=put.sha256, size=put.size)))
+            assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT, refused.value
+            assert refused.value.reason_code == pb.REASON_INVALID_FIELD and "holds" in refused.value.reason
+            listed = rp.conn.call("AdminService", "ListCheckpoints", pb.ListCheckpointsRequest(group="g"))
+            assert list(listed.checkpoints) == [], listed
 
 
 def test_an_agent_restores_and_forks_an_inline_checkpoint_and_gc_deletes_no_file(
