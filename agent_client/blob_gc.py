@@ -80,7 +80,7 @@ def delete_released(store: LocalBlobStore, released_by: Callable[[], dict[str, l
     next(iter(store.backend.keys(MANIFESTS)), None)  # reachable? (raises BlobStoreUnavailable)
     released = released_by()
     uris = [u for group_uris in released.values() for u in group_uris]
-    ours = [u for u in uris if store.backend.key_for_uri(u) is not None]
+    ours = [u for u in uris if store.holds(u)]
     try:
         result = store.delete_checkpoints(ours, grace_s=grace_s)
     except BlobError as exc:

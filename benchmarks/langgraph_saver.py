@@ -22,7 +22,9 @@ one on a young thread (about step 10) and one on the old thread (past step N).
 --inline-sweep: the cost of a step whose one value of S bytes changes every step,
 stored inline in the head or as a blob, for the inline_max default.
 --threads N: one ainvoke on each of N threads, one after another and all at once.
-Run: python benchmarks/langgraph_saver.py [--quick] [--steps N | --inline-sweep | --threads N]
+--blob-heads: also the raftpoint savers whose store writes every thread head as a blob
+(inline_max_bytes=0: what each step wrote before small heads travelled in the commit).
+Run: python benchmarks/langgraph_saver.py [--quick] [--blob-heads] [--steps N | --inline-sweep | --threads N]
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from agent_blobs import percentile  # noqa: E402
 
 from agent_client import blob_gc, testing  # noqa: E402
+from agent_client.blobstore import LocalBlobStore  # noqa: E402
 from agent_client.langgraph import RaftpointSaver  # noqa: E402
 from coordinator.harness.local_cluster import LocalCluster  # noqa: E402
 
@@ -179,15 +182,16 @@ def stored(files: Iterable[Path]) -> str:
 
 
 @contextmanager
-def savers(tmp: Path, **options: int) -> Iterator[dict[str, Callable[[], Any]]]:
-    """Each saver's factory; `options` go to the raftpoint savers."""
+def savers(tmp: Path, blob_heads: bool = False, **options: int) -> Iterator[dict[str, Callable[[], Any]]]:
+    """Each saver's factory; `options` go to the raftpoint savers. `blob_heads`: also
+    each raftpoint saver with a store that writes its heads as blobs."""
     with ExitStack() as stack:
         sqlite = stack.enter_context(SqliteSaver.from_conn_string(str(tmp / "sqlite.db")))
         in_process = stack.enter_context(testing.coordinator())
         cluster = stack.enter_context(LocalCluster(tmp / "cluster", 3).start_all())
         cluster.leader()
         endpoints = [node.grpc for node in cluster.nodes]
-        yield {
+        made = {
             "InMemorySaver": lambda: InMemorySaver(),
             "SqliteSaver": lambda: sqlite,
             "raftpoint in-process": lambda: stack.enter_context(RaftpointSaver(
@@ -195,6 +199,14 @@ def savers(tmp: Path, **options: int) -> Iterator[dict[str, Callable[[], Any]]]:
             "raftpoint 3 nodes": lambda: stack.enter_context(RaftpointSaver(endpoints, tmp / "blobs-3n",
                                                                              tls=cluster.client_tls(), **options)),
         }
+        if blob_heads:
+            made["raftpoint in-process, heads as blobs"] = lambda: stack.enter_context(RaftpointSaver(
+                in_process.address, LocalBlobStore(tmp / "blobs-ip-heads", inline_max_bytes=0),
+                tls=in_process.client_tls(), **options))
+            made["raftpoint 3 nodes, heads as blobs"] = lambda: stack.enter_context(RaftpointSaver(
+                endpoints, LocalBlobStore(tmp / "blobs-3n-heads", inline_max_bytes=0), tls=cluster.client_tls(),
+                **options))
+        yield made
 
 
 def store_sizes(saver: BaseCheckpointSaver, tmp: Path) -> tuple[str, str]:
@@ -293,6 +305,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="one thread of this many steps instead")
     parser.add_argument("--inline-sweep", action="store_true", help="inline values against blobs, by size")
     parser.add_argument("--threads", type=int, help="one ainvoke on each of this many threads instead")
+    parser.add_argument("--blob-heads", action="store_true", help="also the raftpoint savers with heads as blobs")
     args = parser.parse_args()
     if args.steps or args.inline_sweep or args.threads:
         with tempfile.TemporaryDirectory(prefix="lg-bench-", dir=str(ROOT)) as tmp:
@@ -305,7 +318,8 @@ def main() -> None:
         return
     n, invocations = (50, 10) if args.quick else (300, 40)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="lg-bench-", dir=str(ROOT)) as tmp, savers(Path(tmp)) as make:
+    with tempfile.TemporaryDirectory(prefix="lg-bench-", dir=str(ROOT)) as tmp, \
+            savers(Path(tmp), args.blob_heads) as make:
         for name, factory in make.items():
             saver = factory()
             puts, gets = bench_put_get(saver, n)

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 from agent_client.blobs.aead import aead_key_from_env
 from agent_client.blobs.backend import ChunkBackend, DirectoryBackend, file_url_path
-from agent_client.blobs.store import LocalBlobStore
+from agent_client.blobs.store import DEFAULT_INLINE_MAX_BYTES, LocalBlobStore
 
 OBJECT_STORE_SCHEMES = frozenset({"s3"})
 
@@ -55,13 +55,14 @@ def backend_for(location: str | Path, *, env: Mapping[str, str] | None = None) -
 
 
 def open_blob_store(location: str | Path, *, key: bytes | None = None, env: Mapping[str, str] | None = None,
-                    key_from_env: bool = False) -> LocalBlobStore:
+                    key_from_env: bool = False, inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES) -> LocalBlobStore:
     """The blob store at `location`; encrypted with `key`, or with the key from the
-    environment when `key_from_env` (RAFTPOINT_AEAD_KEY / RAFTPOINT_AEAD_KEY_FILE)."""
+    environment when `key_from_env` (RAFTPOINT_AEAD_KEY / RAFTPOINT_AEAD_KEY_FILE);
+    states up to `inline_max_bytes` travel as data: URIs (LocalBlobStore)."""
     if key is None and key_from_env:
         key = aead_key_from_env(env)
     backend = backend_for(location, env=env)
     # Requests in flight: a directory's writes are CPU-bound past a few; an object store's
     # are round trips (835 for a new 64 MiB state), so more of them overlap.
     threads = 8 if isinstance(backend, DirectoryBackend) else 32
-    return LocalBlobStore(backend=backend, key=key, write_threads=threads)
+    return LocalBlobStore(backend=backend, key=key, write_threads=threads, inline_max_bytes=inline_max_bytes)

@@ -20,6 +20,11 @@ read (last_state.py), and hashes the whole state beside the chunker (digests.py)
 state may come in parts, stored back to back without being joined; each part is
 chunked on its own (last_state.py says why).
 
+A state of at most `inline_max_bytes` (and the store not encrypting) is not stored
+at all: its URI is a data: URI holding it (coordinator/core/data_uris.py), which
+the coordinator's commit replicates and makes durable, so it costs no file, no sync
+and no PUT. Reading, copying and deleting such a URI touch no backend either.
+
 Reads trust nothing on disk: every chunk is checked against its digest and length and
 the reassembled state against the whole-state SHA-256, and errors name the URI and
 chunk so an operator knows what to look at.
@@ -59,6 +64,7 @@ from agent_client.blobs.last_state import LastPut
 from agent_client.blobs.layout import CHUNKS, MANIFESTS, PACKS, chunk_key, manifest_digest, manifest_key, pack_key
 from agent_client.blobs.manifest import INLINE, PACK_ID_HEX, ChunkRef, Manifest, check_chunk_count
 from agent_client.blobs.packing import Chunk, PackPlan, split_small
+from coordinator.core import data_uris
 from coordinator.locks import SharedExclusiveLock
 
 __all__ = ["CHUNKS", "MANIFESTS", "PACKS", "BlobStore", "GcResult", "LocalBlobStore", "PutResult", "chunk_key",
@@ -70,6 +76,11 @@ READ_SPAN = 4 * 1024 * 1024
 # Manifests this store wrote or read lately: their chunks are reused without a parent
 # (a bound, so a long-lived store's memory does not grow with every checkpoint).
 RECENT_MANIFESTS = 16
+# States up to this many bytes travel inside the commit as data: URIs. Below it a
+# blob's file, directory entry and sync cost more than the state's base64 in the Raft
+# entry (docs/benchmarks.md, "Small states inline"); the coordinator caps it at
+# data_uris.MAX_INLINE_BYTES.
+DEFAULT_INLINE_MAX_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -80,12 +91,14 @@ class PutResult:
     bytes_written: int  # chunk bytes as stored (ciphertext if encrypted) + manifest
     chunks_total: int
     chunks_new: int
-    manifest: Manifest  # pass as `parent` to the next put
+    manifest: Manifest | None  # pass as `parent` to the next put; None for a state held inline
 
 
 class BlobStore(Protocol):
-    def put(self, data: Buffer | Sequence[Buffer], *, parent: Manifest | None = None) -> PutResult:
-        """One buffer, or parts stored back to back as one state."""
+    def put(self, data: Buffer | Sequence[Buffer], *, parent: Manifest | None = None,
+            inline: bool = True) -> PutResult:
+        """One buffer, or parts stored back to back as one state (`inline`: a small one
+        may be returned as a data: URI instead of being stored)."""
     def get(self, uri: str) -> bytes: ...
     def delete(self, uri: str) -> None: ...
     def collect_garbage(self, live_uris: Iterable[str] | None = None) -> GcResult: ...
@@ -96,16 +109,24 @@ class LocalBlobStore:
     location.open_blob_store for s3://). `write_threads` bounds the chunks uploaded or
     downloaded at once. With `keep_last_state`, the store holds on to the last state
     it wrote or read when that is a `bytes` (a reference: memory for one state), so
-    the next put compares unchanged chunks instead of hashing them again (last_state.py)."""
+    the next put compares unchanged chunks instead of hashing them again (last_state.py).
+    `inline_max_bytes`: states up to this size become data: URIs instead of blobs (0:
+    never); an encrypting store never does so, since the coordinator would hold the
+    state in clear."""
 
     def __init__(self, root: str | Path | None = None, *, key: bytes | None = None,
-                 backend: ChunkBackend | None = None, write_threads: int = 4, keep_last_state: bool = True) -> None:
+                 backend: ChunkBackend | None = None, write_threads: int = 4, keep_last_state: bool = True,
+                 inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES) -> None:
+        if not 0 <= inline_max_bytes <= data_uris.MAX_INLINE_BYTES:
+            raise ValueError(f"inline_max_bytes must be between 0 and {data_uris.MAX_INLINE_BYTES} (the "
+                             f"coordinator's cap), got {inline_max_bytes}")
         if backend is None:
             if root is None:
                 raise ValueError("give a root directory or a backend")
             backend = DirectoryBackend(root)
         self.backend = backend
         self._cipher = ChunkCipher(key) if key is not None else None
+        self.inline_max_bytes = 0 if key is not None else inline_max_bytes
         self._gc_lock = SharedExclusiveLock()  # puts shared, garbage collection exclusive
         self._write_threads = max(1, write_threads)
         # One pool for the store's life: starting 16 threads per put cost ~15 ms.
@@ -128,9 +149,12 @@ class LocalBlobStore:
         return None if self._cipher is None else self._cipher.key_id
 
     # ---- write ----------------------------------------------------------------------
-    def put(self, data: Buffer | Sequence[Buffer], *, parent: Manifest | None = None) -> PutResult:
+    def put(self, data: Buffer | Sequence[Buffer], *, parent: Manifest | None = None,
+            inline: bool = True) -> PutResult:
         """Store `data` (one buffer, or parts stored back to back as one state);
         chunks the parent or a recent checkpoint of this store holds are not written again.
+        With `inline`, a state of at most `inline_max_bytes` is not stored: the result's
+        URI holds it (a data: URI) and has no manifest.
 
         `parent` (the previous checkpoint's manifest) and the recent manifests are
         trusted for where their chunks are once the manifest a reused chunk comes from is
@@ -141,6 +165,8 @@ class LocalBlobStore:
         own, so a part's end is always a cut (last_state.py says why). The whole
         state's SHA-256 is computed beside the chunking and the chunks' hashing (digests.py)."""
         parts = chunking.parts_of(data)
+        if inline and sum(memoryview(part).nbytes for part in parts) <= self.inline_max_bytes:
+            return _put_inline(parts)
         with self._gc_lock.shared(), contextlib.ExitStack() as views_open:
             views = [views_open.enter_context(views_open.enter_context(memoryview(part)).cast("B"))
                      for part in parts]
@@ -154,7 +180,7 @@ class LocalBlobStore:
             finally:
                 whole_digest.cancel()
                 wait([whole_digest])  # no task may outlive the views it reads
-            if self._keep_last_state:
+            if self._keep_last_state and result.manifest is not None:  # a stored state always has one
                 self._last = LastPut.of(parts, result.manifest, whole_digest.result())
             return result
 
@@ -255,11 +281,20 @@ class LocalBlobStore:
         return stored_at
 
     # ---- read -----------------------------------------------------------------------
+    def holds(self, uri: str) -> bool:
+        """Whether this store reads `uri`: one of its manifests, or a data: URI (which
+        every store reads)."""
+        return data_uris.is_inline(uri) or self.backend.key_for_uri(uri) is not None
+
     def _manifest_key(self, uri: str) -> str:
         key = self.backend.key_for_uri(uri)
         if key is None or manifest_digest(key) is None:
-            raise BlobMissing(f"{uri} is not a manifest of this blob store")
+            raise BlobMissing(f"{data_uris.shown_uri(uri)} is not a manifest of this blob store")
         return key
+
+    def _manifest_keys(self, uris: Iterable[str]) -> set[str]:
+        """The manifests of checkpoints named by URI, each checked; data: URIs have none."""
+        return {self._manifest_key(u) for u in uris if not data_uris.is_inline(u)}
 
     def manifest(self, uri: str) -> Manifest:
         return gc.read_manifest(self.backend, self._manifest_key(uri))
@@ -297,6 +332,8 @@ class LocalBlobStore:
     def get(self, uri: str) -> bytes:
         """The exact state put() stored, or BlobMissing / BlobCorrupted saying what failed
         (BlobStoreUnavailable if the store cannot be reached)."""
+        if data_uris.is_inline(uri):
+            return _get_inline(uri)
         manifest = self.manifest(uri)
         if manifest.key_id != self.key_id:
             raise BlobCorrupted(self._key_mismatch(uri, manifest))
@@ -327,7 +364,10 @@ class LocalBlobStore:
         """The URI of a copy of the checkpoint at `uri`: the same state and chunks under a
         manifest named apart by `copy` (the same `copy` gives the same URI, so a retry
         makes no second one). Deleting either manifest leaves the other readable: the
-        chunk sweep keeps every chunk a remaining manifest names. Needs no AEAD key."""
+        chunk sweep keeps every chunk a remaining manifest names. Needs no AEAD key. A
+        data: URI is its own copy: nothing deletes it."""
+        if data_uris.is_inline(uri):
+            return uri
         manifest = dataclasses.replace(self.manifest(uri), copy=copy)
         with self._gc_lock.shared():
             key = self._store_manifest(manifest, manifest.to_json())
@@ -336,7 +376,10 @@ class LocalBlobStore:
 
     # ---- delete ---------------------------------------------------------------------
     def delete(self, uri: str) -> None:
-        """Forget one checkpoint; its chunks go at the next collect_garbage()."""
+        """Forget one checkpoint; its chunks go at the next collect_garbage(). A data:
+        URI has nothing stored to forget."""
+        if data_uris.is_inline(uri):
+            return
         self.backend.delete(self._manifest_key(uri))
 
     def collect_garbage(self, live_uris: Iterable[str] | None = None, *, grace_s: float = 0.0) -> GcResult:
@@ -345,7 +388,7 @@ class LocalBlobStore:
         of 0 is safe only when no other process writes to this store (in-process, put()
         waits for GC); see gc.py."""
         with self._gc_lock.exclusive():
-            live = None if live_uris is None else {self._manifest_key(u) for u in live_uris}
+            live = None if live_uris is None else self._manifest_keys(live_uris)
             self._recent.clear()
             return gc.collect(self.backend, live=live, grace_s=grace_s)
 
@@ -354,9 +397,27 @@ class LocalBlobStore:
         the chunks no other manifest references, sparing any younger than `grace_s`.
         Every URI is checked before anything is deleted; already-deleted ones are fine."""
         with self._gc_lock.exclusive():
-            deletable = {self._manifest_key(u) for u in uris}
+            deletable = self._manifest_keys(uris)
             self._recent.clear()
             return gc.collect(self.backend, deletable=deletable, grace_s=grace_s)
+
+
+def _put_inline(parts: Sequence[Buffer]) -> PutResult:
+    """A state as a data: URI, written nowhere: the commit naming it carries it."""
+    data = b"".join(parts)
+    sha256 = digests.sha256_hex(data)
+    return PutResult(data_uris.encode(data, sha256), sha256, len(data), 0, 0, 0, None)
+
+
+def _get_inline(uri: str) -> bytes:
+    """A data: URI's bytes, checked against the SHA-256 it names as a blob's are."""
+    try:
+        inline = data_uris.decode(uri)
+    except data_uris.MalformedDataUri as exc:
+        raise BlobCorrupted(f"{data_uris.shown_uri(uri)} {exc}") from None
+    if inline.sha256 is not None and digests.sha256_hex(inline.data) != inline.sha256:
+        raise BlobCorrupted(f"{data_uris.shown_uri(uri)}: its bytes do not match the SHA-256 it names")
+    return inline.data
 
 
 def read_spans(refs: Iterable[ChunkRef], overhead: int) -> list[list[tuple[int, ChunkRef]]]:

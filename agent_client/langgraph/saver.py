@@ -128,7 +128,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         typed = self.serde.dumps_typed(value)
         if len(typed[1]) <= self.inline_max:
             return inline_ref(typed)
-        return uri_ref(self.blobs.put(_pack(typed)).uri)
+        return uri_ref(self.blobs.put(_pack(typed), inline=False).uri)
 
     def _value(self, ref: Ref) -> Any:
         assert ref is not None
@@ -136,7 +136,7 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
         return self.serde.loads_typed(typed)
 
     def _seal(self, segment: dict[str, Any]) -> str:
-        return self.blobs.put(json.dumps(segment, sort_keys=True, separators=(",", ":")).encode()).uri
+        return self.blobs.put(json.dumps(segment, sort_keys=True, separators=(",", ":")).encode(), inline=False).uri
 
     def _tuple(self, thread_id: str, stored: StoredCheckpoint) -> CheckpointTuple:
         checkpoint: Checkpoint = self.serde.loads_typed(stored.checkpoint)

@@ -282,6 +282,6 @@ class ThreadStore:
 
 
 def _in_store(blobs: BlobStore, uri: str) -> bool:
-    """Whether `uri` is a blob of `blobs` (a store that cannot tell is assumed to hold it)."""
-    backend = getattr(blobs, "backend", None)
-    return backend is None or backend.key_for_uri(uri) is not None
+    """Whether `blobs` reads `uri` (a store that cannot tell is assumed to)."""
+    holds = getattr(blobs, "holds", None)
+    return holds is None or holds(uri)

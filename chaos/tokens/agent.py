@@ -95,7 +95,8 @@ class TokenAgent:
                                   on_redeliver=self._redelivered,
                                   members=args.members.split(",") if args.members else (),
                                   after_blob_write=self._maybe_crash, after_commit=self._committed,
-                                  before_ack=self._before_ack, deadline=args.deadline, token=token_from_env())
+                                  before_ack=self._before_ack, deadline=args.deadline, token=token_from_env(),
+                                  inline_max_bytes=args.inline_max_bytes)
 
     def _maybe_crash(self, blob: PutResult) -> None:
         self._blobs_written += 1
@@ -255,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--events", default="", help="append a JSON Lines journal of events here")
     parser.add_argument("--deadline", type=float, default=20.0, help="seconds per coordinator call, retries included")
+    # The workload's faults (a crash after the blob write, the store's outage) need its
+    # checkpoints in the blob store: its small states would otherwise travel inline.
+    parser.add_argument("--inline-max-bytes", type=int, default=0, help="checkpoints up to this size travel inline")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=f"{args.agent} %(levelname)s %(message)s")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the driver asks for stacks when we seem stuck

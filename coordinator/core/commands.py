@@ -270,7 +270,7 @@ class AckResult:
 
 @dataclass(frozen=True)
 class GcResult:
-    deletable_blob_uris: tuple[str, ...]
+    deletable_blob_uris: tuple[str, ...]  # none of a state held inline (a data: URI): it went with its record
     bytes: int
     checkpoints_deleted: int
 

@@ -6,6 +6,8 @@ collection could take away: each checkpoint of the fork reads its state from a c
 of the source checkpoint's manifest, made by the client beforehand (the core does no
 I/O), so a collection of either group releases only manifests that group alone
 names, and the blob store's chunk sweep keeps every chunk some manifest still names.
+A checkpoint held inline (a data: URI, data_uris.py) has no blob to lose: the fork
+holds the same URI, checked against the source's digest.
 
 A forked checkpoint keeps its index, epoch and digests: the agent's own protocol
 state inside the blob (its CIC rule state, the deliveries it has seen, its sequence
@@ -25,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
+from coordinator.core import data_uris, validation
 from coordinator.core.commands import ForkedCheckpoint, ForkGroup
 from coordinator.core.errors import ReasonCode, Rejection, shown
 from coordinator.core.model import Agent, AgentState, Checkpoint, Epoch, EpochState, Group, Savepoint
@@ -107,7 +110,9 @@ def _copied(state: State, savepoint: Savepoint, copies: Sequence[ForkedCheckpoin
             raise Rejection.invalid("copies", f"no copy of checkpoint {index} of {agent_id!r}: every checkpoint of "
                                               "the savepoint needs its manifest copied for the fork")
         i, uri = by_checkpoint[(agent_id, index)]
-        if uri == source.blob_uri:
+        if data_uris.is_inline(uri):  # the state itself, which garbage collection never deletes: shared as is
+            validation.check_blob_uri(uri, f"copies[{i}].blob_uri", source.sha256, source.size)
+        elif uri == source.blob_uri:
             raise Rejection.invalid(f"copies[{i}].blob_uri", "is the source checkpoint's own manifest: the fork "
                                     "needs a copy, or collecting either group would delete the other's state")
         out.append(dataclasses.replace(source, group=into, blob_uri=uri, parent_index=0, channel_state_uri="",

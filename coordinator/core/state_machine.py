@@ -7,7 +7,7 @@ escape: a replicated method that raises would wedge every replica the same way.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from coordinator.core.commands import (
     AbortEpoch, AckOrder, AckResult, CheckpointResult, CommitCheckpoint, CreateGroup, CreateSavepoint,
@@ -18,6 +18,7 @@ from coordinator.core.commands import (
 )
 from coordinator.core import authz, fences, forks, queries, restore, retention, savepoints
 from coordinator.core.blob_stores import in_blob_store
+from coordinator.core.data_uris import is_inline
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import (
     RECENT_EPOCHS, Agent, AgentState, Checkpoint, CheckpointKind, Epoch, EpochState, Fence, Group, GroupState, Mode,
@@ -450,9 +451,7 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
             state.put_agent(dataclasses.replace(agent, rollback_floor=floor))
     for epoch in state.epochs(name)[:-RECENT_EPOCHS]:
         state.delete_epoch(name, epoch.epoch)
-    uris: list[str] = []
-    total = 0
-    deleted = 0
+    released: list[Checkpoint] = []
     pinned = savepoints.pinned(state.savepoints(name))
     for agent_id, cps in sorted(all_cps.items()):
         # A checkpoint is kept if a future recovery line may need it, a savepoint holds it
@@ -464,10 +463,15 @@ def _garbage_collect(state: State, cmd: GarbageCollect, now: float) -> Result:
         for cp in cps:
             if cp.index not in kept and cp.index not in referenced and in_blob_store(cp.blob_uri, cmd.blob_store):
                 state.delete_checkpoint(name, agent_id, cp.index)
-                uris.append(cp.blob_uri)
-                total += cp.size
-                deleted += 1
-    return GcResult(tuple(uris), total, deleted)
+                released.append(cp)
+    return _released(released)
+
+
+def _released(cps: Sequence[Checkpoint]) -> GcResult:
+    """Checkpoints the state no longer holds, as the client deletes them: the blob URIs
+    to delete (none for a state held inline: it went with its record), their bytes."""
+    return GcResult(tuple(cp.blob_uri for cp in cps if not is_inline(cp.blob_uri)), sum(cp.size for cp in cps),
+                    len(cps))
 
 
 def _delete_group(state: State, cmd: DeleteGroup, now: float) -> Result:
@@ -483,7 +487,7 @@ def _delete_group(state: State, cmd: DeleteGroup, now: float) -> Result:
                                 "deregister them first", "group")
     cps = [cp for a in agents for cp in state.checkpoints(name, a.agent_id)]
     state.delete_group(name)
-    return GcResult(tuple(cp.blob_uri for cp in cps), sum(cp.size for cp in cps), len(cps))
+    return _released(cps)
 
 
 def _create_savepoint(state: State, cmd: CreateSavepoint, now: float) -> Result:

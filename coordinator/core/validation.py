@@ -12,10 +12,11 @@ leader proposing epochs forever.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
 from coordinator.core import commands as c
-from coordinator.core import ids
+from coordinator.core import data_uris, ids
 from coordinator.core.epochs import epoch_interval
 from coordinator.core.errors import Rejection, shown
 from coordinator.core.model import Checkpoint, GroupSpec, Mode, RetentionPolicy, SavedCheckpoint
@@ -145,10 +146,10 @@ def _checkpoint(cp: Checkpoint) -> None:
         raise Rejection.invalid("checkpoint.index", "must be >= 1 (0 is the implicit initial state)")
     _counter(cp.index, "checkpoint.index", 1, MAX_CHECKPOINT_INDEX)
     ids.check_sha256(cp.sha256, "checkpoint.sha256")
-    ids.check_uri(cp.blob_uri, "checkpoint.blob_uri", required=True)
     ids.check_uri(cp.channel_state_uri, "checkpoint.channel_state_uri", required=False)
     if not 0 <= cp.size <= MAX_CHECKPOINT_BYTES:
         raise Rejection.invalid("checkpoint.size", f"must be between 0 and 2^60 bytes, got {shown(cp.size)}")
+    check_blob_uri(cp.blob_uri, "checkpoint.blob_uri", cp.sha256, cp.size)
     if len(cp.config_hash) > 256:
         raise Rejection.invalid("checkpoint.config_hash", "must be at most 256 characters")
     if len(cp.dependency_versions) > MAX_DEPENDENCY_VERSIONS or any(
@@ -216,13 +217,35 @@ def _fork(cmd: c.ForkGroup) -> None:
     ids.check_id(cmd.into, "into")
     _checkpoint_list(cmd.copies, "copies")
     for i, copy in enumerate(cmd.copies):
-        ids.check_uri(copy.blob_uri, f"copies[{i}].blob_uri", required=True)
+        if not data_uris.is_inline(copy.blob_uri):  # an inline copy is checked against its source (forks.py)
+            ids.check_uri(copy.blob_uri, f"copies[{i}].blob_uri", required=True)
     if len(cmd.agents) > MAX_WHAT_IF_FAILED:
         raise Rejection.invalid("agents", f"at most {MAX_WHAT_IF_FAILED} agents, got {len(cmd.agents)}")
     for i, agent_id in enumerate(cmd.agents):
         ids.check_id(agent_id, f"agents[{i}]")
         if agent_id in cmd.agents[:i]:
             raise Rejection.invalid(f"agents[{i}]", f"agent {agent_id!r} is named twice")
+
+
+def check_blob_uri(uri: str, field: str, sha256: str, size: int) -> None:
+    """A checkpoint's blob URI: a blob store's URI, or a data URI whose bytes are the
+    checkpoint's state (its SHA-256 and size as committed), so that a state recorded
+    inline is the state the commit describes."""
+    if not data_uris.is_inline(uri):
+        ids.check_uri(uri, field, required=True)
+        return
+    try:
+        inline = data_uris.decode(uri)
+    except data_uris.MalformedDataUri as exc:
+        raise Rejection.invalid(field, str(exc)) from None
+    if len(inline.data) != size:
+        raise Rejection.invalid(field, f"holds {len(inline.data)} bytes, not the checkpoint's size {shown(size)}")
+    actual = hashlib.sha256(inline.data).hexdigest()
+    if actual != sha256:
+        raise Rejection.invalid(field, f"holds bytes whose SHA-256 is {actual}, not the checkpoint's {sha256}")
+    if inline.sha256 is not None and inline.sha256 != sha256:
+        raise Rejection.invalid(field, f"names SHA-256 {inline.sha256} in its sha256 parameter, not the "
+                                       f"checkpoint's {sha256}")
 
 
 def check_index_step(index: int, last_index: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.core.data_uris import shown_uri
 from raftpoint.cli import target
 from raftpoint.cli.output import add_json_flag, enum_word, plain, print_json, print_table, utc
 
@@ -31,5 +32,5 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_table(("AGENT", "INDEX", "KIND", "EPOCH", "STABLE", "SIZE", "CREATED", "BLOB"),
                 [(cp.agent_id, cp.index, enum_word(pb.CheckpointKind, cp.kind), cp.epoch, "yes" if cp.stable else "no",
-                  cp.size, utc(cp.created_at), cp.blob_uri) for cp in cps])
+                  cp.size, utc(cp.created_at), shown_uri(cp.blob_uri)) for cp in cps])
     return 0

@@ -14,6 +14,7 @@ from agent_client.blobs.errors import BlobError
 from agent_client.blobs.location import open_blob_store
 from agent_client.connection import CoordinatorUnavailable, Rejected
 from coordinator.api.v1 import coordinator_pb2 as pb
+from coordinator.core.data_uris import shown_uri
 from raftpoint.cli import target
 from raftpoint.cli.gc import list_uris
 from raftpoint.cli.output import plain, print_json, print_table
@@ -35,7 +36,7 @@ def refusal(args: argparse.Namespace) -> str | None:
 
 def _rows(members: list[str], checkpoints: list[pb.CheckpointMeta]) -> list[tuple[object, ...]]:
     by_agent = {cp.agent_id: cp for cp in checkpoints}
-    return [(agent, by_agent[agent].index, by_agent[agent].blob_uri) if agent in by_agent
+    return [(agent, by_agent[agent].index, shown_uri(by_agent[agent].blob_uri)) if agent in by_agent
             else (agent, "initial state", "-") for agent in members]
 
 
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 held = group_fork.held_in_store(conn, store, args.group, args.savepoint)
                 print(f"dry run: forking group {args.group} at savepoint {args.savepoint} into {args.into} would "
                       "copy these checkpoints' manifests (nothing was changed; the name is checked by the fork):")
-                print_table(("AGENT", "CHECKPOINT", "BLOB"), [(m.agent_id, m.index, m.blob_uri) for m in held])
+                print_table(("AGENT", "CHECKPOINT", "BLOB"), [(m.agent_id, m.index, shown_uri(m.blob_uri)) for m in held])
                 return 0
             answer = group_fork.fork(conn, store, args.group, args.savepoint, args.into)
     except group_fork.OutcomeUnknown as exc:

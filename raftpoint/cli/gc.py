@@ -60,7 +60,8 @@ def say_report(prog: str, report: blob_gc.GcReport, store: LocalBlobStore) -> in
     """What a collection released and deleted; 1 when some released checkpoints are in
     another store (listed, to delete there)."""
     for group, uris in report.released.items():
-        print(f"group {group}: the coordinator released {len(uris)} checkpoints")
+        print(f"group {group}: the coordinator released {len(uris)} checkpoints stored as blobs (those held "
+              "inline went with their records)")
     _say_result(report.result)
     if report.foreign:
         print(f"{prog}: {len(report.foreign)} released checkpoints are not in {store.backend.location}; "

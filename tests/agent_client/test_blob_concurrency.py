@@ -31,7 +31,7 @@ class MeetingBackend(DirectoryBackend):
 def test_puts_from_many_threads_are_under_way_at_once_and_each_reads_back(tmp_path: Path) -> None:
     writers = 8
     meeting = Meeting(writers)
-    store = LocalBlobStore(backend=MeetingBackend(tmp_path, meeting))
+    store = LocalBlobStore(backend=MeetingBackend(tmp_path, meeting), inline_max_bytes=0)
     states = [random.Random(seed).randbytes(3000) for seed in range(writers)]
     with ThreadPoolExecutor(writers) as pool:
         puts = list(pool.map(store.put, states))
@@ -41,7 +41,7 @@ def test_puts_from_many_threads_are_under_way_at_once_and_each_reads_back(tmp_pa
 
 def test_garbage_collection_waits_for_the_puts_under_way(tmp_path: Path) -> None:
     meeting = Meeting(2)  # one put: it waits inside until opened
-    store = LocalBlobStore(backend=MeetingBackend(tmp_path, meeting))
+    store = LocalBlobStore(backend=MeetingBackend(tmp_path, meeting), inline_max_bytes=0)
     with ThreadPoolExecutor(2) as pool:
         put = pool.submit(store.put, b"a state GC must not see half written")
         assert meeting.reached(1), "the put never reached its manifest"
@@ -87,7 +87,7 @@ def test_after_a_failed_sync_no_put_is_acknowledged_until_the_process_restarts(
     sync of the same files succeeds with their bytes lost. A put that deduplicated
     against a file of the failed batch would then be acknowledged on nothing: every
     later flush fails instead, and a new store on the same directory works."""
-    store = LocalBlobStore(tmp_path)
+    store = LocalBlobStore(tmp_path, inline_max_bytes=0)
     real_sync = backend_module.sync_files
     failures = iter([OSError(5, "Input/output error")])
 
@@ -102,5 +102,5 @@ def test_after_a_failed_sync_no_put_is_acknowledged_until_the_process_restarts(
     with pytest.raises(OSError) as later:
         store.put(b"a state written after the failure")
     assert "an earlier sync of the blob store" in str(later.value) and "restart" in str(later.value), later.value
-    restarted = LocalBlobStore(tmp_path)
+    restarted = LocalBlobStore(tmp_path, inline_max_bytes=0)
     assert restarted.get(restarted.put(b"a state written by a new process").uri) == b"a state written by a new process"

@@ -69,6 +69,24 @@ def test_a_checkpoint_is_two_puts_and_restores_in_range_reads(s3_url: str) -> No
     assert open_blob_store(s3_url).get(put.uri) == data
 
 
+def test_a_small_state_makes_no_request_and_one_byte_more_is_stored(s3_url: str) -> None:
+    """A state up to inline_max_bytes is its data: URI, which any client reads without
+    the server; one byte more is a pack and a manifest as before."""
+    store = open_blob_store(s3_url, inline_max_bytes=1000)
+    requests: list[str] = []
+    for name in ("create", "put", "get", "get_range", "exists", "keys", "delete"):
+        real = getattr(store.backend, name)
+        setattr(store.backend, name, lambda *a, _n=name, _real=real, **kw: requests.append(_n) or _real(*a, **kw))
+    small = store.put(state(1000, seed=20))
+    assert small.uri.startswith("data:") and requests == [], requests
+    assert store.get(small.uri) == open_blob_store(s3_url).get(small.uri) == state(1000, seed=20)
+    store.delete(store.copy_manifest(small.uri, "copy"))
+    assert requests == [], requests
+    over = store.put(state(1001, seed=21))
+    assert over.uri.startswith("s3://") and "create" in requests and stored_keys(store), requests
+    assert open_blob_store(s3_url).get(over.uri) == state(1001, seed=21)
+
+
 def test_a_state_in_parts_is_one_pack_and_reads_back_joined(s3_url: str) -> None:
     """Parts are chunked apart but stored as one state: one pack, one manifest."""
     store = open_blob_store(s3_url)
@@ -291,12 +309,12 @@ def test_credentials_file_reaches_the_server(s3_server: S3Server, tmp_path: Path
     creds.write_text(f"[default]\naws_access_key_id = {s3_server.access_key}\n"
                      f"aws_secret_access_key = {s3_server.secret_key}\n")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
-    store = open_blob_store(s3_server.url("from-file"))
+    store = open_blob_store(s3_server.url("from-file"), inline_max_bytes=0)  # a small state, sent to the server
     assert store.get(store.put(b"via the credentials file").uri) == b"via the credentials file"
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
     with pytest.raises(BlobStoreUnavailable) as denied:
-        open_blob_store(s3_server.url("from-file")).put(b"x")
+        open_blob_store(s3_server.url("from-file"), inline_max_bytes=0).put(b"x")
     assert "wrong-secret" not in str(denied.value) and s3_server.secret_key not in str(denied.value)
 
 

@@ -511,7 +511,7 @@ def test_a_small_checkpoint_is_one_file_and_two_syncs(tmp_path: Path, monkeypatc
     """New chunks of at most INLINE_MAX bytes ride inside the manifest: no pack, and only
     the manifest's data and directory entry are synced. Sealed when encrypted."""
     from coordinator import fsutil
-    store = LocalBlobStore(tmp_path)
+    store = LocalBlobStore(tmp_path, inline_max_bytes=0)
     store.put(b"warm up the directories")
     synced: list[str] = []
     real_sync = fsutil.fsync_file

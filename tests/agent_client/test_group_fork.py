@@ -36,6 +36,11 @@ class Scripted:
         raise self.fork_raises
 
 
+def _store(root: Path) -> LocalBlobStore:
+    """A store that writes every state as a blob: what a fork copies."""
+    return LocalBlobStore(root, inline_max_bytes=0)
+
+
 def _saved(store: LocalBlobStore) -> list[pb.CheckpointMeta]:
     return [pb.CheckpointMeta(group="g", agent_id=agent, index=2, blob_uri=store.put(agent.encode() * 1000).uri)
             for agent in ("a", "b")]
@@ -46,7 +51,7 @@ def _manifests(store: LocalBlobStore) -> set[str]:
 
 
 def test_a_refused_fork_deletes_its_copies(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path)
+    store = _store(tmp_path)
     conn = Scripted(_saved(store), Rejected(grpc.StatusCode.ALREADY_EXISTS, "exists", pb.REASON_GROUP_EXISTS))
     before = _manifests(store)
     with pytest.raises(Rejected):
@@ -56,7 +61,7 @@ def test_a_refused_fork_deletes_its_copies(tmp_path: Path) -> None:
 
 
 def test_a_fork_of_unknown_outcome_keeps_its_copies_and_names_them(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path)
+    store = _store(tmp_path)
     conn = Scripted(_saved(store), CoordinatorUnavailable("no leader"))
     with pytest.raises(group_fork.OutcomeUnknown) as info:
         group_fork.fork(conn, store, "g", "s", "f", request_id="fork-1")
@@ -65,9 +70,22 @@ def test_a_fork_of_unknown_outcome_keeps_its_copies_and_names_them(tmp_path: Pat
     assert [store.get(uri) for uri in info.value.uris] == [b"a" * 1000, b"b" * 1000]
 
 
+def test_a_fork_of_unknown_outcome_names_no_state_held_inline(tmp_path: Path) -> None:
+    """A data: URI is its own copy: the fork shares it, and only stored copies are named."""
+    store = LocalBlobStore(tmp_path, inline_max_bytes=1000)
+    metas = [pb.CheckpointMeta(group="g", agent_id=agent, index=2, blob_uri=store.put(agent.encode() * size).uri)
+             for agent, size in (("a", 1000), ("b", 1001))]
+    conn = Scripted(metas, CoordinatorUnavailable("no leader"))
+    with pytest.raises(group_fork.OutcomeUnknown) as info:
+        group_fork.fork(conn, store, "g", "s", "f")
+    [sent] = conn.forks
+    assert sent.copies[0].blob_uri == metas[0].blob_uri and metas[0].blob_uri.startswith("data:")
+    assert info.value.uris == [sent.copies[1].blob_uri] != [metas[1].blob_uri], info.value.uris
+
+
 def test_a_checkpoint_in_another_store_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path / "here")
-    metas = _saved(store) + _saved(LocalBlobStore(tmp_path / "elsewhere"))[:1]
+    store = _store(tmp_path / "here")
+    metas = _saved(store) + _saved(_store(tmp_path / "elsewhere"))[:1]
     metas[-1].agent_id = "c"
     conn = Scripted(metas, AssertionError("not to be proposed"))
     before = _manifests(store)
@@ -77,7 +95,7 @@ def test_a_checkpoint_in_another_store_is_refused_before_anything_is_written(tmp
 
 
 def test_a_copy_that_fails_half_way_deletes_the_copies_made(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path)
+    store = _store(tmp_path)
     metas = _saved(store)
     store.delete(metas[1].blob_uri)  # its savepoint deleted and collected meanwhile
     conn = Scripted(metas, AssertionError("not to be proposed"))

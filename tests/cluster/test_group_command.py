@@ -15,7 +15,8 @@ from tests.support.tls import cli_tls
 
 def checkpointed_agent(coordinator: InProcessCoordinator, blobs: Path, tmp_path: Path) -> AgentClient:
     agent = AgentClient("team", "a", [coordinator.address], str(blobs), tls=coordinator.client_tls(),
-                        snapshot=lambda: b"state", state_dir=tmp_path / "state", background=False)
+                        snapshot=lambda: b"state", state_dir=tmp_path / "state", background=False,
+                        inline_max_bytes=0)  # a blob, for the deletion to find
     agent.register()
     agent.checkpoint()
     return agent

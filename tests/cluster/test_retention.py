@@ -55,7 +55,7 @@ def test_a_policy_survives_a_leader_kill_and_gc_applies_it(cluster: LocalCluster
 
     blobs = tmp_path / "blobs"
     with AgentClient("g", "a", cluster.endpoints(), blobs, token=cluster.token, tls=cluster.client_tls(),
-                     snapshot=lambda: b"state", background=False) as agent:
+                     snapshot=lambda: b"state", background=False, inline_max_bytes=0) as agent:  # blobs to delete
         agent.register()
         for _ in range(5):
             agent.checkpoint()

@@ -45,10 +45,7 @@ def test_buckets_select_the_newest_of_each_recent_period() -> None:
 
 @pytest.fixture
 def m() -> Machine:
-    m = Machine()
-    m.ok(c.CreateGroup(GroupSpec("g", Mode.UNCOORDINATED, retention=0)))
-    m.register("g", "a")
-    return m
+    return Machine().with_group(GroupSpec("g", Mode.UNCOORDINATED, retention=0), "a")
 
 
 @pytest.mark.parametrize("policy, field", [

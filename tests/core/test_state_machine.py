@@ -53,6 +53,13 @@ class Machine:
     def state(self) -> KvState:
         return KvState(self.store)
 
+    def with_group(self, spec: GroupSpec, *agents: str) -> "Machine":
+        """The group created and `agents` registered in it: where many tests start."""
+        self.ok(c.CreateGroup(spec))
+        for agent in agents:
+            self.register(spec.name, agent)
+        return self
+
     def register(self, group: str, agent: str) -> int:
         return self.ok(c.Register(group, agent)).agent.incarnation
 

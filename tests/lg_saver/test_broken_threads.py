@@ -35,6 +35,12 @@ def group() -> str:
     return f"lg-{uuid.uuid4().hex[:8]}"
 
 
+def blob_store(root: Path) -> LocalBlobStore:
+    """A store that writes even a small thread head as a blob: what these savers cannot
+    read of each other's threads (a head held inline every saver reads)."""
+    return LocalBlobStore(root, inline_max_bytes=0)
+
+
 def write(saver: RaftpointSaver, thread_id: str, steps: int, run_id: str) -> None:
     """`steps` checkpoints on the thread, each with a pending write, all of run `run_id`."""
     base, config = None, thread(thread_id)
@@ -63,8 +69,8 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_thread_in_another_store_is_left_out_of_walks_and_fails_only_when_asked_for(
         address: str, tmp_path: Path, group: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="agent_client")
-    with RaftpointSaver(address, tmp_path / "a", group=group) as a, \
-            RaftpointSaver(address, tmp_path / "b", group=group) as b:
+    with RaftpointSaver(address, blob_store(tmp_path / "a"), group=group) as a, \
+            RaftpointSaver(address, blob_store(tmp_path / "b"), group=group) as b:
         write(a, "ta", 2, "run-a")
         write(b, "tb", 2, "run-b")
         assert ids(a) == [("ta", 2), ("ta", 1)]
@@ -96,8 +102,9 @@ def test_a_thread_in_another_store_is_left_out_of_walks_and_fails_only_when_aske
 def test_a_thread_whose_head_is_gone_breaks_no_other_and_can_be_deleted_and_restarted(
         address: str, tmp_path: Path, group: str, harm: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="agent_client")
-    store = LocalBlobStore(tmp_path / "b")
-    with RaftpointSaver(address, tmp_path / "a", group=group) as a, RaftpointSaver(address, store, group=group) as b:
+    store = blob_store(tmp_path / "b")
+    with RaftpointSaver(address, blob_store(tmp_path / "a"), group=group) as a, \
+            RaftpointSaver(address, store, group=group) as b:
         write(a, "ta", 2, "run-a")
         write(b, "tb", 2, "run-b")
         write(b, "broken", 2, "run-x")
@@ -128,8 +135,8 @@ def test_a_thread_whose_head_is_gone_breaks_no_other_and_can_be_deleted_and_rest
 def test_the_writer_whose_store_lost_a_thread_walks_the_group_and_deletes_it(
         address: str, tmp_path: Path, group: str) -> None:
     """The writer still holds the thread's head in memory; its segments and values are gone."""
-    with RaftpointSaver(address, tmp_path / "a", group=group, seal_after=1, inline_max=0) as a, \
-            RaftpointSaver(address, tmp_path / "b", group=group) as b:
+    with RaftpointSaver(address, blob_store(tmp_path / "a"), group=group, seal_after=1, inline_max=0) as a, \
+            RaftpointSaver(address, blob_store(tmp_path / "b"), group=group) as b:
         write(a, "lost", 3, "run-l")
         write(b, "kept", 2, "run-k")
         shutil.rmtree(tmp_path / "a")
@@ -145,7 +152,7 @@ def test_the_writer_whose_store_lost_a_thread_walks_the_group_and_deletes_it(
 
 def test_gc_against_one_store_leaves_the_other_stores_checkpoints_for_their_own_run(
         address: str, tmp_path: Path, group: str) -> None:
-    stores = {name: LocalBlobStore(tmp_path / name) for name in ("a", "b")}
+    stores = {name: blob_store(tmp_path / name) for name in ("a", "b")}
     savers = {name: RaftpointSaver(address, store, group=group, seal_after=2, inline_max=0)
               for name, store in stores.items()}
     try:
@@ -159,7 +166,7 @@ def test_gc_against_one_store_leaves_the_other_stores_checkpoints_for_their_own_
         report = blob_gc.collect(savers["b"].conn, stores["b"], [group], grace_s=0)
         assert report.foreign == [] and report.result.manifests_removed == 11, report
         for name in stores:
-            with RaftpointSaver(address, tmp_path / name, group=group) as reader:
+            with RaftpointSaver(address, blob_store(tmp_path / name), group=group) as reader:
                 assert ids(reader, thread(f"t{name}")) == [(f"t{name}", n) for n in range(6, 0, -1)]
     finally:
         for saver in savers.values():

@@ -30,7 +30,7 @@ def _values(saver: RaftpointSaver, thread_id: str) -> list[dict]:
 
 def test_forked_threads_go_on_apart_from_the_originals_and_survive_their_collection(address, tmp_path: Path) -> None:
     group = f"lg-{uuid.uuid4().hex[:8]}"
-    store = LocalBlobStore(tmp_path)
+    store = LocalBlobStore(tmp_path, inline_max_bytes=0)  # heads as blobs: the fork copies their manifests
     with RaftpointSaver(address, store, group=group, inline_max=0) as saver:
         heads = {}
         for name in ("t1", "t2", "t3"):

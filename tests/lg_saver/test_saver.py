@@ -195,9 +195,24 @@ def test_async_writes_to_many_threads_are_all_in_flight_at_once(address, tmp_pat
         assert {saver.get_tuple(thread(f"t{n}")).checkpoint["id"] for n in range(threads)} == {c1["id"]}
 
 
+def test_a_thread_of_small_steps_writes_no_file(address, tmp_path: Path, group: str) -> None:
+    """Its head travels inside the commit and its values inside the head: no blob per step."""
+    with RaftpointSaver(address, tmp_path / "blobs", group=group) as saver:
+        base, config = None, thread("t")
+        for n in range(1, 6):
+            base, versions = step(base, {"count": n}, n)
+            config = saver.put(config, base, {"step": n}, versions)
+            saver.put_writes(config, [("count", n)], f"task-{n}")
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written == [], f"small steps wrote {written}"
+    with RaftpointSaver(address, tmp_path / "another store", group=group) as reader:
+        chain = list(reader.list(thread("t")))
+        assert [t.checkpoint["channel_values"] for t in chain] == [{"count": n} for n in range(5, 0, -1)]
+
+
 def test_raftpoint_gc_keeps_every_checkpoint_of_a_long_thread(address, tmp_path: Path, group: str) -> None:
     """GC releases every head but the latest; the segments and values they point to stay."""
-    store = CountingStore(tmp_path)
+    store = LocalBlobStore(tmp_path, inline_max_bytes=0)  # every head a blob, for GC to delete
     with RaftpointSaver(address, store, group=group, seal_after=4, inline_max=0) as saver:
         base, config = None, thread("t")
         for n in range(1, 41):
