@@ -12,8 +12,11 @@ from __future__ import annotations
 import dataclasses
 
 from coordinator import wire
-from coordinator.core import dedupe
-from coordinator.core.commands import ClockResult, Entry, Failure, Proposal, ReadBarrier, ResetDedupeClock, encode_result
+from coordinator.core import data_uris, dedupe
+from coordinator.core.commands import (
+    CheckpointResult, ClockResult, Command, CommitCheckpoint, Entry, Failure, Proposal, ReadBarrier, ResetDedupeClock,
+    Result, decode_result, encode_result,
+)
 from coordinator.core.dedupe import DedupeClock
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.state_machine import apply
@@ -83,7 +86,7 @@ def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, proposal:
         remembered, answer = read_kept_answer(prior)
         refusal = dedupe.reuse(entry.request_id, remembered, fingerprint)
         if refusal is None:
-            return answer, 0
+            return _given_back(answer, entry.command), 0
     elif dedupe.may_hold_unattributed(clock) and dedupe_record(state, unattributed_key(entry.request_id)) is not None:
         refusal = dedupe.unattributed(entry.request_id)
     else:
@@ -94,9 +97,33 @@ def _apply_one(records: RecordCache, entry: Entry, clock: DedupeClock, proposal:
     if not isinstance(result, Failure):
         records.pending.update(state.writes)
     encoded = encode_result(result)
-    records.pending[key] = kept_answer(fingerprint, encoded)
+    records.pending[key] = kept_answer(fingerprint, _kept(result, entry.command, encoded))
     records.pending[remembered_key(tail)] = remembered_item(issued_ms, namespace, entry.request_id)
     return encoded, 1
+
+
+def _kept(result: Result, command: Command, encoded: bytes) -> bytes:
+    """The answer as the dedupe table keeps it. A checkpoint committed with its state
+    inline keeps the answer without that state (up to 8 KiB, kept for the whole window
+    otherwise): a retry's fingerprint must match its command's, so the retry carries the
+    same data URI, and _given_back puts it back."""
+    if (isinstance(result, CheckpointResult) and isinstance(command, CommitCheckpoint)
+            and data_uris.is_inline(result.checkpoint.blob_uri)
+            and result.checkpoint.blob_uri == command.checkpoint.blob_uri):
+        return encode_result(dataclasses.replace(
+            result, checkpoint=dataclasses.replace(result.checkpoint, blob_uri=data_uris.SCHEME)))
+    return encoded
+
+
+def _given_back(answer: bytes, command: Command) -> bytes:
+    """A remembered answer as it was first given (the inverse of _kept)."""
+    if not (isinstance(command, CommitCheckpoint) and data_uris.is_inline(command.checkpoint.blob_uri)):
+        return answer
+    result = decode_result(answer)
+    if not (isinstance(result, CheckpointResult) and result.checkpoint.blob_uri == data_uris.SCHEME):
+        return answer
+    return encode_result(dataclasses.replace(
+        result, checkpoint=dataclasses.replace(result.checkpoint, blob_uri=command.checkpoint.blob_uri)))
 
 
 def dedupe_record(state: KvState, key: bytes) -> bytes | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from coordinator.api.v1 import coordinator_pb2 as pb
 from coordinator.api.v1 import log_pb2
 from coordinator.replication import snapshots
+from coordinator.core.commands import decode_result
 from coordinator.replication.applier import apply_entry_bytes
 from coordinator.storage.lmdb_store import LmdbStore
 from coordinator.storage.state import KvState, RecordCache
@@ -59,3 +60,23 @@ def test_an_inline_state_survives_a_restart_and_travels_in_a_snapshot(tmp_path: 
     assert held_state(installed) == STATE, "the installed snapshot does not hold the committed state"
     reopened.close()
     installed.close()
+
+
+def test_the_remembered_answer_of_an_inline_commit_leaves_out_its_state_and_a_retry_gets_it_whole(
+        tmp_path: Path) -> None:
+    """The dedupe table keeps each answer for the whole window: with the state in it, a
+    4 KiB checkpoint would be stored a second time per commit. The retry carries the same
+    data URI (its fingerprint must match), so its answer is whole all the same."""
+    store = LmdbStore(tmp_path / "db")
+    records = RecordCache(store)
+    for index, entry in enumerate([group_entry("cg", "g", 1000.0), log_pb2.LogEntry(
+            request_id="reg", register=pb.RegisterRequest(secret=b"s" * 16, group="g", agent_id="a")),
+            commit_inline("cp")], 1):
+        first = apply_entry_bytes(records, raft_entry(1000.0, entry))
+        records.commit(index)
+    kept_sizes = {key: len(raw) for key, raw in store.scan(b"") if b"CheckpointResult" in raw}
+    assert kept_sizes and max(kept_sizes.values()) < 1024, f"remembered answers of {kept_sizes} bytes"
+    retried = apply_entry_bytes(records, raft_entry(1001.0, commit_inline("cp")))
+    assert decode_result(retried) == decode_result(first), (decode_result(retried), decode_result(first))
+    assert held_state(store) == STATE
+    store.close()
