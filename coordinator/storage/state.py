@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, TypeVar
 
-from coordinator.core import codec
+from coordinator.core import codec, data_uris
 from coordinator.core.dedupe import DedupeClock
 from coordinator.core.history import Dependency
 from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order, Savepoint
@@ -168,6 +168,12 @@ class RecordCache:
         self._clean = {}
 
     def _remember(self, key: bytes, value: object | None) -> None:
+        # The cache counts records, not bytes: a checkpoint holding its state inline (up
+        # to 11 KB of text) is read from the store when asked for, so CACHE_LIMIT of them
+        # cannot take gigabytes.
+        if isinstance(value, Checkpoint) and data_uris.is_inline(value.blob_uri):
+            self._clean.pop(key, None)
+            return
         if len(self._clean) >= CACHE_LIMIT:
             self._clean = {}
         self._clean[key] = value

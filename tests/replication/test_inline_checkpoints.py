@@ -19,11 +19,12 @@ from tests.replication.test_snapshots import KEY, SELF, raft_data
 
 # Larger than any blob URI may be, so only a data URI can name it.
 STATE = bytes(range(256)) * 16
+STATE_URI_PREFIX = "data:application/octet-stream;base64,"
 
 
 def data_uri(data: bytes) -> str:
     """An RFC 2397 data URI as any client may write it (no sha256 parameter)."""
-    return "data:application/octet-stream;base64," + base64.b64encode(data).decode()
+    return STATE_URI_PREFIX + base64.b64encode(data).decode()
 
 
 def commit_inline(rid: str) -> log_pb2.LogEntry:
@@ -79,4 +80,20 @@ def test_the_remembered_answer_of_an_inline_commit_leaves_out_its_state_and_a_re
     retried = apply_entry_bytes(records, raft_entry(1001.0, commit_inline("cp")))
     assert decode_result(retried) == decode_result(first), (decode_result(retried), decode_result(first))
     assert held_state(store) == STATE
+    store.close()
+
+
+def test_the_record_cache_reads_an_inline_checkpoint_from_the_store_instead_of_keeping_it(tmp_path: Path) -> None:
+    """The cache is bounded by its count of records: 200,000 inline checkpoints kept
+    decoded would be gigabytes. Read back, the record is whole all the same."""
+    store = LmdbStore(tmp_path / "db")
+    records = RecordCache(store)
+    for index, entry in enumerate([group_entry("cg", "g", 1000.0), log_pb2.LogEntry(
+            request_id="reg", register=pb.RegisterRequest(secret=b"s" * 16, group="g", agent_id="a")),
+            commit_inline("cp")], 1):
+        apply_entry_bytes(records, raft_entry(1000.0, entry))
+        records.commit(index)
+    assert held_state(records) == STATE
+    cached = [value for value in records._clean.values() if STATE_URI_PREFIX in str(value)]
+    assert cached == [], f"the cache keeps {len(cached)} records holding the inline state"
     store.close()
