@@ -1,16 +1,17 @@
 """Where a LangGraph saver's commit goes on 3 nodes, next to a bare commit in the same run.
 
 Starts 3 nodes on loopback with RAFTPOINT_TRACE_FILE set (opentelemetry-sdk, the `dev`
-extra, gives the server's stages; without it only the client's figures are printed)
-and, in alternating rounds, (a) invokes the 3-node chain graph of langgraph_saver.py
-on one thread through a RaftpointSaver, timing each of its CommitCheckpoint calls,
-each blob file it writes before a commit (heads that do not travel inline; values
-and sealed segments), each put, and the client's CPU per graph step against the
-same graph on InMemorySaver; (b) sends the last commit the saver made for another thread
-(one invocation of the graph) again and again through the saver's own Connection, each
-with a new request id and index: a bare commit of the same size by the same client. Prints per path the client's and the leader's
-view of a commit (commit_hops.hop_table), and per graph step what the saver did.
-Run: python benchmarks/langgraph_commit.py [--rounds 8] [--invocations 10]
+extra, gives the leader's stages; without it only the client's figures are printed)
+and alternates rounds of two paths:
+(a) the saver: invocations of langgraph_saver.py's 3-node chain graph on one thread
+through a RaftpointSaver, timing each CommitCheckpoint call, each blob file written
+before a commit (heads that do not travel inline; values and sealed segments), each
+put, and the client's CPU per graph step against the same graph on InMemorySaver;
+(b) bare commits: the saver's last commit of another thread (one invocation of the
+graph) sent again and again through the saver's own Connection, each with a new
+request id and index: a commit of the same size by the same client.
+Prints the client's figures, and per path the leader's stages (commit_hops.hop_table).
+Run: python benchmarks/langgraph_commit.py [--rounds 8] [--invocations 10] [--bare 60]
 """
 from __future__ import annotations
 

@@ -112,9 +112,12 @@ class ThreadHead:
         lets the head fit in `budget` bytes where `grown` does not. The sealed head is
         estimated (its URI not known until the segment is stored: this head's last one
         stands in) and grows by what the change added: a tail whose newest item alone
-        passes the budget is not sealed at every step for nothing."""
+        passes the budget is not sealed at every step for nothing. A budget of 0 (no
+        head travels inline) never pays."""
+        if budget <= 0 or not self.items:
+            return False
         size = grown.encoded_size()
-        if size <= budget or not self.items:
+        if size <= budget:
             return False
         sealed = self.copy_as(self.thread_id)
         sealed.sealed_into(self.sealed or "x" * SEGMENT_URI_ALLOWANCE)
