@@ -219,12 +219,18 @@ class RaftpointSaver(BaseCheckpointSaver[int]):
             get_checkpoint_metadata(config, metadata))
         versions = {ch: version_key(v) for ch, v in checkpoint["channel_versions"].items()}
 
-        def edit(newest: ThreadHead) -> ThreadHead:
+        def added(newest: ThreadHead, seal: bool) -> ThreadHead:
             head = newest.copy_as(thread_id)
-            if head.seal_due:
+            if seal:
                 head.sealed_into(self._seal(head.segment()))
             head.put(ns, checkpoint["id"], typed, typed_metadata, conf.get("checkpoint_id"), versions, new_refs,
                      self._segment)
+            return head
+
+        def edit(newest: ThreadHead) -> ThreadHead:
+            head = added(newest, newest.seal_due)
+            if not newest.seal_due and newest.seal_pays(head, self.threads.inline_head_bytes):
+                head = added(newest, True)  # a head that travels in its commit: no blob write per step
             return head
 
         with _reading(thread_id):

@@ -9,6 +9,10 @@ once as an immutable blob that points to the segment before it, and the head kee
 only that segment's URI. So a step writes its own checkpoint and at most one segment,
 never the thread's history, and every checkpoint stays reachable from the head.
 
+A step also seals the tail early when that keeps the head small enough to travel
+inside its commit (`seal_pays`): a head that does not is a blob of its own, a file
+and its syncs before every commit, where a segment is one such write per seal.
+
 Reads walk newest first: the tail, then segment after segment. Each layer records the
 greatest checkpoint id of everything older than it (`older_max`), so a walk yields a
 checkpoint as soon as no older layer can hold a newer one: the latest checkpoint and
@@ -21,9 +25,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from agent_client.langgraph.thread_record import (Ref, StoredCheckpoint, Typed, Values, entry, is_checkpoint,
                                                   merge_writes, patched, stored_from, stored_from_v1)
+from agent_client.state_codec import canonical_json
 
 FORMAT = 2
 SEAL_AFTER = 16  # tail items per segment: the head's bound, and how many steps share one segment blob
+# What a segment's URI is taken to cost in a head before the thread has one to measure.
+SEGMENT_URI_ALLOWANCE = 256
 
 Fetch = Callable[[str], Mapping[str, Any]]  # a segment's URI -> its JSON
 
@@ -95,6 +102,26 @@ class ThreadHead:
     @property
     def seal_due(self) -> bool:
         return len(self.items) >= self.seal_after
+
+    def encoded_size(self) -> int:
+        """Bytes of the head as its commit encodes it (to_json in canonical JSON)."""
+        return len(canonical_json(self.to_json()))
+
+    def seal_pays(self, grown: "ThreadHead", budget: int) -> bool:
+        """Whether sealing this head's tail before the change that made `grown` of it
+        lets the head fit in `budget` bytes where `grown` does not. The sealed head is
+        estimated (its URI not known until the segment is stored: this head's last one
+        stands in) and grows by what the change added: a tail whose newest item alone
+        passes the budget is not sealed at every step for nothing. A budget of 0 (no
+        head travels inline) never pays."""
+        if budget <= 0 or not self.items:
+            return False
+        size = grown.encoded_size()
+        if size <= budget:
+            return False
+        sealed = self.copy_as(self.thread_id)
+        sealed.sealed_into(self.sealed or "x" * SEGMENT_URI_ALLOWANCE)
+        return sealed.encoded_size() + size - self.encoded_size() <= budget
 
     def segment(self) -> dict[str, Any]:
         """The tail as a segment's JSON, pointing to the segment sealed before it."""

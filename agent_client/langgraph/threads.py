@@ -47,6 +47,9 @@ from coordinator.core.validation import SPEC_SECONDS
 THREAD_LEASE_S = SPEC_SECONDS["lease_ttl_s"][1]
 REFUSED_AS_STALE = (pb.REASON_STALE_INCARNATION,)
 REFUSED_UNTIL_REGISTERED = (pb.REASON_AGENT_NOT_ALIVE,)
+# What a commit's state holds besides the head: the checkpoint's framing and the
+# protocol's own fields (about 150 bytes for a thread, which sends no messages).
+COMMIT_FRAMING_BYTES = 256
 
 log = logging.getLogger("agent_client")
 
@@ -81,6 +84,9 @@ class ThreadStore:
 
     def __init__(self, conn: Connection, group: str, blobs: BlobStore, *, seal_after: int = SEAL_AFTER) -> None:
         self.conn, self.group, self.blobs, self.seal_after = conn, group, blobs, seal_after
+        # The largest head that travels inside its commit instead of as a blob (0: none
+        # does, as with a store that encrypts or keeps no state inline).
+        self.inline_head_bytes = max(0, getattr(blobs, "inline_max_bytes", 0) - COMMIT_FRAMING_BYTES)
         self._owned: dict[str, Owned] = {}
         self._fenced: dict[str, str] = {}  # thread -> why: a fenced saver never takes a thread back by itself
         self._lock = threading.Lock()  # guards the dicts above, never held across a call

@@ -25,17 +25,21 @@ from tests.support.meeting import Meeting  # noqa: E402
 
 
 class CountingStore(LocalBlobStore):
-    """A blob store that counts what it is asked to store."""
+    """A blob store that counts what it is asked to store, and which states it was free
+    to keep inline (heads) it stored as files."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.puts = 0
         self.bytes = 0
+        self.states_as_files = 0
 
     def put(self, data: Any, **kw: Any):
         self.puts += 1
         self.bytes += sum(len(part) for part in parts_of(data))
-        return super().put(data, **kw)
+        stored = super().put(data, **kw)
+        self.states_as_files += kw.get("inline", True) and not stored.uri.startswith("data:")
+        return stored
 
 
 class GatedStore(LocalBlobStore):
@@ -109,6 +113,29 @@ def test_small_values_travel_inside_the_head(address, tmp_path: Path, group: str
         assert store.puts == 3  # the head only
     with RaftpointSaver(address, tmp_path, group=group) as reader:
         assert reader.get_tuple(thread("t")).checkpoint["channel_values"] == {"small": "t" * 90, "large": "l" * 110}
+
+
+def test_a_step_s_head_travels_inside_its_commit_and_the_tail_is_sealed_before_it_would_not(
+        address, tmp_path: Path, group: str) -> None:
+    """Each checkpoint adds about 900 bytes to the head, which would pass what a commit
+    carries inline (4 KiB) after four: the tail is sealed early instead, so no step
+    writes its head as a file (and syncs it) before its commit, and a segment is
+    written once every few steps, not once per step."""
+    store = CountingStore(tmp_path)
+    steps = 32
+    with RaftpointSaver(address, store, group=group) as saver:
+        base, config = None, thread("t")
+        for n in range(1, steps + 1):
+            base, versions = step(base, {"count": n, "note": f"{n:04d}" + "n" * 300}, n)
+            config = saver.put(config, base, {"source": "loop", "step": n}, versions)
+        segments = store.puts - steps  # a head each step, and the segments
+        assert store.states_as_files == 0, (f"{store.states_as_files} of {steps} heads were stored as files "
+                                            f"({segments} segments)")
+        assert 0 < segments <= steps // 3, f"{segments} segments for {steps} steps"
+        assert len(list(saver.list(thread("t")))) == steps
+    with RaftpointSaver(address, tmp_path, group=group) as reader:
+        assert reader.get_tuple(thread("t")).checkpoint["channel_values"]["note"].startswith(f"{steps:04d}")
+        assert len(list(reader.list(thread("t")))) == steps
 
 
 @pytest.mark.slow

@@ -224,3 +224,13 @@ def test_the_chain_reads_as_one_record_holding_everything_would(ops: list[tuple[
             assert (seen(found) if found else None) == (expected(ns, _id(n)) if (ns, _id(n)) in model else None)
         assert [s.checkpoint_id for s in head.newest_first(segments.fetch, ns, before=_id(15))] == [
             k[1] for k in mine if k[1] < _id(15)]
+
+
+def test_a_tail_is_sealed_early_only_when_the_sealed_head_then_fits_its_budget() -> None:
+    head, segments = _thread(3, seal_after=16)
+    grown = _put(head, segments, 4)
+    assert not head.seal_pays(grown, grown.encoded_size())  # it fits as it is
+    budget = grown.encoded_size() - 1
+    assert head.seal_pays(grown, budget)  # sealed first, the head with step 4 fits
+    assert not head.seal_pays(grown, grown.encoded_size() - head.encoded_size())  # step 4 alone does not: no seal
+    assert not ThreadHead("t").seal_pays(grown, 0)  # nothing to seal
