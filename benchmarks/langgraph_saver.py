@@ -224,14 +224,29 @@ def savers(tmp: Path, blob_heads: bool = False, **options: int) -> Iterator[dict
         yield made
 
 
-def store_sizes(saver: BaseCheckpointSaver, tmp: Path) -> tuple[str, str]:
+class InlineTally:
+    """The text of the data: URIs a saver's puts committed: what its heads held inline
+    add to the coordinator's records (on every node) until `raftpoint gc` releases them."""
+
+    def __init__(self, saver: RaftpointSaver) -> None:
+        self.chars = 0
+        put = saver.blobs.put
+
+        def counted(data: Any, **kw: Any) -> Any:
+            result = put(data, **kw)
+            self.chars += len(result.uri) if result.uri.startswith("data:") else 0
+            return result
+        saver.blobs.put = counted  # type: ignore[method-assign]
+
+
+def store_sizes(saver: BaseCheckpointSaver, tmp: Path, tally: InlineTally | None) -> tuple[str, str]:
     """What the saver stores, and (raftpoint) what stays after `raftpoint gc`."""
     if isinstance(saver, SqliteSaver):
         return stored(tmp.glob("sqlite.db*")), "-"
-    if not isinstance(saver, RaftpointSaver):
+    if not isinstance(saver, RaftpointSaver) or tally is None:
         return "(memory)", "-"
     root = Path(saver.blobs.backend.root)  # type: ignore[attr-defined]
-    before = stored(root.rglob("*"))
+    before = f"{stored(root.rglob('*'))}; {tally.chars / 1e6:.2f} MB inline in the coordinator's records"
     blob_gc.collect(saver.conn, saver.blobs, [saver.threads.group], grace_s=0)  # type: ignore[arg-type]
     return before, stored(root.rglob("*"))
 
@@ -242,8 +257,9 @@ def long_thread(tmp: Path, steps: int) -> None:
     with savers(tmp) as make:
         for name, factory in make.items():
             saver = made[name] = factory()
+            tally = InlineTally(saver) if isinstance(saver, RaftpointSaver) else None
             took = bench_long_thread(saver, steps)
-            rows.append((name, took[:window], took[-window:], *store_sizes(saver, tmp)))
+            rows.append((name, took[:window], took[-window:], *store_sizes(saver, tmp, tally)))
             print(f"  {name}: done", file=sys.stderr)
         rounds = max(YOUNG_INVOCATIONS, min(100, steps // 10))
         print(graph_table(graph_turns(made, steps, rounds), steps, rounds))  # after the sizes: the steps' alone
