@@ -34,20 +34,26 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=1, help="coordinated: epochs the leader starts")
     parser.add_argument("--max-seconds", type=float, default=None, help="per mode; the row then says incomplete")
     parser.add_argument("--no-symmetry", action="store_true", help="explore every renaming of a world too")
+    parser.add_argument("--no-subsumption", action="store_true",
+                        help="explore a world even if one with at least its budgets was explored")
+    parser.add_argument("--levels", action="store_true", help="print the states first reached at each depth")
     args = parser.parse_args()
     print(f"agents={args.agents} failures={args.failures} leader_changes={args.leader_changes} sends={args.sends} "
           f"max_index={args.max_index} losses={args.losses} epochs={args.epochs} depth<={args.depth} "
-          f"symmetry={'off' if args.no_symmetry else 'on'}")
+          f"symmetry={'off' if args.no_symmetry else 'on'} subsumption={'off' if args.no_subsumption else 'on'}")
     print(f"{'mode':<14} {'states':>9} {'transitions':>12} {'depth':>6} {'recoveries':>11} {'seconds':>8} "
           f"{'complete':>9}  violations")
     found = []
     for name in args.modes:
         bounds = Bounds(Mode(name), agents=args.agents, failures=args.failures, leader_changes=args.leader_changes,
                         sends=args.sends, max_index=args.max_index, losses=args.losses, epochs=args.epochs)
-        report = check(bounds, args.depth, max_seconds=args.max_seconds, symmetric=not args.no_symmetry)
+        report = check(bounds, args.depth, max_seconds=args.max_seconds, symmetric=not args.no_symmetry,
+                       subsume=not args.no_subsumption)
         print(f"{name:<14} {report.states:>9} {report.transitions:>12} {report.depth_reached:>6} "
               f"{report.recoveries:>11} {report.seconds:>8.1f} {'yes' if report.complete else 'no':>9}  "
               f"{', '.join(report.violations) or 'none'}", flush=True)
+        if args.levels:
+            print(f"{'':<14} states per depth: {report.per_level}", flush=True)
         found += [f"[{name}] {v}" for v in report.violations.values()]
     for violation in found:
         print(f"\n{violation}")
