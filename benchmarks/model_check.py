@@ -5,7 +5,12 @@ crashes and restarts, lost messages and answers, lease expiries, rollback orders
 acknowledgements, and leader changes (tests/modelcheck/). "complete" says the depth
 bound cut nothing off: every reachable state within the other bounds was checked.
 One world is explored per orbit of agent renamings (tests/modelcheck/symmetry.py)
-unless --no-symmetry. The issue's size: --agents 3 --failures 2 --leader-changes 1.
+unless --no-symmetry, and none that only has less budget left than one already
+queued (tests/modelcheck/subsumption.py) unless --no-subsumption; both keep every
+verdict and the length of every shortest counterexample. --levels prints how many
+states each depth adds: the growth that says how far a run that stopped at
+--max-seconds was from complete. The issue's size: --agents 3 --failures 2
+--leader-changes 1 (docs/chaos.md, "The model checker", has the figures).
 Run: python benchmarks/model_check.py [--agents 2 --depth 40 --failures 1 --leader-changes 1 --max-seconds 600]
 """
 from __future__ import annotations
@@ -36,7 +41,7 @@ def main() -> int:
     parser.add_argument("--no-symmetry", action="store_true", help="explore every renaming of a world too")
     parser.add_argument("--no-subsumption", action="store_true",
                         help="explore a world even if one with at least its budgets was explored")
-    parser.add_argument("--levels", action="store_true", help="print the states first reached at each depth")
+    parser.add_argument("--levels", action="store_true", help="print the states queued at each depth")
     args = parser.parse_args()
     print(f"agents={args.agents} failures={args.failures} leader_changes={args.leader_changes} sends={args.sends} "
           f"max_index={args.max_index} losses={args.losses} epochs={args.epochs} depth<={args.depth} "

@@ -44,7 +44,7 @@ class Report:
     recoveries: int = 0  # transitions that started a recovery (each judged against brute force)
     restores: int = 0  # transitions that applied an operator's restore
     subsumed: int = 0  # transitions to a new world not explored: one with at least its budgets was queued
-    per_level: list[int] = field(default_factory=list)  # states first reached at each depth
+    per_level: list[int] = field(default_factory=list)  # states queued for expansion at each depth
     complete: bool = False  # no state at the depth bound had a successor left unexplored
     violations: dict[str, Violation] = field(default_factory=dict)
 

@@ -16,7 +16,7 @@ from tests.modelcheck.world import Bounds, World
 BOUNDS = {"agents": 2, "max_index": 1, "losses": 1, "epochs": 1}
 
 
-@pytest.mark.parametrize("mode,depth", [(Mode.COORDINATED, 7), (Mode.CIC_BCS, 6)], ids=["coordinated", "bcs"])
+@pytest.mark.parametrize("mode,depth", [(Mode.COORDINATED, 7), (Mode.CIC_BCS, 5)], ids=["coordinated", "bcs"])
 def test_every_world_of_the_full_search_is_reached_or_subsumed(mode: Mode, depth: int) -> None:
     bounds = Bounds(mode, **BOUNDS)
     reached: dict[bool, dict[int, set[Budgets]]] = {False: defaultdict(set), True: defaultdict(set)}
