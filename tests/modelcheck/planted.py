@@ -1,13 +1,14 @@
 """Known bugs planted into the core, each with the one invariant that must catch it:
 the proof that the checker can fail.
 
-The chaos suite's bugs that live in the core's recovery logic are here in kind (GC
-keeping only the newest checkpoint is its `gc-too-eager`, the restore to the newest
-line its `restore-ignores-savepoint`); the rest are off-by-one and ordering slips
-of the kind a refactor makes: a slice one short, a bound one late, a bisect on the
-wrong side, a sort in the wrong direction."""
+The chaos suite's bugs that live in the core's recovery logic are here (GC keeping
+only the newest checkpoint is its `gc-too-eager`, the restore to the newest line its
+`restore-ignores-savepoint`, dependencies dropped its `drop-dependency`); the rest
+are off-by-one and ordering slips of the kind a refactor makes: a slice one short, a
+bound one late, a bisect on the wrong side, a sort in the wrong direction."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -15,6 +16,7 @@ import bisect
 from operator import attrgetter
 
 from coordinator.core import fences, queries, recovery_line, recovery_plan, restore, state_machine
+from coordinator.core.commands import DependenciesResult, ReportDependencies
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import AgentState
 
@@ -59,6 +61,16 @@ def _restore_to_the_newest_checkpoints(state, group, name, usable, deps):  # typ
     return 0, {a: (c[-1] if c else 0) for a, c in usable.items()}, set(usable)
 
 
+_report_dependencies = state_machine.HANDLERS[ReportDependencies]
+
+
+def _dependencies_dropped(state, cmd, now):  # type: ignore[no-untyped-def]
+    """Reports fenced as usual and acknowledged, none stored (the chaos suite's
+    `drop-dependency`): recovery lines then ignore every message."""
+    _report_dependencies(state, dataclasses.replace(cmd, records=()), now)
+    return DependenciesResult(accepted=len(cmd.records))
+
+
 _undoing = fences.undoing
 
 
@@ -99,6 +111,9 @@ PLANTED: dict[str, Planted] = {
                                                    {**SMALL, "max_index": 2, "failures": 0}),
     "restore ignores the savepoint": Planted(restore, "_savepoint_line", _restore_to_the_newest_checkpoints,
                                              "restore_goes_to_the_savepoint", {**SMALL, "failures": 0, "restores": 1}),
+    "dependencies dropped": Planted(state_machine, "HANDLERS",
+                                   {**state_machine.HANDLERS, ReportDependencies: _dependencies_dropped},
+                                   "no_orphan_once_recovered", SMALL),
     "fence lets the first undone interval through": Planted(fences, "undoing", _fence_one_interval_late,
                                                         "undone_sends_not_delivered", SMALL),
     "GC floor one past the line": Planted(state_machine, "plan_gc", _gc_floor_one_past,
