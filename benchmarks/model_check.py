@@ -5,7 +5,12 @@ crashes and restarts, lost messages and answers, lease expiries, rollback orders
 acknowledgements, and leader changes (tests/modelcheck/). "complete" says the depth
 bound cut nothing off: every reachable state within the other bounds was checked.
 One world is explored per orbit of agent renamings (tests/modelcheck/symmetry.py)
-unless --no-symmetry. The issue's size: --agents 3 --failures 2 --leader-changes 1.
+unless --no-symmetry, and none that only has less budget left than one already
+queued (tests/modelcheck/subsumption.py) unless --no-subsumption; both keep every
+verdict and the length of every shortest counterexample. --levels prints how many
+states each depth adds: the growth that says how far a run that stopped at
+--max-seconds was from complete. The issue's size: --agents 3 --failures 2
+--leader-changes 1 (docs/chaos.md, "The model checker", has the figures).
 Run: python benchmarks/model_check.py [--agents 2 --depth 40 --failures 1 --leader-changes 1 --max-seconds 600]
 """
 from __future__ import annotations
@@ -34,20 +39,26 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=1, help="coordinated: epochs the leader starts")
     parser.add_argument("--max-seconds", type=float, default=None, help="per mode; the row then says incomplete")
     parser.add_argument("--no-symmetry", action="store_true", help="explore every renaming of a world too")
+    parser.add_argument("--no-subsumption", action="store_true",
+                        help="explore a world even if one with at least its budgets was explored")
+    parser.add_argument("--levels", action="store_true", help="print the states queued at each depth")
     args = parser.parse_args()
     print(f"agents={args.agents} failures={args.failures} leader_changes={args.leader_changes} sends={args.sends} "
           f"max_index={args.max_index} losses={args.losses} epochs={args.epochs} depth<={args.depth} "
-          f"symmetry={'off' if args.no_symmetry else 'on'}")
+          f"symmetry={'off' if args.no_symmetry else 'on'} subsumption={'off' if args.no_subsumption else 'on'}")
     print(f"{'mode':<14} {'states':>9} {'transitions':>12} {'depth':>6} {'recoveries':>11} {'seconds':>8} "
           f"{'complete':>9}  violations")
     found = []
     for name in args.modes:
         bounds = Bounds(Mode(name), agents=args.agents, failures=args.failures, leader_changes=args.leader_changes,
                         sends=args.sends, max_index=args.max_index, losses=args.losses, epochs=args.epochs)
-        report = check(bounds, args.depth, max_seconds=args.max_seconds, symmetric=not args.no_symmetry)
+        report = check(bounds, args.depth, max_seconds=args.max_seconds, symmetric=not args.no_symmetry,
+                       subsume=not args.no_subsumption)
         print(f"{name:<14} {report.states:>9} {report.transitions:>12} {report.depth_reached:>6} "
               f"{report.recoveries:>11} {report.seconds:>8.1f} {'yes' if report.complete else 'no':>9}  "
               f"{', '.join(report.violations) or 'none'}", flush=True)
+        if args.levels:
+            print(f"{'':<14} states per depth: {report.per_level}", flush=True)
         found += [f"[{name}] {v}" for v in report.violations.values()]
     for violation in found:
         print(f"\n{violation}")

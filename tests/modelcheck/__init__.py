@@ -5,5 +5,6 @@ crashes and restarts, message loss, lease expiries, rollback orders and their
 acknowledgements, and one change of leader, within bounds; each state is hashed by
 a canonical encoding of the replicated store and of the model around it, or, reduced
 by symmetry (symmetry.py), by the smallest such encoding over every renaming of the
-agents.
+agents; and a world that only has less budget left (failures, losses, leader changes,
+epochs) than one already queued is not explored (subsumption.py).
 """

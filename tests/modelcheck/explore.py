@@ -4,7 +4,8 @@ every state and every transition.
 Worlds are immutable values, so a visited world is remembered by its hash (64 bits:
 a collision, which would skip a state, is astronomically unlikely at these sizes),
 or, with `symmetric`, by the hash of its smallest renaming (symmetry.py): one world
-per orbit of agent renamings is then explored.
+per orbit of agent renamings is then explored. With `subsume`, a world that has only
+less budget left than one already queued is not explored (subsumption.py).
 A transition that breaks an invariant is reported with the shortest trace to it
 (breadth first) and not explored further.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tests.modelcheck import invariants, replica, symmetry
+from tests.modelcheck.subsumption import Explored
 from tests.modelcheck.replica import view_of
 from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
 
@@ -41,24 +43,33 @@ class Report:
     seconds: float = 0.0
     recoveries: int = 0  # transitions that started a recovery (each judged against brute force)
     restores: int = 0  # transitions that applied an operator's restore
+    subsumed: int = 0  # transitions to a new world not explored: one with at least its budgets was queued
+    per_level: list[int] = field(default_factory=list)  # states queued for expansion at each depth
     complete: bool = False  # no state at the depth bound had a successor left unexplored
     violations: dict[str, Violation] = field(default_factory=dict)
 
 
 def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None,
-          symmetric: bool = False, visit: Callable[[World], None] | None = None) -> Report:
+          symmetric: bool = False, subsume: bool = False, visit: Callable[[World], None] | None = None) -> Report:
     """Explore every interleaving of at most `depth` transitions from the initial world
     (or as many as `max_seconds` allows: the report then says it is not complete);
-    `symmetric`: one world per orbit of agent renamings. `visit` sees each new world."""
+    `symmetric`: one world per orbit of agent renamings; `subsume`: no world with less
+    budget than one queued. `visit` sees each new world explored."""
     started = time.perf_counter()
     replica.forget()
     symmetry.forget()
-    key_of: Callable[[World], int] = symmetry.key(bounds) if symmetric else hash
+    shape_of: Callable[[World], int] = (symmetry.shape(bounds) if symmetric
+                                         else lambda world: hash(world.without_budgets()))
+    queued = Explored()
     report = Report(bounds, depth)
     first = initial(bounds)
-    parents: Parents = {key_of(first): None}
-    frontier: deque[tuple[World, int, int]] = deque([(first, key_of(first), 0)])
+    first_shape = shape_of(first)
+    first_key = hash((first_shape, first.budgets))
+    parents: Parents = {first_key: None}
+    frontier: deque[tuple[World, int, int]] = deque([(first, first_key, 0)])
+    queued.add(first_shape, first.budgets)
     report.complete = True
+    _count(report.per_level, 0)
 
     def trace(key: int, last: str) -> tuple[str, ...]:
         labels = [last]
@@ -73,7 +84,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
         if name not in report.violations:
             report.violations[name] = Violation(name, detail, trace(key, label))
 
-    _check_state(first, key_of(first), "initial", parents, report, found)
+    _check_state(first, first_key, "initial", parents, report, found)
     if visit is not None:
         visit(first)
     deadline = None if max_seconds is None else started + max_seconds
@@ -97,8 +108,12 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
             for name, detail in broken:
                 found(name, detail, key, step.label)
             after = step.after
-            after_key = key_of(after)
+            after_shape = shape_of(after)
+            after_key = hash((after_shape, after.budgets))
             if after_key in parents:
+                continue
+            if subsume and queued.covers(after_shape, after.budgets):
+                report.subsumed += 1
                 continue
             parents[after_key] = (key, step.label)
             report.states += 1
@@ -107,9 +122,16 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
             if broken or not _check_state(after, after_key, step.label, parents, report, found):
                 continue
             frontier.append((after, after_key, level + 1))
+            _count(report.per_level, level + 1)
+            queued.add(after_shape, after.budgets)
     report.states += 1  # the initial world
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _count(per_level: list[int], level: int) -> None:
+    per_level.extend([0] * (level + 1 - len(per_level)))
+    per_level[level] += 1
 
 
 Parents = dict[int, "tuple[int, str] | None"]  # state hash -> (its parent's, the step's label)

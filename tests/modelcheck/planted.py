@@ -1,11 +1,22 @@
 """Known bugs planted into the core, each with the one invariant that must catch it:
-the proof that the checker can fail."""
+the proof that the checker can fail.
+
+The chaos suite's bugs that live in the core's recovery logic are here (GC keeping
+only the newest checkpoint is its `gc-too-eager`, the restore to the newest line its
+`restore-ignores-savepoint`, dependencies dropped its `drop-dependency`); the rest
+are off-by-one and ordering slips of the kind a refactor makes: a slice one short, a
+bound one late, a bisect on the wrong side, a sort in the wrong direction."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from coordinator.core import fences, queries, recovery_plan, restore, state_machine
+import bisect
+from operator import attrgetter
+
+from coordinator.core import fences, queries, recovery_line, recovery_plan, restore, state_machine
+from coordinator.core.commands import DependenciesResult, ReportDependencies
 from coordinator.core.errors import ReasonCode, Rejection
 from coordinator.core.model import AgentState
 
@@ -50,6 +61,42 @@ def _restore_to_the_newest_checkpoints(state, group, name, usable, deps):  # typ
     return 0, {a: (c[-1] if c else 0) for a, c in usable.items()}, set(usable)
 
 
+_report_dependencies = state_machine.HANDLERS[ReportDependencies]
+
+
+def _dependencies_dropped(state, cmd, now):  # type: ignore[no-untyped-def]
+    """Reports fenced as usual and acknowledged, none stored (the chaos suite's
+    `drop-dependency`): recovery lines then ignore every message."""
+    _report_dependencies(state, dataclasses.replace(cmd, records=()), now)
+    return DependenciesResult(accepted=len(cmd.records))
+
+
+_undoing = fences.undoing
+
+
+def _fence_one_interval_late(fence_list, generation, interval):  # type: ignore[no-untyped-def]
+    """A send in the first interval after the fence's checkpoint still stands (`>=` for `>`)."""
+    return _undoing(fence_list, generation, interval - 1)
+
+
+def _gc_floor_one_past(usable, deps, retention):  # type: ignore[no-untyped-def]
+    """GC keeps from one checkpoint past the all-fail line, deleting the line's own."""
+    return {a: k + 1 for a, k in recovery_plan.plan_gc(usable, deps, retention).items()}
+
+
+def _last_at_or_before(indexes, interval):  # type: ignore[no-untyped-def]
+    """The receiver's checkpoint at the receive's interval (bisect_right for bisect_left),
+    which holds the orphan's receive."""
+    return indexes[bisect.bisect_right(indexes, interval) - 1]
+
+
+def _oldest_first(name):  # type: ignore[no-untyped-def]
+    """The rollback's sort key negated: each sender's messages walked oldest first, so
+    the walk stops at the first send still standing and misses newer orphans."""
+    key = attrgetter(name)
+    return lambda m: -key(m)
+
+
 SMALL = {"agents": 2, "max_index": 1, "leader_changes": 0, "losses": 0}
 PLANTED: dict[str, Planted] = {
     "line ignores a dependency": Planted(queries, "plan_recovery", _line_ignoring_a_dependency,
@@ -64,4 +111,15 @@ PLANTED: dict[str, Planted] = {
                                                    {**SMALL, "max_index": 2, "failures": 0}),
     "restore ignores the savepoint": Planted(restore, "_savepoint_line", _restore_to_the_newest_checkpoints,
                                              "restore_goes_to_the_savepoint", {**SMALL, "failures": 0, "restores": 1}),
+    "dependencies dropped": Planted(state_machine, "HANDLERS",
+                                   {**state_machine.HANDLERS, ReportDependencies: _dependencies_dropped},
+                                   "no_orphan_once_recovered", SMALL),
+    "fence lets the first undone interval through": Planted(fences, "undoing", _fence_one_interval_late,
+                                                        "undone_sends_not_delivered", SMALL),
+    "GC floor one past the line": Planted(state_machine, "plan_gc", _gc_floor_one_past,
+                                          "gc_keeps_recoverable_checkpoints", {**SMALL, "failures": 0}),
+    "line keeps the receive's checkpoint": Planted(recovery_line, "_last_before", _last_at_or_before,
+                                                   "recovery_line_consistent", SMALL),
+    "rollback walks messages oldest first": Planted(recovery_line, "attrgetter", _oldest_first,
+                                                    "recovery_line_consistent", {**SMALL, "sends": 2}),
 }

@@ -9,7 +9,7 @@ changes no later step, so dropping it merges states that behave alike.
 """
 from __future__ import annotations
 
-from typing import Collection
+from typing import Any, Callable, Collection, Sequence
 
 from coordinator.core.commands import Command, Entry, Proposal, Result, decode_result
 from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order
@@ -88,31 +88,40 @@ def view_of(records: Records, group: str) -> "View":
 
 
 class View:
-    """Read access to a state (the core's own KvState over it); reads only."""
+    """Read access to a state (the core's own KvState over it); reads only, each
+    remembered (a View is shared by every world with these records, and read again
+    by every move and invariant)."""
 
     def __init__(self, records: Records, group: str) -> None:
         self.state = KvState(RecordCache(_store(records), _MEMO))
         self.name = group
+        self._read: dict[tuple[str, object], Any] = {}
+
+    def _once(self, what: str, arg: object, read: Callable[[], Any]) -> Any:
+        key = (what, arg)
+        if key not in self._read:
+            self._read[key] = read()
+        return self._read[key]
 
     def group(self) -> Group:
-        found = self.state.group(self.name)
+        found = self._once("group", None, lambda: self.state.group(self.name))
         assert found is not None
         return found
 
     def agent(self, agent_id: str) -> Agent | None:
-        return self.state.agent(self.name, agent_id)
+        return self._once("agent", agent_id, lambda: self.state.agent(self.name, agent_id))
 
-    def agents(self) -> list[Agent]:
-        return self.state.agents(self.name)
+    def agents(self) -> Sequence[Agent]:
+        return self._once("agents", None, lambda: tuple(self.state.agents(self.name)))
 
-    def checkpoints(self, agent_id: str) -> list[Checkpoint]:
-        return self.state.checkpoints(self.name, agent_id)
+    def checkpoints(self, agent_id: str) -> Sequence[Checkpoint]:
+        return self._once("checkpoints", agent_id, lambda: tuple(self.state.checkpoints(self.name, agent_id)))
 
     def epoch(self, number: int) -> Epoch | None:
-        return self.state.epoch(self.name, number)
+        return self._once("epoch", number, lambda: self.state.epoch(self.name, number))
 
-    def orders(self) -> list[Order]:
-        return self.state.orders(self.name)
+    def orders(self) -> Sequence[Order]:
+        return self._once("orders", None, lambda: tuple(self.state.orders(self.name)))
 
-    def dependencies(self) -> list[Dependency]:
-        return self.state.dependencies(self.name)
+    def dependencies(self) -> Sequence[Dependency]:
+        return self._once("dependencies", None, lambda: tuple(self.state.dependencies(self.name)))

@@ -67,7 +67,7 @@ from coordinator.core.model import Mode
 from coordinator.storage import keys
 from coordinator.storage.state import ORDER, RESULT, read_kept_answer
 from tests.modelcheck.replica import Records
-from tests.modelcheck.world import GROUP, Bounds, Msg, Pending, Proc, Saved, World
+from tests.modelcheck.world import GROUP, Bounds, Msg, Pending, Proc, Saved, World, with_changes
 
 Perm = tuple[int, ...]  # agent i is renamed to agent perm[i]
 CACHE_LIMIT = 1 << 16
@@ -222,8 +222,6 @@ _BLOBS: dict[str, Saved] = {}
 _WRITES: dict[str, tuple[str, Pending]] = {}
 _FINGERPRINTS: dict[tuple[str, Pending], str] = {}
 _RENAMINGS: dict[tuple[Bounds, Perm], Renaming] = {}
-_RECORDS: dict[tuple[Records, Perm, frozenset[int]], tuple[int, dict[int, int]]] = {}
-_PROCS: dict[tuple[Proc, Perm], tuple[Any, ...]] = {}
 
 
 def _renaming(bounds: Bounds, perm: Perm) -> Renaming:
@@ -243,10 +241,7 @@ def _remember(table: dict[Any, Any], key: Any, value: Any) -> Any:
 def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> tuple[int, dict[int, int]]:
     """The hash of the records renamed (in renamed-key order), and the renumbering of
     the order ids they and the writes still to be retried (`pending_orders`) name
-    (remembered: records recur across worlds)."""
-    found = _RECORDS.get((records, r.perm, pending_orders))
-    if found is not None:
-        return found
+    (Encoder remembers it: records recur across worlds)."""
     decoded: list[tuple[str, tuple[Any, ...], tuple[str, str] | None, Any]] = []
     for raw_key, raw_value in records:
         table, parts = keys.parse(raw_key)
@@ -268,7 +263,7 @@ def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> t
                                else p for p in parts)
         head = () if answered is None else (_answered(r, answered[0], ids), answered[1])
         out.append((repr(key), head + (r.plain(value, ids),)))
-    return _remember(_RECORDS, (records, r.perm, pending_orders), (hash(tuple(sorted(out))), ids))  # type: ignore[no-any-return]
+    return hash(tuple(sorted(out))), ids
 
 
 def _answered(r: Renaming, fingerprint: str, ids: dict[int, int]) -> Any:
@@ -304,28 +299,67 @@ def _referenced(value: Any, found: set[int]) -> set[int]:
     return found
 
 
-def encode(world: World, bounds: Bounds, perm: Perm) -> tuple[Any, ...]:
-    """E(perm, world): the renamed world, everything the model reads kept (the
-    records by the hash of their rendering)."""
-    r = _renaming(bounds, perm)
-    writes = _writes(world, bounds)
-    records, ids = _records(r, world.records, frozenset(w.order_id for _, w in writes))
-    procs: list[Any] = [None] * r.n
-    for i, p in enumerate(world.procs):
-        procs[r.index(i)] = _proc(r, p, ids)
-    return (
-        records,
-        tuple(procs),
-        tuple(sorted(r.value(m) for m in world.net)),
-        tuple(r.value(entry) for entry in world.in_flight),
-        world.failures, world.leader_changes, world.losses, world.epochs,
-        tuple(sorted((r.name(a), n) for a, n in world.proposed)),
-        tuple(sorted((r.name(a), n) for a, n in world.suspected)),
-        tuple(sorted(r.value(s) for s in world.sends)),
-        tuple(sorted(r.text(m) for m in world.undone)),
-        tuple(sorted(r.text(m) for m in world.missing)),
-        tuple((r.name(a), _pending(r, w, ids)) for a, w in world.late),
-    )
+class Encoder:
+    """E(perm, world) for every permutation at once, as one hash per permutation.
+
+    A world is rendered part by part (the records, each process, the network, ...),
+    each part under every renaming, and each distinct part is rendered and hashed
+    once (remembered: parts recur across worlds far more often than whole worlds); a
+    world's encoding under a permutation is then the hash of its parts' hashes under
+    that permutation, processes placed at their renamed positions. Hashing the parts
+    first changes nothing of the argument above: equal renamed parts give equal
+    hashes, and distinct ones collide no more often than 64-bit hashes do."""
+
+    def __init__(self, bounds: Bounds) -> None:
+        self.bounds = bounds
+        self.renamings = [_renaming(bounds, perm) for perm in permutations(bounds)]
+        self._parts: dict[tuple[str, Any], tuple[Any, ...]] = {}
+
+    def _part(self, kind: str, value: Any, render: Callable[[Renaming, Any], Any]) -> tuple[Any, ...]:
+        """`render(r, value)` for every renaming r, remembered."""
+        found = self._parts.get((kind, value))
+        if found is None:
+            found = _remember(self._parts, (kind, value), tuple(render(r, value) for r in self.renamings))
+        return found
+
+    def hashes(self, world: World) -> list[int]:
+        """The hash of E(perm, world) for each permutation, in permutations() order,
+        but for the world's budgets (which no renaming changes: key() adds them)."""
+        _learn(world, self.bounds)
+        pending_orders = frozenset(w.order_id for _, w in _writes(world, self.bounds))
+        records = self._part("records", (world.records, pending_orders), lambda r, v: _records(r, *v))
+        procs = [self._part("proc", p if p.pending is None else with_changes(p, pending=None),
+                            lambda r, v: hash(_proc(r, v))) for p in world.procs]
+        value, text = Renaming.value, Renaming.text
+        rest = (
+            self._part("net", world.net, _hash_sorted(value)),
+            self._part("in_flight", world.in_flight, lambda r, v: hash(tuple(r.value(e) for e in v))),
+            self._part("proposed", world.proposed, _hash_sorted(_named)),
+            self._part("suspected", world.suspected, _hash_sorted(_named)),
+            self._part("sends", world.sends, _hash_sorted(value)),
+            self._part("undone", world.undone, _hash_sorted(text)),
+            self._part("missing", world.missing, _hash_sorted(text)),
+        )
+        out = []
+        for n, r in enumerate(self.renamings):
+            records_hash, ids = records[n]
+            placed: list[Any] = [None] * r.n
+            for i, p in enumerate(world.procs):
+                placed[r.index(i)] = procs[i][n] if p.pending is None else (procs[i][n], _pending(r, p.pending, ids))
+            late = tuple((r.name(a), _pending(r, w, ids)) for a, w in world.late)
+            out.append(hash((records_hash, tuple(placed), tuple(part[n] for part in rest), world.restores, late)))
+        return out
+
+
+def _hash_sorted(render: Callable[[Renaming, Any], Any]) -> Callable[[Renaming, Any], int]:
+    """The hash of a collection's items rendered and sorted: the model keeps them in
+    an order that renaming does not keep."""
+    return lambda r, items: hash(tuple(sorted(render(r, item) for item in items)))
+
+
+def _named(r: Renaming, pair: tuple[str, int]) -> tuple[str, int]:
+    """An (agent, incarnation) pair renamed."""
+    return r.name(pair[0]), pair[1]
 
 
 def _writes(world: World, bounds: Bounds) -> list[tuple[str, Pending]]:
@@ -351,7 +385,8 @@ def _learn(world: World, bounds: Bounds) -> None:
 def _pending(r: Renaming, w: Pending | None, ids: dict[int, int]) -> Any:
     if w is None:
         return None
-    return r.obj(dataclasses.replace(w, request_id=_acking(w.request_id, ids), order_id=ids.get(w.order_id, w.order_id)))
+    renumbered = with_changes(w, request_id=_acking(w.request_id, ids), order_id=ids.get(w.order_id, w.order_id))
+    return r.value(renumbered)
 
 
 _ACK = re.compile(r"(.*-ack-)(\d+)")
@@ -363,28 +398,28 @@ def _acking(request_id: str, ids: dict[int, int]) -> str:
     return request_id if m is None else f"{m[1]}{ids.get(int(m[2]), int(m[2]))}"
 
 
-def _proc(r: Renaming, p: Proc, ids: dict[int, int]) -> tuple[Any, ...]:
-    found = _PROCS.get((p, r.perm))
-    if found is None:
-        held = tuple((r.text(h.mid), r.name(h.sender), h.received) for h in p.held)
-        found = _remember(_PROCS, (p, r.perm), (
-            p.up, p.incarnation, p.generation, p.last, p.cut_epoch, r.rule(p.rule), held,
-            tuple(sorted((r.saved(s) for s in p.saved), key=repr)), p.lives, p.starting))
-    return found if p.pending is None else found + (_pending(r, p.pending, ids),)
+def _proc(r: Renaming, p: Proc) -> tuple[Any, ...]:
+    """A process renamed, but for its pending write (whose order id the records renumber)."""
+    held = tuple((r.text(h.mid), r.name(h.sender), h.received) for h in p.held)
+    return (p.up, p.incarnation, p.generation, p.last, p.cut_epoch, r.rule(p.rule), held,
+            tuple(sorted((r.saved(s) for s in p.saved), key=repr)), p.lives, p.starting)
+
+
+def shape(bounds: Bounds) -> Callable[[World], int]:
+    """A world's key but for its budgets: the smallest hash of its encodings over
+    every renaming (the same set of encodings for every world of an orbit; 64 bits,
+    so a collision is as unlikely as one of plain world hashes)."""
+    encoder = Encoder(bounds)
+    return lambda world: min(encoder.hashes(world))
 
 
 def key(bounds: Bounds) -> Callable[[World], int]:
-    """The search's key of a world: the smallest hash of its encodings over every
-    renaming (the same set of encodings for every world of an orbit; 64 bits, so a
-    collision is as unlikely as one of plain world hashes)."""
-    perms = permutations(bounds)
-
-    def of(world: World) -> int:
-        _learn(world, bounds)
-        return min(hash(encode(world, bounds, perm)) for perm in perms)
-    return of
+    """The search's key of a world: its shape and its budgets (both the same for
+    every world of an orbit)."""
+    shape_of = shape(bounds)
+    return lambda world: hash((shape_of(world), world.budgets))
 
 
 def forget() -> None:
-    for table in (_RECORDS, _PROCS, _BLOBS, _WRITES, _FINGERPRINTS, _RENAMINGS):
+    for table in (_BLOBS, _WRITES, _FINGERPRINTS, _RENAMINGS):
         table.clear()

@@ -23,7 +23,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from agent_client.rules import Rule, rule_for
 from coordinator.core import commands as c
@@ -155,6 +155,16 @@ class World:
     late: tuple[tuple[str, "Pending"], ...] = ()  # (agent, write) of ended processes still on their way
     restores: int = 0
 
+    @property
+    def budgets(self) -> tuple[int, int, int, int]:
+        """The budgets that only enable moves (subsumption.py): each is read only as a
+        move's guard and spent one at a time. `restores` is not one of them: a
+        restore's request id names it."""
+        return self.failures, self.leader_changes, self.losses, self.epochs
+
+    def without_budgets(self) -> World:
+        return with_changes(self, failures=0, leader_changes=0, losses=0, epochs=0)
+
     def retriable(self) -> set[str]:
         return {p.pending.request_id for p in self.procs if p.pending is not None} | {w.request_id for _, w in self.late}
 
@@ -222,6 +232,24 @@ def initial(bounds: Bounds) -> World:
 
 # ---- transitions -------------------------------------------------------------------------
 
+_FIELDS: dict[type, frozenset[str]] = {}
+T = TypeVar("T")
+
+
+def with_changes(value: T, **changes: object) -> T:
+    """dataclasses.replace(value, **changes) for the model's frozen dataclasses (no
+    __post_init__, no init-only fields), without replace's introspection of every
+    field on every call: the search's most frequent copy."""
+    names = _FIELDS.get(type(value))
+    if names is None:
+        names = _FIELDS[type(value)] = frozenset(f.name for f in dataclasses.fields(value))  # type: ignore[arg-type]
+    if not changes.keys() <= names:
+        raise TypeError(f"{type(value).__name__} has no field {sorted(changes.keys() - names)}")
+    copy = object.__new__(type(value))
+    copy.__dict__.update(value.__dict__, **changes)
+    return copy
+
+
 class Builder:
     """Applies commands to a world under construction and records what was applied."""
 
@@ -233,16 +261,16 @@ class Builder:
         before = self.world.records
         after, result = replica.apply(before, request_id, command, self.world.retriable())
         self.applied.append(Applied(before, after, request_id, command, result, replica.domain_changed(before, after)))
-        self.world = dataclasses.replace(self.world, records=after)
+        self.world = with_changes(self.world, records=after)
         return result
 
     def proc(self, i: int, **changes: object) -> None:
         procs = list(self.world.procs)
-        procs[i] = dataclasses.replace(procs[i], **changes)  # type: ignore[arg-type]
-        self.world = dataclasses.replace(self.world, procs=tuple(procs))
+        procs[i] = with_changes(procs[i], **changes)
+        self.world = with_changes(self.world, procs=tuple(procs))
 
     def set(self, **changes: object) -> None:
-        self.world = dataclasses.replace(self.world, **changes)  # type: ignore[arg-type]
+        self.world = with_changes(self.world, **changes)
 
     def step(self, label: str, before: World) -> Step:
         return Step(label, before, self.world, tuple(self.applied))

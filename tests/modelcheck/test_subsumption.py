@@ -1,0 +1,40 @@
+"""Subsumption loses nothing: on two agents every world the full search reaches is
+reached by the reduced search, or has at most the budgets of one it reaches (with
+losses, so lost requests, answers and acknowledgements are retried, and a leader
+change), in fewer states; with symmetry too, up to a renaming of agents."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable
+
+import pytest
+
+from coordinator.core.model import Mode
+from tests.modelcheck import symmetry
+from tests.modelcheck.explore import check
+from tests.modelcheck.subsumption import Budgets, dominates
+from tests.modelcheck.world import Bounds, World
+
+BOUNDS = {"agents": 2, "max_index": 1, "losses": 1, "epochs": 1}
+
+
+@pytest.mark.parametrize("mode,depth,symmetric", [(Mode.COORDINATED, 7, False), (Mode.CIC_BCS, 5, False),
+                                                  (Mode.COORDINATED, 6, True)],
+                         ids=["coordinated", "bcs", "coordinated-symmetric"])
+def test_every_world_of_the_full_search_is_reached_or_subsumed(mode: Mode, depth: int, symmetric: bool) -> None:
+    bounds = Bounds(mode, **BOUNDS)
+    shape: Callable[[World], int] = (symmetry.shape(bounds) if symmetric
+                                     else lambda world: hash(world.without_budgets()))
+    reached: dict[bool, dict[int, set[Budgets]]] = {False: defaultdict(set), True: defaultdict(set)}
+    reports = {}
+    for subsume in (False, True):
+        def visit(world: World, seen: dict[int, set[Budgets]] = reached[subsume]) -> None:
+            seen[shape(world)].add(world.budgets)
+        reports[subsume] = check(bounds, depth, subsume=subsume, symmetric=subsume and symmetric, visit=visit)
+    full, reduced = reports[False], reports[True]
+    print(f"{mode.value}: {full.states} states, reduced {reduced.states} ({reduced.subsumed} subsumed)")
+    missed = [(key, budgets) for key, seen in reached[False].items() for budgets in seen
+              if not any(dominates(kept, budgets) for kept in reached[True].get(key, ()))]
+    assert not missed, f"{mode.value}: {len(missed)} of {full.states} worlds neither reached nor subsumed: {missed[:5]}"
+    assert not full.violations and not reduced.violations
+    assert reduced.states < full.states, f"{mode.value}: {reduced.states} states reduced, {full.states} full"
