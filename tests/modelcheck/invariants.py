@@ -179,6 +179,15 @@ def no_orphan_once_recovered(world: World, view: View) -> str | None:
     return f"recovered, yet agents hold messages whose sends were undone: {orphans}" if orphans else None
 
 
+def running_once_every_rollback_is_acknowledged(world: World, view: View) -> str | None:
+    """A recovering group runs again only once every rollback order of its recovery is
+    acknowledged: an agent still owing one may hold an orphan while its peers go on."""
+    if view.group().state is not GroupState.RUNNING:
+        return None
+    owed = [(o.agent_id, o.order_id) for o in view.orders() if o.kind is OrderKind.ROLL_BACK and not o.acked]
+    return f"the group runs while rollback orders are owed: {owed}" if owed else None
+
+
 def needed_checkpoints_kept(world: World, view: View) -> str | None:
     """Every checkpoint a pending rollback order names is still registered and its blob
     still there, and every restore found its checkpoint's blob."""
@@ -235,7 +244,8 @@ def gc_keeps_recoverable_checkpoints(step: Step) -> str | None:
 
 
 STATE_CHECKS: dict[str, StateCheck] = {f.__name__: f for f in (
-    ordered_back_once, no_orphan_once_recovered, needed_checkpoints_kept, cic_checkpoints_useful)}
+    ordered_back_once, no_orphan_once_recovered, running_once_every_rollback_is_acknowledged,
+    needed_checkpoints_kept, cic_checkpoints_useful)}
 STEP_CHECKS: dict[str, StepCheck] = {f.__name__: f for f in (
     recovery_line_consistent, recovery_line_maximal, fenced_writes_refused, undone_sends_not_delivered,
     gc_keeps_recoverable_checkpoints, restore_goes_to_the_savepoint)}

@@ -3,7 +3,8 @@ the proof that the checker can fail.
 
 The chaos suite's bugs that live in the core's recovery logic are here (GC keeping
 only the newest checkpoint is its `gc-too-eager`, the restore to the newest line its
-`restore-ignores-savepoint`, dependencies dropped its `drop-dependency`); the rest
+`restore-ignores-savepoint`, dependencies dropped its `drop-dependency`, the group
+running at the first acknowledgement its `early-running`, taken from it as it is); the rest
 are off-by-one and ordering slips of the kind a refactor makes: a slice one short, a
 bound one late, a bisect on the wrong side, a sort in the wrong direction."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import bisect
 from operator import attrgetter
 
+from chaos import planted as chaos_planted
 from coordinator.core import fences, queries, recovery_line, recovery_plan, restore, state_machine
 from coordinator.core.commands import DependenciesResult, ReportDependencies
 from coordinator.core.errors import ReasonCode, Rejection
@@ -71,6 +73,14 @@ def _dependencies_dropped(state, cmd, now):  # type: ignore[no-untyped-def]
     return DependenciesResult(accepted=len(cmd.records))
 
 
+def _chaos_table_bug(bug: str) -> dict[Any, Any]:
+    """The chaos suite's own planted version of a table seam (chaos/planted.py), as the
+    whole table with that one entry replaced."""
+    (patch,) = chaos_planted.BUGS[bug]()
+    table = getattr(patch.owner, patch.attribute)
+    return {**table, patch.key: patch.wrap(table[patch.key])}
+
+
 _undoing = fences.undoing
 
 
@@ -114,6 +124,8 @@ PLANTED: dict[str, Planted] = {
     "dependencies dropped": Planted(state_machine, "HANDLERS",
                                    {**state_machine.HANDLERS, ReportDependencies: _dependencies_dropped},
                                    "no_orphan_once_recovered", SMALL),
+    "the group runs at the first acknowledgement": Planted(state_machine, "HANDLERS", _chaos_table_bug("early-running"),
+                                                        "running_once_every_rollback_is_acknowledged", SMALL),
     "fence lets the first undone interval through": Planted(fences, "undoing", _fence_one_interval_late,
                                                         "undone_sends_not_delivered", SMALL),
     "GC floor one past the line": Planted(state_machine, "plan_gc", _gc_floor_one_past,
