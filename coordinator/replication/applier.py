@@ -110,8 +110,7 @@ def _kept(result: Result, command: Command, encoded: bytes) -> bytes:
     if (isinstance(result, CheckpointResult) and isinstance(command, CommitCheckpoint)
             and data_uris.is_inline(result.checkpoint.blob_uri)
             and result.checkpoint.blob_uri == command.checkpoint.blob_uri):
-        return encode_result(dataclasses.replace(
-            result, checkpoint=dataclasses.replace(result.checkpoint, blob_uri=data_uris.SCHEME)))
+        return encode_result(_with_blob_uri(result, data_uris.SCHEME))
     return encoded
 
 
@@ -122,8 +121,11 @@ def _given_back(answer: bytes, command: Command) -> bytes:
     result = decode_result(answer)
     if not (isinstance(result, CheckpointResult) and result.checkpoint.blob_uri == data_uris.SCHEME):
         return answer
-    return encode_result(dataclasses.replace(
-        result, checkpoint=dataclasses.replace(result.checkpoint, blob_uri=command.checkpoint.blob_uri)))
+    return encode_result(_with_blob_uri(result, command.checkpoint.blob_uri))
+
+
+def _with_blob_uri(result: CheckpointResult, blob_uri: str) -> CheckpointResult:
+    return dataclasses.replace(result, checkpoint=dataclasses.replace(result.checkpoint, blob_uri=blob_uri))
 
 
 def dedupe_record(state: KvState, key: bytes) -> bytes | None:
