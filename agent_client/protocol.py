@@ -26,7 +26,9 @@ Re-delivery. Every delivered message is logged (delivery_log.py). A rollback ord
 carries the whole recovery line; after restoring and acknowledging, the client
 re-delivers, through the normal unwrap path, each logged message received after the
 restored checkpoint whose send the line kept, and hands it to on_redeliver(payload,
-sender). Senders never re-send; receivers never lose a message.
+sender). Senders never re-send; receivers never lose a message. A rollback ordered
+before the last one's re-deliveries are done replaces them: the log keeps their
+records until all are made, and the new rollback re-delivers from it.
 """
 from __future__ import annotations
 
@@ -435,9 +437,14 @@ class AgentProtocol:
         honestly claim to be at the recovery line."""
         if order.order_id in self.handled_orders:  # sync_orders() and the watcher may race
             return None
-        yield from self.finish_redelivery()
         restored = None
         kind = order.WhichOneof("kind")
+        if kind != "roll_back":
+            # A checkpoint must hold every re-delivery. A rollback replaces the backlog
+            # instead: it re-delivers from the log, which keeps what is still owed, and
+            # finishing the old backlog first would be refused again for the very order
+            # being obeyed (a re-delivery refused because a rollback is owed obeys it).
+            yield from self.finish_redelivery()
         log.info("order %d for %s: %s", order.order_id, self.agent_id, kind)
         if kind == "roll_back":
             restored = yield from self._roll_back(order)
@@ -513,14 +520,18 @@ class AgentProtocol:
         duplicates by then). The old records go once all are done: each re-delivery
         logged its message anew."""
         while self._backlog is not None:
-            entries, line = self._backlog
+            backlog = self._backlog
+            entries, line = backlog
             for entry in entries if self.on_redeliver is not None else ():
                 if undone_by(line, entry.envelope):
                     continue
                 payload = yield from self._deliver(entry.envelope, entry.raw)
+                if self._backlog is not backlog:
+                    break  # a rollback obeyed meanwhile re-delivered from the log, and dropped what it did
                 if payload is not None and self.on_redeliver is not None:
                     self.redelivered.append((entry.envelope.message_id, self.last_index + 1))
                     yield Callback(partial(self.on_redeliver, payload, entry.envelope.sender))
-            yield Blocking(partial(self.deliveries.drop, entries))
-            if self._backlog is not None and self._backlog[0] is entries:
-                self._backlog = None
+            else:
+                yield Blocking(partial(self.deliveries.drop, entries))
+                if self._backlog is backlog:
+                    self._backlog = None

@@ -226,3 +226,27 @@ def test_a_delivery_refused_because_a_rollback_is_owed_obeys_it_first(coordinato
     assert b.receive(a.send(b, 4))
     assert coordinator.acks == [3] and b.core.generation == 2 and b.tokens == 14
     assert [r.receive_interval for r in coordinator.reports] == [2]  # delivered after the rollback
+
+
+def test_a_rollback_ordered_during_the_redelivery_of_another_replaces_it(coordinator, tmp_path) -> None:
+    """A second rollback owed while the first re-delivers: the re-delivery is refused,
+    the agent obeys the second, which re-delivers from the log in its place (it used
+    to finish the first's backlog first, refused again for the same order, without end)."""
+    a, b = Agent(coordinator, tmp_path, "a"), Agent(coordinator, tmp_path, "b")
+    b.run(b.core.checkpoint())
+    assert b.receive(a.send(b, 2)) and b.tokens == 12
+    first = coordinator.rollback("b", 7, 1, {"b": (1, 2)})
+    owed: dict[str, pb.Order] = {}
+
+    def second_ordered(order: pb.Order) -> None:
+        if order.order_id == 7:
+            owed["second"] = coordinator.rollback("b", 8, 1, {"b": (1, 3)})
+
+    b.core.before_ack = second_ordered
+    coordinator.refuse = lambda rec: ((pb.REASON_ORDER_PENDING, "rollback order 8 owed")
+                                      if "second" in owed and 8 not in coordinator.acks else None)
+    b.run(b.core.obey(first))
+    assert coordinator.acks == [7, 8] and b.core.generation == 3, (coordinator.acks, coordinator.trace[-6:])
+    assert b.redelivered == [(b"2", "a")] and b.tokens == 12, (b.redelivered, b.tokens)
+    assert [e.envelope.sender for e in b.core.deliveries.since(0)] == ["a"]  # logged once, anew
+    assert b.core._backlog is None
