@@ -1,7 +1,8 @@
 """The recovery protocol model-checked over the real core, every mode, one table.
 
 Breadth-first over every interleaving of agents' sends, receives, checkpoints,
-crashes and restarts, lost messages and answers, lease expiries, rollback orders and
+crashes and restarts, duplicated messages, lost requests and answers, re-deliveries
+after a rollback, lease expiries, rollback orders and
 acknowledgements, and leader changes (tests/modelcheck/). "complete" says the depth
 bound cut nothing off: every reachable state within the other bounds was checked.
 One world is explored per orbit of agent renamings (tests/modelcheck/symmetry.py)
@@ -16,13 +17,15 @@ Run: python benchmarks/model_check.py [--agents 2 --depth 40 --failures 1 --lead
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordinator.core.model import Mode  # noqa: E402
-from tests.modelcheck.explore import check  # noqa: E402
+from tests.modelcheck.explore import Report, check  # noqa: E402
 from tests.modelcheck.world import Bounds  # noqa: E402
 
 
@@ -35,13 +38,15 @@ def main() -> int:
     parser.add_argument("--leader-changes", type=int, default=1)
     parser.add_argument("--sends", type=int, default=1, help="messages each agent sends")
     parser.add_argument("--max-index", type=int, default=1, help="highest checkpoint index an agent takes")
-    parser.add_argument("--losses", type=int, default=1, help="messages, requests and answers lost")
+    parser.add_argument("--losses", type=int, default=1, help="messages duplicated, requests and answers lost")
     parser.add_argument("--epochs", type=int, default=1, help="coordinated: epochs the leader starts")
     parser.add_argument("--max-seconds", type=float, default=None, help="per mode; the row then says incomplete")
     parser.add_argument("--no-symmetry", action="store_true", help="explore every renaming of a world too")
     parser.add_argument("--no-subsumption", action="store_true",
                         help="explore a world even if one with at least its budgets was explored")
     parser.add_argument("--levels", action="store_true", help="print the states queued at each depth")
+    parser.add_argument("--progress", action="store_true",
+                        help="print a line as each level is done (states, seconds, memory): for long runs")
     args = parser.parse_args()
     print(f"agents={args.agents} failures={args.failures} leader_changes={args.leader_changes} sends={args.sends} "
           f"max_index={args.max_index} losses={args.losses} epochs={args.epochs} depth<={args.depth} "
@@ -53,7 +58,7 @@ def main() -> int:
         bounds = Bounds(Mode(name), agents=args.agents, failures=args.failures, leader_changes=args.leader_changes,
                         sends=args.sends, max_index=args.max_index, losses=args.losses, epochs=args.epochs)
         report = check(bounds, args.depth, max_seconds=args.max_seconds, symmetric=not args.no_symmetry,
-                       subsume=not args.no_subsumption)
+                       subsume=not args.no_subsumption, progress=_progress(name) if args.progress else None)
         print(f"{name:<14} {report.states:>9} {report.transitions:>12} {report.depth_reached:>6} "
               f"{report.recoveries:>11} {report.seconds:>8.1f} {'yes' if report.complete else 'no':>9}  "
               f"{', '.join(report.violations) or 'none'}", flush=True)
@@ -63,6 +68,15 @@ def main() -> int:
     for violation in found:
         print(f"\n{violation}")
     return 1 if found else 0
+
+
+def _progress(mode: str) -> Callable[[Report], None]:
+    def show(report: Report) -> None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        print(f"  {mode}: depth {report.depth_reached} done, {report.states + 1:,} states, "
+              f"{report.per_level[-1]:,} queued at depth {len(report.per_level) - 1}, {report.seconds:.0f} s, "
+              f"peak memory {peak:,.0f} MiB", flush=True)
+    return show
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ A transition that breaks an invariant is reported with the shortest trace to it
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -50,11 +51,13 @@ class Report:
 
 
 def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None,
-          symmetric: bool = False, subsume: bool = False, visit: Callable[[World], None] | None = None) -> Report:
+          symmetric: bool = False, subsume: bool = False, visit: Callable[[World], None] | None = None,
+          progress: Callable[[Report], None] | None = None) -> Report:
     """Explore every interleaving of at most `depth` transitions from the initial world
     (or as many as `max_seconds` allows: the report then says it is not complete);
     `symmetric`: one world per orbit of agent renamings; `subsume`: no world with less
-    budget than one queued. `visit` sees each new world explored."""
+    budget than one queued. `visit` sees each new world explored; `progress` sees the
+    report each time the search starts a deeper level (every shallower one is done)."""
     started = time.perf_counter()
     replica.forget()
     symmetry.forget()
@@ -93,6 +96,9 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
             report.complete = False
             break
         world, key, level = frontier.popleft()
+        if level > report.depth_reached and progress is not None:
+            report.seconds = time.perf_counter() - started
+            progress(report)
         report.depth_reached = max(report.depth_reached, level)
         if level == depth:
             report.complete = report.complete and not any(True for _ in moves(world, bounds))
@@ -115,7 +121,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
             if subsume and queued.covers(after_shape, after.budgets):
                 report.subsumed += 1
                 continue
-            parents[after_key] = (key, step.label)
+            parents[after_key] = (key, sys.intern(step.label))  # labels recur: one copy each
             report.states += 1
             if visit is not None:
                 visit(after)

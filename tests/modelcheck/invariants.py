@@ -163,20 +163,44 @@ def undone_sends_not_delivered(step: Step) -> str | None:
     return None
 
 
-def no_orphan_once_recovered(world: World, view: View) -> str | None:
-    """Once no recovery is pending and every process runs its live incarnation, no
-    agent's state holds a message whose send was undone."""
+def _recovered(world: World, view: View) -> bool:
+    """No recovery is pending and every process runs its live incarnation, with no
+    write to retry."""
     group = view.group()
     if group.state is not GroupState.RUNNING or any(o.kind is OrderKind.ROLL_BACK for o in view.orders()):
-        return None
+        return False
     for name, proc in zip(sorted(a.agent_id for a in view.agents()), world.procs):
         agent = view.agent(name)
         if (not proc.up or proc.pending is not None or agent is None or agent.incarnation != proc.incarnation
                 or agent.state is not AgentState.ALIVE):
-            return None
+            return False
+    return True
+
+
+def no_orphan_once_recovered(world: World, view: View) -> str | None:
+    """Once recovered, no agent's state holds a message whose send was undone."""
+    if not _recovered(world, view):
+        return None
     orphans = [(name, h.mid) for name, p in zip(sorted(a.agent_id for a in view.agents()), world.procs)
                for h in p.held if h.mid in world.undone]
     return f"recovered, yet agents hold messages whose sends were undone: {orphans}" if orphans else None
+
+
+def tokens_conserved(world: World, view: View) -> str | None:
+    """The demo's conservation law, each message carrying one token: once recovered and
+    every re-delivery made, the tokens the agents' states hold and those in transit add
+    up to the tokens sent by sends that still stand. An orphan counts one too many; a
+    message a rollback took out of its receiver and did not deliver again, one too few."""
+    if not _recovered(world, view) or any(p.backlog or p.starting for p in world.procs):
+        return None
+    standing = {s.mid for s in world.sends if s.mid not in world.undone}
+    held = Counter(h.mid for p in world.procs for h in p.held)
+    transit = {m.mid for m in world.net if m.mid in standing and not held[m.mid]}
+    owed = Counter(standing - transit)  # each standing token once, in a state or in transit
+    if held == owed:
+        return None
+    return (f"recovered, yet the states hold {sorted((held - owed).elements())} too many and miss "
+            f"{sorted((owed - held).elements())} (in transit: {sorted(transit)}, sends standing: {sorted(standing)})")
 
 
 def running_once_every_rollback_is_acknowledged(world: World, view: View) -> str | None:
@@ -244,7 +268,7 @@ def gc_keeps_recoverable_checkpoints(step: Step) -> str | None:
 
 
 STATE_CHECKS: dict[str, StateCheck] = {f.__name__: f for f in (
-    ordered_back_once, no_orphan_once_recovered, running_once_every_rollback_is_acknowledged,
+    ordered_back_once, no_orphan_once_recovered, tokens_conserved, running_once_every_rollback_is_acknowledged,
     needed_checkpoints_kept, cic_checkpoints_useful)}
 STEP_CHECKS: dict[str, StepCheck] = {f.__name__: f for f in (
     recovery_line_consistent, recovery_line_maximal, fenced_writes_refused, undone_sends_not_delivered,

@@ -41,3 +41,13 @@ def test_a_string_naming_an_agent_in_an_unknown_shape_is_refused() -> None:
     assert renaming.text("alive") == "alive"
     with pytest.raises(ValueError, match="may name an agent"):
         renaming.text("agent a failed")
+
+
+def test_a_field_the_key_does_not_render_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A field added to a process or a world and left out of the key would merge worlds
+    that differ in it: the encoder refuses to start."""
+    rendered = {kind: set(fields) for kind, fields in symmetry._RENDERED.items()}
+    rendered[symmetry.Proc].discard("backlog")
+    monkeypatch.setattr(symmetry, "_RENDERED", rendered)
+    with pytest.raises(AssertionError, match=r"does not render Proc's \['backlog'\]"):
+        symmetry.key(Bounds(Mode.CIC_BCS, agents=2))

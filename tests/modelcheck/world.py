@@ -14,8 +14,11 @@ neither hashed nor copied, so a process here keeps the protocol's decisions in p
 values (report a dependency before delivering; a refused report is not delivered; a
 rollback order is obeyed by restoring its checkpoint and then acknowledged; a
 refused token ends the process) and takes the checkpointing rule itself from the
-library (agent_client.rules: what to piggyback, when to force a checkpoint).
-Re-delivery after a rollback, dependency batching and blob integrity are not modelled.
+library (agent_client.rules: what to piggyback, when to force a checkpoint). A
+delivery is logged, the log outlives the process, and a rollback order re-delivers
+from it what the library would (`_owe_redeliveries`); a message held already is a
+duplicate. Each message carries one token (invariants.tokens_conserved).
+Dependency batching and blob integrity are not modelled.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
+from agent_client import protocol
+from agent_client.envelope import Envelope
 from agent_client.rules import Rule, rule_for
 from coordinator.core import commands as c
 from coordinator.core.decisions import epoch_commands
@@ -55,7 +60,7 @@ class Bounds:
     leader_changes: int = 1
     sends: int = 1  # per agent
     max_index: int = 2  # highest checkpoint index an agent takes
-    losses: int = 1  # messages lost, plus answers lost to a retried write
+    losses: int = 1  # messages duplicated, requests and answers lost (and retried)
     epochs: int = 2  # coordinated: epochs the leader starts
     restores: int = 0  # an operator's restores of the group to a savepoint (taken first, once)
 
@@ -81,6 +86,15 @@ class Held:
 
     mid: str
     sender: str
+    received: int
+
+
+@dataclass(frozen=True, order=True)
+class Logged:
+    """A delivery in the agent's delivery log: the message and the interval it was
+    received in (delivery_log.py; the library re-delivers from it after a rollback)."""
+
+    msg: Msg
     received: int
 
 
@@ -122,6 +136,11 @@ class Proc:
     held: tuple[Held, ...] = ()
     pending: Pending | None = None
     saved: tuple[Saved, ...] = ()  # blobs outlive the process
+    log: tuple[Logged, ...] = ()  # so does the delivery log, in the order of delivery
+    # The last rollback's re-deliveries still to make, and the records it drops from the
+    # log once all are made (protocol.AgentProtocol._backlog; in memory, so a crash forgets them).
+    backlog: tuple[Logged, ...] = ()
+    owed: tuple[Logged, ...] = ()
     lives: int = 0  # registrations so far (request ids of Register)
     # Started, not yet through the pending rollback order its registration found: the
     # library's start-up (session.Agent.start: register, restore, sync_orders, atomically)
@@ -142,12 +161,11 @@ class World:
     records: Records
     procs: tuple[Proc, ...]
     net: tuple[Msg, ...] = ()
-    in_flight: tuple[tuple[str, c.Command], ...] = ()
+    in_flight: tuple[tuple[str, c.Command], ...] = ()  # sorted: the model commits them in any order
     failures: int = 0
     leader_changes: int = 0
     losses: int = 0
     epochs: int = 0
-    proposed: frozenset[tuple[str, int]] = frozenset()  # failures this leader proposed
     suspected: frozenset[tuple[str, int]] = frozenset()  # (agent, incarnation) crashed or expired
     sends: tuple[Send, ...] = ()
     undone: frozenset[str] = frozenset()
@@ -165,8 +183,12 @@ class World:
     def without_budgets(self) -> World:
         return with_changes(self, failures=0, leader_changes=0, losses=0, epochs=0)
 
+    def writes(self) -> list[Pending]:
+        """Every write the model may still send again: processes' retries and late ones."""
+        return [p.pending for p in self.procs if p.pending is not None] + [w for _, w in self.late]
+
     def retriable(self) -> set[str]:
-        return {p.pending.request_id for p in self.procs if p.pending is not None} | {w.request_id for _, w in self.late}
+        return {w.request_id for w in self.writes()}
 
 
 # ---- what a step tells the invariants ----------------------------------------------------
@@ -273,7 +295,28 @@ class Builder:
         self.world = with_changes(self.world, **changes)
 
     def step(self, label: str, before: World) -> Step:
-        return Step(label, before, self.world, tuple(self.applied))
+        return Step(label, before, _without_dead_blobs(self.world), tuple(self.applied))
+
+
+def _without_dead_blobs(world: World) -> World:
+    """The world without the blobs nothing can read again.
+
+    A blob is read only by a restore, through the committed record that names it
+    (`_restore`), and a record naming a blob is written only by a commit, which writes
+    the blob first or holds it in the write it retries (`Pending.saved`). A blob that
+    no record and no such write names is therefore never read before it is written
+    anew (blobs are named by their content), so worlds that differ only in such blobs
+    behave alike, and no invariant reads them (needed_checkpoints_kept reads the
+    blobs records name)."""
+    if not any(p.saved for p in world.procs):
+        return world
+    view = view_of(world.records, GROUP)
+    named = {r.blob_uri for agent in view.agents() for r in view.checkpoints(agent.agent_id)}
+    named |= {w.saved.uri for w in world.writes() if w.saved is not None}
+    if all(s.uri in named for p in world.procs for s in p.saved):
+        return world
+    procs = tuple(with_changes(p, saved=tuple(s for s in p.saved if s.uri in named)) for p in world.procs)
+    return with_changes(world, procs=procs)
 
 
 def _token(p: Proc, epoch: int = 0) -> c.Token:
@@ -286,11 +329,12 @@ def _refused(result: c.Result) -> ReasonCode | None:
 
 def _down(b: Builder, bounds: Bounds, i: int) -> None:
     """The process ends (a crash, or told its incarnation is fenced): only its blobs stay,
-    and a write it was retrying may still arrive, late."""
+    and a write it was retrying may still arrive, late. Its delivery log stays, the
+    records of re-deliveries it still owed included (dropped only once all are made)."""
     p = b.world.procs[i]
     if p.pending is not None:
         b.set(late=b.world.late + ((bounds.names[i], p.pending),))
-    b.proc(i, **{f.name: f.default for f in dataclasses.fields(Proc) if f.name not in ("saved", "lives")})
+    b.proc(i, **{f.name: f.default for f in dataclasses.fields(Proc) if f.name not in ("saved", "lives", "log")})
     b.proc(i, up=False, incarnation=p.incarnation)
 
 
@@ -354,9 +398,9 @@ def moves(world: World, bounds: Bounds) -> Iterator[Move]:
     view = view_of(world.records, GROUP)
     for i, p in enumerate(world.procs):
         yield from _agent_moves(world, bounds, view, i, p)
-    for msg in world.net:
+    for msg in sorted(set(world.net)):
         if world.losses:
-            yield f"lose {msg.mid}", lambda msg=msg: _lose(world, msg)
+            yield f"duplicate {msg.mid}", lambda msg=msg: _duplicate(world, msg)
     for k, (_, write) in enumerate(world.late):
         yield f"late {write.request_id}", lambda k=k: _late(world, k)
     yield from _leader_moves(world, bounds, view)
@@ -377,6 +421,15 @@ def _agent_moves(world: World, bounds: Bounds, view: View, i: int, p: Proc) -> I
     live = server.incarnation == p.incarnation and server.state is AgentState.ALIVE
     if not live:
         yield f"fenced {name}", lambda: _fenced(world, bounds, i)
+    if p.backlog:
+        # The library finishes re-delivering before anything else (finish_redelivery
+        # opens every operation but a rollback); a re-delivery refused because a
+        # rollback is owed obeys that rollback, which re-delivers from the log instead.
+        entry = p.backlog[0]
+        yield (f"re-deliver {name}<-{entry.msg.mid}",
+               lambda: _receive(world, bounds, i, entry.msg, redelivery=True))
+        yield from _order_moves(world, bounds, view, i, live, rollbacks_only=True)
+        return
     if p.starting:
         yield from _order_moves(world, bounds, view, i, live)
         return
@@ -385,7 +438,7 @@ def _agent_moves(world: World, bounds: Bounds, view: View, i: int, p: Proc) -> I
         for j, other in enumerate(bounds.names):
             if j != i:
                 yield f"send {name}->{other}", lambda j=j: _send(world, bounds, i, j)
-    for msg in world.net:
+    for msg in sorted(set(world.net)):
         if msg.receiver == name:
             yield f"receive {name}<-{msg.mid}", lambda msg=msg: _receive(world, bounds, i, msg)
     if bounds.mode is not Mode.COORDINATED and p.last < bounds.max_index:
@@ -397,11 +450,12 @@ def _agent_moves(world: World, bounds: Bounds, view: View, i: int, p: Proc) -> I
     yield from _order_moves(world, bounds, view, i, live)
 
 
-def _order_moves(world: World, bounds: Bounds, view: View, i: int, live: bool) -> Iterator[Move]:
+def _order_moves(world: World, bounds: Bounds, view: View, i: int, live: bool,
+                 rollbacks_only: bool = False) -> Iterator[Move]:
     name = bounds.names[i]
     p = world.procs[i]
     for order in view.orders():
-        if order.agent_id != name or not live:
+        if order.agent_id != name or not live or (rollbacks_only and order.kind is not OrderKind.ROLL_BACK):
             continue
         if order.kind is OrderKind.ROLL_BACK:
             yield f"obey {name} order {order.order_id}", lambda o=order: _obey(world, bounds, i, o)
@@ -413,11 +467,20 @@ def _order_moves(world: World, bounds: Bounds, view: View, i: int, live: bool) -
                    lambda o=order: _checkpoint(world, bounds, i, p.last + 1, CheckpointKind.COORDINATED, o.epoch))
 
 
+def _failing(key: tuple[str, int]) -> str:
+    """The request id of the leader's proposal that an agent's incarnation failed."""
+    return f"leader-fail-{key[0]}-{key[1]}"
+
+
 def _leader_moves(world: World, bounds: Bounds, view: View) -> Iterator[Move]:
+    """The leader's duties, derived from the replicated state and its own proposals not
+    yet committed, as the real leader derives them on every tick: an expired lease is
+    proposed again after a refused or lost proposal, never twice at once."""
     room = len(world.in_flight) < MAX_IN_FLIGHT
+    proposals = {request_id for request_id, _ in world.in_flight}
     for agent in view.agents():
         key = (agent.agent_id, agent.incarnation)
-        if (room and agent.state is AgentState.ALIVE and key not in world.proposed
+        if (room and agent.state is AgentState.ALIVE and _failing(key) not in proposals
                 and (key in world.suspected or world.failures)):
             yield f"lease of {key[0]}#{key[1]} expires", lambda key=key: _expire(world, key)
     group = view.group()
@@ -486,19 +549,37 @@ def _send(world: World, bounds: Bounds, i: int, j: int) -> Step:
     return b.step(f"send {mid} {name}->{to} (generation {p.generation}, interval {p.last + 1})", world)
 
 
-def _receive(world: World, bounds: Bounds, i: int, msg: Msg) -> Step | None:
-    """Cut or force a checkpoint if the rule says so, report the dependency, and deliver
-    only if the report is accepted (the library's default, dependency_batch=1)."""
+def _receive(world: World, bounds: Bounds, i: int, msg: Msg, redelivery: bool = False) -> Step | None:
+    """Drop a duplicate (a message the agent's state holds); else cut or force a
+    checkpoint if the rule says so, report the dependency, and deliver only if the
+    report is accepted (the library's default, dependency_batch=1), logging the
+    delivery. A re-delivery takes the message from the backlog instead of the network."""
     b = Builder(world)
     name = bounds.names[i]
     p = world.procs[i]
+    how = "re-deliver" if redelivery else "receive"
+
+    def done() -> None:
+        """The message leaves the network or the backlog (one copy of it); the last
+        re-delivery drops the rollback's old records from the log."""
+        if not redelivery:
+            b.set(net=_without_one(b.world.net, msg))
+            return
+        q = b.world.procs[i]
+        b.proc(i, backlog=q.backlog[1:])
+        if not q.backlog[1:]:
+            b.proc(i, log=_without(q.log, q.owed), owed=())
+
+    if any(h.mid == msg.mid for h in p.held):
+        done()
+        return b.step(f"{how} {msg.mid} to {name}: a duplicate, dropped", world)
     if bounds.mode is Mode.COORDINATED:
         if msg.epoch > p.cut_epoch:
             if p.last >= bounds.max_index:
                 return None  # the cut it needs is past the bound
             result = _commit(b, bounds, i, p.last + 1, CheckpointKind.COORDINATED, msg.epoch)
             if _refused(result) in FENCED | {ReasonCode.ORDER_PENDING}:
-                return b.step(f"receive {msg.mid}: cut refused ({_refused(result)})", world)
+                return b.step(f"{how} {msg.mid}: cut refused ({_refused(result)})", world)
     else:
         forced = _rule(bounds, name, p.rule).forced_index(msg.sender, msg.piggyback, p.last)
         if forced is not None:
@@ -506,7 +587,7 @@ def _receive(world: World, bounds: Bounds, i: int, msg: Msg) -> Step | None:
                 return None  # the checkpoint it forces is past the bound
             result = _commit(b, bounds, i, forced, CheckpointKind.FORCED, 0)
             if isinstance(result, c.Failure):
-                return b.step(f"receive {msg.mid}: forced checkpoint {forced} refused ({result.reason_code})", world)
+                return b.step(f"{how} {msg.mid}: forced checkpoint {forced} refused ({result.reason_code})", world)
     p = b.world.procs[i]
     interval = p.last + 1
     record = Dependency(msg.sender, msg.interval, name, interval, msg.mid, msg.generation)
@@ -514,18 +595,25 @@ def _receive(world: World, bounds: Bounds, i: int, msg: Msg) -> Step | None:
                      c.ReportDependencies(GROUP, name, _token(p, p.cut_epoch), (record,)))
     why = _refused(result)
     if why is ReasonCode.ORDER_PENDING:
-        return b.step(f"receive {msg.mid}: refused, a rollback is owed", world)
-    net = tuple(m for m in b.world.net if m != msg)
-    if why in FENCED:
+        return b.step(f"{how} {msg.mid}: refused, a rollback is owed", world)
+    if why in FENCED:  # unwrap raised: the message was not taken, the next incarnation gets it
         _down(b, bounds, i)
-        return b.step(f"receive {msg.mid}: refused, {name} is fenced", world)
-    b.set(net=net)
+        return b.step(f"{how} {msg.mid}: refused, {name} is fenced", world)
+    if redelivery and why not in (None, ReasonCode.ORPHAN_MESSAGE):  # raised: the backlog stays for later
+        return b.step(f"{how} {msg.mid}: refused ({why}), kept for later", world)
+    done()
     if why is not None:
-        return b.step(f"receive {msg.mid}: refused ({why}), dropped", world)
+        return b.step(f"{how} {msg.mid}: refused ({why}), dropped", world)
     rule = _rule(bounds, name, p.rule)
     rule.on_deliver(msg.sender, msg.piggyback)
-    b.proc(i, rule=_doc(rule), held=p.held + (Held(msg.mid, msg.sender, interval),))
-    return b.step(f"deliver {msg.mid} to {name} in interval {interval}", world)
+    b.proc(i, rule=_doc(rule), held=p.held + (Held(msg.mid, msg.sender, interval),),
+           log=b.world.procs[i].log + (Logged(msg, interval),))
+    return b.step(f"{'re-deliver' if redelivery else 'deliver'} {msg.mid} to {name} in interval {interval}", world)
+
+
+def _without_one(net: tuple[Msg, ...], msg: Msg) -> tuple[Msg, ...]:
+    k = net.index(msg)
+    return net[:k] + net[k + 1:]
 
 
 def _checkpoint(world: World, bounds: Bounds, i: int, index: int, kind: CheckpointKind, epoch: int,
@@ -551,6 +639,8 @@ def _retry(world: World, bounds: Bounds, i: int) -> Step:
         _committed(b, bounds, i, result, pending.saved, _doc(rule))
     elif _refused(result) in FENCED:
         _down(b, bounds, i)
+    elif _refused(result) is not None:  # an acknowledgement refused: the rollback stops short of re-delivering
+        b.proc(i, backlog=(), owed=())
     return b.step(f"retry {pending.request_id}: {_refused(result) or type(result).__name__}", world)
 
 
@@ -572,14 +662,48 @@ def _obey(world: World, bounds: Bounds, i: int, order: Order, lose: bool = False
     result = b.apply(request_id, command)
     if not lose and _refused(result) in FENCED:
         _down(b, bounds, i)
+    elif lose or _refused(result) is None:
+        _owe_redeliveries(b, i, order)
     return b.step(f"obey {name}: roll back to {index} (generation {generation}), acknowledge order "
                   f"{order.order_id}{' (answer lost)' if lose else ''}", world)
 
 
-def _lose(world: World, msg: Msg) -> Step:
+def _owe_redeliveries(b: Builder, i: int, order: Order) -> None:
+    """After a rollback is acknowledged (its answer retried first if lost), the library
+    re-delivers, in the log's order, each logged message received after the restored
+    checkpoint whose send the order's line did not undo (protocol.AgentProtocol.
+    _redeliver, with the library's own undone_by), and once all are made drops those
+    records (each re-delivery logged its message anew). This replaces what a previous
+    rollback still owed: its records are still in the log."""
+    p = b.world.procs[i]
+    line = {f.agent_id: f for f in order.line}
+    since = tuple(e for e in p.log if e.received > order.checkpoint_index)
+    backlog = tuple(e for e in since if not protocol.undone_by(line, _envelope(e.msg)))
+    if backlog:
+        b.proc(i, backlog=backlog, owed=since)
+    else:
+        b.proc(i, log=_without(p.log, since), backlog=(), owed=())
+
+
+def _without(log: tuple[Logged, ...], records: tuple[Logged, ...]) -> tuple[Logged, ...]:
+    """The log less one occurrence of each of `records` (the first: the oldest)."""
+    out = list(log)
+    for record in records:
+        out.remove(record)
+    return tuple(out)
+
+
+def _envelope(msg: Msg) -> Envelope:
+    return Envelope(msg.mid, msg.sender, msg.receiver, msg.generation, 1, msg.interval, msg.epoch, msg.piggyback, b"")
+
+
+def _duplicate(world: World, msg: Msg) -> Step:
+    """The network delivers a message twice: a transport that retries after a lost
+    acknowledgement (a loss that is retried is only a delay, which the interleavings
+    cover)."""
     b = Builder(world)
-    b.set(net=tuple(m for m in world.net if m != msg), losses=world.losses - 1)
-    return b.step(f"lose {msg.mid}", world)
+    b.set(net=tuple(sorted(world.net + (msg,))), losses=world.losses - 1)
+    return b.step(f"the network duplicates {msg.mid}", world)
 
 
 def _late(world: World, k: int) -> Step:
@@ -595,8 +719,7 @@ def _expire(world: World, key: tuple[str, int]) -> Step:
     if key not in world.suspected:
         b.set(failures=world.failures - 1, suspected=world.suspected | {key})
     command = c.DeclareAgentFailed(GROUP, *key)
-    b.set(in_flight=world.in_flight + ((f"leader-fail-{key[0]}-{key[1]}", command),),
-          proposed=world.proposed | {key})
+    b.set(in_flight=_sorted(world.in_flight + ((_failing(key), command),)))
     return b.step(f"lease of {key[0]} incarnation {key[1]} expires: leader proposes its failure", world)
 
 
@@ -604,8 +727,14 @@ def _propose(world: World, command: c.Command) -> Step:
     b = Builder(world)
     if isinstance(command, c.StartEpoch):
         b.set(epochs=world.epochs - 1)
-    b.set(in_flight=world.in_flight + ((f"leader-{type(command).__name__}", command),))
+    b.set(in_flight=_sorted(world.in_flight + ((f"leader-{type(command).__name__}", command),)))
     return b.step(f"leader proposes {command}", world)
+
+
+def _sorted(in_flight: tuple[tuple[str, c.Command], ...]) -> tuple[tuple[str, c.Command], ...]:
+    """Proposals by request id (each names its command): worlds that proposed the same
+    ones in another order are one world."""
+    return tuple(sorted(in_flight, key=lambda proposal: (proposal[0], repr(proposal[1]))))
 
 
 def _commit_in_flight(world: World, k: int) -> Step:
@@ -621,7 +750,7 @@ def _leader_change(world: World, keep: int) -> Step:
     lost; the new one re-derives its duties from the replicated state."""
     b = Builder(world)
     kept = tuple(e for k, e in enumerate(world.in_flight) if keep >> k & 1)
-    b.set(in_flight=kept, leader_changes=world.leader_changes - 1, proposed=frozenset())
+    b.set(in_flight=kept, leader_changes=world.leader_changes - 1)
     return b.step(f"leader change (keeps {[rid for rid, _ in kept]})", world)
 
 
