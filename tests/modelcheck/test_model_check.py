@@ -58,15 +58,15 @@ def test_duplicates_and_a_rollback_owed_during_redelivery_hold_every_invariant()
     """Two failures and a duplicating network: a receiver re-delivering after one
     rollback is ordered back again before it is done (the library once recursed there
     without end), and duplicated messages arrive after a rollback, all within 8 steps."""
+    bounds = Bounds(Mode.CIC_BCS, agents=2, failures=2, losses=1, max_index=1, leader_changes=0)
     seen = {"interrupted": 0, "duplicated": 0}
 
     def visit(world: World) -> None:
         seen["duplicated"] += len(set(world.net)) < len(world.net)
         owing = {o.agent_id for o in view_of(world.records, GROUP).orders()
                  if o.kind is OrderKind.ROLL_BACK and not o.acked}
-        seen["interrupted"] += any(p.backlog and name in owing for name, p in zip("ab", world.procs))
+        seen["interrupted"] += any(p.backlog and name in owing for name, p in zip(bounds.names, world.procs))
 
-    bounds = Bounds(Mode.CIC_BCS, agents=2, failures=2, losses=1, max_index=1, leader_changes=0)
     report = check(bounds, 8, symmetric=True, subsume=True, visit=visit)
     assert not report.violations, "\n\n".join(map(str, report.violations.values()))
     assert seen["interrupted"] and seen["duplicated"], f"{report.states} states, of which {seen}"

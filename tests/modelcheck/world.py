@@ -398,7 +398,7 @@ def moves(world: World, bounds: Bounds) -> Iterator[Move]:
     view = view_of(world.records, GROUP)
     for i, p in enumerate(world.procs):
         yield from _agent_moves(world, bounds, view, i, p)
-    for msg in sorted(set(world.net)):
+    for msg in dict.fromkeys(world.net):  # each message once, however many copies
         if world.losses:
             yield f"duplicate {msg.mid}", lambda msg=msg: _duplicate(world, msg)
     for k, (_, write) in enumerate(world.late):
@@ -438,7 +438,7 @@ def _agent_moves(world: World, bounds: Bounds, view: View, i: int, p: Proc) -> I
         for j, other in enumerate(bounds.names):
             if j != i:
                 yield f"send {name}->{other}", lambda j=j: _send(world, bounds, i, j)
-    for msg in sorted(set(world.net)):
+    for msg in dict.fromkeys(world.net):  # each message once, however many copies
         if msg.receiver == name:
             yield f"receive {name}<-{msg.mid}", lambda msg=msg: _receive(world, bounds, i, msg)
     if bounds.mode is not Mode.COORDINATED and p.last < bounds.max_index:
