@@ -8,19 +8,31 @@ per orbit of agent renamings is then explored. With `subsume`, a world that has 
 less budget left than one already queued is not explored (subsumption.py).
 A transition that breaks an invariant is reported with the shortest trace to it
 (breadth first) and not explored further.
+
+What a search keeps is sized for tens of millions of worlds: per world seen, an entry
+of the subsumption table and two numbers to rebuild its trace (Traces), under a
+hundred bytes; and the worlds of the depth being expanded and of the next one, the
+bulk (about 1.5 KB each in memory), which past `in_memory` worlds a depth keeps on
+disk instead (Level, about 1.2 KB each).
 """
 from __future__ import annotations
 
-import sys
+import pickle
+import tempfile
 import time
+import zlib
+from array import array
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import IO, Callable
 
 from tests.modelcheck import invariants, replica, symmetry
-from tests.modelcheck.subsumption import Explored
 from tests.modelcheck.replica import view_of
+from tests.modelcheck.subsumption import Explored
 from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
+
+IN_MEMORY = 1_000_000  # worlds of one depth held in memory; the rest go to a temporary file
 
 
 @dataclass(frozen=True)
@@ -52,87 +64,150 @@ class Report:
 
 def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None,
           symmetric: bool = False, subsume: bool = False, visit: Callable[[World], None] | None = None,
-          progress: Callable[[Report], None] | None = None) -> Report:
+          progress: Callable[[Report], None] | None = None, in_memory: int = IN_MEMORY) -> Report:
     """Explore every interleaving of at most `depth` transitions from the initial world
     (or as many as `max_seconds` allows: the report then says it is not complete);
     `symmetric`: one world per orbit of agent renamings; `subsume`: no world with less
     budget than one queued. `visit` sees each new world explored; `progress` sees the
-    report each time the search starts a deeper level (every shallower one is done)."""
+    report each time the search starts a deeper level (every shallower one is done);
+    `in_memory`: the worlds of one depth held in memory, the rest kept on disk."""
     started = time.perf_counter()
     replica.forget()
     symmetry.forget()
     shape_of: Callable[[World], int] = (symmetry.shape(bounds) if symmetric
                                          else lambda world: hash(world.without_budgets()))
-    queued = Explored()
+    queued = Explored(subsume)
+    stopped: set[int] = set()  # keys of the worlds a violation stopped: met again, they are skipped
+    traces = Traces()
     report = Report(bounds, depth)
-    first = initial(bounds)
-    first_shape = shape_of(first)
-    first_key = hash((first_shape, first.budgets))
-    parents: Parents = {first_key: None}
-    frontier: deque[tuple[World, int, int]] = deque([(first, first_key, 0)])
-    queued.add(first_shape, first.budgets)
     report.complete = True
-    _count(report.per_level, 0)
 
-    def trace(key: int, last: str) -> tuple[str, ...]:
-        labels = [last]
-        link = parents[key]
-        while link is not None:
-            key, label = link
-            labels.append(label)
-            link = parents[key]
-        return tuple(reversed(labels))
-
-    def found(name: str, detail: str, key: int, label: str) -> None:
+    def found(name: str, detail: str, parent: int | None, label: str) -> None:
         if name not in report.violations:
-            report.violations[name] = Violation(name, detail, trace(key, label))
+            report.violations[name] = Violation(name, detail, traces.trace(parent, label))
 
-    _check_state(first, first_key, "initial", parents, report, found)
+    first = initial(bounds)
+    _check_state(first, None, "initial", report, found)
     if visit is not None:
         visit(first)
+    queued.add(shape_of(first), first.budgets)
+    current = Level(in_memory)
+    current.add(first, traces.add(None, "initial"))
+    _count(report.per_level, 0)
     deadline = None if max_seconds is None else started + max_seconds
-    while frontier and not (stop_at_first and report.violations):
-        if deadline is not None and time.perf_counter() > deadline:
-            report.complete = False
-            break
-        world, key, level = frontier.popleft()
-        if level > report.depth_reached and progress is not None:
+    at = 0
+    while current.size and not (stop_at_first and report.violations):
+        if at > 0 and progress is not None:
             report.seconds = time.perf_counter() - started
             progress(report)
-        report.depth_reached = max(report.depth_reached, level)
-        if level == depth:
-            report.complete = report.complete and not any(True for _ in moves(world, bounds))
+        following = Level(in_memory)
+        for world, number in current.drain():
+            if stop_at_first and report.violations:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                report.complete = False
+                break
+            report.depth_reached = at
+            if at == depth:
+                report.complete = report.complete and not any(True for _ in moves(world, bounds))
+                continue
+            for _label, build in moves(world, bounds):
+                step = build()
+                if step is None:
+                    continue
+                report.transitions += 1
+                report.recoveries += invariants.recoveries_started(step)
+                report.restores += invariants.restores_applied(step)
+                broken = [(n, d) for n, f in invariants.STEP_CHECKS.items() if (d := f(step)) is not None]
+                for name, detail in broken:
+                    found(name, detail, number, step.label)
+                after = step.after
+                after_shape = shape_of(after)
+                after_key = hash((after_shape, after.budgets))
+                if queued.holds(after_shape, after.budgets) or after_key in stopped:
+                    continue
+                if subsume and queued.covers(after_shape, after.budgets):
+                    report.subsumed += 1
+                    continue
+                report.states += 1
+                if visit is not None:
+                    visit(after)
+                if broken or not _check_state(after, number, step.label, report, found):
+                    stopped.add(after_key)
+                    continue
+                queued.add(after_shape, after.budgets)
+                following.add(after, traces.add(number, step.label))
+                _count(report.per_level, at + 1)
+        else:  # every world of this depth expanded
+            current, at = following, at + 1
             continue
-        for _label, build in moves(world, bounds):
-            step = build()
-            if step is None:
-                continue
-            report.transitions += 1
-            report.recoveries += invariants.recoveries_started(step)
-            report.restores += invariants.restores_applied(step)
-            broken = [(n, d) for n, f in invariants.STEP_CHECKS.items() if (d := f(step)) is not None]
-            for name, detail in broken:
-                found(name, detail, key, step.label)
-            after = step.after
-            after_shape = shape_of(after)
-            after_key = hash((after_shape, after.budgets))
-            if after_key in parents:
-                continue
-            if subsume and queued.covers(after_shape, after.budgets):
-                report.subsumed += 1
-                continue
-            parents[after_key] = (key, sys.intern(step.label))  # labels recur: one copy each
-            report.states += 1
-            if visit is not None:
-                visit(after)
-            if broken or not _check_state(after, after_key, step.label, parents, report, found):
-                continue
-            frontier.append((after, after_key, level + 1))
-            _count(report.per_level, level + 1)
-            queued.add(after_shape, after.budgets)
+        break  # the deadline passed, or stop_at_first found a violation
     report.states += 1  # the initial world
     report.seconds = time.perf_counter() - started
     return report
+
+
+class Traces:
+    """How each queued world was first reached, by its number: its parent's number and
+    the step's label, two arrays of 4-byte numbers (labels recur: one copy each)."""
+
+    def __init__(self) -> None:
+        self._parents = array("I")
+        self._labels = array("I")
+        self._names: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def add(self, parent: int | None, label: str) -> int:
+        """Number a world reached from `parent` (None: the initial world) by `label`."""
+        found = self._ids.get(label)
+        if found is None:
+            found = self._ids[label] = len(self._names)
+            self._names.append(label)
+        self._parents.append(len(self._parents) if parent is None else parent)
+        self._labels.append(found)
+        return len(self._parents) - 1
+
+    def trace(self, parent: int | None, last: str) -> tuple[str, ...]:
+        """The labels from the initial world to `parent`, then `last`."""
+        labels = [last]
+        while parent is not None and self._parents[parent] != parent:
+            labels.append(self._names[self._labels[parent]])
+            parent = self._parents[parent]
+        return tuple(reversed(labels))
+
+
+class Level:
+    """The worlds queued at one depth with their numbers, read back once in the order
+    queued: the first `in_memory` held in memory, the rest pickled and compressed to a
+    temporary file (a depth of a long search holds millions of worlds: about 1.2 KB
+    each there, where a world in memory takes about 1.5 KB)."""
+
+    def __init__(self, in_memory: int) -> None:
+        self._in_memory = in_memory
+        self._held: deque[tuple[World, int]] = deque()
+        self._file: IO[bytes] | None = None
+        self.size = 0
+
+    def add(self, world: World, number: int) -> None:
+        self.size += 1
+        if self._file is None and len(self._held) < self._in_memory:
+            self._held.append((world, number))
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile()
+        record = zlib.compress(pickle.dumps((world, number), pickle.HIGHEST_PROTOCOL), 1)
+        self._file.write(len(record).to_bytes(4, "little") + record)
+
+    def drain(self) -> Iterator[tuple[World, int]]:
+        """Each world once, in the order queued, let go as it is read."""
+        while self._held:
+            yield self._held.popleft()
+        if self._file is None:
+            return
+        with self._file as spilled:
+            spilled.seek(0)
+            while size := spilled.read(4):
+                yield pickle.loads(zlib.decompress(spilled.read(int.from_bytes(size, "little"))))
 
 
 def _count(per_level: list[int], level: int) -> None:
@@ -140,18 +215,16 @@ def _count(per_level: list[int], level: int) -> None:
     per_level[level] += 1
 
 
-Parents = dict[int, "tuple[int, str] | None"]  # state hash -> (its parent's, the step's label)
-Found = Callable[[str, str, int, str], None]
+Found = Callable[[str, str, "int | None", str], None]
 
 
-def _check_state(world: World, key: int, label: str, parents: Parents, report: Report, found: Found) -> bool:
+def _check_state(world: World, parent: int | None, label: str, report: Report, found: Found) -> bool:
     """Run every state invariant; False if one fails (the state is then not expanded)."""
     view = view_of(world.records, GROUP)
     ok = True
     for name, f in invariants.STATE_CHECKS.items():
         detail = f(world, view)
         if detail is not None:
-            link = parents[key]
-            found(name, detail, link[0] if link else key, label)
+            found(name, detail, parent, label)
             ok = False
     return ok

@@ -34,17 +34,42 @@ Budgets = tuple[int, ...]
 
 class Explored:
     """The budgets of the worlds queued for expansion, by shape (a world's key but
-    for its budgets)."""
+    for its budgets). This table is most of a long search's memory (one entry per
+    world), so each world's budgets are packed into one shared int, a shape with one
+    world holds that int alone, and `subsume=False` answers only for equal budgets."""
 
-    def __init__(self) -> None:
-        self._budgets: dict[int, list[Budgets]] = {}
+    def __init__(self, subsume: bool = True) -> None:
+        self.subsume = subsume
+        self._budgets: dict[int, int | tuple[int, ...]] = {}
+        self._packed: dict[Budgets, int] = {}  # one int object per distinct budgets
+        self._unpacked: dict[int, Budgets] = {}
+
+    def holds(self, shape: int, budgets: Budgets) -> bool:
+        """Whether a world of this shape with these very budgets is queued."""
+        found = self._budgets.get(shape)
+        packed = self._packed.get(budgets)
+        return found is not None and packed is not None and (
+            found == packed if isinstance(found, int) else packed in found)
 
     def covers(self, shape: int, budgets: Budgets) -> bool:
-        """Whether a queued world of this shape has at least these budgets, each."""
-        return any(dominates(seen, budgets) for seen in self._budgets.get(shape, ()))
+        """Whether a queued world of this shape has at least these budgets, each (or
+        exactly these, without subsumption)."""
+        if not self.subsume:
+            return self.holds(shape, budgets)
+        found = self._budgets.get(shape)
+        if found is None:
+            return False
+        return any(dominates(self._unpacked[seen], budgets)
+                   for seen in ((found,) if isinstance(found, int) else found))
 
     def add(self, shape: int, budgets: Budgets) -> None:
-        self._budgets.setdefault(shape, []).append(budgets)
+        packed = self._packed.get(budgets)
+        if packed is None:
+            packed = self._packed[budgets] = len(self._packed)
+            self._unpacked[packed] = budgets
+        found = self._budgets.get(shape)
+        self._budgets[shape] = packed if found is None else (
+            (found, packed) if isinstance(found, int) else found + (packed,))
 
 
 def dominates(more: Budgets, less: Budgets) -> bool:

@@ -222,6 +222,12 @@ _BLOBS: dict[str, Saved] = {}
 _WRITES: dict[str, tuple[str, Pending]] = {}
 _FINGERPRINTS: dict[tuple[str, Pending], str] = {}
 _RENAMINGS: dict[tuple[Bounds, Perm], Renaming] = {}
+_DECODED: dict[tuple[bytes, bytes], _Record] = {}
+# A record renamed, by renaming and the new ids of the order ids it names (all it reads
+# of a world's renumbering). A blob URI renders as the blob it names once the blob is
+# known (_BLOBS), and stays as first rendered here: either rendering of one URI is
+# distinct from every rendering of another, so an early one can only miss a merge.
+_RENDERED_RECORDS: dict[tuple[Renaming, bytes, bytes, tuple[int, ...]], tuple[str, Any]] = {}
 
 
 def _renaming(bounds: Bounds, perm: Perm) -> Renaming:
@@ -238,31 +244,57 @@ def _remember(table: dict[Any, Any], key: Any, value: Any) -> Any:
     return value
 
 
+@dataclasses.dataclass(frozen=True)
+class _Record:
+    """One record decoded, renaming aside: what every renaming of it reads."""
+
+    table: str
+    parts: tuple[Any, ...]
+    fingerprint: str | None  # a kept answer's command fingerprint
+    kind: str | None  # a kept answer's result type
+    value: Any  # the decoded JSON
+    orders: tuple[int, ...]  # the order ids it names: in its value, or acknowledged in its key
+    renumbered: tuple[int, ...]  # every id a renumbering of orders can change in it
+
+
+def _decoded(raw_key: bytes, raw_value: bytes) -> _Record:
+    """A record decoded once (remembered: most records of a world are its parent's)."""
+    found = _DECODED.get((raw_key, raw_value))
+    if found is not None:
+        return found
+    table, parts = keys.parse(raw_key)
+    fingerprint = kind = None
+    if table == RESULT:
+        fingerprint, kept = read_kept_answer(raw_value)
+        head, _, body = kept.partition(b"\n")
+        kind, value = head.decode(), json.loads(body)
+    else:
+        value = json.loads(raw_value)
+    named = _referenced(value, set())
+    named.update(int(m[2]) for p in parts if isinstance(p, str) and (m := _ACK.fullmatch(p)) is not None)
+    keyed = {p for p in parts if isinstance(p, int)} if table == ORDER else set()
+    record = _Record(table, parts, fingerprint, kind, value, tuple(sorted(named)), tuple(sorted(named | keyed)))
+    return _remember(_DECODED, (raw_key, raw_value), record)
+
+
 def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> tuple[int, dict[int, int]]:
     """The hash of the records renamed (in renamed-key order), and the renumbering of
     the order ids they and the writes still to be retried (`pending_orders`) name
     (Encoder remembers it: records recur across worlds)."""
-    decoded: list[tuple[str, tuple[Any, ...], tuple[str, str] | None, Any]] = []
-    for raw_key, raw_value in records:
-        table, parts = keys.parse(raw_key)
-        if table == RESULT:
-            remembered, kept = read_kept_answer(raw_value)
-            kind, _, body = kept.partition(b"\n")
-            decoded.append((table, parts, (remembered, kind.decode()), json.loads(body)))
-        else:
-            decoded.append((table, parts, None, json.loads(raw_value)))
-    referenced = set(pending_orders)
-    for _, parts, _, value in decoded:
-        _referenced(value, referenced)
-        acked = [_ACK.fullmatch(p) for p in parts if isinstance(p, str)]
-        referenced.update(int(m[2]) for m in acked if m is not None)
-    ids = _order_ids(r, [value["d"] for table, _, _, value in decoded if table == ORDER], referenced)
+    decoded = [_decoded(raw_key, raw_value) for raw_key, raw_value in records]
+    referenced = set(pending_orders).union(*(d.orders for d in decoded))
+    ids = _order_ids(r, [d.value["d"] for d in decoded if d.table == ORDER], referenced)
     out = []
-    for table, parts, answered, value in decoded:
-        key = (table,) + tuple(r.text(_acking(p, ids)) if isinstance(p, str) else ids.get(p, p) if table == ORDER
-                               else p for p in parts)
-        head = () if answered is None else (_answered(r, answered[0], ids), answered[1])
-        out.append((repr(key), head + (r.plain(value, ids),)))
+    for (raw_key, raw_value), d in zip(records, decoded):
+        renumbered = tuple(ids.get(o, o) for o in d.renumbered)
+        rendered = _RENDERED_RECORDS.get((r, raw_key, raw_value, renumbered))
+        if rendered is None:
+            key = (d.table,) + tuple(r.text(_acking(p, ids)) if isinstance(p, str) else
+                                     ids.get(p, p) if d.table == ORDER else p for p in d.parts)
+            rendered = _remember(_RENDERED_RECORDS, (r, raw_key, raw_value, renumbered),
+                                 (repr(key), r.plain(d.value, ids)))
+        head = () if d.fingerprint is None else (_answered(r, d.fingerprint, ids), d.kind)
+        out.append((rendered[0], head + (rendered[1],)))
     return hash(tuple(sorted(out))), ids
 
 
@@ -442,5 +474,5 @@ def key(bounds: Bounds) -> Callable[[World], int]:
 
 
 def forget() -> None:
-    for table in (_BLOBS, _WRITES, _FINGERPRINTS, _RENAMINGS):
+    for table in (_BLOBS, _WRITES, _FINGERPRINTS, _RENAMINGS, _DECODED, _RENDERED_RECORDS):
         table.clear()

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.core.model import Mode, OrderKind
 from tests.modelcheck import invariants
-from tests.modelcheck.explore import check
+from tests.modelcheck.explore import IN_MEMORY, check
 from tests.modelcheck.planted import PLANTED
 from tests.modelcheck.replica import view_of
 from tests.modelcheck.world import GROUP, Bounds, World
@@ -94,6 +94,19 @@ def test_a_planted_bug_is_reported_by_the_invariants_it_breaks(name: str) -> Non
     full = reports["none"].states
     assert all(r.states <= full for r in reports.values()), {how: r.states for how, r in reports.items()}
     assert reports["symmetry"].states < full, f"{reports['symmetry'].states} states with symmetry, {full} without"
+
+
+def test_a_search_that_keeps_its_worlds_on_disk_finds_what_one_in_memory_finds() -> None:
+    """Past `in_memory` worlds a depth goes to a temporary file: read back in the order
+    queued, they give the same states, depths and shortest counterexample."""
+    bug = PLANTED["rollbacks re-deliver nothing"]
+    with mock.patch.object(bug.module, bug.attribute, bug.replacement):
+        held, spilled = tuple(check(Bounds(Mode.CIC_BCS, **bug.bounds), PLANTED_DEPTH, stop_at_first=True, symmetric=True,
+                                    subsume=True, in_memory=n) for n in (IN_MEMORY, 5))
+    assert max(held.per_level) > 5, f"nothing went to disk: {held.per_level} worlds per depth"
+    assert (spilled.states, spilled.per_level, spilled.violations) == (held.states, held.per_level, held.violations), (
+        f"on disk: {spilled.states} states {spilled.per_level}, {list(spilled.violations.values())}; "
+        f"in memory: {held.states} states {held.per_level}, {list(held.violations.values())}")
 
 
 def test_every_invariant_is_checked() -> None:

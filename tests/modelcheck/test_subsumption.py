@@ -12,7 +12,7 @@ import pytest
 from coordinator.core.model import Mode
 from tests.modelcheck import symmetry
 from tests.modelcheck.explore import check
-from tests.modelcheck.subsumption import Budgets, dominates
+from tests.modelcheck.subsumption import Budgets, Explored, dominates
 from tests.modelcheck.world import Bounds, World
 
 BOUNDS = {"agents": 2, "max_index": 1, "losses": 1, "epochs": 1}
@@ -38,3 +38,15 @@ def test_every_world_of_the_full_search_is_reached_or_subsumed(mode: Mode, depth
     assert not missed, f"{mode.value}: {len(missed)} of {full.states} worlds neither reached nor subsumed: {missed[:5]}"
     assert not full.violations and not reduced.violations
     assert reduced.states < full.states, f"{mode.value}: {reduced.states} states reduced, {full.states} full"
+
+
+def test_the_table_answers_for_equal_budgets_or_with_subsumption_for_at_most_them() -> None:
+    table = Explored(subsume=True)
+    table.add(1, (2, 1, 0, 1))
+    table.add(1, (0, 1, 1, 1))
+    assert table.holds(1, (2, 1, 0, 1)) and not table.holds(1, (1, 1, 0, 1)) and not table.holds(2, (2, 1, 0, 1))
+    assert table.covers(1, (1, 1, 0, 1)) and table.covers(1, (0, 0, 1, 0)), "either world queued covers these"
+    assert not table.covers(1, (1, 1, 1, 1)) and not table.covers(2, (0, 0, 0, 0)), "neither covers these"
+    exact = Explored(subsume=False)
+    exact.add(1, (2, 1, 0, 1))
+    assert exact.covers(1, (2, 1, 0, 1)) and not exact.covers(1, (1, 1, 0, 1)), "without subsumption: equal only"
