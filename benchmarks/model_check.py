@@ -12,7 +12,7 @@ verdict and the length of every shortest counterexample. --levels prints how man
 states each depth adds: the growth that says how far a run that stopped at
 --max-seconds was from complete. The issue's size: --agents 3 --failures 2
 --leader-changes 1 (docs/chaos.md, "The model checker", has the figures). A long run
-keeps under a hundred bytes a state seen in memory and, past --in-memory worlds, a
+keeps about a hundred bytes a state seen in memory and, past --in-memory worlds, a
 depth's worlds on disk (about 1.2 KB each, in the temporary directory); --jobs N
 explores N modes at once, one process each.
 Run: python benchmarks/model_check.py [--agents 2 --depth 40 --failures 1 --leader-changes 1 --max-seconds 600 --jobs 2]
