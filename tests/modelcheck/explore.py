@@ -76,7 +76,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
     symmetry.forget()
     shape_of: Callable[[World], int] = (symmetry.shape(bounds) if symmetric
                                          else lambda world: hash(world.without_budgets()))
-    queued = Explored(subsume)
+    queued = Explored()
     stopped: set[int] = set()  # keys of the worlds a violation stopped: met again, they are skipped
     traces = Traces()
     report = Report(bounds, depth)

@@ -35,11 +35,10 @@ Budgets = tuple[int, ...]
 class Explored:
     """The budgets of the worlds queued for expansion, by shape (a world's key but
     for its budgets). This table is most of a long search's memory (one entry per
-    world), so each world's budgets are packed into one shared int, a shape with one
-    world holds that int alone, and `subsume=False` answers only for equal budgets."""
+    world), so each world's budgets are packed into one shared int and a shape with
+    one world holds that int alone."""
 
-    def __init__(self, subsume: bool = True) -> None:
-        self.subsume = subsume
+    def __init__(self) -> None:
         self._budgets: dict[int, int | tuple[int, ...]] = {}
         self._packed: dict[Budgets, int] = {}  # one int object per distinct budgets
         self._unpacked: dict[int, Budgets] = {}
@@ -52,10 +51,7 @@ class Explored:
             found == packed if isinstance(found, int) else packed in found)
 
     def covers(self, shape: int, budgets: Budgets) -> bool:
-        """Whether a queued world of this shape has at least these budgets, each (or
-        exactly these, without subsumption)."""
-        if not self.subsume:
-            return self.holds(shape, budgets)
+        """Whether a queued world of this shape has at least these budgets, each."""
         found = self._budgets.get(shape)
         if found is None:
             return False
