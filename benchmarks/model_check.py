@@ -14,13 +14,17 @@ states each depth adds: the growth that says how far a run that stopped at
 --leader-changes 1 (docs/chaos.md, "The model checker", has the figures). A long run
 keeps about a hundred bytes a state seen in memory and, past --in-memory worlds, a
 depth's worlds on disk (about 1.2 KB each, in the temporary directory); --jobs N
-explores N modes at once, one process each.
+explores N modes at once, one process each. With --save-dir DIR a search saves itself
+as each depth starts and, stopped at any point and run again with the same arguments,
+resumes from the last depth it saved (tests/modelcheck/saved_search.py): the full size takes
+CPU-hours per mode.
 Run: python benchmarks/model_check.py [--agents 2 --depth 40 --failures 1 --leader-changes 1 --max-seconds 600 --jobs 2]
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import resource
 import sys
 from collections.abc import Callable, Iterator
@@ -31,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordinator.core.model import Mode  # noqa: E402
 from tests.modelcheck.explore import IN_MEMORY, Report, check  # noqa: E402
+from tests.modelcheck.saved_search import SaveRefused  # noqa: E402
 from tests.modelcheck.world import Bounds  # noqa: E402
 
 
@@ -55,25 +60,40 @@ def main() -> int:
     parser.add_argument("--in-memory", type=int, default=IN_MEMORY,
                         help="worlds of one depth held in memory (about 1.5 KB each); the rest go to a temporary file")
     parser.add_argument("--jobs", type=int, default=1, help="modes explored at once, one process each")
+    parser.add_argument("--save-dir", type=Path, default=None,
+                        help="a directory each mode's search saves itself to as each depth starts (a subdirectory "
+                             "per mode) and, run again with the same arguments, resumes from")
     args = parser.parse_args()
+    if args.save_dir is not None and "PYTHONHASHSEED" not in os.environ:
+        # A saved search's keys are hashes of strings: every run that resumes it must hash alike.
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
     print(f"agents={args.agents} failures={args.failures} leader_changes={args.leader_changes} sends={args.sends} "
           f"max_index={args.max_index} losses={args.losses} epochs={args.epochs} depth<={args.depth} "
           f"symmetry={'off' if args.no_symmetry else 'on'} subsumption={'off' if args.no_subsumption else 'on'}")
     print(f"{'mode':<14} {'states':>9} {'transitions':>12} {'depth':>6} {'recoveries':>11} {'seconds':>8} "
           f"{'complete':>9}  violations")
-    found = []
     explore = partial(_explore, args)
     with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
-        for name, report in pool.imap_unordered(explore, args.modes):  # a row as each mode is done
-            print(f"{name:<14} {report.states:>9} {report.transitions:>12} {report.depth_reached:>6} "
-                  f"{report.recoveries:>11} {report.seconds:>8.1f} {'yes' if report.complete else 'no':>9}  "
-                  f"{', '.join(report.violations) or 'none'}", flush=True)
-            if args.levels:
-                print(f"{'':<14} states per depth: {report.per_level}", flush=True)
-            found += [f"[{name}] {v}" for v in report.violations.values()]
+        try:
+            done = list(_rows(pool.imap_unordered(explore, args.modes), args.levels))
+        except SaveRefused as e:
+            print(f"model_check: {e}", file=sys.stderr)
+            return 2
+    found = [f"[{name}] {v}" for name, report in done for v in report.violations.values()]
     for violation in found:
         print(f"\n{violation}")
     return 1 if found else 0
+
+
+def _rows(reports: Iterator[tuple[str, Report]], levels: bool) -> Iterator[tuple[str, Report]]:
+    """A row printed as each mode is done."""
+    for name, report in reports:
+        print(f"{name:<14} {report.states:>9} {report.transitions:>12} {report.depth_reached:>6} "
+              f"{report.recoveries:>11} {report.seconds:>8.1f} {'yes' if report.complete else 'no':>9}  "
+              f"{', '.join(report.violations) or 'none'}", flush=True)
+        if levels:
+            print(f"{'':<14} states per depth: {report.per_level}", flush=True)
+        yield name, report
 
 
 class _Serial:
@@ -94,7 +114,7 @@ def _explore(args: argparse.Namespace, name: str) -> tuple[str, Report]:
                     sends=args.sends, max_index=args.max_index, losses=args.losses, epochs=args.epochs)
     return name, check(bounds, args.depth, max_seconds=args.max_seconds, symmetric=not args.no_symmetry,
                        subsume=not args.no_subsumption, progress=_progress(name) if args.progress else None,
-                       in_memory=args.in_memory)
+                       in_memory=args.in_memory, save_dir=None if args.save_dir is None else args.save_dir / name)
 
 
 def _progress(mode: str) -> Callable[[Report], None]:

@@ -18,6 +18,7 @@ disk instead (Level, about 1.2 KB each).
 from __future__ import annotations
 
 import pickle
+import shutil
 import tempfile
 import time
 import zlib
@@ -25,9 +26,10 @@ from array import array
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Callable
 
-from tests.modelcheck import invariants, replica, symmetry
+from tests.modelcheck import invariants, replica, saved_search, symmetry
 from tests.modelcheck.replica import view_of
 from tests.modelcheck.subsumption import Explored
 from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
@@ -64,41 +66,57 @@ class Report:
 
 def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None,
           symmetric: bool = False, subsume: bool = False, visit: Callable[[World], None] | None = None,
-          progress: Callable[[Report], None] | None = None, in_memory: int = IN_MEMORY) -> Report:
+          progress: Callable[[Report], None] | None = None, in_memory: int = IN_MEMORY,
+          save_dir: Path | None = None) -> Report:
     """Explore every interleaving of at most `depth` transitions from the initial world
     (or as many as `max_seconds` allows: the report then says it is not complete);
     `symmetric`: one world per orbit of agent renamings; `subsume`: no world with less
     budget than one queued. `visit` sees each new world explored; `progress` sees the
     report each time the search starts a deeper level (every shallower one is done);
-    `in_memory`: the worlds of one depth held in memory, the rest kept on disk."""
-    started = time.perf_counter()
+    `in_memory`: the worlds of one depth held in memory, the rest kept on disk;
+    `save_dir`: a directory the search saves itself to as each depth starts and, run
+    again, resumes from (saved_search.py); the report's seconds then count every run."""
+    began = time.perf_counter()
     replica.forget()
     symmetry.forget()
     shape_of: Callable[[World], int] = (symmetry.shape(bounds) if symmetric
                                          else lambda world: hash(world.without_budgets()))
-    queued = Explored()
-    stopped: set[int] = set()  # keys of the worlds a violation stopped: met again, they are skipped
-    traces = Traces()
-    report = Report(bounds, depth)
-    report.complete = True
+    if save_dir is not None and not symmetric:
+        raise saved_search.SaveRefused("a search without symmetry keys a world by Python's hash of it, which "
+                                       "another process computes differently: a saved search needs the symmetric key")
+    ident = {} if save_dir is None else saved_search.identity(bounds, symmetric, subsume)
+    saved = None if save_dir is None else saved_search.load(save_dir, ident)
+    # stopped: the keys of the worlds a violation stopped (met again, they are skipped)
+    queued, stopped, traces, report = (Explored(), set[int](), Traces(), Report(bounds, depth, complete=True))
+    current, at = Level(in_memory), 0
+    if saved is not None:
+        queued, stopped, traces, report = (saved.tables[name] for name in ("queued", "stopped", "traces", "report"))
+        if saved.at > depth:
+            raise saved_search.SaveRefused(f"the search saved in {save_dir} is at depth {saved.at}, "
+                                           f"past this search's bound of {depth}")
+        current, at = Level.saved(saved.worlds, saved.tables["size"]), saved.at
+        report.depth = depth
 
     def found(name: str, detail: str, parent: int | None, label: str) -> None:
         if name not in report.violations:
             report.violations[name] = Violation(name, detail, traces.trace(parent, label))
 
-    first = initial(bounds)
-    _check_state(first, None, "initial", report, found)
-    if visit is not None:
-        visit(first)
-    queued.add(shape_of(first), first.budgets)
-    current = Level(in_memory)
-    current.add(first, traces.add(None, "initial"))
-    _count(report.per_level, 0)
-    deadline = None if max_seconds is None else started + max_seconds
-    at = 0
+    if saved is None:
+        first = initial(bounds)
+        _check_state(first, None, "initial", report, found)
+        if visit is not None:
+            visit(first)
+        queued.add(shape_of(first), first.budgets)
+        current.add(first, traces.add(None, "initial"))
+        _count(report.per_level, 0)
+    started = began - report.seconds
+    deadline = None if max_seconds is None else began + max_seconds
     while current.size and not (stop_at_first and report.violations):
+        report.seconds = time.perf_counter() - started
+        if save_dir is not None and (saved is None or at > saved.at):  # a resumed depth is saved already
+            saved_search.save(save_dir, ident, at, {"queued": queued, "stopped": stopped, "traces": traces,
+                                                 "report": report, "size": current.size}, current.write)
         if at > 0 and progress is not None:
-            report.seconds = time.perf_counter() - started
             progress(report)
         following = Level(in_memory)
         for world, number in current.drain():
@@ -180,13 +198,22 @@ class Level:
     """The worlds queued at one depth with their numbers, read back once in the order
     queued: the first `in_memory` held in memory, the rest pickled and compressed to a
     temporary file (a depth of a long search holds millions of worlds: about 1.2 KB
-    each there, where a world in memory takes about 1.5 KB)."""
+    each there, where a world in memory takes about 1.5 KB). A saved search keeps
+    a depth's worlds as one such file (`write`, `saved`)."""
 
     def __init__(self, in_memory: int) -> None:
         self._in_memory = in_memory
         self._held: deque[tuple[World, int]] = deque()
         self._file: IO[bytes] | None = None
         self.size = 0
+
+    @classmethod
+    def saved(cls, path: Path, size: int) -> Level:
+        """The `size` worlds a saved search wrote to `path` (which stays: the save's)."""
+        level = cls(0)
+        level._file = open(path, "rb")
+        level.size = size
+        return level
 
     def add(self, world: World, number: int) -> None:
         self.size += 1
@@ -195,8 +222,16 @@ class Level:
             return
         if self._file is None:
             self._file = tempfile.TemporaryFile()
-        record = zlib.compress(pickle.dumps((world, number), pickle.HIGHEST_PROTOCOL), 1)
-        self._file.write(len(record).to_bytes(4, "little") + record)
+        self._file.write(_record(world, number))
+
+    def write(self, out: IO[bytes]) -> None:
+        """Every world of this depth to `out`, in the order queued, keeping them."""
+        for world, number in self._held:
+            out.write(_record(world, number))
+        if self._file is not None:
+            self._file.seek(0)
+            shutil.copyfileobj(self._file, out)
+            self._file.seek(0, 2)
 
     def drain(self) -> Iterator[tuple[World, int]]:
         """Each world once, in the order queued, let go as it is read."""
@@ -208,6 +243,12 @@ class Level:
             spilled.seek(0)
             while size := spilled.read(4):
                 yield pickle.loads(zlib.decompress(spilled.read(int.from_bytes(size, "little"))))
+
+
+def _record(world: World, number: int) -> bytes:
+    """A queued world as Level keeps it on disk: a length, then the pair pickled and compressed."""
+    record = zlib.compress(pickle.dumps((world, number), pickle.HIGHEST_PROTOCOL), 1)
+    return len(record).to_bytes(4, "little") + record
 
 
 def _count(per_level: list[int], level: int) -> None:

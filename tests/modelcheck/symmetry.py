@@ -73,6 +73,30 @@ Perm = tuple[int, ...]  # agent i is renamed to agent perm[i]
 CACHE_LIMIT = 1 << 16
 
 
+class _Null:
+    """None as a rendering holds it. Python 3.11 hashes None by its address, which
+    differs from one process to the next, and a search's keys must hash alike in
+    every process that resumes it (saved_search.py); this hashes to a constant and
+    equals only itself."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return 0x6E756C6C
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Null)
+
+    def __reduce__(self) -> str:
+        return "NULL"
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
 class Renaming:
     """One permutation of one bounds' agents, applied to every shape of value that
     names an agent."""
@@ -143,7 +167,7 @@ class Renaming:
             if len(owners) == len(value) > 1 and len(set(owners)) == len(owners) and set(owners) <= set(self.names):
                 return tuple(item for _, item in sorted(zip(map(self.name, owners), items)))  # a recovery's line
             return tuple(items)
-        return value
+        return NULL if value is None else value
 
     def value(self, value: Any) -> Any:
         """obj(value), remembered: messages and commands recur across worlds."""
@@ -170,7 +194,7 @@ class Renaming:
             return self.text(value)
         if isinstance(value, (tuple, list, frozenset, set)):
             return tuple(self.obj(v) for v in value)
-        return value
+        return NULL if value is None else value
 
     def saved(self, s: Saved) -> tuple[Any, ...]:
         """A blob by its content (the part of its URI that is not a hash of that content)."""
@@ -193,7 +217,7 @@ class Renaming:
     def _rule(self, doc: str) -> Any:
         state = json.loads(doc) if doc else None
         if not isinstance(state, dict):
-            return state
+            return NULL if state is None else state
         return tuple(sorted((k, self.index(v) if k == "me" else
                              self.vector(v) if isinstance(v, list) and len(v) == self.n else v)
                             for k, v in state.items()))
@@ -416,7 +440,7 @@ def _learn(world: World, bounds: Bounds) -> None:
 
 def _pending(r: Renaming, w: Pending | None, ids: dict[int, int]) -> Any:
     if w is None:
-        return None
+        return NULL
     renumbered = with_changes(w, request_id=_acking(w.request_id, ids), order_id=ids.get(w.order_id, w.order_id))
     return r.value(renumbered)
 
@@ -476,3 +500,14 @@ def key(bounds: Bounds) -> Callable[[World], int]:
 def forget() -> None:
     for table in (_BLOBS, _WRITES, _FINGERPRINTS, _RENAMINGS, _DECODED, _RENDERED_RECORDS):
         table.clear()
+
+
+def learned() -> dict[str, dict[str, Any]]:
+    """What the hashes met so far stand for (a saved search keeps it: a world of a
+    resumed search may name a blob or a write only an earlier world showed)."""
+    return {"blobs": dict(_BLOBS), "writes": dict(_WRITES)}
+
+
+def relearn(tables: dict[str, dict[str, Any]]) -> None:
+    _BLOBS.update(tables["blobs"])
+    _WRITES.update(tables["writes"])
