@@ -64,9 +64,11 @@ def main() -> int:
                         help="a directory each mode's search saves itself to as each depth starts (a subdirectory "
                              "per mode) and, run again with the same arguments, resumes from")
     args = parser.parse_args()
+    if len(set(args.modes)) < len(args.modes):
+        parser.error("a mode is named twice in --modes")
     if args.save_dir is not None and "PYTHONHASHSEED" not in os.environ:
         # A saved search's keys are hashes of strings: every run that resumes it must hash alike.
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
+        os.execve(sys.executable, sys.orig_argv, {**os.environ, "PYTHONHASHSEED": "0"})
     print(f"agents={args.agents} failures={args.failures} leader_changes={args.leader_changes} sends={args.sends} "
           f"max_index={args.max_index} losses={args.losses} epochs={args.epochs} depth<={args.depth} "
           f"symmetry={'off' if args.no_symmetry else 'on'} subsumption={'off' if args.no_subsumption else 'on'}")

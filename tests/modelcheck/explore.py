@@ -17,8 +17,8 @@ disk instead (Level, about 1.2 KB each).
 """
 from __future__ import annotations
 
+import contextlib
 import pickle
-import shutil
 import tempfile
 import time
 import zlib
@@ -84,85 +84,83 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
     if save_dir is not None and not symmetric:
         raise saved_search.SaveRefused("a search without symmetry keys a world by Python's hash of it, which "
                                        "another process computes differently: a saved search needs the symmetric key")
-    ident = {} if save_dir is None else saved_search.identity(bounds, symmetric, subsume)
-    saved = None if save_dir is None else saved_search.load(save_dir, ident)
-    # stopped: the keys of the worlds a violation stopped (met again, they are skipped)
-    queued, stopped, traces, report = (Explored(), set[int](), Traces(), Report(bounds, depth, complete=True))
-    current, at = Level(in_memory), 0
-    if saved is not None:
-        queued, stopped, traces, report = (saved.tables[name] for name in ("queued", "stopped", "traces", "report"))
-        if saved.at > depth:
-            raise saved_search.SaveRefused(f"the search saved in {save_dir} is at depth {saved.at}, "
-                                           f"past this search's bound of {depth}")
-        current, at = Level.saved(saved.worlds, saved.tables["size"]), saved.at
-        report.depth = depth
+    with contextlib.nullcontext() if save_dir is None else saved_search.claimed(save_dir):
+        ident = {} if save_dir is None else saved_search.identity(bounds, symmetric, subsume)
+        saved = None if save_dir is None else saved_search.load(save_dir, ident, depth)
+        # stopped: the keys of the worlds a violation stopped (met again, they are skipped)
+        queued, stopped, traces, report = (Explored(), set[int](), Traces(), Report(bounds, depth, complete=True))
+        current, at = Level(in_memory), 0
+        if saved is not None:
+            queued, stopped, traces, report = (saved.tables[name] for name in ("queued", "stopped", "traces", "report"))
+            current, at = Level.saved(saved.worlds, saved.tables["size"]), saved.at
+            report.depth = depth
 
-    def found(name: str, detail: str, parent: int | None, label: str) -> None:
-        if name not in report.violations:
-            report.violations[name] = Violation(name, detail, traces.trace(parent, label))
+        def found(name: str, detail: str, parent: int | None, label: str) -> None:
+            if name not in report.violations:
+                report.violations[name] = Violation(name, detail, traces.trace(parent, label))
 
-    if saved is None:
-        first = initial(bounds)
-        _check_state(first, None, "initial", report, found)
-        if visit is not None:
-            visit(first)
-        queued.add(shape_of(first), first.budgets)
-        current.add(first, traces.add(None, "initial"))
-        _count(report.per_level, 0)
-    started = began - report.seconds
-    deadline = None if max_seconds is None else began + max_seconds
-    while current.size and not (stop_at_first and report.violations):
-        report.seconds = time.perf_counter() - started
-        if save_dir is not None and (saved is None or at > saved.at):  # a resumed depth is saved already
-            saved_search.save(save_dir, ident, at, {"queued": queued, "stopped": stopped, "traces": traces,
-                                                 "report": report, "size": current.size}, current.write)
-        if at > 0 and progress is not None:
-            progress(report)
-        following = Level(in_memory)
-        for world, number in current.drain():
-            if stop_at_first and report.violations:
-                break
-            if deadline is not None and time.perf_counter() > deadline:
-                report.complete = False
-                break
-            report.depth_reached = at
-            if at == depth:
-                report.complete = report.complete and not any(True for _ in moves(world, bounds))
+        if saved is None:
+            first = initial(bounds)
+            _check_state(first, None, "initial", report, found)
+            if visit is not None:
+                visit(first)
+            queued.add(shape_of(first), first.budgets)
+            current.add(first, traces.add(None, "initial"))
+            _count(report.per_level, 0)
+        started = began - report.seconds
+        deadline = None if max_seconds is None else began + max_seconds
+        while current.size and not (stop_at_first and report.violations):
+            report.seconds = time.perf_counter() - started
+            if save_dir is not None and (saved is None or at > saved.at):  # a resumed depth is saved already
+                saved_search.save(save_dir, ident, at, {"queued": queued, "stopped": stopped, "traces": traces,
+                                                     "report": report, "size": current.size}, current.write)
+            if at > 0 and progress is not None:
+                progress(report)
+            following = Level(in_memory)
+            for world, number in current.drain():
+                if stop_at_first and report.violations:
+                    break
+                if deadline is not None and time.perf_counter() > deadline:
+                    report.complete = False
+                    break
+                report.depth_reached = at
+                if at == depth:
+                    report.complete = report.complete and not any(True for _ in moves(world, bounds))
+                    continue
+                for _label, build in moves(world, bounds):
+                    step = build()
+                    if step is None:
+                        continue
+                    report.transitions += 1
+                    report.recoveries += invariants.recoveries_started(step)
+                    report.restores += invariants.restores_applied(step)
+                    broken = [(n, d) for n, f in invariants.STEP_CHECKS.items() if (d := f(step)) is not None]
+                    for name, detail in broken:
+                        found(name, detail, number, step.label)
+                    after = step.after
+                    after_shape = shape_of(after)
+                    after_key = hash((after_shape, after.budgets))
+                    if queued.holds(after_shape, after.budgets) or after_key in stopped:
+                        continue
+                    if subsume and queued.covers(after_shape, after.budgets):
+                        report.subsumed += 1
+                        continue
+                    report.states += 1
+                    if visit is not None:
+                        visit(after)
+                    if broken or not _check_state(after, number, step.label, report, found):
+                        stopped.add(after_key)
+                        continue
+                    queued.add(after_shape, after.budgets)
+                    following.add(after, traces.add(number, step.label))
+                    _count(report.per_level, at + 1)
+            else:  # every world of this depth expanded
+                current, at = following, at + 1
                 continue
-            for _label, build in moves(world, bounds):
-                step = build()
-                if step is None:
-                    continue
-                report.transitions += 1
-                report.recoveries += invariants.recoveries_started(step)
-                report.restores += invariants.restores_applied(step)
-                broken = [(n, d) for n, f in invariants.STEP_CHECKS.items() if (d := f(step)) is not None]
-                for name, detail in broken:
-                    found(name, detail, number, step.label)
-                after = step.after
-                after_shape = shape_of(after)
-                after_key = hash((after_shape, after.budgets))
-                if queued.holds(after_shape, after.budgets) or after_key in stopped:
-                    continue
-                if subsume and queued.covers(after_shape, after.budgets):
-                    report.subsumed += 1
-                    continue
-                report.states += 1
-                if visit is not None:
-                    visit(after)
-                if broken or not _check_state(after, number, step.label, report, found):
-                    stopped.add(after_key)
-                    continue
-                queued.add(after_shape, after.budgets)
-                following.add(after, traces.add(number, step.label))
-                _count(report.per_level, at + 1)
-        else:  # every world of this depth expanded
-            current, at = following, at + 1
-            continue
-        break  # the deadline passed, or stop_at_first found a violation
-    report.states += 1  # the initial world
-    report.seconds = time.perf_counter() - started
-    return report
+            break  # the deadline passed, or stop_at_first found a violation
+        report.states += 1  # the initial world
+        report.seconds = time.perf_counter() - started
+        return report
 
 
 class Traces:
@@ -224,13 +222,14 @@ class Level:
             self._file = tempfile.TemporaryFile()
         self._file.write(_record(world, number))
 
-    def write(self, out: IO[bytes]) -> None:
-        """Every world of this depth to `out`, in the order queued, keeping them."""
+    def write(self, put: Callable[[bytes], object]) -> None:
+        """Every world of this depth to `put`, in the order queued, keeping them."""
         for world, number in self._held:
-            out.write(_record(world, number))
+            put(_record(world, number))
         if self._file is not None:
             self._file.seek(0)
-            shutil.copyfileobj(self._file, out)
+            while chunk := self._file.read(1 << 20):
+                put(chunk)
             self._file.seek(0, 2)
 
     def drain(self) -> Iterator[tuple[World, int]]:

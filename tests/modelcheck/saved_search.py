@@ -12,11 +12,15 @@ time they fill: they only decide how soon two renderings of one orbit are merged
 
 A save is one directory per depth, written whole and fsynced before `current`
 names it (a file replaced atomically), so a search stopped at any moment, even while
-saving, resumes from the last complete depth. It is refused, with a reason, unless
-it was taken by the same code (the sources of the core, the agent library and the
-model), for the same bounds and reductions, by a process that hashes as this one
-does, and at a depth within this search's bound (which may be deeper: a search saved
-at depth k continues to any bound from k on). A model that changed would mix two
+saving, resumes from the last complete depth; one search at a time holds a save
+directory (a lock). A save is refused, with a reason, unless it is whole (its
+worlds' length and SHA-256 are checked) and was taken by the same code (every
+module of this repository the search loaded but tests: the core, the agent library,
+the model, the oracle), for the same bounds and reductions, by a process that
+hashes as this one does, and at a depth within this search's bound (which may be
+deeper: a search saved at depth k continues to any bound from k on). A core patched
+at run time (planted.py) is not seen: a save of a patched search is only for a
+search patched alike. Saves are pickles: load only your own. A model that changed would mix two
 state spaces; and a world's key is a hash of strings, which Python salts per
 process unless PYTHONHASHSEED fixes it (the benchmark fixes it). Only the symmetric
 key (symmetry.py) is the same in every such process: it renders None as a constant,
@@ -24,26 +28,32 @@ where Python 3.11 hashes None by its address.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import pickle
 import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from tests.modelcheck import symmetry
 
 _ROOT = Path(__file__).resolve().parents[2]
-_MODEL = ("coordinator", "agent_client", "tests/modelcheck")  # what the model's behaviour is made of
-_FORMAT = 1
+_MODEL = ("coordinator", "agent_client", "tests", "chaos")  # where the modules the model runs live
+_FORMAT = 2
 _HINTS = {"hashing": " (a world's key is a hash of its strings: both runs need one PYTHONHASHSEED)"}
 CURRENT = "current"
+_CHUNK = 1 << 20
 
 
 class SaveRefused(Exception):
-    """A save that cannot continue this search (other code, bounds or reductions)."""
+    """A save that cannot continue this search (other code, bounds or reductions, or
+    damaged), or a directory this search cannot save in."""
 
 
 @dataclass
@@ -62,35 +72,59 @@ def identity(bounds: object, symmetric: bool, subsume: bool) -> dict[str, Any]:
             "code": _code_digest(), "hashing": hash(("raftpoint", b"model", 1.5))}
 
 
+@contextmanager
+def claimed(directory: Path) -> Iterator[None]:
+    """Hold `directory` for one search: two searches saving into one would mix them."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = open(directory / "lock", "a")
+    except OSError as e:
+        raise SaveRefused(f"the search cannot be saved in {directory}: {e}") from e
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SaveRefused(f"another search is saving in {directory}") from None
+        yield
+
+
 def save(directory: Path, ident: dict[str, Any], at: int, tables: dict[str, Any],
-         write_worlds: Callable[[IO[bytes]], None]) -> None:
-    """Write the search as it stands at the start of depth `at`; `write_worlds(file)`
-    writes the queued worlds. Older saves are removed once this one is current."""
+         write_worlds: Callable[[Callable[[bytes], object]], None]) -> None:
+    """Write the search as it stands at the start of depth `at`; `write_worlds(put)`
+    puts the queued worlds. Older saves are removed once this one is current."""
     try:
         _save(directory, ident, at, tables, write_worlds)
     except OSError as e:
-        raise SaveRefused(f"the search cannot be saved in {directory}: {e}") from e
+        raise SaveRefused(f"the search cannot be saved in {directory}: {e} (the save before it, if any, "
+                          f"remains)") from e
 
 
 def _save(directory: Path, ident: dict[str, Any], at: int, tables: dict[str, Any],
-          write_worlds: Callable[[IO[bytes]], None]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
+          write_worlds: Callable[[Callable[[bytes], object]], None]) -> None:
     previous = _current(directory)
     target = directory / f"depth-{at}"
-    assert target != previous, f"{target} is the save to resume from: it is never rewritten"
+    if target == previous:
+        raise SaveRefused(f"{target} is the save this search resumed from: it is never rewritten")
     if target.exists():  # a save that stopped before it became current
         shutil.rmtree(target)
     target.mkdir()
+    digest, length = hashlib.sha256(), 0
     with open(target / "worlds", "wb") as out:
-        write_worlds(out)
+        def put(data: bytes) -> None:
+            nonlocal length
+            out.write(data)
+            digest.update(data)
+            length += len(data)
+        write_worlds(put)
         _flush(out)
     with open(target / "tables.pickle", "wb") as out:
         pickle.dump({**tables, "learned": symmetry.learned()}, out, pickle.HIGHEST_PROTOCOL)
         _flush(out)
     with open(target / "identity.json", "w") as out:
-        json.dump({**ident, "depth": at}, out)
+        json.dump({**ident, "depth": at, "worlds": {"bytes": length, "sha256": digest.hexdigest()}}, out)
         _flush(out)
     _fsync_directory(target)
+    _fsync_directory(directory)
     pointer = directory / f"{CURRENT}.tmp"
     with open(pointer, "w") as out:
         out.write(target.name)
@@ -102,26 +136,34 @@ def _save(directory: Path, ident: dict[str, Any], at: int, tables: dict[str, Any
             shutil.rmtree(older, ignore_errors=True)
 
 
-def load(directory: Path, ident: dict[str, Any]) -> Resumed | None:
-    """The search saved in `directory`, or None if there is none; SaveRefused if
-    it is another search's."""
-    found = _current(directory)
-    if found is None:
-        return None
+def load(directory: Path, ident: dict[str, Any], depth: int) -> Resumed | None:
+    """The search saved in `directory`, or None if there is none; SaveRefused if it
+    is another search's, deeper than `depth`, or damaged."""
     try:
+        found = _current(directory)
+        if found is None:
+            return None
         saved = json.loads((found / "identity.json").read_text())
-        at = saved.pop("depth")
-        for name, value in ident.items():
-            if saved.get(name) != value:
-                raise SaveRefused(
-                    f"the search saved in {directory} had another {name} "
-                    f"({saved.get(name)!r}, this search has {value!r}){_HINTS.get(name, '')}: "
-                    f"remove it or use another directory")
+        at, worlds = saved.pop("depth"), saved.pop("worlds")
+    except Exception as e:  # whatever a damaged save raises: it is refused, not crashed on
+        raise SaveRefused(f"the search saved in {directory} cannot be read ({e!r}): remove it to start again") from e
+    for name, value in ident.items():
+        if saved.get(name) != value:
+            raise SaveRefused(
+                f"the search saved in {directory} had another {name} "
+                f"({saved.get(name)!r}, this search has {value!r}){_HINTS.get(name, '')}: "
+                f"remove it or use another directory")
+    if at > depth:
+        raise SaveRefused(f"the search saved in {directory} is at depth {at}, past this search's bound of {depth}")
+    try:
+        if _file_digest(found / "worlds") != (worlds["bytes"], worlds["sha256"]):
+            raise ValueError("its worlds are not the ones it saved")
         with open(found / "tables.pickle", "rb") as src:
             tables = pickle.load(src)
-    except (OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as e:
-        raise SaveRefused(f"the search saved in {directory} cannot be read ({e}): remove it to start again") from e
-    symmetry.relearn(tables.pop("learned"))
+        learned = tables.pop("learned")
+    except Exception as e:
+        raise SaveRefused(f"the search saved in {directory} cannot be read ({e!r}): remove it to start again") from e
+    symmetry.relearn(learned)
     return Resumed(at, tables, found / "worlds")
 
 
@@ -130,16 +172,38 @@ def _current(directory: Path) -> Path | None:
     return directory / pointer.read_text().strip() if pointer.exists() else None
 
 
+def _file_digest(path: Path) -> tuple[int, str]:
+    digest, length = hashlib.sha256(), 0
+    with open(path, "rb") as src:
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+            length += len(chunk)
+    return length, digest.hexdigest()
+
+
 def _code_digest() -> str:
-    """A digest of every source file under the model's packages (loaded or not: one
-    digest whichever modules a caller imported)."""
+    """A digest of the source of every module of this repository loaded, but tests
+    (test_*.py, conftest.py): what the search runs, whichever entry point loaded it."""
     digest = hashlib.sha256()
-    for source in sorted(path for part in _MODEL for path in (_ROOT / part).rglob("*.py")):
+    for source in sorted(_loaded_sources()):
         digest.update(str(source.relative_to(_ROOT)).encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()
 
 
-def _flush(out: Any) -> None:
+def _loaded_sources() -> set[Path]:
+    found = set()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not file:
+            continue
+        path = Path(file).resolve()
+        if (path.suffix == ".py" and path.is_relative_to(_ROOT) and path.relative_to(_ROOT).parts[0] in _MODEL
+                and not path.name.startswith("test_") and path.name != "conftest.py"):
+            found.add(path)
+    return found
+
+
+def _flush(out: IO[Any]) -> None:
     out.flush()
     os.fsync(out.fileno())
 

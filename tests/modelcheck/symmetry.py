@@ -76,13 +76,13 @@ CACHE_LIMIT = 1 << 16
 class _Null:
     """None as a rendering holds it. Python 3.11 hashes None by its address, which
     differs from one process to the next, and a search's keys must hash alike in
-    every process that resumes it (saved_search.py); this hashes to a constant and
-    equals only itself."""
+    every process that resumes it (saved_search.py); this hashes as a string no
+    rendering holds, and equals only itself."""
 
     __slots__ = ()
 
     def __hash__(self) -> int:
-        return 0x6E756C6C
+        return hash("\0null")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Null)
@@ -219,7 +219,8 @@ class Renaming:
         if not isinstance(state, dict):
             return NULL if state is None else state
         return tuple(sorted((k, self.index(v) if k == "me" else
-                             self.vector(v) if isinstance(v, list) and len(v) == self.n else v)
+                             self.vector(v) if isinstance(v, list) and len(v) == self.n else
+                             NULL if v is None else v)
                             for k, v in state.items()))
 
     def piggyback(self, data: bytes) -> Any:

@@ -5,6 +5,8 @@ hashes anew and hashes None by an address that moves; and a save of another sear
 is refused with its reason."""
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,8 @@ from unittest import mock
 import pytest
 
 from coordinator.core.model import Mode
-from tests.modelcheck.explore import Report, check
+from tests.modelcheck import saved_search
+from tests.modelcheck.explore import IN_MEMORY, Report, check
 from tests.modelcheck.planted import PLANTED
 from tests.modelcheck.saved_search import SaveRefused
 from tests.modelcheck.world import Bounds, World
@@ -44,19 +47,36 @@ def _outcome(report: Report) -> tuple[Any, ...]:
     return report.states, report.transitions, report.per_level, report.complete, report.violations
 
 
-def test_a_search_stopped_partway_through_a_depth_resumes_to_what_one_run_finds(tmp_path: Path) -> None:
-    bounds = Bounds(Mode.CIC_BCS, **BUG.bounds)
-    with mock.patch.object(BUG.module, BUG.attribute, BUG.replacement):
-        whole = check(bounds, DEPTH, **SEARCH)
-        assert whole.violations and len(whole.per_level) > 6, f"the bug is not found past depth 6: {whole}"
-        stop_in = sum(whole.per_level[:6]) + whole.per_level[6] // 2  # halfway through depth 6
+# (mode, bounds, depth, planted bug or None, in_memory): the bug's worlds a violation stops
+# are met again after the save; coordinated reads blobs and writes an earlier depth learned
+# (symmetry.learned); in_memory 5 puts a depth's worlds on disk before it is saved.
+CASES = {
+    "bug": (Mode.CIC_BCS, BUG.bounds, DEPTH, BUG, IN_MEMORY),
+    "on disk": (Mode.COORDINATED, {"agents": 2, "max_index": 1, "epochs": 1}, 8, None, 5),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_search_stopped_partway_through_a_depth_resumes_to_what_one_run_finds(case: str, tmp_path: Path) -> None:
+    mode, bounds_given, depth, bug, in_memory = CASES[case]
+    bounds = Bounds(mode, **bounds_given)
+    patched = (mock.patch.object(bug.module, bug.attribute, bug.replacement) if bug is not None
+               else contextlib.nullcontext())
+    visits = [0]
+    with patched:
+        whole = check(bounds, depth, **SEARCH)
+        assert len(whole.per_level) > 7 and (bug is None) != bool(whole.violations), f"not as expected: {whole}"
+        stop_in = sum(whole.per_level[:7]) + whole.per_level[7] // 2  # halfway through expanding depth 6
         with pytest.raises(_Stopped):
-            check(bounds, DEPTH, **SEARCH, save_dir=tmp_path, visit=_stopping_at(stop_in))
-        resumed = check(bounds, DEPTH, **SEARCH, save_dir=tmp_path)
+            check(bounds, depth, **SEARCH, in_memory=in_memory, save_dir=tmp_path, visit=_stopping_at(stop_in))
+        resumed = check(bounds, depth, **SEARCH, in_memory=in_memory, save_dir=tmp_path,
+                        visit=lambda _: visits.__setitem__(0, visits[0] + 1))
     assert _outcome(resumed) == _outcome(whole), f"resumed: {_outcome(resumed)}\nwhole: {_outcome(whole)}"
+    assert visits[0] <= whole.states - sum(whole.per_level[:7]), (
+        f"the resumed search met {visits[0]} new worlds of {whole.states}: it began again instead of at depth 6")
 
 
-def test_a_save_of_other_bounds_is_refused_with_the_difference(tmp_path: Path) -> None:
+def test_a_save_of_another_search_or_damaged_is_refused_with_the_reason(tmp_path: Path) -> None:
     bounds = Bounds(Mode.CIC_BCS, agents=2, max_index=1, leader_changes=0, losses=0)
     check(bounds, 3, **SEARCH, save_dir=tmp_path)
     with pytest.raises(SaveRefused, match=r"another bounds .*losses=0.*losses=1"):
@@ -68,11 +88,26 @@ def test_a_save_of_other_bounds_is_refused_with_the_difference(tmp_path: Path) -
         check(bounds, 2, **SEARCH, save_dir=tmp_path)
     with pytest.raises(SaveRefused, match="needs the symmetric key"):
         check(bounds, 3, subsume=True, save_dir=tmp_path / "plain")
+    with mock.patch.object(saved_search, "_code_digest", lambda: "edited"), \
+            pytest.raises(SaveRefused, match="another code"):
+        check(bounds, 3, **SEARCH, save_dir=tmp_path)
+    with saved_search.claimed(tmp_path), pytest.raises(SaveRefused, match="another search is saving"):
+        check(bounds, 3, **SEARCH, save_dir=tmp_path)
+    saved = tmp_path / (tmp_path / saved_search.CURRENT).read_text()
+    worlds = (saved / "worlds").read_bytes()
+    (saved / "worlds").write_bytes(worlds[:len(worlds) // 2])
+    with pytest.raises(SaveRefused, match="cannot be read .*not the ones it saved"):
+        check(bounds, 3, **SEARCH, save_dir=tmp_path)
+    (saved / "identity.json").write_text("[]")
+    with pytest.raises(SaveRefused, match="cannot be read"):
+        check(bounds, 3, **SEARCH, save_dir=tmp_path)
 
 
-def _benchmark(*args: str) -> subprocess.CompletedProcess[str]:
+def _benchmark(*args: str, seed: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"} | ({} if seed is None else
+                                                                           {"PYTHONHASHSEED": seed})
     return subprocess.run([sys.executable, str(BENCHMARK), "--agents", "2", "--modes", "cic_bcs", *args],
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=300, check=False, env=env)
 
 
 def _row(run: subprocess.CompletedProcess[str]) -> list[str]:
@@ -85,9 +120,12 @@ def _row(run: subprocess.CompletedProcess[str]) -> list[str]:
 @pytest.mark.slow
 def test_the_benchmark_resumes_a_search_in_a_new_process(tmp_path: Path) -> None:
     first = _benchmark("--depth", "5", "--save-dir", str(tmp_path))
-    resumed, whole = _benchmark("--depth", "8", "--save-dir", str(tmp_path)), _benchmark("--depth", "8")
+    resumed = _benchmark("--depth", "8", "--progress", "--save-dir", str(tmp_path))
+    whole = _benchmark("--depth", "8")
     assert _row(first)[1] != _row(whole)[1], "the first run already went as deep as the whole one"
     assert _row(resumed) == _row(whole), f"resumed:\n{resumed.stdout}\nwhole:\n{whole.stdout}"
-    other = _benchmark("--depth", "8", "--losses", "0", "--save-dir", str(tmp_path))
-    assert other.returncode == 2 and "another bounds" in other.stderr and "Traceback" not in other.stderr, (
-        f"exit {other.returncode}: {other.stderr}")
+    assert "depth 3 done" not in resumed.stdout, f"it began again instead of at depth 5:\n{resumed.stdout}"
+    for other, reason in ((_benchmark("--depth", "8", "--losses", "0", "--save-dir", str(tmp_path)), "another bounds"),
+                          (_benchmark("--depth", "8", "--save-dir", str(tmp_path), seed="1"), "another hashing")):
+        assert other.returncode == 2 and reason in other.stderr and "Traceback" not in other.stderr, (
+            f"exit {other.returncode}: {other.stderr}")
