@@ -20,8 +20,8 @@ the model, the oracle), for the same bounds and reductions, by a process that
 hashes as this one does, and at a depth within this search's bound (which may be
 deeper: a search saved at depth k continues to any bound from k on). A core patched
 at run time (planted.py) is not seen: a save of a patched search is only for a
-search patched alike. Saves are pickles: load only your own. A model that changed would mix two
-state spaces; and a world's key is a hash of strings, which Python salts per
+search patched alike. Saves are pickles: load only your own. A model that changed
+would mix two state spaces; and a world's key is a hash of strings, which Python salts per
 process unless PYTHONHASHSEED fixes it (the benchmark fixes it). Only the symmetric
 key (symmetry.py) is the same in every such process: it renders None as a constant,
 where Python 3.11 hashes None by its address.
@@ -31,7 +31,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import pickle
 import shutil
 import sys
@@ -41,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from coordinator import fsutil
 from tests.modelcheck import symmetry
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -123,14 +123,9 @@ def _save(directory: Path, ident: dict[str, Any], at: int, tables: dict[str, Any
     with open(target / "identity.json", "w") as out:
         json.dump({**ident, "depth": at, "worlds": {"bytes": length, "sha256": digest.hexdigest()}}, out)
         _flush(out)
-    _fsync_directory(target)
-    _fsync_directory(directory)
-    pointer = directory / f"{CURRENT}.tmp"
-    with open(pointer, "w") as out:
-        out.write(target.name)
-        _flush(out)
-    os.replace(pointer, directory / CURRENT)
-    _fsync_directory(directory)
+    fsutil.fsync_dir(target)
+    fsutil.fsync_dir(directory)
+    fsutil.atomic_write(directory / CURRENT, target.name.encode())
     for older in directory.glob("depth-*"):  # the one it replaces, and any a stop left behind
         if older != target:
             shutil.rmtree(older, ignore_errors=True)
@@ -205,12 +200,4 @@ def _loaded_sources() -> set[Path]:
 
 def _flush(out: IO[Any]) -> None:
     out.flush()
-    os.fsync(out.fileno())
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsutil.fsync_file(out.fileno())
