@@ -35,6 +35,7 @@ from tests.modelcheck.subsumption import Explored
 from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
 
 IN_MEMORY = 1_000_000  # worlds of one depth held in memory; the rest go to a temporary file
+MADE_LIMIT = 1 << 23  # keys of one depth's new worlds remembered by the world's own hash
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
             if at > 0 and progress is not None:
                 progress(report)
             following = Level(in_memory)
+            # The keys of the worlds this depth's expansion made, by each world's own hash: about
+            # half the transitions make a world another order of the same moves made already,
+            # and its key (the search's costliest step) is then looked up, not computed again.
+            made: dict[int, int] = {}
             for world, number in current.drain():
                 if stop_at_first and report.violations:
                     break
@@ -138,7 +143,11 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
                     for name, detail in broken:
                         found(name, detail, number, step.label)
                     after = step.after
-                    after_shape = shape_of(after)
+                    after_shape = made.get(after_hash := hash(after))
+                    if after_shape is None:
+                        if len(made) >= MADE_LIMIT:
+                            made.clear()
+                        after_shape = made[after_hash] = shape_of(after)
                     after_key = hash((after_shape, after.budgets))
                     if queued.holds(after_shape, after.budgets) or after_key in stopped:
                         continue

@@ -83,6 +83,21 @@ def recovery_line_consistent(step: Step) -> str | None:
     return None
 
 
+_LINES: dict[tuple, "bf.Cut | None"] = {}
+CACHE_LIMIT = 1 << 16
+
+
+def _newest_line(history: History, failed: set[str]) -> bf.Cut | None:
+    """bf.recovery_line, remembered: the brute force enumerates every cut, and the
+    same history recurs in every interleaving that reaches it."""
+    key = (tuple(sorted(history.checkpoints.items())), history.messages, frozenset(failed))
+    if key not in _LINES:
+        if len(_LINES) >= CACHE_LIMIT:
+            _LINES.clear()
+        _LINES[key] = bf.recovery_line(history, failed)
+    return _LINES[key]
+
+
 def recovery_line_maximal(step: Step) -> str | None:
     """A consistent line is the newest consistent one (brute force over every cut); an
     inconsistent one is recovery_line_consistent's to report."""
@@ -90,7 +105,7 @@ def recovery_line_maximal(step: Step) -> str | None:
         return None
     for _, failed, before, after in _recoveries(step):
         history, owing = _history(before)
-        best = bf.recovery_line(history, (owing | {failed}) & set(history.checkpoints))
+        best = _newest_line(history, (owing | {failed}) & set(history.checkpoints))
         want = {a: i for a, i in (best or {}).items() if i is not None}
         got = {a: idx[0] for a, idx in _ordered(after).items()}
         if got != want:
@@ -257,7 +272,7 @@ def gc_keeps_recoverable_checkpoints(step: Step) -> str | None:
             continue
         before, after = view_of(applied.before, GROUP), view_of(applied.after, GROUP)
         history, _ = _history(before)
-        floor = bf.recovery_line(history, set(history.checkpoints)) or {}
+        floor = _newest_line(history, set(history.checkpoints)) or {}
         for agent in history.checkpoints:
             kept = {cp.index for cp in after.checkpoints(agent)}
             gone = [cp.index for cp in before.checkpoints(agent) if cp.index not in kept]

@@ -34,7 +34,7 @@ def _store(records: Records) -> MemoryStore:
 
 _APPLIED: dict[tuple[Records, str, str, frozenset[str]], tuple[Records, Result]] = {}
 _VIEWS: dict[Records, "View"] = {}
-CACHE_LIMIT = 1 << 17
+CACHE_LIMIT = 1 << 18
 
 
 def forget() -> None:

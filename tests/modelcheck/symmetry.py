@@ -70,7 +70,7 @@ from tests.modelcheck.replica import Records
 from tests.modelcheck.world import GROUP, Bounds, Msg, Pending, Proc, Saved, World, with_changes
 
 Perm = tuple[int, ...]  # agent i is renamed to agent perm[i]
-CACHE_LIMIT = 1 << 16
+CACHE_LIMIT = 1 << 18
 
 
 class _Null:
