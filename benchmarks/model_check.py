@@ -13,7 +13,7 @@ states each depth adds: the growth that says how far a run that stopped at
 --max-seconds was from complete. The issue's size: --agents 3 --failures 2
 --leader-changes 1 (docs/chaos.md, "The model checker", has the figures). A long run
 keeps about a hundred bytes a state seen in memory and, past --in-memory worlds, a
-depth's worlds on disk (about 1.2 KB each, in the temporary directory); --jobs N
+depth's worlds on disk (about a hundred bytes each, in the temporary directory); --jobs N
 explores N modes at once, one process each. With --save-dir DIR a search saves itself
 as each depth starts and, stopped at any point and run again with the same arguments,
 resumes from the last depth it saved (tests/modelcheck/saved_search.py): the full size takes

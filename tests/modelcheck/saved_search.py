@@ -45,7 +45,7 @@ from tests.modelcheck import symmetry
 
 _ROOT = Path(__file__).resolve().parents[2]
 _MODEL = ("coordinator", "agent_client", "tests", "chaos")  # where the modules the model runs live
-_FORMAT = 2
+_FORMAT = 3
 _HINTS = {"hashing": " (a world's key is a hash of its strings: both runs need one PYTHONHASHSEED)"}
 CURRENT = "current"
 _CHUNK = 1 << 20
