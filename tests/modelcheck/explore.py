@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Callable
 
 from tests.modelcheck import invariants, replica, saved_search, symmetry
+from tests.modelcheck.memo import Memo
 from tests.modelcheck.replica import view_of
 from tests.modelcheck.subsumption import Explored
 from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
@@ -123,7 +124,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
             # The keys of the worlds this depth's expansion made, by each world's own hash: about
             # half the transitions make a world another order of the same moves made already,
             # and its key (the search's costliest step) is then looked up, not computed again.
-            made: dict[int, int] = {}
+            made = Memo[int, int](MADE_LIMIT)
             for world, number in current.drain():
                 if stop_at_first and report.violations:
                     break
@@ -147,9 +148,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
                     after = step.after
                     after_shape = made.get(after_hash := hash(after))
                     if after_shape is None:
-                        if len(made) >= MADE_LIMIT:
-                            made.clear()
-                        after_shape = made[after_hash] = shape_of(after)
+                        after_shape = made.remember(after_hash, shape_of(after))
                     after_key = hash((after_shape, after.budgets))
                     if queued.holds(after_shape, after.budgets) or after_key in stopped:
                         continue

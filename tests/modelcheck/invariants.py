@@ -14,6 +14,7 @@ from coordinator.core import commands as c
 from coordinator.core.history import History
 from coordinator.core.model import AgentState, EpochState, GroupState, Mode, OrderKind
 from coordinator.core.recovery_plan import build_history
+from tests.modelcheck.memo import Memo
 from tests.modelcheck.replica import View, view_of
 from tests.modelcheck.world import GROUP, Applied, Step, World
 from tests.oracle import brute_force as bf
@@ -83,8 +84,8 @@ def recovery_line_consistent(step: Step) -> str | None:
     return None
 
 
-_LINES: dict[tuple, "bf.Cut | None"] = {}
 CACHE_LIMIT = 1 << 16
+_LINES: Memo[tuple, "bf.Cut | None"] = Memo(CACHE_LIMIT)
 
 
 def _newest_line(history: History, failed: set[str]) -> bf.Cut | None:
@@ -92,9 +93,7 @@ def _newest_line(history: History, failed: set[str]) -> bf.Cut | None:
     same history recurs in every interleaving that reaches it."""
     key = (tuple(sorted(history.checkpoints.items())), history.messages, frozenset(failed))
     if key not in _LINES:
-        if len(_LINES) >= CACHE_LIMIT:
-            _LINES.clear()
-        _LINES[key] = bf.recovery_line(history, failed)
+        return _LINES.remember(key, bf.recovery_line(history, failed))
     return _LINES[key]
 
 
@@ -245,7 +244,7 @@ def needed_checkpoints_kept(world: World, view: View) -> str | None:
 
 
 CIC_MODES = frozenset({Mode.CIC_BCS, Mode.CIC_HMNR, Mode.CIC_FDAS})
-_USEFUL: dict[tuple, "str | None"] = {}
+_USEFUL: Memo[tuple, "str | None"] = Memo(CACHE_LIMIT)
 
 
 def cic_checkpoints_useful(world: World, view: View) -> str | None:

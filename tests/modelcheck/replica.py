@@ -18,6 +18,7 @@ from coordinator.replication.applier import apply_proposal
 from coordinator.storage import keys
 from coordinator.storage.memory import MemoryStore
 from coordinator.storage.state import RESULT, DecodeMemo, KvState, RecordCache, answer_key
+from tests.modelcheck.memo import Memo
 
 Records = tuple[tuple[bytes, bytes], ...]
 NOW = 100.0  # every proposal's time: leases and epoch timeouts are choices of the model, not clocks
@@ -32,9 +33,9 @@ def _store(records: Records) -> MemoryStore:
     return store
 
 
-_APPLIED: dict[tuple[Records, str, str, frozenset[str]], tuple[Records, Result]] = {}
-_VIEWS: dict[Records, "View"] = {}
 CACHE_LIMIT = 1 << 18
+_APPLIED: Memo[tuple[Records, str, str, frozenset[str]], tuple[Records, Result]] = Memo(CACHE_LIMIT)
+_VIEWS: Memo[Records, "View"] = Memo(CACHE_LIMIT)
 
 
 def forget() -> None:
@@ -50,9 +51,7 @@ def apply(records: Records, request_id: str, command: Command, retriable: Collec
     key = (records, request_id, repr(command), frozenset(retriable))
     found = _APPLIED.get(key)
     if found is None:
-        if len(_APPLIED) >= CACHE_LIMIT:
-            _APPLIED.clear()
-        found = _APPLIED[key] = _apply(records, request_id, command, key[3])
+        found = _APPLIED.remember(key, _apply(records, request_id, command, key[3]))
     return found
 
 
@@ -81,9 +80,7 @@ def view_of(records: Records, group: str) -> "View":
     """The (remembered) View of `records`."""
     found = _VIEWS.get(records)
     if found is None:
-        if len(_VIEWS) >= CACHE_LIMIT:
-            _VIEWS.clear()
-        found = _VIEWS[records] = View(records, group)
+        found = _VIEWS.remember(records, View(records, group))
     return found
 
 

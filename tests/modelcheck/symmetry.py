@@ -66,6 +66,7 @@ from coordinator.core import dedupe
 from coordinator.core.model import Mode
 from coordinator.storage import keys
 from coordinator.storage.state import ORDER, RESULT, read_kept_answer
+from tests.modelcheck.memo import Memo
 from tests.modelcheck.replica import Records
 from tests.modelcheck.world import GROUP, Bounds, Msg, Pending, Proc, Saved, World, with_changes
 
@@ -117,7 +118,7 @@ class Renaming:
         self._token = re.compile(f"(?<![A-Za-z0-9]){agent}(?![A-Za-z])")
         self._rules: dict[str, Any] = {}
         self._blobs: dict[Saved, tuple[Any, ...]] = {}
-        self._values: dict[Any, Any] = {}
+        self._values: Memo[Any, Any] = Memo(CACHE_LIMIT)
 
     def name(self, agent: str) -> str:
         return self.names[agent]
@@ -173,9 +174,7 @@ class Renaming:
         """obj(value), remembered: messages and commands recur across worlds."""
         found = self._values.get(value)
         if found is None:
-            if len(self._values) >= CACHE_LIMIT:
-                self._values.clear()
-            found = self._values[value] = self.obj(value)
+            found = self._values.remember(value, self.obj(value))
         return found
 
     def obj(self, value: Any) -> Any:
@@ -245,14 +244,14 @@ _ORDER_IDS = frozenset({"order_id", "rollback_order"})
 # hash, so the tables hold for every world and a rendering through them is one too.
 _BLOBS: dict[str, Saved] = {}
 _WRITES: dict[str, tuple[str, Pending]] = {}
-_FINGERPRINTS: dict[tuple[str, Pending], str] = {}
+_FINGERPRINTS: Memo[tuple[str, Pending], str] = Memo(CACHE_LIMIT)
 _RENAMINGS: dict[tuple[Bounds, Perm], Renaming] = {}
-_DECODED: dict[tuple[bytes, bytes], _Record] = {}
+_DECODED: Memo[tuple[bytes, bytes], _Record] = Memo(CACHE_LIMIT)
 # A record renamed, by renaming and the new ids of the order ids it names (all it reads
 # of a world's renumbering). A blob URI renders as the blob it names once the blob is
 # known (_BLOBS), and stays as first rendered here: either rendering of one URI is
 # distinct from every rendering of another, so an early one can only miss a merge.
-_RENDERED_RECORDS: dict[tuple[Renaming, bytes, bytes, tuple[int, ...]], tuple[str, Any]] = {}
+_RENDERED_RECORDS: Memo[tuple[Renaming, bytes, bytes, tuple[int, ...]], tuple[str, Any]] = Memo(CACHE_LIMIT)
 
 
 def _renaming(bounds: Bounds, perm: Perm) -> Renaming:
@@ -260,13 +259,6 @@ def _renaming(bounds: Bounds, perm: Perm) -> Renaming:
     if found is None:
         found = _RENAMINGS[(bounds, perm)] = Renaming(bounds, perm)
     return found
-
-
-def _remember(table: dict[Any, Any], key: Any, value: Any) -> Any:
-    if len(table) >= CACHE_LIMIT:
-        table.clear()
-    table[key] = value
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,7 +291,7 @@ def _decoded(raw_key: bytes, raw_value: bytes) -> _Record:
     named.update(int(m[2]) for p in parts if isinstance(p, str) and (m := _ACK.fullmatch(p)) is not None)
     keyed = {p for p in parts if isinstance(p, int)} if table == ORDER else set()
     record = _Record(table, parts, fingerprint, kind, value, tuple(sorted(named)), tuple(sorted(named | keyed)))
-    return _remember(_DECODED, (raw_key, raw_value), record)
+    return _DECODED.remember((raw_key, raw_value), record)
 
 
 def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> tuple[int, dict[int, int]]:
@@ -316,8 +308,8 @@ def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> t
         if rendered is None:
             key = (d.table,) + tuple(r.text(_acking(p, ids)) if isinstance(p, str) else
                                      ids.get(p, p) if d.table == ORDER else p for p in d.parts)
-            rendered = _remember(_RENDERED_RECORDS, (r, raw_key, raw_value, renumbered),
-                                 (repr(key), r.plain(d.value, ids)))
+            rendered = _RENDERED_RECORDS.remember((r, raw_key, raw_value, renumbered),
+                                                  (repr(key), r.plain(d.value, ids)))
         head = () if d.fingerprint is None else (_answered(r, d.fingerprint, ids), d.kind)
         out.append((rendered[0], head + (rendered[1],)))
     return hash(tuple(sorted(out))), ids
@@ -371,13 +363,13 @@ class Encoder:
         _check_rendered()
         self.bounds = bounds
         self.renamings = [_renaming(bounds, perm) for perm in permutations(bounds)]
-        self._parts: dict[tuple[str, Any], tuple[Any, ...]] = {}
+        self._parts: Memo[tuple[str, Any], tuple[Any, ...]] = Memo(CACHE_LIMIT)
 
     def _part(self, kind: str, value: Any, render: Callable[[Renaming, Any], Any]) -> tuple[Any, ...]:
         """`render(r, value)` for every renaming r, remembered."""
         found = self._parts.get((kind, value))
         if found is None:
-            found = _remember(self._parts, (kind, value), tuple(render(r, value) for r in self.renamings))
+            found = self._parts.remember((kind, value), tuple(render(r, value) for r in self.renamings))
         return found
 
     def hashes(self, world: World) -> list[int]:
@@ -430,7 +422,7 @@ def _learn(world: World, bounds: Bounds) -> None:
     for agent, write in _writes(world, bounds):
         found = _FINGERPRINTS.get((agent, write))
         if found is None:
-            found = _remember(_FINGERPRINTS, (agent, write), dedupe.fingerprint(write.command(agent)))
+            found = _FINGERPRINTS.remember((agent, write), dedupe.fingerprint(write.command(agent)))
         _WRITES[found] = (agent, write)
         if write.saved is not None:
             _BLOBS[write.saved.uri] = write.saved
