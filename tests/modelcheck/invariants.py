@@ -258,8 +258,8 @@ def cic_checkpoints_useful(world: World, view: View) -> str | None:
     if key not in _USEFUL:
         useful = bf.useful(history)
         useless = sorted((a, i) for a, cps in history.checkpoints.items() for i in cps if i and (a, i) not in useful)
-        _USEFUL[key] = (f"checkpoints {useless} are in no consistent cut; dependencies {list(history.messages)}"
-                        if useless else None)
+        return _USEFUL.remember(key, f"checkpoints {useless} are in no consistent cut; dependencies "
+                                     f"{list(history.messages)}" if useless else None)
     return _USEFUL[key]
 
 
