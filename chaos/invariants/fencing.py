@@ -64,8 +64,9 @@ def check(facts: Facts) -> InvariantResult:
 
 def _started_by(facts: Facts, group: str) -> Callable[[float], int]:
     """The newest epoch the group can have started by a time: each StartEpoch send
-    starts at most one (even if a broken dedupe applied a retry again); one that was
-    answered reports its epoch, one of unknown outcome may have started the next."""
+    starts at most one (a send the client re-sent after a lost answer is applied once,
+    the dedupe table answering the re-send); one that was answered reports its epoch,
+    one of unknown outcome may have started the next, one refused started none."""
     sends = sorted((c.start, c) for r in facts.of(group, "start_epoch") for c in r.calls
                    if c.type != FAIL or error_code(c.completion) in TRANSIENT)
     times, newest = [t for t, _ in sends], []
