@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import venv
@@ -120,8 +121,16 @@ def test_the_agent_sdist_runs_the_readme_and_the_quickstart_as_an_agent_identity
     section = readme_section(CONNECT_AN_AGENT)
 
     def in_venv(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(python), *argv], capture_output=True, text=True, timeout=120, cwd=work,
-                              env=without_checkout())
+        """Run in the virtualenv; one still running after 120 s fails with every thread's stack."""
+        with subprocess.Popen([str(python), "-X", "faulthandler", *argv], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=work, env=without_checkout()) as running:
+            try:
+                out, err = running.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                running.send_signal(signal.SIGABRT)  # -X faulthandler: it prints every thread's stack, then ends
+                out, err = running.communicate()
+                raise AssertionError(f"{argv} still ran after 120 s; it printed {out!r}; its threads:\n{err}") from None
+        return subprocess.CompletedProcess(running.args, running.returncode, out, err)
 
     with cluster_up(data_dir, tmp_path / "cluster-up.log"):
         for argv in shell_commands(section):  # as admin: the group, then the agent identity
