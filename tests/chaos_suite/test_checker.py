@@ -325,7 +325,6 @@ def test_writes_for_a_closed_or_unstarted_epoch_must_be_refused() -> None:
     assert len(whys) == 2 and "epoch 1 had already closed" in whys[0] and "epoch 5 cannot have started" in whys[1]
 
 
-
 def test_a_refused_start_epoch_counts_as_starting_nothing() -> None:
     """A definite refusal means not applied: the dedupe table answers a client's re-send
     of a request id (within one call, after a lost answer) with its first answer. A
@@ -338,6 +337,7 @@ def test_a_refused_start_epoch_counts_as_starting_nothing() -> None:
     rid = s.commit("g", "a", 2, epoch=2, start=5)
     whys = [e["why"] for e in fencing.check(Facts(s.ops())).examples]
     assert whys == [f"g: commit {rid} was acknowledged although epoch 2 cannot have started (at most epoch 1 by then)"]
+
 
 # ---- 8. serving after the faults heal ------------------------------------------------------------
 def test_serving_soon_after_the_last_heal_holds_and_gaps_are_measured() -> None:
