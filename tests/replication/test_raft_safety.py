@@ -15,7 +15,7 @@ import pytest
 from pysyncobj.transport import TCPTransport
 
 from coordinator.replication import node as node_module
-from coordinator.replication import pysyncobj_adapter, snapshot_file
+from coordinator.replication import pysyncobj_adapter, snapshot_file, snapshots
 from coordinator.replication.node import CoordinatorNode
 from raftpoint.cli import repair
 from tests.replication.test_node import Cluster, commit, create_group, register, wait_for
@@ -61,16 +61,6 @@ class StaleInstalls:
             return raft_data
 
         monkeypatch.setattr(CoordinatorNode, "_read_snapshot", read_snapshot)
-
-
-def readable_snapshot_index(path: Path) -> int | str:
-    """The applied index of the snapshot file at `path` when this version reads it;
-    else why not (an old format, a damaged header, no file)."""
-    try:
-        with path.open("rb") as f:
-            return snapshot_file.read_header(f).applied_index
-    except (OSError, snapshot_file.SnapshotFormatError) as exc:
-        return f"{type(exc).__name__}: {exc}"
 
 
 def send_snapshot_again(leader: CoordinatorNode, follower: CoordinatorNode) -> None:
@@ -142,9 +132,8 @@ def test_a_snapshot_the_follower_cannot_read_replaces_nothing(tmp_path: Path, mo
     try:
         leader, follower = follower_past_the_leaders_snapshot(cluster)
         wait_for(lambda: follower.last_snapshot is not None, "the follower to compact its log")
-        snapshot = Path(follower.snapshot_path)
-        own_index = readable_snapshot_index(snapshot)
-        assert isinstance(own_index, int), own_index
+        own = snapshots.existing(follower.snapshot_path)  # what a restarted follower would read
+        assert own is not None, "the follower's own snapshot does not read"
         commit_before, log_end_before = follower.raftCommitIndex, last_index(follower)
 
         sent = SnapshotsSent(monkeypatch, leader)
@@ -164,11 +153,12 @@ def test_a_snapshot_the_follower_cannot_read_replaces_nothing(tmp_path: Path, mo
                  "the leader to send its snapshot to the follower twice", timeout=10)
         seen = (follower.raftCommitIndex, last_index(follower))
         # The follower may compact its own log meanwhile: its snapshot is then newer, and still readable.
-        now_index = readable_snapshot_index(snapshot)
-        kept = isinstance(now_index, int) and now_index >= own_index
+        now = snapshots.existing(follower.snapshot_path)
+        kept = now is not None and now.applied_index >= own.applied_index
         assert (stops, kept) == ([], True), (
             f"an unreadable snapshot replaced the follower's own: stops {stops}; its snapshot file went from "
-            f"index {own_index} to {now_index}; (commit index, last log index) "
+            f"index {own.applied_index} to {'none this version reads' if now is None else now.applied_index}; "
+            f"(commit index, last log index) "
             f"went from ({commit_before}, {log_end_before}) to {seen}")
         assert seen[0] >= commit_before and seen[1] >= log_end_before, (commit_before, log_end_before, seen)
 
