@@ -15,9 +15,10 @@ states each depth adds: the growth that says how far a run that stopped at
 keeps about a hundred bytes a state seen in memory and, past --in-memory worlds, a
 depth's worlds on disk (about a hundred bytes each, in the temporary directory); --jobs N
 explores N modes at once, one process each. With --save-dir DIR a search saves itself
-as each depth starts and, stopped at any point and run again with the same arguments,
-resumes from the last depth it saved (tests/modelcheck/saved_search.py): the full size takes
-CPU-hours per mode.
+as each depth starts and every --save-every seconds while it expands one and, stopped at
+any point and run again with the same arguments, resumes from the last save
+(tests/modelcheck/saved_search.py): the full size takes CPU-hours per mode, and its
+largest depths hours each.
 Run: python benchmarks/model_check.py [--agents 2 --depth 40 --failures 1 --leader-changes 1 --max-seconds 600 --jobs 2]
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordinator.core.model import Mode  # noqa: E402
-from tests.modelcheck.explore import IN_MEMORY, Report, check  # noqa: E402
+from tests.modelcheck.explore import IN_MEMORY, SAVE_EVERY, Report, check  # noqa: E402
 from tests.modelcheck.saved_search import SaveRefused  # noqa: E402
 from tests.modelcheck.world import Bounds  # noqa: E402
 
@@ -63,9 +64,13 @@ def main() -> int:
     parser.add_argument("--save-dir", type=Path, default=None,
                         help="a directory each mode's search saves itself to as each depth starts (a subdirectory "
                              "per mode) and, run again with the same arguments, resumes from")
+    parser.add_argument("--save-every", type=float, default=SAVE_EVERY,
+                        help="seconds between two saves while a depth is expanded (a stop loses at most that much)")
     args = parser.parse_args()
     if len(set(args.modes)) < len(args.modes):
         parser.error("a mode is named twice in --modes")
+    if not args.save_every >= 0:  # NaN too
+        parser.error(f"--save-every must be 0 or more seconds, not {args.save_every}")
     if args.save_dir is not None and "PYTHONHASHSEED" not in os.environ:
         # A saved search's keys are hashes of strings: every run that resumes it must hash alike.
         os.execve(sys.executable, sys.orig_argv, {**os.environ, "PYTHONHASHSEED": "0"})
@@ -116,7 +121,8 @@ def _explore(args: argparse.Namespace, name: str) -> tuple[str, Report]:
                     sends=args.sends, max_index=args.max_index, losses=args.losses, epochs=args.epochs)
     return name, check(bounds, args.depth, max_seconds=args.max_seconds, symmetric=not args.no_symmetry,
                        subsume=not args.no_subsumption, progress=_progress(name) if args.progress else None,
-                       in_memory=args.in_memory, save_dir=None if args.save_dir is None else args.save_dir / name)
+                       in_memory=args.in_memory, save_dir=None if args.save_dir is None else args.save_dir / name,
+                       save_every=args.save_every)
 
 
 def _progress(mode: str) -> Callable[[Report], None]:

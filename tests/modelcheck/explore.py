@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import pickle
+import shutil
 import tempfile
 import time
 import zlib
@@ -38,6 +39,7 @@ from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
 
 IN_MEMORY = 1_000_000  # worlds of one depth held in memory; the rest go to a temporary file
 MADE_LIMIT = 1 << 23  # keys of one depth's new worlds remembered by the world's own hash
+SAVE_EVERY = 900.0  # seconds between two saves of a search partway through a depth
 BLOCK = 64  # worlds pickled and compressed together on disk (Level): larger blocks barely shrink
 
 
@@ -71,15 +73,16 @@ class Report:
 def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None,
           symmetric: bool = False, subsume: bool = False, visit: Callable[[World], None] | None = None,
           progress: Callable[[Report], None] | None = None, in_memory: int = IN_MEMORY,
-          save_dir: Path | None = None) -> Report:
+          save_dir: Path | None = None, save_every: float = SAVE_EVERY) -> Report:
     """Explore every interleaving of at most `depth` transitions from the initial world
     (or as many as `max_seconds` allows: the report then says it is not complete);
     `symmetric`: one world per orbit of agent renamings; `subsume`: no world with less
     budget than one queued. `visit` sees each new world explored; `progress` sees the
     report each time the search starts a deeper level (every shallower one is done);
     `in_memory`: the worlds of one depth held in memory, the rest kept on disk;
-    `save_dir`: a directory the search saves itself to as each depth starts and, run
-    again, resumes from (saved_search.py); the report's seconds then count every run."""
+    `save_dir`: a directory the search saves itself to as each depth starts and every
+    `save_every` seconds while it expands one, and, run again, resumes from
+    (saved_search.py); the report's seconds then count every run."""
     began = time.perf_counter()
     replica.forget()
     symmetry.forget()
@@ -93,11 +96,12 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
         saved = None if save_dir is None else saved_search.load(save_dir, ident, depth)
         # stopped: the keys of the worlds a violation stopped (met again, they are skipped)
         queued, stopped, traces, report = (Explored(), set[int](), Traces(), Report(bounds, depth, complete=True))
-        current, at = Level(in_memory), 0
+        current, following, at = Level(in_memory), Level(in_memory), 0
         if saved is not None:
             queued, stopped, traces, report = (saved.tables[name] for name in ("queued", "stopped", "traces", "report"))
-            current, at = Level.saved(saved.worlds, saved.tables["size"]), saved.at
-            report.depth = depth
+            current = Level.saved(saved.worlds, saved.tables["size"])
+            following = Level.saved(saved.following, saved.tables["following"], growing=True)
+            at, report.depth = saved.at, depth
 
         def found(name: str, detail: str, parent: int | None, label: str) -> None:
             if name not in report.violations:
@@ -113,19 +117,33 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
             _count(report.per_level, 0)
         started = began - report.seconds
         deadline = None if max_seconds is None else began + max_seconds
+        # The save the search stands at: (depth, worlds of it expanded), and when it was taken.
+        last_save = (saved.at, saved.expanded) if saved is not None else None
+        last_saved_at = time.perf_counter()
+
+        def maybe_save() -> None:
+            """Save the search as it stands between two worlds, as each depth starts and
+            every `save_every` seconds, unless it stands where it was last saved."""
+            nonlocal last_save, last_saved_at
+            here = (at, report.per_level[at] - current.size)
+            if save_dir is None or here == last_save or (here[1] and time.perf_counter() - last_saved_at < save_every):
+                return
+            report.seconds = time.perf_counter() - started
+            saved_search.save(save_dir, ident, *here, {
+                "queued": queued, "stopped": stopped, "traces": traces, "report": report,
+                "size": current.size, "following": following.size},
+                {"worlds": current.write, "following": following.write})
+            last_save, last_saved_at = here, time.perf_counter()
+
         while current.size and not (stop_at_first and report.violations):
             report.seconds = time.perf_counter() - started
-            if save_dir is not None and (saved is None or at > saved.at):  # a resumed depth is saved already
-                saved_search.save(save_dir, ident, at, {"queued": queued, "stopped": stopped, "traces": traces,
-                                                     "report": report, "size": current.size}, current.write)
-            if at > 0 and progress is not None:
+            if progress is not None and report.per_level[at] == current.size and at > 0:
                 progress(report)
-            following = Level(in_memory)
             # The keys of the worlds this depth's expansion made, by each world's own hash: about
             # half the transitions make a world another order of the same moves made already,
             # and its key (the search's costliest step) is then looked up, not computed again.
             made = Memo[int, int](MADE_LIMIT)
-            for world, number in current.drain():
+            for world, number in current.drain(between=maybe_save):
                 if stop_at_first and report.violations:
                     break
                 if deadline is not None and time.perf_counter() > deadline:
@@ -165,7 +183,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
                     following.add(after, traces.add(number, step.label))
                     _count(report.per_level, at + 1)
             else:  # every world of this depth expanded
-                current, at = following, at + 1
+                current, following, at = following, Level(in_memory), at + 1
                 continue
             break  # the deadline passed, or stop_at_first found a violation
         report.states += 1  # the initial world
@@ -206,7 +224,8 @@ class Level:
     """The worlds queued at one depth with their numbers, read back once in the order
     queued: the first `in_memory` held in memory, the rest on disk, BLOCK at a time
     in one record (a depth of a long search holds millions of worlds). A saved search
-    keeps a depth's worlds as one such file (`write`, `saved`).
+    keeps a depth's worlds as one such file (`write`, `saved`), the ones not yet
+    read when it is saved partway through expanding the depth.
 
     Why blocks: worlds of one depth differ in a few fields, so a block pickled as one
     list (shared parts once) and compressed as one stream takes about a hundred bytes
@@ -216,16 +235,23 @@ class Level:
 
     def __init__(self, in_memory: int) -> None:
         self._in_memory = in_memory
-        self._held: deque[tuple[World, int]] = deque()
+        self._held: deque[tuple[World, int]] = deque()  # read first (a block read from disk joins them)
         self._block: list[tuple[World, int]] = []
         self._file: IO[bytes] | None = None
-        self.size = 0
+        self._read_at = 0  # where the file's first record not yet read starts
+        self.size = 0  # worlds queued and not yet read
 
     @classmethod
-    def saved(cls, path: Path, size: int) -> Level:
-        """The `size` worlds a saved search wrote to `path` (which stays: the save's)."""
+    def saved(cls, path: Path, size: int, *, growing: bool = False) -> Level:
+        """The `size` worlds a saved search wrote to `path` (which stays: the save's);
+        `growing`: a depth still being queued, copied so that worlds can be added."""
         level = cls(0)
-        level._file = open(path, "rb")
+        if growing:
+            level._file = tempfile.TemporaryFile()
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, level._file)
+        else:
+            level._file = open(path, "rb")
         level.size = size
         return level
 
@@ -239,28 +265,43 @@ class Level:
             self._spill()
 
     def write(self, put: Callable[[bytes], object]) -> None:
-        """Every world of this depth to `put`, in the order queued, keeping them."""
+        """Every world queued and not yet read to `put`, in the order queued, keeping them."""
         held = iter(self._held)
         while block := list(itertools.islice(held, BLOCK)):
             put(_record(block))
         self._spill()
         if self._file is not None:
-            self._file.seek(0)
+            self._file.seek(self._read_at)
             while chunk := self._file.read(1 << 20):
                 put(chunk)
             self._file.seek(0, 2)
 
-    def drain(self) -> Iterator[tuple[World, int]]:
-        """Each world once, in the order queued, let go as it is read."""
-        while self._held:
-            yield self._held.popleft()
+    def drain(self, between: Callable[[], None] = lambda: None) -> Iterator[tuple[World, int]]:
+        """Each world once, in the order queued, let go as it is read; `between()` is
+        called before each is read, when the one before it is wholly expanded: the
+        moment a search can be saved."""
         self._spill()
+        while True:
+            while self._held:
+                between()
+                self.size -= 1
+                yield self._held.popleft()
+            if not self._read_block():
+                return
+
+    def _read_block(self) -> bool:
+        """The next block on disk into memory; False when none is left."""
         if self._file is None:
-            return
-        with self._file as spilled:
-            spilled.seek(0)
-            while size := spilled.read(4):
-                yield from pickle.loads(zlib.decompress(spilled.read(int.from_bytes(size, "little"))))
+            return False
+        self._file.seek(self._read_at)
+        size = self._file.read(4)
+        if not size:
+            self._file.close()
+            self._file = None
+            return False
+        self._held.extend(pickle.loads(zlib.decompress(self._file.read(int.from_bytes(size, "little")))))
+        self._read_at = self._file.tell()
+        return True
 
     def _spill(self) -> None:
         """The worlds added since the last block, as one block on disk."""
@@ -268,6 +309,7 @@ class Level:
             return
         if self._file is None:
             self._file = tempfile.TemporaryFile()
+        self._file.seek(0, 2)
         self._file.write(_record(self._block))
         self._block = []
 

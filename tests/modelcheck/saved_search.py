@@ -1,20 +1,24 @@
-"""A search saved on disk as each depth starts, so a search of many CPU-hours survives
-being stopped: run again, it resumes from the last depth saved.
+"""A search saved on disk as each depth starts and every few minutes while it expands
+one, so a search of many CPU-hours survives being stopped: run again, it resumes
+from the last save.
 
-At the start of each depth the search (explore.py) is wholly described by what it
-keeps: the worlds queued at that depth, the table of worlds queued so far, the worlds
-a violation stopped, the two arrays traces are rebuilt from, the report so far, and
-what symmetry.py has learned that a world's hash stands for. Saving those and loading
-them again continues the same breadth-first search from that depth: every world of
-the depth is expanded against the same visited set, so the search checks what an
-uninterrupted one checks. (symmetry.py's bounded memos start empty, as they do each
-time they fill: they only decide how soon two renderings of one orbit are merged.)
+Between two worlds (one wholly expanded, the next not begun) the search
+(explore.py) is wholly described by what it keeps: the worlds of the depth not yet
+expanded, the worlds queued so far at the next depth, the table of worlds queued so
+far, the worlds a violation stopped, the two arrays traces are rebuilt from, the
+report so far, and what symmetry.py has learned that a world's hash stands for.
+Saving those and loading them again continues the same breadth-first search from
+that point: every world left is expanded against the same visited set, in the same
+order, so the search checks what an uninterrupted one checks. (The bounded memos
+start empty, as they do each time they fill: symmetry.py's only decide how soon two
+renderings of one orbit are merged, explore.py's which keys are computed again.)
 
-A save is one directory per depth, written whole and fsynced before `current`
-names it (a file replaced atomically), so a search stopped at any moment, even while
-saving, resumes from the last complete depth; one search at a time holds a save
-directory (a lock). A save is refused, with a reason, unless it is whole (its
-worlds' length and SHA-256 are checked) and was taken by the same code (every
+A save is one directory per point saved (the depth and how many of its worlds were
+expanded), written whole and fsynced before `current` names it (a file replaced
+atomically), so a search stopped at any moment, even while saving, resumes from the
+last complete save; one search at a time holds a save directory (a lock). A save is
+refused, with a reason, unless it is whole (each file's length and SHA-256 are
+checked) and was taken by the same code (every
 module of this repository the search loaded but tests: the core, the agent library,
 the model, the oracle), for the same bounds and reductions, by a process that
 hashes as this one does, and at a depth within this search's bound (which may be
@@ -45,7 +49,8 @@ from tests.modelcheck import symmetry
 
 _ROOT = Path(__file__).resolve().parents[2]
 _MODEL = ("coordinator", "agent_client", "tests", "chaos")  # where the modules the model runs live
-_FORMAT = 3
+_FORMAT = 4
+_FILES = ("worlds", "following")  # the depth's worlds not yet expanded; the next depth's so far
 _HINTS = {"hashing": " (a world's key is a hash of its strings: both runs need one PYTHONHASHSEED)"}
 CURRENT = "current"
 _CHUNK = 1 << 20
@@ -58,12 +63,15 @@ class SaveRefused(Exception):
 
 @dataclass
 class Resumed:
-    """What a save restores: the search's tables and the depth it resumes at (its
-    queued worlds are in `worlds`, a file in Level's format)."""
+    """What a save restores: the search's tables, the depth it resumes at and how many
+    of that depth's worlds were expanded; the worlds left are in `worlds` and the next
+    depth's queued so far in `following` (files in Level's format)."""
 
     at: int
+    expanded: int
     tables: dict[str, Any]
     worlds: Path
+    following: Path
 
 
 def identity(bounds: object, symmetric: bool, subsume: bool) -> dict[str, Any]:
@@ -88,40 +96,37 @@ def claimed(directory: Path) -> Iterator[None]:
         yield
 
 
-def save(directory: Path, ident: dict[str, Any], at: int, tables: dict[str, Any],
-         write_worlds: Callable[[Callable[[bytes], object]], None]) -> None:
-    """Write the search as it stands at the start of depth `at`; `write_worlds(put)`
-    puts the queued worlds. Older saves are removed once this one is current."""
+Writer = Callable[[Callable[[bytes], object]], None]
+
+
+def save(directory: Path, ident: dict[str, Any], at: int, expanded: int, tables: dict[str, Any],
+         files: dict[str, Writer]) -> None:
+    """Write the search as it stands at depth `at` once `expanded` of its worlds are;
+    `files[name](put)` puts each file of worlds (_FILES). Older saves are removed once
+    this one is current."""
     try:
-        _save(directory, ident, at, tables, write_worlds)
+        _save(directory, ident, at, expanded, tables, files)
     except OSError as e:
         raise SaveRefused(f"the search cannot be saved in {directory}: {e} (the save before it, if any, "
                           f"remains)") from e
 
 
-def _save(directory: Path, ident: dict[str, Any], at: int, tables: dict[str, Any],
-          write_worlds: Callable[[Callable[[bytes], object]], None]) -> None:
+def _save(directory: Path, ident: dict[str, Any], at: int, expanded: int, tables: dict[str, Any],
+          files: dict[str, Writer]) -> None:
     previous = _current(directory)
-    target = directory / f"depth-{at}"
+    target = directory / (f"depth-{at}" if expanded == 0 else f"depth-{at}-{expanded}")
     if target == previous:
         raise SaveRefused(f"{target} is the save this search resumed from: it is never rewritten")
     if target.exists():  # a save that stopped before it became current
         shutil.rmtree(target)
     target.mkdir()
-    digest, length = hashlib.sha256(), 0
-    with open(target / "worlds", "wb") as out:
-        def put(data: bytes) -> None:
-            nonlocal length
-            out.write(data)
-            digest.update(data)
-            length += len(data)
-        write_worlds(put)
-        _flush(out)
+    written = {name: _write(target / name, files[name]) for name in _FILES}
     with open(target / "tables.pickle", "wb") as out:
         pickle.dump({**tables, "learned": symmetry.learned()}, out, pickle.HIGHEST_PROTOCOL)
         _flush(out)
     with open(target / "identity.json", "w") as out:
-        json.dump({**ident, "depth": at, "worlds": {"bytes": length, "sha256": digest.hexdigest()}}, out)
+        json.dump({**ident, "depth": at, "expanded": expanded,
+                   "files": {name: {"bytes": length, "sha256": sha} for name, (length, sha) in written.items()}}, out)
         _flush(out)
     fsutil.fsync_dir(target)
     fsutil.fsync_dir(directory)
@@ -139,7 +144,8 @@ def load(directory: Path, ident: dict[str, Any], depth: int) -> Resumed | None:
         if found is None:
             return None
         saved = json.loads((found / "identity.json").read_text())
-        at, worlds = saved.pop("depth"), saved.pop("worlds")
+        if not isinstance(saved, dict):
+            raise ValueError(f"its identity is {saved!r}")
     except Exception as e:  # whatever a damaged save raises: it is refused, not crashed on
         raise SaveRefused(f"the search saved in {directory} cannot be read ({e!r}): remove it to start again") from e
     for name, value in ident.items():
@@ -148,23 +154,42 @@ def load(directory: Path, ident: dict[str, Any], depth: int) -> Resumed | None:
                 f"the search saved in {directory} had another {name} "
                 f"({saved.get(name)!r}, this search has {value!r}){_HINTS.get(name, '')}: "
                 f"remove it or use another directory")
+    try:
+        at, expanded, files = saved["depth"], saved["expanded"], saved["files"]
+    except KeyError as e:
+        raise SaveRefused(f"the search saved in {directory} cannot be read ({e!r}): remove it to start again") from e
     if at > depth:
         raise SaveRefused(f"the search saved in {directory} is at depth {at}, past this search's bound of {depth}")
     try:
-        if _file_digest(found / "worlds") != (worlds["bytes"], worlds["sha256"]):
-            raise ValueError("its worlds are not the ones it saved")
+        for name in _FILES:
+            if _file_digest(found / name) != (files[name]["bytes"], files[name]["sha256"]):
+                raise ValueError(f"its {name} are not the ones it saved")
         with open(found / "tables.pickle", "rb") as src:
             tables = pickle.load(src)
         learned = tables.pop("learned")
     except Exception as e:
         raise SaveRefused(f"the search saved in {directory} cannot be read ({e!r}): remove it to start again") from e
     symmetry.relearn(learned)
-    return Resumed(at, tables, found / "worlds")
+    return Resumed(at, expanded, tables, found / "worlds", found / "following")
 
 
 def _current(directory: Path) -> Path | None:
     pointer = directory / CURRENT
     return directory / pointer.read_text().strip() if pointer.exists() else None
+
+
+def _write(path: Path, write: Writer) -> tuple[int, str]:
+    """Write a file of worlds, fsynced; its length and SHA-256."""
+    digest, length = hashlib.sha256(), 0
+    with open(path, "wb") as out:
+        def put(data: bytes) -> None:
+            nonlocal length
+            out.write(data)
+            digest.update(data)
+            length += len(data)
+        write(put)
+        _flush(out)
+    return length, digest.hexdigest()
 
 
 def _file_digest(path: Path) -> tuple[int, str]:

@@ -1,5 +1,6 @@
-"""A search that saves itself as each depth starts (saved_search.py), stopped at any point
-and run again, ends where one uninterrupted search ends: the same states, levels,
+"""A search that saves itself as each depth starts and while it expands one
+(saved_search.py), stopped at any point and run again, ends where one uninterrupted
+search ends, having met again only what it met after its last save: the same states, levels,
 violations and counterexamples; in another process too, where Python salts string
 hashes anew and hashes None by an address that moves; and a save of another search
 is refused with its reason."""
@@ -32,48 +33,64 @@ class _Stopped(Exception):
     """A search's process ended partway through a depth."""
 
 
-def _stopping_at(world_number: int) -> Any:
+def _counting(stop_at: int | None = None) -> tuple[list[int], Any]:
+    """A count of the worlds a search visits, and a `visit` that counts them (and stops
+    the search at the `stop_at`th)."""
     seen = [0]
 
     def visit(_: World) -> None:
         seen[0] += 1
-        if seen[0] == world_number:
+        if seen[0] == stop_at:
             raise _Stopped
 
-    return visit
+    return seen, visit
 
 
 def _outcome(report: Report) -> tuple[Any, ...]:
     return report.states, report.transitions, report.per_level, report.complete, report.violations
 
 
-# (mode, bounds, depth, planted bug or None, in_memory): the bug's worlds a violation stops
-# are met again after the save; coordinated reads blobs and writes an earlier depth learned
-# (symmetry.learned); in_memory 5 puts a depth's worlds on disk before it is saved.
+# (mode, bounds, depth, planted bug or None, in_memory, save_every): the bug's worlds a
+# violation stops are met again after the save; coordinated reads blobs and writes an
+# earlier depth learned (symmetry.learned); in_memory 5 puts a depth's worlds on disk
+# before it is saved; save_every 0 saves before each world, partway through each depth.
 CASES = {
-    "bug": (Mode.CIC_BCS, BUG.bounds, DEPTH, BUG, IN_MEMORY),
-    "on disk": (Mode.COORDINATED, {"agents": 2, "max_index": 1, "epochs": 1}, 8, None, 5),
+    "bug": (Mode.CIC_BCS, BUG.bounds, DEPTH, BUG, IN_MEMORY, 3600.0),
+    "on disk": (Mode.COORDINATED, {"agents": 2, "max_index": 1, "epochs": 1}, 8, None, 5, 3600.0),
+    "on disk, partway": (Mode.COORDINATED, {"agents": 2, "max_index": 1, "epochs": 1}, 8, None, 5, 0.0),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_search_stopped_partway_through_a_depth_resumes_to_what_one_run_finds(case: str, tmp_path: Path) -> None:
-    mode, bounds_given, depth, bug, in_memory = CASES[case]
+    mode, bounds_given, depth, bug, in_memory, save_every = CASES[case]
     bounds = Bounds(mode, **bounds_given)
     patched = (mock.patch.object(bug.module, bug.attribute, bug.replacement) if bug is not None
                else contextlib.nullcontext())
-    visits = [0]
+    saved_after: list[int] = []  # the worlds the stopped search had met at each save
+    save = saved_search.save
+
+    def counted_save(*args: Any) -> None:
+        save(*args)
+        saved_after.append(seen[0])
+
     with patched:
         whole = check(bounds, depth, **SEARCH)
         assert len(whole.per_level) > 7 and (bug is None) != bool(whole.violations), f"not as expected: {whole}"
-        stop_in = sum(whole.per_level[:7]) + whole.per_level[7] // 2  # halfway through expanding depth 6
-        with pytest.raises(_Stopped):
-            check(bounds, depth, **SEARCH, in_memory=in_memory, save_dir=tmp_path, visit=_stopping_at(stop_in))
-        resumed = check(bounds, depth, **SEARCH, in_memory=in_memory, save_dir=tmp_path,
-                        visit=lambda _: visits.__setitem__(0, visits[0] + 1))
+        stop_at = sum(whole.per_level[:7]) + whole.per_level[7] // 2  # halfway through expanding depth 6
+        seen, visit = _counting(stop_at)
+        with mock.patch.object(saved_search, "save", counted_save), pytest.raises(_Stopped):
+            check(bounds, depth, **SEARCH, in_memory=in_memory, save_dir=tmp_path, visit=visit, save_every=save_every)
+        last = (tmp_path / saved_search.CURRENT).read_text()
+        met, visit = _counting()
+        resumed = check(bounds, depth, **SEARCH, in_memory=in_memory, save_dir=tmp_path, visit=visit,
+                        save_every=save_every)
     assert _outcome(resumed) == _outcome(whole), f"resumed: {_outcome(resumed)}\nwhole: {_outcome(whole)}"
-    assert visits[0] <= whole.states - sum(whole.per_level[:7]), (
-        f"the resumed search met {visits[0]} new worlds of {whole.states}: it began again instead of at depth 6")
+    partway = last.count("-") == 2  # a save taken partway through a depth is named depth-D-E
+    assert partway == (save_every == 0), f"the last save, {last}, is not what saving every {save_every} s takes"
+    assert saved_after[-1] + met[0] == whole.states, (
+        f"the stopped search met {saved_after[-1]} worlds before its last save ({last}) and the resumed one "
+        f"{met[0]}, where one search meets {whole.states}: it did not resume where it was saved")
 
 
 def test_a_save_of_another_search_or_damaged_is_refused_with_the_reason(tmp_path: Path) -> None:
