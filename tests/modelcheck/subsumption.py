@@ -29,43 +29,82 @@ search reaches is reached, or is <= one reached.
 """
 from __future__ import annotations
 
+import bisect
+from array import array
+
 Budgets = tuple[int, ...]
 
 
 class Explored:
     """The budgets of the worlds queued for expansion, by shape (a world's key but
-    for its budgets). This table is most of a long search's memory (one entry per
-    world), so each world's budgets are packed into one shared int and a shape with
-    one world holds that int alone."""
+    for its budgets). This table holds an entry per world a search queues (a hundred
+    million at the issue's size), so an entry is 10 bytes: the shape's 8 and a 2-byte
+    number standing for its budgets (a few dozen distinct tuples), kept in sorted
+    arrays, one pair per slice of the shapes (by their low bits), and the slices
+    doubled as the table grows so that an entry is inserted by moving a few thousand
+    bytes. A dict of ints, as this once was, took about a hundred bytes an entry:
+    more memory than two long searches have."""
+
+    _PER_SLICE = 4096  # the entries a slice holds on average before the slices double
 
     def __init__(self) -> None:
-        self._budgets: dict[int, int | tuple[int, ...]] = {}
-        self._packed: dict[Budgets, int] = {}  # one int object per distinct budgets
-        self._unpacked: dict[int, Budgets] = {}
+        self._bits = 0  # a shape's slice is its low `_bits` bits
+        self._shapes = [array("q")]  # each sorted
+        self._numbers = [array("H")]  # the budgets' number of the entry beside
+        self._size = 0
+        self._numbered: dict[Budgets, int] = {}
+        self._budgets: list[Budgets] = []  # by number
 
     def holds(self, shape: int, budgets: Budgets) -> bool:
         """Whether a world of this shape with these very budgets is queued."""
-        found = self._budgets.get(shape)
-        packed = self._packed.get(budgets)
-        return found is not None and packed is not None and (
-            found == packed if isinstance(found, int) else packed in found)
+        number = self._numbered.get(budgets)
+        return number is not None and number in self._entries(shape)
 
     def covers(self, shape: int, budgets: Budgets) -> bool:
         """Whether a queued world of this shape has at least these budgets, each."""
-        found = self._budgets.get(shape)
-        if found is None:
-            return False
-        return any(dominates(self._unpacked[seen], budgets)
-                   for seen in ((found,) if isinstance(found, int) else found))
+        return any(dominates(self._budgets[number], budgets) for number in self._entries(shape))
 
     def add(self, shape: int, budgets: Budgets) -> None:
-        packed = self._packed.get(budgets)
-        if packed is None:
-            packed = self._packed[budgets] = len(self._packed)
-            self._unpacked[packed] = budgets
-        found = self._budgets.get(shape)
-        self._budgets[shape] = packed if found is None else (
-            (found, packed) if isinstance(found, int) else found + (packed,))
+        number = self._numbered.get(budgets)
+        if number is None:
+            number = self._numbered[budgets] = len(self._budgets)
+            self._budgets.append(budgets)
+        at = shape & ((1 << self._bits) - 1)
+        shapes = self._shapes[at]
+        i = bisect.bisect_right(shapes, shape)
+        shapes.insert(i, shape)
+        self._numbers[at].insert(i, number)
+        self._size += 1
+        if self._size > self._PER_SLICE << self._bits:
+            self._double()
+
+    def _entries(self, shape: int) -> list[int]:
+        """The budgets' numbers of the worlds of this shape queued."""
+        at = shape & ((1 << self._bits) - 1)
+        shapes = self._shapes[at]
+        i = bisect.bisect_left(shapes, shape)
+        j = i
+        while j < len(shapes) and shapes[j] == shape:
+            j += 1
+        return self._numbers[at][i:j].tolist()
+
+    def _double(self) -> None:
+        """Split each slice in two by the shapes' next bit (each half stays sorted):
+        slice i keeps the shapes without it, slice i + 2**bits takes the others."""
+        bit = 1 << self._bits
+        low: list[tuple[array[int], array[int]]] = []
+        high: list[tuple[array[int], array[int]]] = []
+        for shapes, numbers in zip(self._shapes, self._numbers, strict=True):
+            halves = (array("q"), array("H")), (array("q"), array("H"))
+            for shape, number in zip(shapes, numbers, strict=True):
+                half = halves[1 if shape & bit else 0]
+                half[0].append(shape)
+                half[1].append(number)
+            low.append(halves[0])
+            high.append(halves[1])
+        self._shapes = [half[0] for half in low + high]
+        self._numbers = [half[1] for half in low + high]
+        self._bits += 1
 
 
 def dominates(more: Budgets, less: Budgets) -> bool:

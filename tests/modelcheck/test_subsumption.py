@@ -51,3 +51,19 @@ def test_the_table_holds_equal_budgets_and_covers_at_most_them() -> None:
     one.add(1, (2, 1, 0, 1))
     assert one.holds(1, (2, 1, 0, 1)) and not one.holds(1, (1, 1, 0, 1)), "a shape with one world: equal only"
     assert one.covers(1, (1, 1, 0, 1)) and not one.covers(1, (2, 2, 0, 1)), "a shape with one world covers less"
+
+
+def test_shapes_that_share_a_slice_of_the_table_keep_their_own_budgets_as_it_grows() -> None:
+    table = Explored()
+    table._PER_SLICE = 2  # the slices double at 3, 5, 9 and 17 entries
+    neighbours = [7 + n * 1024 for n in (-3, 2, 0, -1, 1)] + [7 + n * 2 for n in (3, -2)] + [-(1 << 63), (1 << 63) - 1]
+    for n, shape in enumerate(neighbours):
+        table.add(shape, (n, 0, 0, 0))
+        table.add(shape, (0, n, 0, 0))
+    assert table._bits == 4, f"the table has {2 ** table._bits} slices for {2 * len(neighbours)} entries"
+    for n, shape in enumerate(neighbours):
+        others = [m for m in range(len(neighbours)) if m != n]
+        assert table.holds(shape, (n, 0, 0, 0)) and table.holds(shape, (0, n, 0, 0)), f"shape {shape} lost an entry"
+        assert not any(table.holds(shape, (m, 0, 0, 0)) for m in others), f"shape {shape} holds another's budgets"
+        assert table.covers(shape, (n, 0, 0, 0)) and not table.covers(shape, (n + 1, 0, 0, 0)), (
+            f"shape {shape} covers what its own budgets do not")
