@@ -12,7 +12,7 @@ verdict and the length of every shortest counterexample. --levels prints how man
 states each depth adds: the growth that says how far a run that stopped at
 --max-seconds was from complete. The issue's size: --agents 3 --failures 2
 --leader-changes 1 (docs/chaos.md, "The model checker", has the figures). A long run
-keeps about a hundred bytes a state seen in memory and, past --in-memory worlds, a
+keeps about 20 bytes a state seen in memory and, past --in-memory worlds, a
 depth's worlds on disk (about a hundred bytes each, in the temporary directory); --jobs N
 explores N modes at once, one process each. With --save-dir DIR a search saves itself
 as each depth starts and every --save-every seconds while it expands one and, stopped at

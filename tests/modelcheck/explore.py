@@ -9,9 +9,9 @@ less budget left than one already queued is not explored (subsumption.py).
 A transition that breaks an invariant is reported with the shortest trace to it
 (breadth first) and not explored further.
 
-What a search keeps is sized for tens of millions of worlds: per world seen, an entry
-of the subsumption table and two numbers to rebuild its trace (Traces), about a
-hundred bytes; and the worlds of the depth being expanded and of the next one, the
+What a search keeps is sized for a hundred million worlds: per world seen, an entry
+of the subsumption table (10 bytes) and two numbers to rebuild its trace (Traces, 8
+bytes); and the worlds of the depth being expanded and of the next one, the
 bulk (about 1.5 KB each in memory), which past `in_memory` worlds a depth keeps on
 disk instead (Level, about a hundred bytes each).
 """

@@ -42,8 +42,8 @@ class Explored:
     number standing for its budgets (a few dozen distinct tuples), kept in sorted
     arrays, one pair per slice of the shapes (by their low bits), and the slices
     doubled as the table grows so that an entry is inserted by moving a few thousand
-    bytes. A dict of ints, as this once was, took about a hundred bytes an entry:
-    more memory than two long searches have."""
+    bytes. A dict of ints, as this once was, took about 80 bytes an entry: more
+    memory than two long searches have."""
 
     _PER_SLICE = 4096  # the entries a slice holds on average before the slices double
 
