@@ -54,30 +54,50 @@ _LOWEST_PORT = 10_000
 _PICK_ATTEMPTS = 200
 
 
-def free_ports(n: int) -> list[int]:
-    """`n` distinct loopback ports nothing listens on now, outside the ephemeral range
-    when the machine leaves room below it (else any free ports the kernel hands out)."""
+def free_ports(n: int, hosts: Collection[str] = ("127.0.0.1",)) -> list[int]:
+    """`n` distinct ports nothing is bound to now on any of the loopback addresses
+    `hosts`, outside the ephemeral range when the machine leaves room below it (else
+    any free ports the kernel hands out). A port free on one loopback address can be
+    taken on another (a cluster whose nodes bind 127.0.1.x beside this one), so each
+    is checked on every address it will be used on."""
     low = _ephemeral_low()
-    socks: list[socket.socket] = []
+    held: list[list[socket.socket]] = []
     try:
         if low - _LOWEST_PORT >= n:
             for port in random.sample(range(_LOWEST_PORT, low), min(_PICK_ATTEMPTS, low - _LOWEST_PORT)):
-                if len(socks) == n:
+                if len(held) == n:
                     break
-                sock = socket.socket()
-                try:
-                    sock.bind(("127.0.0.1", port))
-                    socks.append(sock)
-                except OSError:
-                    sock.close()
-        while len(socks) < n:
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [sock.getsockname()[1] for sock in socks]
+                if (socks := _bound(hosts, port)) is not None:
+                    held.append(socks)
+        for _ in range(_PICK_ATTEMPTS):
+            if len(held) == n:
+                break
+            if (socks := _bound(hosts, 0)) is not None:
+                held.append(socks)
+        if len(held) < n:
+            raise OSError(f"found {len(held)} of {n} ports free on every one of {sorted(set(hosts))}")
+        return [socks[0].getsockname()[1] for socks in held]
     finally:
-        for sock in socks:
-            sock.close()
+        for socks in held:
+            for sock in socks:
+                sock.close()
+
+
+def _bound(hosts: Collection[str], port: int) -> list[socket.socket] | None:
+    """Sockets bound to `port` (0: one the kernel picks on the first host) on every
+    host, held so that no later pick returns it; None if one host has it taken."""
+    socks: list[socket.socket] = []
+    for host in dict.fromkeys(hosts):
+        sock = socket.socket()
+        socks.append(sock)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            for s in socks:
+                s.close()
+            return None
+        port = sock.getsockname()[1]
+    return socks
 
 
 def _ephemeral_low() -> int:
@@ -188,10 +208,8 @@ class LocalCluster:
         hosts = hosts or ["127.0.0.1"] * size
         if len(hosts) != size:
             raise ValueError(f"need one host per node: {size} nodes, {len(hosts)} hosts")
-        # Ports free on 127.0.0.1 are free on the other loopback addresses too, short of
-        # a socket bound to exactly that address.
         if addresses is None:
-            ports = free_ports(3 * size) if base_port is None else list(range(base_port, base_port + 3 * size))
+            ports = free_ports(3 * size, hosts) if base_port is None else list(range(base_port, base_port + 3 * size))
             addresses = [(f"{host}:{ports[3 * i]}", f"{host}:{ports[3 * i + 1]}", f"{host}:{ports[3 * i + 2]}")
                          for i, host in enumerate(hosts)]
         if len(addresses) != size:

@@ -33,3 +33,23 @@ def test_a_port_in_use_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setattr(local_cluster, "_PICK_ATTEMPTS", 2)
         ports = free_ports(1)
     assert ports != [busy]
+
+
+def test_a_port_taken_on_another_loopback_address_is_never_handed_out_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    hosts = ["127.0.1.1", "127.0.1.2"]
+    with socket.socket() as taken:
+        taken.bind((hosts[1], 0))  # free on 127.0.0.1 and on hosts[0]: taken only where node 1 binds
+        busy = taken.getsockname()[1]
+        monkeypatch.setattr(local_cluster, "_LOWEST_PORT", busy)
+        monkeypatch.setattr(local_cluster, "_ephemeral_low", lambda: busy + 2)
+        monkeypatch.setattr(local_cluster, "_PICK_ATTEMPTS", 2)
+        ports = free_ports(1, hosts)
+    assert ports != [busy], f"port {busy} is bound on {hosts[1]}, yet free_ports({hosts}) handed it out"
+    for host in hosts:
+        with socket.socket() as sock:
+            sock.bind((host, ports[0]))
+
+
+def test_no_port_free_on_every_host_is_a_clear_error() -> None:
+    with pytest.raises(OSError, match="0 of 1 ports free on every one of"):
+        free_ports(1, ["127.0.0.1", "192.0.2.1"])  # TEST-NET: no interface of this machine has it
