@@ -60,6 +60,8 @@ def free_ports(n: int, hosts: Collection[str] = ("127.0.0.1",)) -> list[int]:
     any free ports the kernel hands out). A port free on one loopback address can be
     taken on another (a cluster whose nodes bind 127.0.1.x beside this one), so each
     is checked on every address it will be used on."""
+    if not hosts:
+        raise ValueError("free_ports needs at least one address to check the ports on")
     low = _ephemeral_low()
     held: list[list[socket.socket]] = []
     try:

@@ -53,3 +53,8 @@ def test_a_port_taken_on_another_loopback_address_is_never_handed_out_for_it(mon
 def test_no_port_free_on_every_host_is_a_clear_error() -> None:
     with pytest.raises(OSError, match="0 of 1 ports free on every one of"):
         free_ports(1, ["127.0.0.1", "192.0.2.1"])  # TEST-NET: no interface of this machine has it
+
+
+def test_ports_checked_on_no_address_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least one address"):
+        free_ports(1, [])
