@@ -60,7 +60,8 @@ def free_ports(n: int, hosts: Collection[str] = ("127.0.0.1",)) -> list[int]:
     any free ports the kernel hands out). A port free on one loopback address can be
     taken on another (a cluster whose nodes bind 127.0.1.x beside this one), so each
     is checked on every address it will be used on."""
-    if not hosts:
+    distinct = tuple(dict.fromkeys(hosts))
+    if not distinct:
         raise ValueError("free_ports needs at least one address to check the ports on")
     low = _ephemeral_low()
     held: list[list[socket.socket]] = []
@@ -69,15 +70,15 @@ def free_ports(n: int, hosts: Collection[str] = ("127.0.0.1",)) -> list[int]:
             for port in random.sample(range(_LOWEST_PORT, low), min(_PICK_ATTEMPTS, low - _LOWEST_PORT)):
                 if len(held) == n:
                     break
-                if (socks := _bound(hosts, port)) is not None:
+                if (socks := _bound(distinct, port)) is not None:
                     held.append(socks)
         for _ in range(_PICK_ATTEMPTS):
             if len(held) == n:
                 break
-            if (socks := _bound(hosts, 0)) is not None:
+            if (socks := _bound(distinct, 0)) is not None:
                 held.append(socks)
         if len(held) < n:
-            raise OSError(f"found {len(held)} of {n} ports free on every one of {sorted(set(hosts))}")
+            raise OSError(f"found {len(held)} of {n} ports free on every one of {sorted(distinct)}")
         return [socks[0].getsockname()[1] for socks in held]
     finally:
         for socks in held:
@@ -85,11 +86,12 @@ def free_ports(n: int, hosts: Collection[str] = ("127.0.0.1",)) -> list[int]:
                 sock.close()
 
 
-def _bound(hosts: Collection[str], port: int) -> list[socket.socket] | None:
-    """Sockets bound to `port` (0: one the kernel picks on the first host) on every
-    host, held so that no later pick returns it; None if one host has it taken."""
+def _bound(hosts: tuple[str, ...], port: int) -> list[socket.socket] | None:
+    """Sockets bound to `port` (0: one the kernel picks on the first host) on each of
+    the distinct `hosts`, held so that no later pick returns it; None if one host has
+    it taken."""
     socks: list[socket.socket] = []
-    for host in dict.fromkeys(hosts):
+    for host in hosts:
         sock = socket.socket()
         socks.append(sock)
         try:
