@@ -27,12 +27,16 @@ def test_a_port_in_use_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> N
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         busy = taken.getsockname()[1]
-        # Only the busy port and one more below a fake ephemeral range: the busy one is skipped.
-        monkeypatch.setattr(local_cluster, "_LOWEST_PORT", busy)
-        monkeypatch.setattr(local_cluster, "_ephemeral_low", lambda: busy + 2)
-        monkeypatch.setattr(local_cluster, "_PICK_ATTEMPTS", 2)
+        _only_candidate(monkeypatch, busy)
         ports = free_ports(1)
     assert ports != [busy]
+
+
+def _only_candidate(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
+    """Make `port` the one port below a fake ephemeral range, so free_ports tries it
+    first (and, if it is refused, takes one from the kernel)."""
+    monkeypatch.setattr(local_cluster, "_LOWEST_PORT", port)
+    monkeypatch.setattr(local_cluster, "_ephemeral_low", lambda: port + 1)
 
 
 def test_a_port_taken_on_another_loopback_address_is_never_handed_out_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,9 +44,7 @@ def test_a_port_taken_on_another_loopback_address_is_never_handed_out_for_it(mon
     with socket.socket() as taken:
         taken.bind((hosts[1], 0))  # free on 127.0.0.1 and on hosts[0]: taken only where node 1 binds
         busy = taken.getsockname()[1]
-        monkeypatch.setattr(local_cluster, "_LOWEST_PORT", busy)
-        monkeypatch.setattr(local_cluster, "_ephemeral_low", lambda: busy + 2)
-        monkeypatch.setattr(local_cluster, "_PICK_ATTEMPTS", 2)
+        _only_candidate(monkeypatch, busy)
         ports = free_ports(1, hosts)
     assert ports != [busy], f"port {busy} is bound on {hosts[1]}, yet free_ports({hosts}) handed it out"
     for host in hosts:
