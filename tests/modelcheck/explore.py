@@ -274,7 +274,6 @@ class Level:
             self._file.seek(self._read_at)
             while chunk := self._file.read(1 << 20):
                 put(chunk)
-            self._file.seek(0, 2)
 
     def drain(self, between: Callable[[], None] = lambda: None) -> Iterator[tuple[World, int]]:
         """Each world once, in the order queued, let go as it is read; `between()` is

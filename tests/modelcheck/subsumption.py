@@ -69,7 +69,7 @@ class Explored:
         if number is None:
             number = self._numbered[budgets] = len(self._budgets)
             self._budgets.append(budgets)
-        at = shape & ((1 << self._bits) - 1)
+        at = self._slice(shape)
         shapes = self._shapes[at]
         i = bisect.bisect_right(shapes, shape)
         shapes.insert(i, shape)
@@ -80,13 +80,14 @@ class Explored:
 
     def _entries(self, shape: int) -> list[int]:
         """The budgets' numbers of the worlds of this shape queued."""
-        at = shape & ((1 << self._bits) - 1)
+        at = self._slice(shape)
         shapes = self._shapes[at]
         i = bisect.bisect_left(shapes, shape)
-        j = i
-        while j < len(shapes) and shapes[j] == shape:
-            j += 1
-        return self._numbers[at][i:j].tolist()
+        return self._numbers[at][i:bisect.bisect_right(shapes, shape, lo=i)].tolist()
+
+    def _slice(self, shape: int) -> int:
+        """The slice a shape is kept in: its low `_bits` bits."""
+        return shape & ((1 << self._bits) - 1)
 
     def _double(self) -> None:
         """Split each slice in two by the shapes' next bit (each half stays sorted):
