@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordinator.core.model import Mode  # noqa: E402
-from tests.modelcheck.explore import IN_MEMORY, SAVE_EVERY, Report, check  # noqa: E402
+from tests.modelcheck.explore import IN_MEMORY, PROGRESS_EVERY, SAVE_EVERY, Report, check  # noqa: E402
 from tests.modelcheck.saved_search import SaveRefused  # noqa: E402
 from tests.modelcheck.world import Bounds  # noqa: E402
 
@@ -57,7 +57,10 @@ def main() -> int:
                         help="explore a world even if one with at least its budgets was explored")
     parser.add_argument("--levels", action="store_true", help="print the states queued at each depth")
     parser.add_argument("--progress", action="store_true",
-                        help="print a line as each level is done (states, seconds, memory): for long runs")
+                        help="print a line as each level is done (states, seconds, memory), and every "
+                             "--progress-every seconds while one is expanded: for long runs")
+    parser.add_argument("--progress-every", type=float, default=PROGRESS_EVERY,
+                        help="seconds between two --progress lines while a level is expanded")
     parser.add_argument("--in-memory", type=int, default=IN_MEMORY,
                         help="worlds of one depth held in memory (about 1.5 KB each); the rest go to a temporary file")
     parser.add_argument("--jobs", type=int, default=1, help="modes explored at once, one process each")
@@ -69,8 +72,9 @@ def main() -> int:
     args = parser.parse_args()
     if len(set(args.modes)) < len(args.modes):
         parser.error("a mode is named twice in --modes")
-    if not args.save_every >= 0:  # NaN too
-        parser.error(f"--save-every must be 0 or more seconds, not {args.save_every}")
+    for name in ("save_every", "progress_every"):
+        if not getattr(args, name) >= 0:  # NaN too
+            parser.error(f"--{name.replace('_', '-')} must be 0 or more seconds, not {getattr(args, name)}")
     if args.save_dir is not None and "PYTHONHASHSEED" not in os.environ:
         # A saved search's keys are hashes of strings: every run that resumes it must hash alike.
         os.execve(sys.executable, sys.orig_argv, {**os.environ, "PYTHONHASHSEED": "0"})
@@ -121,16 +125,22 @@ def _explore(args: argparse.Namespace, name: str) -> tuple[str, Report]:
                     sends=args.sends, max_index=args.max_index, losses=args.losses, epochs=args.epochs)
     return name, check(bounds, args.depth, max_seconds=args.max_seconds, symmetric=not args.no_symmetry,
                        subsume=not args.no_subsumption, progress=_progress(name) if args.progress else None,
+                       progress_every=args.progress_every,
                        in_memory=args.in_memory, save_dir=None if args.save_dir is None else args.save_dir / name,
                        save_every=args.save_every)
 
 
-def _progress(mode: str) -> Callable[[Report], None]:
-    def show(report: Report) -> None:
+def _progress(mode: str) -> Callable[[Report, int], None]:
+    def show(report: Report, expanded: int) -> None:
+        # depth_reached is the depth of the last world expanded: the one before a level
+        # just started, the level itself partway through it.
+        at = report.depth_reached
+        queued = report.per_level[at + 1] if len(report.per_level) > at + 1 else 0
+        where, so_far = ((f"depth {at} done", "") if not expanded else
+                         (f"depth {at}: {expanded:,} of its {report.per_level[at]:,} worlds expanded", " so far"))
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-        print(f"  {mode}: depth {report.depth_reached} done, {report.states + 1:,} states, "
-              f"{report.per_level[-1]:,} queued at depth {len(report.per_level) - 1}, {report.seconds:.0f} s, "
-              f"peak memory {peak:,.0f} MiB", flush=True)
+        print(f"  {mode}: {where}, {report.states + 1:,} states, {queued:,} queued at depth {at + 1}{so_far}, "
+              f"{report.seconds:.0f} s, peak memory {peak:,.0f} MiB", flush=True)
     return show
 
 

@@ -40,6 +40,7 @@ from tests.modelcheck.world import GROUP, Bounds, World, initial, moves
 IN_MEMORY = 1_000_000  # worlds of one depth held in memory; the rest go to a temporary file
 MADE_LIMIT = 1 << 23  # keys of one depth's new worlds remembered by the world's own hash
 SAVE_EVERY = 900.0  # seconds between two saves of a search partway through a depth
+PROGRESS_EVERY = 600.0  # seconds between two progress reports partway through a depth
 BLOCK = 64  # worlds pickled and compressed together on disk (Level): larger blocks barely shrink
 
 
@@ -72,13 +73,16 @@ class Report:
 
 def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None,
           symmetric: bool = False, subsume: bool = False, visit: Callable[[World], None] | None = None,
-          progress: Callable[[Report], None] | None = None, in_memory: int = IN_MEMORY,
-          save_dir: Path | None = None, save_every: float = SAVE_EVERY) -> Report:
+          progress: Callable[[Report, int], None] | None = None, progress_every: float = PROGRESS_EVERY,
+          in_memory: int = IN_MEMORY, save_dir: Path | None = None, save_every: float = SAVE_EVERY) -> Report:
     """Explore every interleaving of at most `depth` transitions from the initial world
     (or as many as `max_seconds` allows: the report then says it is not complete);
     `symmetric`: one world per orbit of agent renamings; `subsume`: no world with less
     budget than one queued. `visit` sees each new world explored; `progress` sees the
-    report each time the search starts a deeper level (every shallower one is done);
+    report and how many worlds of the depth being expanded are done: 0 each time the
+    search starts a deeper level (every shallower one is done), and more every
+    `progress_every` seconds while it expands one (and at once when it resumes a
+    save taken partway), since a deep level takes hours;
     `in_memory`: the worlds of one depth held in memory, the rest kept on disk;
     `save_dir`: a directory the search saves itself to as each depth starts and every
     `save_every` seconds while it expands one, and, run again, resumes from
@@ -120,6 +124,19 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
         # The save the search stands at: (depth, worlds of it expanded), and when it was taken.
         last_save = (saved.at, saved.expanded) if saved is not None else None
         last_saved_at = time.perf_counter()
+        # When the search last reported partway through a depth (None: at the next world).
+        last_progress_at: float | None = None if last_save is not None and last_save[1] else time.perf_counter()
+
+        def between_worlds() -> None:
+            """Between two worlds of a depth: report progress and save when due."""
+            nonlocal last_progress_at
+            expanded = report.per_level[at] - current.size
+            if progress is not None and expanded and (
+                    last_progress_at is None or time.perf_counter() - last_progress_at >= progress_every):
+                report.seconds = time.perf_counter() - started
+                progress(report, expanded)
+                last_progress_at = time.perf_counter()
+            maybe_save()
 
         def maybe_save() -> None:
             """Save the search as it stands between two worlds, as each depth starts and
@@ -138,12 +155,13 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
         while current.size and not (stop_at_first and report.violations):
             report.seconds = time.perf_counter() - started
             if progress is not None and report.per_level[at] == current.size and at > 0:
-                progress(report)
+                progress(report, 0)
+                last_progress_at = time.perf_counter()
             # The keys of the worlds this depth's expansion made, by each world's own hash: about
             # half the transitions make a world another order of the same moves made already,
             # and its key (the search's costliest step) is then looked up, not computed again.
             made = Memo[int, int](MADE_LIMIT)
-            for world, number in current.drain(between=maybe_save):
+            for world, number in current.drain(between=between_worlds):
                 if stop_at_first and report.violations:
                     break
                 if deadline is not None and time.perf_counter() > deadline:

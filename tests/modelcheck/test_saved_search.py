@@ -146,3 +146,33 @@ def test_the_benchmark_resumes_a_search_in_a_new_process(tmp_path: Path) -> None
                           (_benchmark("--depth", "8", "--save-dir", str(tmp_path), seed="1"), "another hashing")):
         assert other.returncode == 2 and reason in other.stderr and "Traceback" not in other.stderr, (
             f"exit {other.returncode}: {other.stderr}")
+
+
+@pytest.mark.slow
+def test_progress_is_reported_as_each_depth_starts_partway_through_it_and_at_once_on_resuming_partway(
+        tmp_path: Path) -> None:
+    bounds = Bounds(Mode.COORDINATED, agents=2, max_index=1, epochs=1)
+    calls: list[tuple[int, int]] = []  # (depth of the last world expanded, worlds of the depth expanded)
+
+    def progress(report: Report, expanded: int) -> None:
+        calls.append((report.depth_reached, expanded))
+
+    whole = check(bounds, 8, **SEARCH, progress=progress, progress_every=0.0)
+    # Every 0 s: as each depth after the first starts, then before each of its worlds but the first.
+    expected: list[tuple[int, int]] = []
+    for at, size in enumerate(whole.per_level):
+        expected += ([(at - 1, 0)] if at else []) + [(at, done) for done in range(1, size)]
+    assert calls == expected, (f"progress reported {calls[:12]}..., where each depth's start and world "
+                               f"is {expected[:12]}...")
+
+    stop_at = sum(whole.per_level[:7]) + whole.per_level[7] // 2  # halfway through expanding depth 6
+    _, visit = _counting(stop_at)
+    with pytest.raises(_Stopped):
+        check(bounds, 8, **SEARCH, save_dir=tmp_path, visit=visit, save_every=0.0)
+    saved_at = (tmp_path / saved_search.CURRENT).read_text()  # depth-D-E: E worlds of depth D expanded
+    calls.clear()
+    check(bounds, 8, **SEARCH, save_dir=tmp_path, progress=progress, progress_every=3600.0)
+    depth, expanded = (int(n) for n in saved_at.split("-")[1:])
+    assert calls[0] == (depth, expanded), f"resumed from {saved_at}, it first reported {calls[:3]}"
+    assert calls[1:] == [(at - 1, 0) for at in range(depth + 1, len(whole.per_level))], (
+        f"after resuming it reported {calls[1:]}, where only the starts of the depths left are due within an hour")
