@@ -125,7 +125,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
         last_save = (saved.at, saved.expanded) if saved is not None else None
         last_saved_at = time.perf_counter()
         # When the search last reported partway through a depth (None: at the next world).
-        last_progress_at: float | None = None if last_save is not None and last_save[1] else time.perf_counter()
+        last_progress_at: float | None = None if saved is not None and saved.expanded else time.perf_counter()
 
         def between_worlds() -> None:
             """Between two worlds of a depth: report progress and save when due."""
@@ -136,13 +136,14 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
                 report.seconds = time.perf_counter() - started
                 progress(report, expanded)
                 last_progress_at = time.perf_counter()
-            maybe_save()
+            maybe_save(expanded)
 
-        def maybe_save() -> None:
-            """Save the search as it stands between two worlds, as each depth starts and
-            every `save_every` seconds, unless it stands where it was last saved."""
+        def maybe_save(expanded: int) -> None:
+            """Save the search as it stands between two worlds (`expanded` of this depth's
+            done), as each depth starts and every `save_every` seconds, unless it stands
+            where it was last saved."""
             nonlocal last_save, last_saved_at
-            here = (at, report.per_level[at] - current.size)
+            here = (at, expanded)
             if save_dir is None or here == last_save or (here[1] and time.perf_counter() - last_saved_at < save_every):
                 return
             report.seconds = time.perf_counter() - started
