@@ -14,11 +14,16 @@ of the subsumption table (10 bytes) and two numbers to rebuild its trace (Traces
 bytes); and the worlds of the depth being expanded and of the next one, the
 bulk (about 1.5 KB each in memory), which past `in_memory` worlds a depth keeps on
 disk instead (Level, about a hundred bytes each).
+
+A world's expansion (Expander) is apart from its admission (`admit` in check): with
+`workers`, several processes expand a depth and the search admits their batches in
+the depth's order (workers.py), to the same report.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import pickle
 import shutil
 import tempfile
@@ -28,10 +33,12 @@ from array import array
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Callable
 
 from tests.modelcheck import invariants, replica, saved_search, symmetry
+from tests.modelcheck import workers as workers_
 from tests.modelcheck.memo import Memo
 from tests.modelcheck.replica import view_of
 from tests.modelcheck.subsumption import Explored
@@ -71,10 +78,99 @@ class Report:
     violations: dict[str, Violation] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class StepBroken:
+    """A transition that broke a step invariant."""
+
+    invariant: str
+    detail: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Successor:
+    """A world a transition made that the search had not taken when it was made, keyed
+    by its shape (symmetry.py) and budgets; `world` is None for a repeat of a key the
+    expansion shipped already (the search meets that one first)."""
+
+    shape: int
+    budgets: tuple[int, int, int, int]
+    key: int
+    world: World | None
+    label: str
+    broken: bool  # the transition broke a step invariant: the world is not expanded
+    failures: tuple[tuple[str, str], ...]  # the state invariants it breaks (not checked if broken)
+
+
+@dataclass
+class Batch:
+    """What expanding one world yields, in the order a search takes it in."""
+
+    transitions: int = 0
+    recoveries: int = 0
+    restores: int = 0
+    subsumed: int = 0
+    moves_left: bool | None = None  # at the depth bound: whether it has a move (None: not at the bound)
+    events: list[StepBroken | Successor] = field(default_factory=list)
+
+
+class Expander:
+    """Expands one world against the search's tables of worlds taken and stopped: the
+    live ones in one process, or, in a worker, the tables as the depth started (a
+    successor they leave out, the live ones would too: both only grow)."""
+
+    def __init__(self, bounds: Bounds, depth: int, shape_of: Callable[[World], int], queued: Explored,
+                 stopped: set[int], subsume: bool) -> None:
+        self.bounds, self.depth, self.shape_of = bounds, depth, shape_of
+        self.queued, self.stopped, self.subsume = queued, stopped, subsume
+
+    def expand(self, world: World, number: int, *, at: int, made: Memo[int, int], shipped: Memo[int, bool]) -> Batch:
+        """Every transition of `world` (queued as `number`, at depth `at`) with its step
+        invariants, and each successor not yet taken with its state invariants. `made`
+        remembers the keys of worlds this depth made, by the world's own hash: about half
+        the transitions make a world another order of the same moves made already, and
+        its key (the costliest step) is then looked up, not computed again. `shipped`:
+        the keys this depth's expansion sent out with their world, sent again without
+        it (and without checking its state again)."""
+        batch = Batch()
+        if at == self.depth:
+            batch.moves_left = any(True for _ in moves(world, self.bounds))
+            return batch
+        for _label, build in moves(world, self.bounds):
+            step = build()
+            if step is None:
+                continue
+            batch.transitions += 1
+            batch.recoveries += invariants.recoveries_started(step)
+            batch.restores += invariants.restores_applied(step)
+            broken = [StepBroken(n, d, step.label) for n, f in invariants.STEP_CHECKS.items()
+                      if (d := f(step)) is not None]
+            batch.events.extend(broken)
+            after = step.after
+            shape = made.get(after_hash := hash(after))
+            if shape is None:
+                shape = made.remember(after_hash, self.shape_of(after))
+            budgets = after.budgets
+            key = hash((shape, budgets))
+            if self.queued.holds(shape, budgets) or key in self.stopped:
+                continue
+            if self.subsume and self.queued.covers(shape, budgets):
+                batch.subsumed += 1
+                continue
+            if key in shipped:
+                batch.events.append(Successor(shape, budgets, key, None, step.label, bool(broken), ()))
+                continue
+            shipped.remember(key, True)
+            failures = () if broken else tuple(state_failures(after))
+            batch.events.append(Successor(shape, budgets, key, after, step.label, bool(broken), failures))
+        return batch
+
+
 def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_seconds: float | None = None,
           symmetric: bool = False, subsume: bool = False, visit: Callable[[World], None] | None = None,
           progress: Callable[[Report, int], None] | None = None, progress_every: float = PROGRESS_EVERY,
-          in_memory: int = IN_MEMORY, save_dir: Path | None = None, save_every: float = SAVE_EVERY) -> Report:
+          in_memory: int = IN_MEMORY, save_dir: Path | None = None, save_every: float = SAVE_EVERY,
+          workers: int = 1) -> Report:
     """Explore every interleaving of at most `depth` transitions from the initial world
     (or as many as `max_seconds` allows: the report then says it is not complete);
     `symmetric`: one world per orbit of agent renamings; `subsume`: no world with less
@@ -86,7 +182,11 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
     `in_memory`: the worlds of one depth held in memory, the rest kept on disk;
     `save_dir`: a directory the search saves itself to as each depth starts and every
     `save_every` seconds while it expands one, and, run again, resumes from
-    (saved_search.py); the report's seconds then count every run."""
+    (saved_search.py); the report's seconds then count every run;
+    `workers`: processes that expand each depth (workers.py), to the same report as
+    one; a depth is then saved as it starts, not partway, and `visit` is refused."""
+    if workers > 1 and visit is not None:
+        raise ValueError("visit sees worlds as the search takes them, in one process: not with workers")
     began = time.perf_counter()
     replica.forget()
     symmetry.forget()
@@ -113,7 +213,8 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
 
         if saved is None:
             first = initial(bounds)
-            _check_state(first, None, "initial", report, found)
+            for name, detail in state_failures(first):
+                found(name, detail, None, "initial")
             if visit is not None:
                 visit(first)
             queued.add(shape_of(first), first.budgets)
@@ -129,14 +230,18 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
 
         def between_worlds() -> None:
             """Between two worlds of a depth: report progress and save when due."""
-            nonlocal last_progress_at
             expanded = report.per_level[at] - current.size
+            between_workers(expanded)
+            maybe_save(expanded)
+
+        def between_workers(expanded: int) -> None:
+            """Between two worlds of a depth expanded by workers: report progress when due."""
+            nonlocal last_progress_at
             if progress is not None and expanded and (
                     last_progress_at is None or time.perf_counter() - last_progress_at >= progress_every):
                 report.seconds = time.perf_counter() - started
                 progress(report, expanded)
                 last_progress_at = time.perf_counter()
-            maybe_save(expanded)
 
         def maybe_save(expanded: int) -> None:
             """Save the search as it stands between two worlds (`expanded` of this depth's
@@ -153,58 +258,71 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
                 {"worlds": current.write, "following": following.write})
             last_save, last_saved_at = here, time.perf_counter()
 
+        def admit(number: int, batch: Batch) -> bool:
+            """Take one world's expansion into the search, as a sequential search meets
+            it; False once the search is to stop (a violation with `stop_at_first`, or
+            the deadline)."""
+            report.depth_reached = at
+            report.transitions += batch.transitions
+            report.recoveries += batch.recoveries
+            report.restores += batch.restores
+            report.subsumed += batch.subsumed
+            if batch.moves_left is not None:
+                report.complete = report.complete and not batch.moves_left
+            for event in batch.events:
+                if isinstance(event, StepBroken):
+                    found(event.invariant, event.detail, number, event.label)
+                    continue
+                if queued.holds(event.shape, event.budgets) or event.key in stopped:
+                    continue
+                if subsume and queued.covers(event.shape, event.budgets):
+                    report.subsumed += 1
+                    continue
+                # Only a world's first successor of a key ships the world (Expander.expand),
+                # and the search has met that one already: it was taken, stopped or subsumed.
+                assert event.world is not None, f"{event.label}: a repeated successor the search has not met"
+                report.states += 1
+                if visit is not None:
+                    visit(event.world)
+                for name, detail in event.failures:
+                    found(name, detail, number, event.label)
+                if event.broken or event.failures:
+                    stopped.add(event.key)
+                    continue
+                queued.add(event.shape, event.budgets)
+                following.add(event.world, traces.add(number, event.label))
+                _count(report.per_level, at + 1)
+            if stop_at_first and report.violations:
+                return False
+            if deadline is not None and time.perf_counter() > deadline:
+                report.complete = False
+                return False
+            return True
+
+        expander = Expander(bounds, depth, shape_of, queued, stopped, subsume)
         while current.size and not (stop_at_first and report.violations):
             report.seconds = time.perf_counter() - started
             if progress is not None and report.per_level[at] == current.size and at > 0:
                 progress(report, 0)
                 last_progress_at = time.perf_counter()
-            # The keys of the worlds this depth's expansion made, by each world's own hash: about
-            # half the transitions make a world another order of the same moves made already,
-            # and its key (the search's costliest step) is then looked up, not computed again.
-            made = Memo[int, int](MADE_LIMIT)
-            for world, number in current.drain(between=between_worlds):
-                if stop_at_first and report.violations:
-                    break
-                if deadline is not None and time.perf_counter() > deadline:
-                    report.complete = False
-                    break
-                report.depth_reached = at
-                if at == depth:
-                    report.complete = report.complete and not any(True for _ in moves(world, bounds))
-                    continue
-                for _label, build in moves(world, bounds):
-                    step = build()
-                    if step is None:
-                        continue
-                    report.transitions += 1
-                    report.recoveries += invariants.recoveries_started(step)
-                    report.restores += invariants.restores_applied(step)
-                    broken = [(n, d) for n, f in invariants.STEP_CHECKS.items() if (d := f(step)) is not None]
-                    for name, detail in broken:
-                        found(name, detail, number, step.label)
-                    after = step.after
-                    after_shape = made.get(after_hash := hash(after))
-                    if after_shape is None:
-                        after_shape = made.remember(after_hash, shape_of(after))
-                    after_key = hash((after_shape, after.budgets))
-                    if queued.holds(after_shape, after.budgets) or after_key in stopped:
-                        continue
-                    if subsume and queued.covers(after_shape, after.budgets):
-                        report.subsumed += 1
-                        continue
-                    report.states += 1
-                    if visit is not None:
-                        visit(after)
-                    if broken or not _check_state(after, number, step.label, report, found):
-                        stopped.add(after_key)
-                        continue
-                    queued.add(after_shape, after.budgets)
-                    following.add(after, traces.add(number, step.label))
-                    _count(report.per_level, at + 1)
-            else:  # every world of this depth expanded
-                current, following, at = following, Level(in_memory), at + 1
-                continue
-            break  # the deadline passed, or stop_at_first found a violation
+            if deadline is not None and time.perf_counter() > deadline:
+                report.complete = False
+                break
+            if workers > 1:
+                maybe_save(report.per_level[at] - current.size)  # as the depth starts (or resumes)
+                finished = workers_.expand_level(current, workers, partial(expander.expand, at=at), admit,
+                                                 between=between_workers)
+                current.discard()
+            else:
+                # The keys of the worlds this depth's expansion made, by each world's own hash: about
+                # half the transitions make a world another order of the same moves made already,
+                # and its key (the search's costliest step) is then looked up, not computed again.
+                made, shipped = Memo[int, int](MADE_LIMIT), Memo[int, bool](MADE_LIMIT)
+                finished = all(admit(number, expander.expand(world, number, at=at, made=made, shipped=shipped))
+                               for world, number in current.drain(between=between_worlds))
+            if not finished:
+                break  # the deadline passed, or stop_at_first found a violation
+            current, following, at = following, Level(in_memory), at + 1
         report.states += 1  # the initial world
         report.seconds = time.perf_counter() - started
         return report
@@ -307,6 +425,43 @@ class Level:
             if not self._read_block():
                 return
 
+    def units(self, k: int, n: int) -> Iterator[list[tuple[World, int]]]:
+        """For the kth of n processes expanding this depth (workers.py): unit u is the
+        uth BLOCK of worlds held in memory, then the uth block on disk, and this yields
+        the units u = k mod n, in order, leaving the level as it was (whole blocks: a
+        world's successors and its siblings share most of what the memos keep). The
+        file is read by position: its offset is shared with the forked processes."""
+        u = 0
+        held = iter(self._held)
+        while block := list(itertools.islice(held, BLOCK)):
+            if u % n == k:
+                yield block
+            u += 1
+        if self._file is None:
+            return
+        fd, at = self._file.fileno(), self._read_at
+        while len(head := os.pread(fd, 4, at)) == 4:
+            size = int.from_bytes(head, "little")
+            if u % n == k:
+                yield pickle.loads(zlib.decompress(os.pread(fd, size, at + 4)))
+            at, u = at + 4 + size, u + 1
+
+    def ready(self) -> None:
+        """Every world queued in memory or in a block written out to the file (before a
+        fork: a worker reads the file itself, past this process's buffer)."""
+        self._spill()
+        if self._file is not None:
+            self._file.flush()
+
+    def discard(self) -> None:
+        """Let every world go (workers expanded them)."""
+        self._held.clear()
+        self._block = []
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.size = 0
+
     def _read_block(self) -> bool:
         """The next block on disk into memory; False when none is left."""
         if self._file is None:
@@ -343,16 +498,8 @@ def _count(per_level: list[int], level: int) -> None:
     per_level[level] += 1
 
 
-Found = Callable[[str, str, "int | None", str], None]
-
-
-def _check_state(world: World, parent: int | None, label: str, report: Report, found: Found) -> bool:
-    """Run every state invariant; False if one fails (the state is then not expanded)."""
+def state_failures(world: World) -> list[tuple[str, str]]:
+    """Every state invariant the world breaks, with what it saw (a world that breaks
+    one is not expanded)."""
     view = view_of(world.records, GROUP)
-    ok = True
-    for name, f in invariants.STATE_CHECKS.items():
-        detail = f(world, view)
-        if detail is not None:
-            found(name, detail, parent, label)
-            ok = False
-    return ok
+    return [(name, detail) for name, f in invariants.STATE_CHECKS.items() if (detail := f(world, view)) is not None]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Collection, Sequence
 
+from coordinator.core import dedupe
 from coordinator.core.commands import Command, Entry, Proposal, Result, decode_result
 from coordinator.core.model import Agent, Checkpoint, Epoch, Group, Order
 from coordinator.core.history import Dependency
@@ -38,11 +39,33 @@ _APPLIED: Memo[tuple[Records, str, str, frozenset[str]], tuple[Records, Result]]
 _VIEWS: Memo[Records, "View"] = Memo(CACHE_LIMIT)
 
 
+# The command each answer the dedupe table keeps answers, by its request id and the
+# command's fingerprint (which is all the table keeps of it): filled as commands are
+# applied, so it names every kept answer's command before any state holding the answer
+# is seen (symmetry.py renames the command; the fingerprint, a hash of agent ids, cannot
+# be renamed). One fingerprint may stand for one command under several request ids.
+_ANSWERED: dict[tuple[str, str], Command] = {}
+
+
 def forget() -> None:
     """Drop remembered applications and views: a run must see the core as it is now
     (a planted bug replaces part of it)."""
     _APPLIED.clear()
     _VIEWS.clear()
+    _ANSWERED.clear()
+
+
+def answered(request_id: str, fingerprint: str) -> Command | None:
+    """The command a kept answer answers (None: never applied here)."""
+    return _ANSWERED.get((request_id, fingerprint))
+
+
+def learned() -> dict[tuple[str, str], Command]:
+    return dict(_ANSWERED)
+
+
+def relearn(table: dict[tuple[str, str], Command]) -> None:
+    _ANSWERED.update(table)
 
 
 def apply(records: Records, request_id: str, command: Command, retriable: Collection[str]) -> tuple[Records, Result]:
@@ -56,6 +79,8 @@ def apply(records: Records, request_id: str, command: Command, retriable: Collec
 
 
 def _apply(records: Records, request_id: str, command: Command, retriable: frozenset[str]) -> tuple[Records, Result]:
+    if request_id in retriable:  # its answer is kept (below)
+        _ANSWERED[(request_id, dedupe.fingerprint(command))] = command
     store = _store(records)
     cache = RecordCache(store, _MEMO)
     proposal = Proposal(NOW, 0.0, (Entry(request_id, NOW, command),))

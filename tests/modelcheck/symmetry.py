@@ -34,9 +34,10 @@ reads the records through the core's own key and JSON codecs and renders:
 - a blob URI as its renamed agent, index and the renamed content of the blob it
   names (the hash is a function of that content); a URI whose blob no process holds
   keeps its hash (it matches nothing either way);
-- a kept answer's command fingerprint as the renamed write it is the fingerprint
-  of (a table filled as worlds are encoded: the fingerprint is a function of the
-  write's command, which the model retries under the answer's request id);
+- a kept answer's command fingerprint as the renamed command it is the fingerprint
+  of (replica.answered: a table filled as commands are applied, so it holds the
+  command before any world holds its answer, whichever worlds the search met first
+  and in whichever process: the fingerprint is a function of the command);
 - no `reason` field: the prose of a refusal or of an aborted epoch, which neither
   the core nor the model reads (the model reads result types and reason codes);
 - the vector CIC rules' state and piggybacks (FDAS, HMNR index agents by position)
@@ -62,13 +63,14 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from coordinator.core import dedupe
+from coordinator.core import codec
 from coordinator.core.model import Mode
 from coordinator.storage import keys
 from coordinator.storage.state import ORDER, RESULT, read_kept_answer
+from tests.modelcheck import replica
 from tests.modelcheck.memo import Memo
 from tests.modelcheck.replica import Records
-from tests.modelcheck.world import GROUP, Bounds, Msg, Pending, Proc, Saved, World, with_changes
+from tests.modelcheck.world import BLOBS, GROUP, Bounds, Msg, Pending, Proc, Saved, World, with_changes
 
 Perm = tuple[int, ...]  # agent i is renamed to agent perm[i]
 CACHE_LIMIT = 1 << 18
@@ -139,8 +141,7 @@ class Renaming:
         if m := self._mid.fullmatch(s):
             return self.names[m[1]] + m[2]
         if m := self._uri.fullmatch(s):
-            blob = _BLOBS.get(s)
-            return ("blob", self.names[m[1]], int(m[2]), m[3] if blob is None else self.saved(blob))
+            return ("blob", self.names[m[1]], int(m[2]), self.saved(BLOBS[s]))
         if m := self._blob.fullmatch(s):
             return f"{self.names[m[1]]}/{m[2]}"
         if m := self._leader.fullmatch(s):
@@ -239,18 +240,10 @@ def permutations(bounds: Bounds) -> list[Perm]:
 
 _UNREAD = frozenset({"reason"})  # prose of a refusal or an aborted epoch: nothing reads it
 _ORDER_IDS = frozenset({"order_id", "rollback_order"})
-# What a hash in the state stands for, filled as worlds are encoded: a blob URI's
-# blob, a kept answer's command fingerprint's write. Both are functions of what they
-# hash, so the tables hold for every world and a rendering through them is one too.
-_BLOBS: dict[str, Saved] = {}
-_WRITES: dict[str, tuple[str, Pending]] = {}
-_FINGERPRINTS: Memo[tuple[str, Pending], str] = Memo(CACHE_LIMIT)
 _RENAMINGS: dict[tuple[Bounds, Perm], Renaming] = {}
 _DECODED: Memo[tuple[bytes, bytes], _Record] = Memo(CACHE_LIMIT)
 # A record renamed, by renaming and the new ids of the order ids it names (all it reads
-# of a world's renumbering). A blob URI renders as the blob it names once the blob is
-# known (_BLOBS), and stays as first rendered here: either rendering of one URI is
-# distinct from every rendering of another, so an early one can only miss a merge.
+# of a world's renumbering).
 _RENDERED_RECORDS: Memo[tuple[Renaming, bytes, bytes, tuple[int, ...]], tuple[str, Any]] = Memo(CACHE_LIMIT)
 
 
@@ -310,15 +303,18 @@ def _records(r: Renaming, records: Records, pending_orders: frozenset[int]) -> t
                                      ids.get(p, p) if d.table == ORDER else p for p in d.parts)
             rendered = _RENDERED_RECORDS.remember((r, raw_key, raw_value, renumbered),
                                                   (repr(key), r.plain(d.value, ids)))
-        head = () if d.fingerprint is None else (_answered(r, d.fingerprint, ids), d.kind)
+        head = () if d.fingerprint is None else (_answered(r, d.parts[-1], d.fingerprint, ids), d.kind)
         out.append((rendered[0], head + (rendered[1],)))
     return hash(tuple(sorted(out))), ids
 
 
-def _answered(r: Renaming, fingerprint: str, ids: dict[int, int]) -> Any:
-    """A kept answer's command fingerprint as the renamed write it is the fingerprint of."""
-    write = _WRITES.get(fingerprint)
-    return fingerprint if write is None else (r.name(write[0]), _pending(r, write[1], ids))
+def _answered(r: Renaming, request_id: str, fingerprint: str, ids: dict[int, int]) -> Any:
+    """A kept answer's command fingerprint as the renamed command it is the fingerprint
+    of (in the codec's plain form, as a record's value: order ids renumbered too)."""
+    command = replica.answered(request_id, fingerprint)
+    if command is None:
+        raise AssertionError(f"the answer kept for {request_id} is to a command never applied")
+    return type(command).__name__, r.plain(codec.to_plain(command), ids)
 
 
 def _order_ids(r: Renaming, orders: list[dict[str, Any]], referenced: set[int]) -> dict[int, int]:
@@ -375,7 +371,6 @@ class Encoder:
     def hashes(self, world: World) -> list[int]:
         """The hash of E(perm, world) for each permutation, in permutations() order,
         but for the world's budgets (which no renaming changes: key() adds them)."""
-        _learn(world, self.bounds)
         pending_orders = frozenset(w.order_id for _, w in _writes(world, self.bounds))
         records = self._part("records", (world.records, pending_orders), lambda r, v: _records(r, *v))
         procs = [self._part("proc", p if p.pending is None else with_changes(p, pending=None),
@@ -415,20 +410,6 @@ def _writes(world: World, bounds: Bounds) -> list[tuple[str, Pending]]:
     """Every write the model may still send again, with its agent."""
     own = [(bounds.names[i], p.pending) for i, p in enumerate(world.procs) if p.pending is not None]
     return own + list(world.late)
-
-
-def _learn(world: World, bounds: Bounds) -> None:
-    """Remember what the hashes in `world` stand for (its blobs, its writes' fingerprints)."""
-    for agent, write in _writes(world, bounds):
-        found = _FINGERPRINTS.get((agent, write))
-        if found is None:
-            found = _FINGERPRINTS.remember((agent, write), dedupe.fingerprint(write.command(agent)))
-        _WRITES[found] = (agent, write)
-        if write.saved is not None:
-            _BLOBS[write.saved.uri] = write.saved
-    for p in world.procs:
-        for saved in p.saved:
-            _BLOBS[saved.uri] = saved
 
 
 def _pending(r: Renaming, w: Pending | None, ids: dict[int, int]) -> Any:
@@ -491,16 +472,17 @@ def key(bounds: Bounds) -> Callable[[World], int]:
 
 
 def forget() -> None:
-    for table in (_BLOBS, _WRITES, _FINGERPRINTS, _RENAMINGS, _DECODED, _RENDERED_RECORDS):
+    for table in (BLOBS, _RENAMINGS, _DECODED, _RENDERED_RECORDS):
         table.clear()
 
 
 def learned() -> dict[str, dict[str, Any]]:
-    """What the hashes met so far stand for (a saved search keeps it: a world of a
-    resumed search may name a blob or a write only an earlier world showed)."""
-    return {"blobs": dict(_BLOBS), "writes": dict(_WRITES)}
+    """What the hashes met so far stand for (a saved search keeps it, and a worker sends
+    it back: a world may name a blob, or hold the answer to a command, that only an
+    earlier world showed)."""
+    return {"blobs": dict(BLOBS), "answered": replica.learned()}
 
 
 def relearn(tables: dict[str, dict[str, Any]]) -> None:
-    _BLOBS.update(tables["blobs"])
-    _WRITES.update(tables["writes"])
+    BLOBS.update(tables["blobs"])
+    replica.relearn(tables["answered"])

@@ -51,7 +51,7 @@ def _outcome(report: Report) -> tuple[Any, ...]:
 
 
 # (mode, bounds, depth, planted bug or None, in_memory, save_every): the bug's worlds a
-# violation stops are met again after the save; coordinated reads blobs and writes an
+# violation stops are met again after the save; coordinated reads blobs an
 # earlier depth learned (symmetry.learned); in_memory 5 puts a depth's worlds on disk
 # before it is saved; save_every 0 saves before each world, partway through each depth.
 CASES = {

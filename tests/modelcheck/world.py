@@ -109,6 +109,12 @@ class Saved:
     uri: str
 
 
+# Every blob the model wrote, by its URI: a URI names one blob content in every world
+# (the URI ends in a hash of the content), so this holds for every world, and it names a
+# blob the moment any world can (symmetry.py renders a URI as the blob it names).
+BLOBS: dict[str, Saved] = {}
+
+
 @dataclass(frozen=True)
 class Pending:
     """A write applied (or not) whose answer was lost: retried with the same request id."""
@@ -365,6 +371,7 @@ def _commit(b: Builder, bounds: Bounds, i: int, index: int, kind: CheckpointKind
     doc = json.dumps(rule.to_json(), sort_keys=True)  # what the library saves of its rule
     content = hashlib.sha256(repr((p.held, doc, epoch)).encode()).hexdigest()[:12]
     saved = Saved(index, p.held, doc, epoch, f"file:///blobs/{name}/{index}.{content}")  # content-addressed
+    BLOBS[saved.uri] = saved
     rule.on_checkpoint(index)
     command = _commit_command(name, _token(p, epoch), saved, kind)
     request_id = f"{name}-{p.incarnation}-{p.generation}-cp-{index}"
