@@ -309,14 +309,12 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
                 report.complete = False
                 break
             if workers > 1:
-                maybe_save(report.per_level[at] - current.size)  # as the depth starts (or resumes)
+                before = report.per_level[at] - current.size  # expanded already: 0 unless resumed partway
+                maybe_save(before)
                 finished = workers_.expand_level(current, workers, partial(expander.expand, at=at), admit,
-                                                 between=between_workers)
+                                                 between=lambda expanded: between_workers(before + expanded))
                 current.discard()
             else:
-                # The keys of the worlds this depth's expansion made, by each world's own hash: about
-                # half the transitions make a world another order of the same moves made already,
-                # and its key (the search's costliest step) is then looked up, not computed again.
                 made, shipped = Memo[int, int](MADE_LIMIT), Memo[int, bool](MADE_LIMIT)
                 finished = all(admit(number, expander.expand(world, number, at=at, made=made, shipped=shipped))
                                for world, number in current.drain(between=between_worlds))

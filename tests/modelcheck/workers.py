@@ -24,6 +24,7 @@ worker is the key the search computes alone.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import signal
 import traceback
@@ -72,7 +73,7 @@ def expand_level(level: Level, n: int, expand: Callable[..., Batch], admit: Call
         done: dict[Connection, Any] = {}  # what each worker that has no unit left learned
         own = level.units(0, n)
         expanded = 0
-        for unit in range(1 << 62):
+        for unit in itertools.count():
             if unit % n == 0:
                 block = next(own, None)
                 if block is None:
