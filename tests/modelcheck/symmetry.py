@@ -32,8 +32,8 @@ reads the records through the core's own key and JSON codecs and renders:
   distinct agents) put back in agent-id order after renaming, the order the core
   gives the renamed list; every other list (an agent's own fences) keeps its order;
 - a blob URI as its renamed agent, index and the renamed content of the blob it
-  names (the hash is a function of that content); a URI whose blob no process holds
-  keeps its hash (it matches nothing either way);
+  names (the hash is a function of that content; world.BLOBS records each blob as
+  the model writes it, so before any world can name it);
 - a kept answer's command fingerprint as the renamed command it is the fingerprint
   of (replica.answered: a table filled as commands are applied, so it holds the
   command before any world holds its answer, whichever worlds the search met first
@@ -476,13 +476,13 @@ def forget() -> None:
         table.clear()
 
 
-def learned() -> dict[str, dict[str, Any]]:
+def learned() -> dict[str, dict[Any, Any]]:
     """What the hashes met so far stand for (a saved search keeps it, and a worker sends
     it back: a world may name a blob, or hold the answer to a command, that only an
     earlier world showed)."""
     return {"blobs": dict(BLOBS), "answered": replica.learned()}
 
 
-def relearn(tables: dict[str, dict[str, Any]]) -> None:
+def relearn(tables: dict[str, dict[Any, Any]]) -> None:
     BLOBS.update(tables["blobs"])
     replica.relearn(tables["answered"])
