@@ -16,7 +16,7 @@ keeps about 20 bytes a state seen in memory and, past --in-memory worlds, a
 depth's worlds on disk (about a hundred bytes each, in the temporary directory); --jobs N
 explores N modes at once, one process each, and --workers N expands each depth of a mode
 on N processes (tests/modelcheck/workers.py: the same states, levels and traces as one,
-about 1.5 times as fast on two cores). With --save-dir DIR a search saves itself
+1.3 to 1.5 times as fast on two cores, with about twice the memory). With --save-dir DIR a search saves itself
 as each depth starts and every --save-every seconds while it expands one and, stopped at
 any point and run again with the same arguments, resumes from the last save
 (tests/modelcheck/saved_search.py): the full size takes CPU-hours per mode, and its

@@ -5,6 +5,7 @@ stopped at the first violation; it saves as each depth starts, for one process t
 resume; and a worker that raises fails the search with the worker's traceback."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ CASES = {
 def test_workers_report_what_one_process_reports(case: str) -> None:
     mode, bounds_given, depth, in_memory, bug, first = CASES[case]
     bounds = Bounds(mode, **bounds_given)
-    with mock.patch.object(bug.module, bug.attribute, bug.replacement) if bug else mock.patch.dict({}):
+    with mock.patch.object(bug.module, bug.attribute, bug.replacement) if bug else contextlib.nullcontext():
         alone = check(bounds, depth, **SEARCH, in_memory=in_memory, stop_at_first=first)
         shared = check(bounds, depth, **SEARCH, in_memory=in_memory, stop_at_first=first, workers=2)
     if bug is not None:
