@@ -15,11 +15,13 @@ search would leave out too (explore.Expander: the tables only grow), and sends a
 it sent before without its world (the search has met it by then).
 
 A worker's memos go with it as the depth ends; the search's own stay warm for the
-next depth's workers. What symmetry.py learns that a hash in a world stands for (a
-blob, the command of a kept answer) comes back as a worker ends, for the next
-depth's: every world's such hashes were learned by the process that made it or one
-of its ancestors, at an earlier depth or in the same process. So a key computed in a
-worker is the key the search computes alone.
+next depth's workers. The tables a key reads besides the world (world.BLOBS, each
+blob as the model wrote it; replica.answered, each kept answer's command as it was
+applied) are filled by the process that takes the step, and come back as a worker
+ends (symmetry.learned), for the next depth's workers: a world's blobs and kept
+answers were written by the step that made it or by its ancestors' steps, at an
+earlier depth or in the process expanding it. So a key computed in a worker is the
+key the search computes alone.
 """
 from __future__ import annotations
 
