@@ -231,11 +231,11 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
         def between_worlds() -> None:
             """Between two worlds of a depth: report progress and save when due."""
             expanded = report.per_level[at] - current.size
-            between_workers(expanded)
+            report_progress(expanded)
             maybe_save(expanded)
 
-        def between_workers(expanded: int) -> None:
-            """Between two worlds of a depth expanded by workers: report progress when due."""
+        def report_progress(expanded: int) -> None:
+            """Between two worlds of a depth (`expanded` of it done): report progress when due."""
             nonlocal last_progress_at
             if progress is not None and expanded and (
                     last_progress_at is None or time.perf_counter() - last_progress_at >= progress_every):
@@ -312,7 +312,7 @@ def check(bounds: Bounds, depth: int, *, stop_at_first: bool = False, max_second
                 before = report.per_level[at] - current.size  # expanded already: 0 unless resumed partway
                 maybe_save(before)
                 finished = workers_.expand_level(current, workers, partial(expander.expand, at=at), admit,
-                                                 between=lambda expanded: between_workers(before + expanded))
+                                                 between=lambda expanded: report_progress(before + expanded))
                 current.discard()
             else:
                 made, shipped = Memo[int, int](MADE_LIMIT), Memo[int, bool](MADE_LIMIT)
@@ -441,7 +441,7 @@ class Level:
         while len(head := os.pread(fd, 4, at)) == 4:
             size = int.from_bytes(head, "little")
             if u % n == k:
-                yield pickle.loads(zlib.decompress(os.pread(fd, size, at + 4)))
+                yield _unrecord(os.pread(fd, size, at + 4))
             at, u = at + 4 + size, u + 1
 
     def ready(self) -> None:
@@ -470,7 +470,7 @@ class Level:
             self._file.close()
             self._file = None
             return False
-        self._held.extend(pickle.loads(zlib.decompress(self._file.read(int.from_bytes(size, "little")))))
+        self._held.extend(_unrecord(self._file.read(int.from_bytes(size, "little"))))
         self._read_at = self._file.tell()
         return True
 
@@ -489,6 +489,12 @@ def _record(block: list[tuple[World, int]]) -> bytes:
     """A block of queued worlds as Level keeps it on disk: a length, then the pairs pickled and compressed."""
     record = zlib.compress(pickle.dumps(block, pickle.HIGHEST_PROTOCOL), 6)
     return len(record).to_bytes(4, "little") + record
+
+
+def _unrecord(record: bytes) -> list[tuple[World, int]]:
+    """A block of queued worlds from a record's bytes past its length (_record's inverse)."""
+    blocks: list[tuple[World, int]] = pickle.loads(zlib.decompress(record))
+    return blocks
 
 
 def _count(per_level: list[int], level: int) -> None:
