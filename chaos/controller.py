@@ -90,6 +90,10 @@ class ChaosCluster:
     def size(self) -> int:
         return len(self.local.nodes)
 
+    def running(self) -> int:
+        """How many node processes run now."""
+        return sum(n.alive for n in self.nodes)
+
     def node_of(self, address: str) -> int | None:
         """The node index behind any of its addresses, real or proxied."""
         return self.addresses.get(address)

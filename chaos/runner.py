@@ -150,7 +150,7 @@ def run(config: RunConfig, on_progress: Callable[[str], None] = _say) -> RunResu
             if nemesis.error is not None:
                 notes.append(f"the nemesis failed: {type(nemesis.error).__name__}: {nemesis.error}")
             on_progress(f"faults injected: {injected.by_kind or 'none'}; healed; settling and reading the final state")
-            metadata.finish(nodes_running=lambda: any(n.alive for n in cluster.nodes))
+            metadata.finish(nodes_running=cluster.running)
             if flood is not None:
                 notes.extend(flood.wait())  # its evidence is in the history; its harness problems here
             extra = agents.finish() if agents is not None else []  # its harness problems are in there

@@ -8,7 +8,7 @@ sample in which every node holds the same index and digest.
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 from chaos.history import History, Op
 from coordinator.harness.local_cluster import node_status, wait_for
@@ -54,18 +54,39 @@ class NodeSampler:
         self._thread.join(10)
 
 
-def await_convergence(history: History, endpoints: Sequence[str], timeout: float = 30.0) -> Op:
-    """Sample all nodes until they hold the same index and digest (or `timeout` passes),
-    then record the verdict as a `final_status` note with the last round's samples."""
+def await_convergence(history: History, endpoints: Sequence[str], timeout: float = 30.0,
+                      possible: Callable[[], bool] = lambda: True) -> Op:
+    """Sample all nodes until they hold the same index and digest, or until that can no
+    longer come (or `timeout` passes); then record the verdict as a `final_status`
+    note with the last round's samples.
+
+    It cannot come once two nodes hold one index with different digests (those samples
+    are in the history, so replicas-agree fails whatever a later round shows) or once
+    `possible()` says so (a node's process is gone and answers no later round); waiting
+    on would only spend the timeout."""
     last: dict[str, dict | None] = {}
 
-    def same() -> bool:
+    def settled() -> bool:
         last.update({e: sample(history, e, 1.0) for e in endpoints})
-        seen = list(last.values())
-        return all(s is not None for s in seen) and len({(s["digest_index"], s["content_digest"]) for s in seen}) == 1
+        return converged(last) or diverged(last) or not possible()
 
     try:
-        converged = wait_for(same, "all nodes to hold the same index and digest", timeout, 0.2)
+        wait_for(settled, "all nodes to hold the same index and digest", timeout, 0.2)
     except TimeoutError:
-        converged = False
-    return history.note(SAMPLER, FINAL, {"converged": bool(converged), "nodes": last})
+        pass
+    return history.note(SAMPLER, FINAL, {"converged": converged(last), "nodes": last})
+
+
+def converged(samples: dict[str, dict | None]) -> bool:
+    """Every node answered, all at one index with one digest."""
+    seen = list(samples.values())
+    return all(s is not None for s in seen) and len({(s["digest_index"], s["content_digest"]) for s in seen}) == 1
+
+
+def diverged(samples: dict[str, dict | None]) -> bool:
+    """Two nodes answered at one index with different digests."""
+    digests: dict[int, set[str]] = {}
+    for s in samples.values():
+        if s is not None:
+            digests.setdefault(s["digest_index"], set()).add(s["content_digest"])
+    return any(len(d) > 1 for d in digests.values())

@@ -54,7 +54,7 @@ from coordinator.transport.auth import add_binding, add_token
 
 MODES = {"COORDINATED": pb.COORDINATED, "CIC_BCS": pb.CIC_BCS, "UNCOORDINATED": pb.UNCOORDINATED}
 LOCK_WAIT_S = 0.5
-DOWN_DEADLINE_S = 1.0  # each final read's, when no node process is left to answer it
+DOWN_DEADLINE_S = 1.0  # each final read's, when too few node processes are left to elect a leader
 # A coordinated checkpoint refused because its epoch is no longer (or not yet, or not
 # for this agent) the open one: nothing to cut, wait for the next epoch.
 EPOCH_CLOSED = (pb.REASON_NOT_OPEN_EPOCH, pb.REASON_JOINED_AFTER_EPOCH, pb.REASON_EPOCH_NOT_STARTED)
@@ -71,6 +71,8 @@ class MetadataConfig:
     # caught by a partition completes as `info` instead of hanging the process.
     deadline_s: float = 3.0
     rpc_timeout_s: float = 1.0
+    # The final reads' deadline: long, as the cluster may still be electing after the last heal.
+    final_deadline_s: float = 10.0
     think_s: float = 0.005
     recovery_period_s: float = 1.5
     zombie_period_s: float = 0.3
@@ -169,23 +171,26 @@ class MetadataWorkload:
     def stop(self) -> None:
         self.budget.stop()
 
-    def finish(self, convergence_timeout: float = 30.0, nodes_running: Callable[[], bool] = lambda: True) -> None:
+    def finish(self, convergence_timeout: float = 30.0, nodes_running: Callable[[], int] | None = None) -> None:
         """After the faults healed: settle what is still unknown, read the final state,
         and wait for every node to hold the same content.
 
-        `nodes_running()` False: no node process is left (each refused its damaged store
-        at restart, as a planted skip-fsync power loss leaves them). The final reads and
-        the convergence check are still made and recorded, but each with a deadline of
-        DOWN_DEADLINE_S: nothing can answer, and waiting each one out took 90 s per run."""
+        `nodes_running()`: how many node processes run (default: all). With at most
+        half of them (the rest refused their damaged stores at restart, as a planted
+        skip-fsync power loss leaves them) no leader can be elected and nothing can
+        answer: unknown outcomes are then not re-sent (they stay unknown, as after one
+        more unanswered try), and the final reads are made and recorded with a deadline
+        of DOWN_DEADLINE_S each instead of waited out. With any node process gone the
+        nodes cannot all converge, and the wait for that ends after one round."""
+        size = len(self.endpoints)
+        running = nodes_running or (lambda: size)
         self.stop()
         self.wait()
+        down = running() <= size // 2
         for proc in self._processes:
-            if proc.thread is None or not proc.thread.is_alive():  # else it still has an op open
+            if not down and (proc.thread is None or not proc.thread.is_alive()):  # else it still has an op open
                 proc.resolve_unknown()
-        down = not nodes_running()
-        if down:
-            convergence_timeout = DOWN_DEADLINE_S
-        final = self._process("final", deadline=DOWN_DEADLINE_S if down else 10.0)
+        final = self._process("final", deadline=DOWN_DEADLINE_S if down else self.config.final_deadline_s)
         for g in self.groups.values():
             state = self._read_group(final, g)
             # Settle only a group the cluster answered for: with no leader (every node's
@@ -195,7 +200,7 @@ class MetadataWorkload:
                 self._settle_orders(final, g, list(g.agents.values()), keep_going=lambda: True)
             final.send(ops.list_checkpoints(self._rid(final), g.name))
         self.sampler.stop()
-        await_convergence(self.history, self.endpoints, convergence_timeout)
+        await_convergence(self.history, self.endpoints, convergence_timeout, possible=lambda: running() == size)
         for proc in self._processes:
             proc.close()
 
