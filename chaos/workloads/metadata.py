@@ -180,8 +180,8 @@ class MetadataWorkload:
         skip-fsync power loss leaves them) no leader can be elected and nothing can
         answer: unknown outcomes are then not re-sent (they stay unknown, as after one
         more unanswered try), and the final reads are made and recorded with a deadline
-        of DOWN_DEADLINE_S each instead of waited out. With any node process gone the
-        nodes cannot all converge, and the wait for that ends after one round."""
+        of DOWN_DEADLINE_S each instead of being waited out. With any node process gone
+        the nodes cannot all converge, and the wait for that ends after one round."""
         size = len(self.endpoints)
         running = nodes_running or (lambda: size)
         self.stop()
