@@ -8,13 +8,14 @@ sample in which every node holds the same index and digest.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 from chaos.history import History, Op
 from coordinator.harness.local_cluster import node_status, wait_for
 
 SAMPLER = "sampler"
 SAMPLE, FINAL = "node_status", "final_status"
+T = TypeVar("T")
 
 
 def sample(history: History, endpoint: str, timeout: float) -> dict | None:
@@ -79,14 +80,20 @@ def await_convergence(history: History, endpoints: Sequence[str], timeout: float
 
 def converged(samples: dict[str, dict | None]) -> bool:
     """Every node answered, all at one index with one digest."""
-    seen = list(samples.values())
-    return all(s is not None for s in seen) and len({(s["digest_index"], s["content_digest"]) for s in seen}) == 1
+    seen = [s for s in samples.values() if s is not None]
+    return len(seen) == len(samples) and len({(s["digest_index"], s["content_digest"]) for s in seen}) == 1
 
 
 def diverged(samples: dict[str, dict | None]) -> bool:
     """Two nodes answered at one index with different digests."""
-    digests: dict[int, set[str]] = {}
-    for s in samples.values():
-        if s is not None:
-            digests.setdefault(s["digest_index"], set()).add(s["content_digest"])
-    return any(len(d) > 1 for d in digests.values())
+    return any(True for _ in disagreements([s for s in samples.values() if s is not None], lambda s: s))
+
+
+def disagreements(samples: Iterable[T], value: Callable[[T], dict]) -> Iterator[tuple[T, T]]:
+    """Each sample whose digest differs from the first sample of its index, after that
+    first sample: two replicas that applied one log prefix to different content."""
+    first_at: dict[int, T] = {}
+    for s in samples:
+        earlier = first_at.setdefault(value(s)["digest_index"], s)
+        if value(earlier)["content_digest"] != value(s)["content_digest"]:
+            yield earlier, s
