@@ -10,8 +10,8 @@ unless --no-symmetry, and none that only has less budget left than one already
 queued (tests/modelcheck/subsumption.py) unless --no-subsumption; both keep every
 verdict and the length of every shortest counterexample. --levels prints how many
 states each depth adds: the growth that says how far a run that stopped at
---max-seconds was from complete. The issue's size: --agents 3 --failures 2
---leader-changes 1 (docs/chaos.md, "The model checker", has the figures). A long run
+--max-seconds was from complete. The full size: --agents 3 --failures 2
+--leader-changes 1 --losses 1 (docs/chaos.md, "The model checker", has the figures). A long run
 keeps about 20 bytes a state seen in memory and, past --in-memory worlds, a
 depth's worlds on disk (about a hundred bytes each, in the temporary directory); --jobs N
 explores N modes at once, one process each, and --workers N expands each depth of a mode

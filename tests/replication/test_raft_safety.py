@@ -194,7 +194,7 @@ def writes_only_on_a_after_b_is_repaired(cluster: Cluster) -> tuple[int, int, in
 
 
 def test_a_repaired_node_does_not_vote_until_a_leader_has_caught_it_up(tmp_path: Path) -> None:
-    """The issue's sequence: C stale; writes acknowledged by A and B only; A and B stop;
+    """The sequence that lost writes: C stale; writes acknowledged by A and B only; A and B stop;
     B rebuilt empty; B and C start. C must not win with B's vote (the writes would be
     gone); when A returns, A leads with every write, and B votes again once caught up."""
     cluster = Cluster(tmp_path)
